@@ -1,0 +1,111 @@
+//! The events a run emits. Every front end (the CLI's `--json`, a terminal UI, a server)
+//! consumes this one stream.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::content::ContentBlock;
+use crate::message::{ToolStatus, Usage};
+use crate::model::StopReason;
+use crate::state::Todo;
+
+/// Where in the agent tree an event comes from: `[]` for the main agent; a subagent appends
+/// the id of the tool call that started it and its name.
+pub type AgentPath = Vec<String>;
+
+/// One event, tagged with the agent that produced it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// The producing agent.
+    pub path: AgentPath,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// What happened. Serialized with a `type` field in snake_case.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EventKind {
+    /// The run began (or resumed).
+    RunStarted {
+        /// Name of the agent.
+        agent: String,
+        /// The model spec.
+        model: String,
+    },
+    /// A model call is about to be made.
+    ModelCallStarted {
+        /// 1-based number of the call since the latest user input.
+        step: u32,
+    },
+    /// A piece of assistant text, as it streams.
+    TextDelta {
+        /// The new text.
+        text: String,
+    },
+    /// A model call finished.
+    ModelCallFinished {
+        /// Same as in [`EventKind::ModelCallStarted`].
+        step: u32,
+        /// Tokens used by this call.
+        usage: Usage,
+        /// Why the model stopped.
+        stop_reason: StopReason,
+        /// How many tool calls it asked for.
+        tool_calls: usize,
+    },
+    /// A tool call is starting.
+    ToolCallStarted {
+        /// The call id.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// The arguments as the model sent them.
+        arguments: Value,
+    },
+    /// A tool call finished.
+    ToolCallFinished {
+        /// The call id.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// Success or failure.
+        status: ToolStatus,
+        /// What the model will see.
+        content: Vec<ContentBlock>,
+        /// Wall time of the call.
+        duration_ms: u64,
+    },
+    /// The agent state changed.
+    StateUpdated {
+        /// The new plan, when it changed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        todos: Option<Vec<Todo>>,
+        /// Paths of files written or deleted.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        files_changed: Vec<String>,
+        /// Custom keys that changed, with their new values.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        custom: BTreeMap<String, Value>,
+    },
+    /// The run ended with an answer.
+    Final {
+        /// The answer: the text of the last assistant message.
+        text: String,
+        /// Tokens used since the latest user input.
+        usage: Usage,
+        /// Model calls made since the latest user input.
+        steps: u32,
+    },
+    /// The run stopped on an error.
+    Error {
+        /// A snake_case kind, e.g. `turn_limit` or `model`.
+        kind: String,
+        /// A one-line reason.
+        message: String,
+    },
+}

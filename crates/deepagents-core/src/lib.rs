@@ -1,0 +1,31 @@
+//! The core of deepagents: plain data and traits, no IO.
+//!
+//! Everything a run is made of lives here — [messages](message), [content blocks](content),
+//! [tools](tool), the [model interface](model), the [agent state](state) with its merge rules,
+//! the [run state machine](run) and the [events](event) a run emits. The harness crate
+//! (`deepagents`) drives a [`Run`](run::Run) by doing the IO this crate only describes.
+
+pub mod content;
+pub mod event;
+pub mod message;
+pub mod model;
+pub mod run;
+pub mod state;
+pub mod tool;
+
+pub use content::ContentBlock;
+pub use event::{AgentPath, Event, EventKind};
+pub use message::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus, Usage};
+pub use model::{
+    Model, ModelError, ModelRequest, ModelResponse, ModelSettings, ModelStream, StopReason,
+    StreamEvent,
+};
+pub use run::{NextAction, Run, TurnLimitReached};
+pub use state::{
+    AgentState, FileContent, FileData, Reducer, StateError, StateSchema, StateUpdate, Todo,
+    TodoStatus,
+};
+pub use tool::{
+    DynTool, DynamicTool, RuntimeContext, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,
+    TypedTool,
+};

@@ -1,0 +1,148 @@
+//! Messages, tool calls, tool results and token usage.
+
+use std::ops::AddAssign;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::content::{ContentBlock, joined_text};
+
+/// One message of a conversation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    /// Instructions from the application. The system prompt of a request is kept apart (see
+    /// [`ModelRequest::system_prompt`](crate::model::ModelRequest::system_prompt)); this variant
+    /// carries system text that belongs at a point in the history.
+    System {
+        /// The content.
+        content: Vec<ContentBlock>,
+    },
+    /// Input from the user.
+    User {
+        /// The content.
+        content: Vec<ContentBlock>,
+    },
+    /// A model turn: text and the tool calls it asked for.
+    Assistant(AssistantMessage),
+    /// The result of one tool call.
+    Tool(ToolResult),
+}
+
+impl Message {
+    /// A user message holding one text block.
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::User {
+            content: vec![ContentBlock::text(text)],
+        }
+    }
+
+    /// A system message holding one text block.
+    pub fn system(text: impl Into<String>) -> Self {
+        Self::System {
+            content: vec![ContentBlock::text(text)],
+        }
+    }
+
+    /// The concatenated text blocks of this message.
+    pub fn text(&self) -> String {
+        match self {
+            Self::System { content } | Self::User { content } => joined_text(content),
+            Self::Assistant(message) => joined_text(&message.content),
+            Self::Tool(result) => joined_text(&result.content),
+        }
+    }
+}
+
+/// What the model said in one turn.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AssistantMessage {
+    /// Text (and, for some providers, other blocks) the model produced.
+    #[serde(default)]
+    pub content: Vec<ContentBlock>,
+    /// Tools the model asked to run, in the order it listed them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+}
+
+impl AssistantMessage {
+    /// An assistant message with only text.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            content: vec![ContentBlock::text(text)],
+            tool_calls: Vec::new(),
+        }
+    }
+}
+
+/// A request from the model to run one tool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Provider-assigned id that the result must echo.
+    pub id: String,
+    /// Name of the tool.
+    pub name: String,
+    /// Arguments as the model sent them. Normally a JSON object; when a provider delivered text
+    /// that is not valid JSON, it is kept verbatim as a JSON string so the run can tell the model
+    /// exactly what was wrong.
+    pub arguments: Value,
+}
+
+/// Whether a tool call succeeded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    /// The tool did its job.
+    Ok,
+    /// The tool failed; the content says why and what to do next.
+    Error,
+}
+
+/// The result of one tool call, as the model will see it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// Id of the [`ToolCall`] this answers.
+    pub tool_call_id: String,
+    /// Name of the tool that ran.
+    pub name: String,
+    /// What the model sees.
+    pub content: Vec<ContentBlock>,
+    /// Success or failure.
+    pub status: ToolStatus,
+    /// Machine-readable data for the application; never sent to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<Value>,
+}
+
+impl ToolResult {
+    /// An error result with a text message for the model.
+    pub fn error(call: &ToolCall, message: impl Into<String>) -> Self {
+        Self {
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: vec![ContentBlock::text(message)],
+            status: ToolStatus::Error,
+            artifact: None,
+        }
+    }
+}
+
+/// Tokens used by model calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens, including cached ones.
+    pub input_tokens: u64,
+    /// Generated tokens.
+    pub output_tokens: u64,
+    /// Prompt tokens served from the provider's cache (a subset of `input_tokens`).
+    #[serde(default)]
+    pub cached_input_tokens: u64,
+}
+
+impl AddAssign for Usage {
+    fn add_assign(&mut self, other: Self) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cached_input_tokens += other.cached_input_tokens;
+    }
+}

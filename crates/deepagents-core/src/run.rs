@@ -1,0 +1,137 @@
+//! The run as a state machine that performs no IO.
+//!
+//! A [`Run`] is plain data. [`Run::next_action`] says what to do next — call the model, execute
+//! tool calls, or finish — and `apply_*` fold the outcome in. The driver in the `deepagents`
+//! crate does the IO in between. Because the next action is derived from the conversation
+//! itself, a run loaded from a checkpoint continues exactly where it stopped: tool calls that
+//! already have results are never executed again.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::content::{ContentBlock, joined_text};
+use crate::message::{Message, ToolCall, ToolResult, Usage};
+use crate::model::ModelResponse;
+use crate::state::{AgentState, StateError, StateSchema, StateUpdate};
+
+/// The whole state of a run; persist it and you can resume it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    /// The agent state.
+    pub state: AgentState,
+    /// Model calls made since the latest user input.
+    #[serde(default)]
+    pub steps: u32,
+    /// Tokens used since the latest user input.
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+/// What the driver must do next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NextAction {
+    /// Call the model with the conversation.
+    CallModel,
+    /// Execute these calls of the latest assistant turn (the ones without a result yet).
+    ExecuteTools(Vec<ToolCall>),
+    /// The model answered without tool calls: the run is complete.
+    Finish {
+        /// The answer.
+        text: String,
+    },
+}
+
+/// The run needs another model call but has used all it may.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the run made {limit} model calls without reaching a final answer (the turn limit); raise the limit (--max-turns) or narrow the task"
+)]
+pub struct TurnLimitReached {
+    /// The limit that was reached.
+    pub limit: u32,
+}
+
+impl Run {
+    /// A run over an existing state.
+    pub fn new(state: AgentState) -> Self {
+        Self {
+            state,
+            ..Self::default()
+        }
+    }
+
+    /// Appends user input and starts counting steps and usage afresh.
+    pub fn push_user_input(&mut self, content: Vec<ContentBlock>) {
+        self.state.messages.push(Message::User { content });
+        self.steps = 0;
+        self.usage = Usage::default();
+    }
+
+    /// What to do next, derived from the conversation; `max_steps` bounds model calls since
+    /// the latest user input.
+    pub fn next_action(&self, max_steps: u32) -> Result<NextAction, TurnLimitReached> {
+        let pending = self.pending_tool_calls();
+        if !pending.is_empty() {
+            return Ok(NextAction::ExecuteTools(pending));
+        }
+        if let Some(Message::Assistant(message)) = self.state.messages.last()
+            && message.tool_calls.is_empty()
+        {
+            return Ok(NextAction::Finish {
+                text: joined_text(&message.content),
+            });
+        }
+        if self.steps >= max_steps {
+            return Err(TurnLimitReached { limit: max_steps });
+        }
+        Ok(NextAction::CallModel)
+    }
+
+    /// Tool calls of the latest assistant turn that have no result yet, in call order.
+    pub fn pending_tool_calls(&self) -> Vec<ToolCall> {
+        let messages = &self.state.messages;
+        let mut answered = HashSet::new();
+        for message in messages.iter().rev() {
+            match message {
+                Message::Tool(result) => {
+                    answered.insert(result.tool_call_id.as_str());
+                }
+                Message::Assistant(assistant) => {
+                    return assistant
+                        .tool_calls
+                        .iter()
+                        .filter(|call| !answered.contains(call.id.as_str()))
+                        .cloned()
+                        .collect();
+                }
+                Message::User { .. } | Message::System { .. } => return Vec::new(),
+            }
+        }
+        Vec::new()
+    }
+
+    /// Folds in a model answer.
+    pub fn apply_model_response(&mut self, response: ModelResponse) {
+        self.steps += 1;
+        self.usage += response.usage;
+        self.state
+            .messages
+            .push(Message::Assistant(response.message));
+    }
+
+    /// Folds in tool results (already in call order) and merges their state updates in the
+    /// same order. All-or-nothing: on error the run is unchanged.
+    pub fn apply_tool_results(
+        &mut self,
+        results: Vec<(ToolResult, StateUpdate)>,
+        schema: &StateSchema,
+    ) -> Result<(), StateError> {
+        let (results, updates): (Vec<_>, Vec<_>) = results.into_iter().unzip();
+        schema.apply_all(&mut self.state, updates)?;
+        self.state
+            .messages
+            .extend(results.into_iter().map(Message::Tool));
+        Ok(())
+    }
+}

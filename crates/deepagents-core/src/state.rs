@@ -1,0 +1,295 @@
+//! The agent state and the rules that merge updates into it.
+//!
+//! Tools never mutate state directly: they return a [`StateUpdate`], and the run applies the
+//! updates of one step in tool-call order through a [`StateSchema`]. Concurrent tools therefore
+//! never race, and the outcome is the same on every run.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::content::base64_bytes;
+use crate::message::Message;
+
+/// Everything an agent knows; plain data, persisted as is by checkpoints.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentState {
+    /// The conversation.
+    #[serde(default)]
+    pub messages: Vec<Message>,
+    /// The plan kept by the `write_todos` tool.
+    #[serde(default)]
+    pub todos: Vec<Todo>,
+    /// Files of the state backend, keyed by absolute virtual path.
+    #[serde(default)]
+    pub files: BTreeMap<String, FileData>,
+    /// Values declared by middleware or the application, keyed by name.
+    #[serde(default)]
+    pub custom: BTreeMap<String, Value>,
+}
+
+/// One item of the plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Todo {
+    /// What to do, as one short imperative sentence.
+    pub content: String,
+    /// Where the item stands.
+    pub status: TodoStatus,
+}
+
+/// Progress of a [`Todo`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TodoStatus {
+    /// Not started.
+    Pending,
+    /// Being worked on now.
+    InProgress,
+    /// Done.
+    Completed,
+}
+
+/// A file kept in the agent state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileData {
+    /// The bytes or text.
+    pub content: FileContent,
+    /// Last modification, in milliseconds since the Unix epoch.
+    pub modified_at_ms: u64,
+}
+
+/// Contents of a [`FileData`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "encoding", rename_all = "snake_case")]
+pub enum FileContent {
+    /// UTF-8 text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// Anything else.
+    Binary {
+        /// IANA media type.
+        mime_type: String,
+        /// The bytes (base64 in JSON).
+        #[serde(with = "base64_bytes")]
+        data: Vec<u8>,
+    },
+}
+
+/// Changes proposed by a tool or middleware; merged by a [`StateSchema`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StateUpdate {
+    /// A new plan, replacing the old one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub todos: Option<Vec<Todo>>,
+    /// Files to write (`Some`) or delete (`None`, a tombstone), by path.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, Option<FileData>>,
+    /// New values for declared custom keys, merged by each key's [`Reducer`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub custom: BTreeMap<String, Value>,
+}
+
+impl StateUpdate {
+    /// Whether the update changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.todos.is_none() && self.files.is_empty() && self.custom.is_empty()
+    }
+
+    /// An update that replaces the plan.
+    pub fn todos(todos: Vec<Todo>) -> Self {
+        Self {
+            todos: Some(todos),
+            ..Self::default()
+        }
+    }
+
+    /// Adds a custom value to the update.
+    pub fn with_custom(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.custom.insert(key.into(), value);
+        self
+    }
+}
+
+/// A user-supplied merge function: `(current, update) -> merged`.
+pub type ReduceFn = dyn Fn(Option<&Value>, Value) -> Result<Value, String> + Send + Sync;
+
+/// How updates to one custom key merge with its current value.
+#[derive(Clone)]
+pub enum Reducer {
+    /// The update replaces the value; among concurrent updates the last in call order wins.
+    Replace,
+    /// Arrays concatenate; a non-array update is pushed as one element.
+    Append,
+    /// Objects merge key by key, the update's keys winning.
+    MergeMap,
+    /// A user function.
+    Custom(Arc<ReduceFn>),
+}
+
+impl fmt::Debug for Reducer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Replace => "Replace",
+            Self::Append => "Append",
+            Self::MergeMap => "MergeMap",
+            Self::Custom(_) => "Custom(..)",
+        })
+    }
+}
+
+impl Reducer {
+    /// A reducer from a closure.
+    pub fn custom(
+        f: impl Fn(Option<&Value>, Value) -> Result<Value, String> + Send + Sync + 'static,
+    ) -> Self {
+        Self::Custom(Arc::new(f))
+    }
+
+    fn reduce(&self, current: Option<&Value>, update: Value) -> Result<Value, String> {
+        match self {
+            Self::Replace => Ok(update),
+            Self::Append => {
+                let mut items = match current {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(Value::Array(items)) => items.clone(),
+                    Some(other) => {
+                        return Err(format!("current value is not an array: {other}"));
+                    }
+                };
+                match update {
+                    Value::Array(more) => items.extend(more),
+                    one => items.push(one),
+                }
+                Ok(Value::Array(items))
+            }
+            Self::MergeMap => {
+                let mut map = match current {
+                    None | Some(Value::Null) => serde_json::Map::new(),
+                    Some(Value::Object(map)) => map.clone(),
+                    Some(other) => {
+                        return Err(format!("current value is not an object: {other}"));
+                    }
+                };
+                match update {
+                    Value::Object(more) => map.extend(more),
+                    other => return Err(format!("update is not an object: {other}")),
+                }
+                Ok(Value::Object(map))
+            }
+            Self::Custom(f) => f(current, update),
+        }
+    }
+}
+
+/// Why an update could not be merged. These are programming errors in a tool or middleware,
+/// not something the model can fix, so they stop the run.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// The key was never declared.
+    #[error(
+        "custom state key `{key}` was never declared; declare it with a reducer (AgentBuilder::state_value or Middleware::state_values) before updating it"
+    )]
+    UndeclaredKey {
+        /// The key.
+        key: String,
+    },
+    /// Two declarations of one key disagree.
+    #[error("custom state key `{key}` is declared twice ({first} and {second}); use one reducer")]
+    ConflictingDeclaration {
+        /// The key.
+        key: String,
+        /// The first reducer.
+        first: String,
+        /// The second reducer.
+        second: String,
+    },
+    /// The reducer refused the update.
+    #[error("cannot merge the update of custom state key `{key}`: {message}")]
+    Reduce {
+        /// The key.
+        key: String,
+        /// The reducer's reason.
+        message: String,
+    },
+}
+
+/// The declared custom keys and their reducers.
+#[derive(Clone, Debug, Default)]
+pub struct StateSchema {
+    reducers: BTreeMap<String, Reducer>,
+}
+
+impl StateSchema {
+    /// Declares `key`. Declaring a key again with the same built-in reducer is allowed (two
+    /// middleware may share a key); any other second declaration is refused.
+    pub fn declare(&mut self, key: impl Into<String>, reducer: Reducer) -> Result<(), StateError> {
+        let key = key.into();
+        if let Some(existing) = self.reducers.get(&key) {
+            let same = matches!(
+                (existing, &reducer),
+                (Reducer::Replace, Reducer::Replace)
+                    | (Reducer::Append, Reducer::Append)
+                    | (Reducer::MergeMap, Reducer::MergeMap)
+            );
+            if same {
+                return Ok(());
+            }
+            return Err(StateError::ConflictingDeclaration {
+                first: format!("{existing:?}"),
+                second: format!("{reducer:?}"),
+                key,
+            });
+        }
+        self.reducers.insert(key, reducer);
+        Ok(())
+    }
+
+    /// Merges `updates` into `state` in order. All-or-nothing: on error `state` is unchanged.
+    pub fn apply_all(
+        &self,
+        state: &mut AgentState,
+        updates: impl IntoIterator<Item = StateUpdate>,
+    ) -> Result<(), StateError> {
+        let mut todos = None;
+        let mut files: BTreeMap<String, Option<FileData>> = BTreeMap::new();
+        let mut custom: BTreeMap<String, Value> = BTreeMap::new();
+        for update in updates {
+            if update.todos.is_some() {
+                todos = update.todos;
+            }
+            files.extend(update.files);
+            for (key, value) in update.custom {
+                let reducer = self
+                    .reducers
+                    .get(&key)
+                    .ok_or_else(|| StateError::UndeclaredKey { key: key.clone() })?;
+                let current = custom.get(&key).or_else(|| state.custom.get(&key));
+                let merged =
+                    reducer
+                        .reduce(current, value)
+                        .map_err(|message| StateError::Reduce {
+                            key: key.clone(),
+                            message,
+                        })?;
+                custom.insert(key, merged);
+            }
+        }
+        if let Some(todos) = todos {
+            state.todos = todos;
+        }
+        for (path, file) in files {
+            match file {
+                Some(file) => state.files.insert(path, file),
+                None => state.files.remove(&path),
+            };
+        }
+        state.custom.extend(custom);
+        Ok(())
+    }
+}

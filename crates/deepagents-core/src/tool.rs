@@ -1,0 +1,318 @@
+//! Tools: typed ones whose arguments are a Rust struct, and dynamic ones whose schema is known
+//! only at run time.
+
+use std::any::Any;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::content::ContentBlock;
+use crate::event::AgentPath;
+use crate::state::{AgentState, StateUpdate};
+
+/// What a model is told about a tool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Unique name the model calls it by.
+    pub name: String,
+    /// When and how to use it, with its limits.
+    pub description: String,
+    /// JSON schema of the arguments object.
+    pub parameters: Value,
+}
+
+/// What a tool hands back.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolOutput {
+    /// What the model sees.
+    pub content: Vec<ContentBlock>,
+    /// Machine-readable data for the application, never sent to the model.
+    pub artifact: Option<Value>,
+    /// Changes to the agent state, merged after the step in call order.
+    pub update: StateUpdate,
+}
+
+impl ToolOutput {
+    /// Output made of one text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::blocks(vec![ContentBlock::text(text)])
+    }
+
+    /// Output made of content blocks.
+    pub fn blocks(content: Vec<ContentBlock>) -> Self {
+        Self {
+            content,
+            ..Self::default()
+        }
+    }
+
+    /// Attaches a machine-readable artifact.
+    pub fn with_artifact(mut self, artifact: Value) -> Self {
+        self.artifact = Some(artifact);
+        self
+    }
+
+    /// Attaches a state update.
+    pub fn with_update(mut self, update: StateUpdate) -> Self {
+        self.update = update;
+        self
+    }
+}
+
+/// How a tool failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// The model can act on this: it becomes an error result and the run goes on. Say what went
+    /// wrong and what to do next.
+    #[error("{0}")]
+    RespondToModel(String),
+    /// Nothing the model does can help (a broken invariant, a lost connection the application
+    /// must fix): the run stops with this error.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// Read-only data the application passes to a run, such as a user id or an API handle.
+/// Tools get it through [`ToolContext::runtime`].
+#[derive(Clone)]
+pub struct RuntimeContext(Arc<dyn Any + Send + Sync>);
+
+impl RuntimeContext {
+    /// Wraps any value.
+    pub fn new<T: Any + Send + Sync>(value: T) -> Self {
+        Self(Arc::new(value))
+    }
+
+    /// The value, if it is a `T`.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl Default for RuntimeContext {
+    fn default() -> Self {
+        Self::new(())
+    }
+}
+
+impl fmt::Debug for RuntimeContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RuntimeContext(..)")
+    }
+}
+
+/// What a tool gets besides its arguments.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    /// Id of the call being executed.
+    pub call_id: String,
+    /// The agent running the tool (`[]` for the main agent).
+    pub agent_path: AgentPath,
+    /// Application data for this run.
+    pub runtime: RuntimeContext,
+    /// The agent state as it was when the step began. Propose changes through
+    /// [`ToolOutput::update`]; they are merged after the step.
+    pub state: Arc<AgentState>,
+    /// Cancelled when the run is cancelled; long tools should watch it and stop early.
+    pub cancel: CancellationToken,
+}
+
+/// A tool whose arguments are a typed struct; the JSON schema comes from [`JsonSchema`].
+///
+/// Arguments that do not deserialize are reported to the model by the run, so `call` only ever
+/// sees well-formed input. Register it with `AgentBuilder::tool`.
+pub trait Tool: Send + Sync + 'static {
+    /// The arguments.
+    type Args: DeserializeOwned + JsonSchema + Send;
+
+    /// Unique name the model calls the tool by.
+    fn name(&self) -> &str;
+
+    /// When and how to use the tool, with its limits.
+    fn description(&self) -> String;
+
+    /// Whether the tool changes things outside the agent state (files, processes). Mutating
+    /// calls of one step run one after another in call order; the others run concurrently.
+    fn is_mutating(&self) -> bool {
+        false
+    }
+
+    /// Runs the tool.
+    fn call(
+        &self,
+        args: Self::Args,
+        ctx: ToolContext,
+    ) -> impl Future<Output = Result<ToolOutput, ToolError>> + Send;
+}
+
+/// A tool as the run sees it: arguments as JSON, schema as data.
+///
+/// Implement it directly for tools whose schema is known only at run time (MCP), or use
+/// [`DynamicTool`], which also validates the arguments against the schema.
+#[async_trait]
+pub trait DynTool: Send + Sync {
+    /// Name, description and schema.
+    fn spec(&self) -> ToolSpec;
+
+    /// See [`Tool::is_mutating`].
+    fn is_mutating(&self) -> bool {
+        false
+    }
+
+    /// Runs the tool. `args` is a JSON object; checking it against the schema is the
+    /// implementation's job.
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
+}
+
+/// Adapts a [`Tool`] to [`DynTool`].
+pub struct TypedTool<T: Tool> {
+    tool: T,
+    parameters: Value,
+}
+
+impl<T: Tool> TypedTool<T> {
+    /// Wraps `tool`, generating its schema once.
+    pub fn new(tool: T) -> Self {
+        let parameters = parameters_schema::<T::Args>();
+        Self { tool, parameters }
+    }
+}
+
+/// The JSON schema of `T` as a model expects it: self-contained, without `$schema` or `title`.
+pub fn parameters_schema<T: JsonSchema>() -> Value {
+    let generator = schemars::generate::SchemaSettings::draft2020_12()
+        .with(|settings| settings.inline_subschemas = true)
+        .into_generator();
+    let mut schema = generator.into_root_schema_for::<T>().to_value();
+    if let Value::Object(map) = &mut schema {
+        map.remove("$schema");
+        map.remove("title");
+    }
+    schema
+}
+
+#[async_trait]
+impl<T: Tool> DynTool for TypedTool<T> {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.tool.name().to_owned(),
+            description: self.tool.description(),
+            parameters: self.parameters.clone(),
+        }
+    }
+
+    fn is_mutating(&self) -> bool {
+        self.tool.is_mutating()
+    }
+
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: T::Args = serde_json::from_value(args).map_err(|e| {
+            ToolError::RespondToModel(format!(
+                "Invalid arguments for `{}`: {e}. Call it again with arguments that match its parameters schema.",
+                self.tool.name()
+            ))
+        })?;
+        self.tool.call(args, ctx).await
+    }
+}
+
+type DynamicHandler = dyn Fn(Value, ToolContext) -> futures::future::BoxFuture<'static, Result<ToolOutput, ToolError>>
+    + Send
+    + Sync;
+
+/// A tool defined at run time by a name, a description, a JSON schema and an async closure.
+/// Arguments are validated against the schema before the closure runs.
+pub struct DynamicTool {
+    spec: ToolSpec,
+    validator: jsonschema::Validator,
+    mutating: bool,
+    handler: Box<DynamicHandler>,
+}
+
+/// The schema given to [`DynamicTool::new`] is not a valid JSON schema.
+#[derive(Debug, thiserror::Error)]
+#[error("the parameters schema of tool `{tool}` is invalid: {message}")]
+pub struct InvalidSchema {
+    /// The tool.
+    pub tool: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl DynamicTool {
+    /// Builds the tool; fails when `parameters` is not a valid JSON schema.
+    pub fn new<F, Fut>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+        handler: F,
+    ) -> Result<Self, InvalidSchema>
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
+    {
+        let name = name.into();
+        let validator = jsonschema::validator_for(&parameters).map_err(|e| InvalidSchema {
+            tool: name.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(Self {
+            spec: ToolSpec {
+                name,
+                description: description.into(),
+                parameters,
+            },
+            validator,
+            mutating: false,
+            handler: Box::new(move |args, ctx| Box::pin(handler(args, ctx))),
+        })
+    }
+
+    /// Marks the tool as mutating (see [`Tool::is_mutating`]).
+    pub fn mutating(mut self) -> Self {
+        self.mutating = true;
+        self
+    }
+}
+
+#[async_trait]
+impl DynTool for DynamicTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    fn is_mutating(&self) -> bool {
+        self.mutating
+    }
+
+    async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let problems: Vec<String> = self
+            .validator
+            .iter_errors(&args)
+            .take(5)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("at {at}: {e}")
+                }
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(ToolError::RespondToModel(format!(
+                "Invalid arguments for `{}`: {}. Call it again with arguments that match its parameters schema.",
+                self.spec.name,
+                problems.join("; ")
+            )));
+        }
+        (self.handler)(args, ctx).await
+    }
+}

@@ -1,0 +1,324 @@
+//! A deterministic model that replays assistant turns from a script, for tests and offline demos.
+//!
+//! ```json
+//! {"turns": [
+//!   {"text": "Planning first.", "tool_calls": [{"name": "write_todos", "args": {"todos": []}}]},
+//!   {"text": "Done."}
+//! ]}
+//! ```
+//!
+//! Each turn has optional `text`, `tool_calls` (`name`, `args`, optional `id`; ids default to
+//! `call_<turn>_<index>`), `usage` (estimated from the text when absent) and `error`
+//! (`kind`, `message`, optional `retry_after_ms`) to make that call fail. `args` may be a string
+//! to simulate a model that sent malformed JSON.
+//!
+//! The turn to play is the number of assistant messages in the request, so a conversation
+//! resumed from a checkpoint continues its script where it stopped. An `error` turn fails one
+//! call and is then passed over. Asking for a turn past the end is an error naming the script.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use deepagents_core::ContentBlock;
+use deepagents_core::message::{AssistantMessage, Message, ToolCall, Usage};
+use deepagents_core::model::{
+    Model, ModelError, ModelRequest, ModelResponse, ModelStream, StopReason, StreamEvent,
+};
+use futures::stream;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// A script: the assistant turns to replay, in order.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    /// The turns.
+    pub turns: Vec<ScriptedTurn>,
+}
+
+/// One scripted assistant turn.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedTurn {
+    /// Assistant text.
+    #[serde(default)]
+    pub text: String,
+    /// Tool calls.
+    #[serde(default)]
+    pub tool_calls: Vec<ScriptedCall>,
+    /// Reported usage; estimated at four characters a token when absent.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// Makes this call fail instead.
+    #[serde(default)]
+    pub error: Option<ScriptedError>,
+}
+
+/// One scripted tool call.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedCall {
+    /// Call id; generated when absent.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Tool name.
+    pub name: String,
+    /// Arguments: an object, or a string to simulate malformed JSON.
+    #[serde(default = "empty_object")]
+    pub args: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+/// A scripted failure.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedError {
+    /// `rate_limited`, `context_window_exceeded`, `transient`, `authentication`,
+    /// `invalid_request` or `other`.
+    pub kind: String,
+    /// The message.
+    #[serde(default)]
+    pub message: String,
+    /// For `rate_limited`: the advised wait.
+    #[serde(default)]
+    pub retry_after_ms: Option<u64>,
+}
+
+/// A script file could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScriptError {
+    /// The file could not be read.
+    #[error("cannot read model script {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a valid script.
+    #[error("model script {} is invalid: {message}; expected {{\"turns\":[{{\"text\":\"…\",\"tool_calls\":[{{\"name\":\"…\",\"args\":{{…}}}}]}}]}}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with line and column.
+        message: String,
+    },
+    /// A turn's error kind is unknown.
+    #[error("model script {}: turn {turn} has unknown error kind `{kind}`; use rate_limited, context_window_exceeded, transient, authentication, invalid_request or other", path.display())]
+    UnknownErrorKind {
+        /// The file.
+        path: PathBuf,
+        /// 0-based turn.
+        turn: usize,
+        /// The kind given.
+        kind: String,
+    },
+}
+
+/// Replays a [`Script`].
+#[derive(Debug)]
+pub struct ScriptedModel {
+    id: String,
+    source: PathBuf,
+    script: Script,
+    errors_served: AtomicUsize,
+}
+
+impl ScriptedModel {
+    /// Loads a script file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ScriptError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_json_at(&text, path)
+    }
+
+    /// Parses a script from JSON text.
+    pub fn from_json(json: &str) -> Result<Self, ScriptError> {
+        Self::from_json_at(json, Path::new("<inline>"))
+    }
+
+    /// Builds a model from a script value.
+    pub fn new(script: Script) -> Result<Self, ScriptError> {
+        Self::checked(script, Path::new("<inline>"))
+    }
+
+    fn from_json_at(json: &str, path: &Path) -> Result<Self, ScriptError> {
+        let script: Script = serde_json::from_str(json).map_err(|e| ScriptError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        Self::checked(script, path)
+    }
+
+    fn checked(script: Script, path: &Path) -> Result<Self, ScriptError> {
+        for (turn, scripted) in script.turns.iter().enumerate() {
+            if let Some(error) = &scripted.error
+                && error_of_kind(&error.kind, String::new(), None).is_none()
+            {
+                return Err(ScriptError::UnknownErrorKind {
+                    path: path.to_owned(),
+                    turn,
+                    kind: error.kind.clone(),
+                });
+            }
+        }
+        Ok(Self {
+            id: format!("scripted:{}", path.display()),
+            source: path.to_owned(),
+            script,
+            errors_served: AtomicUsize::new(0),
+        })
+    }
+
+    fn respond(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        let assistant_turns = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Assistant(_)))
+            .count();
+        let index = assistant_turns + self.errors_served.load(Ordering::SeqCst);
+        let Some(turn) = self.script.turns.get(index) else {
+            return Err(ModelError::Other {
+                message: format!(
+                    "the scripted model ran out of turns: {} holds {} turns and the run asked for turn {}; add turns to the script or lower the turn limit",
+                    self.source.display(),
+                    self.script.turns.len(),
+                    index + 1
+                ),
+            });
+        };
+        if let Some(error) = &turn.error {
+            self.errors_served.fetch_add(1, Ordering::SeqCst);
+            let message = if error.message.is_empty() {
+                format!("scripted {} error", error.kind)
+            } else {
+                error.message.clone()
+            };
+            let retry_after = error.retry_after_ms.map(std::time::Duration::from_millis);
+            return Err(error_of_kind(&error.kind, message.clone(), retry_after)
+                .unwrap_or(ModelError::Other { message }));
+        }
+        let tool_calls: Vec<ToolCall> = turn
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(|(i, call)| ToolCall {
+                id: call
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| format!("call_{index}_{i}")),
+                name: call.name.clone(),
+                arguments: call.args.clone(),
+            })
+            .collect();
+        let content = if turn.text.is_empty() {
+            Vec::new()
+        } else {
+            vec![ContentBlock::text(&turn.text)]
+        };
+        let stop_reason = if tool_calls.is_empty() {
+            StopReason::EndTurn
+        } else {
+            StopReason::ToolUse
+        };
+        let message = AssistantMessage {
+            content,
+            tool_calls,
+        };
+        let usage = turn
+            .usage
+            .unwrap_or_else(|| estimate_usage(request, &message));
+        Ok(ModelResponse {
+            message,
+            usage,
+            stop_reason,
+        })
+    }
+}
+
+fn error_of_kind(
+    kind: &str,
+    message: String,
+    retry_after: Option<std::time::Duration>,
+) -> Option<ModelError> {
+    Some(match kind {
+        "rate_limited" => ModelError::RateLimited {
+            retry_after,
+            message,
+        },
+        "context_window_exceeded" => ModelError::ContextWindowExceeded { message },
+        "transient" => ModelError::Transient { message },
+        "authentication" => ModelError::Authentication { message },
+        "invalid_request" => ModelError::InvalidRequest { message },
+        "other" => ModelError::Other { message },
+        _ => return None,
+    })
+}
+
+/// Four characters a token: crude, deterministic, and enough for a scripted model.
+fn estimate_usage(request: &ModelRequest, answer: &AssistantMessage) -> Usage {
+    let tokens = |chars: usize| chars.div_ceil(4) as u64;
+    let mut input_chars = request.system_prompt.as_deref().map_or(0, str::len);
+    input_chars += request
+        .messages
+        .iter()
+        .map(|m| m.text().len())
+        .sum::<usize>();
+    input_chars += request
+        .tools
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+        .sum::<usize>();
+    let mut output_chars = Message::Assistant(answer.clone()).text().len();
+    output_chars += answer
+        .tool_calls
+        .iter()
+        .map(|c| c.name.len() + c.arguments.to_string().len())
+        .sum::<usize>();
+    Usage {
+        input_tokens: tokens(input_chars),
+        output_tokens: tokens(output_chars),
+        cached_input_tokens: 0,
+    }
+}
+
+#[async_trait]
+impl Model for ScriptedModel {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn generate(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        self.respond(request)
+    }
+
+    /// Streams the text word by word and each tool call as one delta, like a real provider.
+    async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {
+        let response = self.respond(request)?;
+        let mut events = Vec::new();
+        let text = Message::Assistant(response.message.clone()).text();
+        for word in text.split_inclusive(' ') {
+            events.push(Ok(StreamEvent::TextDelta {
+                text: word.to_owned(),
+            }));
+        }
+        for (index, call) in response.message.tool_calls.iter().enumerate() {
+            events.push(Ok(StreamEvent::ToolCallDelta {
+                index,
+                id: Some(call.id.clone()),
+                name: Some(call.name.clone()),
+                arguments_delta: call.arguments.to_string(),
+            }));
+        }
+        events.push(Ok(StreamEvent::Completed(response)));
+        Ok(Box::pin(stream::iter(events)))
+    }
+}

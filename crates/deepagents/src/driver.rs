@@ -1,0 +1,365 @@
+//! The driver: performs the IO a [`Run`] asks for, one action at a time.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use deepagents_core::{
+    AgentState, ContentBlock, EventKind, ModelRequest, NextAction, Run, StateUpdate, ToolCall,
+    ToolContext, ToolError, ToolOutput, ToolResult, ToolStatus,
+};
+use futures::future::join_all;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::agent::{AgentInner, RunOptions, RunOutput};
+use crate::error::{RunError, RunFailure};
+use crate::events::EventSink;
+use crate::middleware::{ModelNext, ToolNext};
+
+/// Advances `run` until it has a final answer or fails.
+pub(crate) async fn drive(
+    agent: &Arc<AgentInner>,
+    mut run: Run,
+    options: &RunOptions,
+    events: &EventSink,
+) -> Result<RunOutput, RunFailure> {
+    events.emit(EventKind::RunStarted {
+        agent: agent.name.clone(),
+        model: agent.model.id().to_owned(),
+    });
+    match advance(agent, &mut run, options, events).await {
+        Ok(text) => {
+            events.emit(EventKind::Final {
+                text: text.clone(),
+                usage: run.usage,
+                steps: run.steps,
+            });
+            Ok(RunOutput { text, run })
+        }
+        Err(error) => {
+            events.emit(EventKind::Error {
+                kind: error.kind().to_owned(),
+                message: error.to_string(),
+            });
+            Err(RunFailure {
+                error,
+                run: Box::new(run),
+            })
+        }
+    }
+}
+
+async fn advance(
+    agent: &Arc<AgentInner>,
+    run: &mut Run,
+    options: &RunOptions,
+    events: &EventSink,
+) -> Result<String, RunError> {
+    for middleware in &agent.middleware {
+        let update = middleware
+            .before_run(&run.state)
+            .await
+            .map_err(|e| middleware_error(middleware.name(), e))?;
+        if !update.is_empty() {
+            agent.schema.apply_all(&mut run.state, [update.clone()])?;
+            emit_state_updated(events, &run.state, &[update]);
+        }
+    }
+    loop {
+        if options.cancel.is_cancelled() {
+            return Err(RunError::Cancelled);
+        }
+        match run.next_action(agent.max_turns)? {
+            NextAction::CallModel => call_model(agent, run, options, events).await?,
+            NextAction::ExecuteTools(calls) => {
+                execute_tools(agent, run, calls, options, events).await?;
+            }
+            NextAction::Finish { text } => {
+                for middleware in agent.middleware.iter().rev() {
+                    middleware
+                        .after_run(&run.state)
+                        .await
+                        .map_err(|e| middleware_error(middleware.name(), e))?;
+                }
+                return Ok(text);
+            }
+        }
+    }
+}
+
+fn middleware_error(name: &str, error: impl ToString) -> RunError {
+    RunError::Middleware {
+        middleware: name.to_owned(),
+        message: error.to_string(),
+    }
+}
+
+async fn call_model(
+    agent: &AgentInner,
+    run: &mut Run,
+    options: &RunOptions,
+    events: &EventSink,
+) -> Result<(), RunError> {
+    let step = run.steps + 1;
+    let mut request = ModelRequest {
+        system_prompt: agent.system_prompt.clone(),
+        messages: run.state.messages.clone(),
+        tools: agent.tools.specs().to_vec(),
+        settings: agent.settings.clone(),
+    };
+    for middleware in &agent.middleware {
+        middleware
+            .before_model(&mut request, &run.state)
+            .await
+            .map_err(|e| middleware_error(middleware.name(), e))?;
+    }
+    events.emit(EventKind::ModelCallStarted { step });
+    let chain = ModelNext {
+        remaining: &agent.middleware,
+        model: agent.model.as_ref(),
+        events,
+    };
+    let mut response = tokio::select! {
+        response = chain.call(request) => response?,
+        () = options.cancel.cancelled() => return Err(RunError::Cancelled),
+    };
+    for middleware in agent.middleware.iter().rev() {
+        middleware
+            .after_model(&mut response, &run.state)
+            .await
+            .map_err(|e| middleware_error(middleware.name(), e))?;
+    }
+    events.emit(EventKind::ModelCallFinished {
+        step,
+        usage: response.usage,
+        stop_reason: response.stop_reason.clone(),
+        tool_calls: response.message.tool_calls.len(),
+    });
+    run.apply_model_response(response);
+    Ok(())
+}
+
+/// How one tool call ended.
+enum CallOutcome {
+    Done(ToolResult, StateUpdate),
+    Fatal(ToolResult, String),
+}
+
+/// Executes `calls` and folds their results into `run` in call order.
+///
+/// Calls to non-mutating tools run concurrently; calls to mutating tools run one after another
+/// in call order, alongside the others. A panicking tool yields an error result for its own
+/// call only. On cancellation the tools are told through their token, get `cancel_grace` to
+/// finish, and are then aborted; whatever finished is kept.
+async fn execute_tools(
+    agent: &Arc<AgentInner>,
+    run: &mut Run,
+    calls: Vec<ToolCall>,
+    options: &RunOptions,
+    events: &EventSink,
+) -> Result<(), RunError> {
+    // Tools read the state through an `Arc`; moving it out (rather than cloning) keeps a step's
+    // cost independent of the conversation's length. It is moved back once every tool is done.
+    let shared = Arc::new(std::mem::take(&mut run.state));
+    let step_cancel = options.cancel.child_token();
+    let mut previous_mutating: Option<oneshot::Receiver<()>> = None;
+    let mut handles: Vec<JoinHandle<CallOutcome>> = Vec::with_capacity(calls.len());
+    for call in &calls {
+        let wait_for = if agent.tools.is_mutating(&call.name) {
+            let (done, done_rx) = oneshot::channel::<()>();
+            let wait_for = previous_mutating.replace(done_rx);
+            Some((wait_for, done))
+        } else {
+            None
+        };
+        let ctx = ToolContext {
+            call_id: call.id.clone(),
+            agent_path: events.path().clone(),
+            runtime: options.runtime.clone(),
+            state: Arc::clone(&shared),
+            cancel: step_cancel.clone(),
+        };
+        let task = run_one(Arc::clone(agent), call.clone(), ctx, events.clone());
+        handles.push(tokio::spawn(async move {
+            match wait_for {
+                Some((previous, _done_when_dropped)) => {
+                    if let Some(previous) = previous {
+                        // Err only means the previous call's task ended without signalling
+                        // (it panicked); it has ended either way.
+                        let _ = previous.await;
+                    }
+                    task.await
+                }
+                None => task.await,
+            }
+        }));
+    }
+
+    let aborts: Vec<_> = handles.iter().map(JoinHandle::abort_handle).collect();
+    let mut joined = Box::pin(join_all(handles));
+    let mut cancelled = false;
+    let finished = tokio::select! {
+        finished = &mut joined => finished,
+        () = options.cancel.cancelled() => {
+            cancelled = true;
+            match tokio::time::timeout(options.cancel_grace, &mut joined).await {
+                Ok(finished) => finished,
+                Err(_) => {
+                    aborts.iter().for_each(tokio::task::AbortHandle::abort);
+                    joined.await
+                }
+            }
+        }
+    };
+
+    let mut results = Vec::with_capacity(calls.len());
+    let mut fatal = None;
+    for (call, finished) in calls.iter().zip(finished) {
+        match finished {
+            Ok(CallOutcome::Done(result, update)) => results.push((result, update)),
+            Ok(CallOutcome::Fatal(result, message)) => {
+                fatal.get_or_insert((call.name.clone(), message));
+                results.push((result, StateUpdate::default()));
+            }
+            Err(join_error) if join_error.is_cancelled() => {
+                let result = ToolResult::error(call, "Cancelled before it finished.");
+                finish_event(events, &result, 0);
+                results.push((result, StateUpdate::default()));
+            }
+            Err(join_error) => {
+                let result = ToolResult::error(
+                    call,
+                    format!(
+                        "The tool `{}` crashed ({}); its effects are unknown. Check what it may have changed before retrying, or carry on without it.",
+                        call.name,
+                        panic_message(join_error)
+                    ),
+                );
+                finish_event(events, &result, 0);
+                results.push((result, StateUpdate::default()));
+            }
+        }
+    }
+
+    run.state = Arc::try_unwrap(shared).unwrap_or_else(|leaked| AgentState::clone(&leaked));
+    let updates: Vec<StateUpdate> = results
+        .iter()
+        .map(|(_, update)| update.clone())
+        .filter(|update| !update.is_empty())
+        .collect();
+    run.apply_tool_results(results, &agent.schema)?;
+    emit_state_updated(events, &run.state, &updates);
+
+    if let Some((tool, message)) = fatal {
+        return Err(RunError::ToolFatal { tool, message });
+    }
+    if cancelled {
+        return Err(RunError::Cancelled);
+    }
+    Ok(())
+}
+
+/// Runs one call through the middleware chain and the registry, emitting its events.
+async fn run_one(
+    agent: Arc<AgentInner>,
+    call: ToolCall,
+    ctx: ToolContext,
+    events: EventSink,
+) -> CallOutcome {
+    events.emit(EventKind::ToolCallStarted {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        arguments: call.arguments.clone(),
+    });
+    let started = Instant::now();
+    let chain = ToolNext {
+        remaining: &agent.middleware,
+        registry: &agent.tools,
+    };
+    let outcome = match chain.call(call.clone(), ctx).await {
+        Ok(output) => {
+            let ToolOutput {
+                mut content,
+                artifact,
+                update,
+            } = output;
+            if content.is_empty() {
+                // Some providers reject empty tool results.
+                content.push(ContentBlock::text("(no output)"));
+            }
+            let result = ToolResult {
+                tool_call_id: call.id.clone(),
+                name: call.name.clone(),
+                content,
+                status: ToolStatus::Ok,
+                artifact,
+            };
+            CallOutcome::Done(result, update)
+        }
+        Err(ToolError::RespondToModel(message)) => {
+            CallOutcome::Done(ToolResult::error(&call, message), StateUpdate::default())
+        }
+        Err(ToolError::Fatal(message)) => CallOutcome::Fatal(
+            ToolResult::error(
+                &call,
+                format!("The tool failed and the run stopped: {message}"),
+            ),
+            message,
+        ),
+    };
+    let result = match &outcome {
+        CallOutcome::Done(result, _) | CallOutcome::Fatal(result, _) => result,
+    };
+    let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    finish_event(&events, result, elapsed);
+    outcome
+}
+
+fn finish_event(events: &EventSink, result: &ToolResult, duration_ms: u64) {
+    events.emit(EventKind::ToolCallFinished {
+        call_id: result.tool_call_id.clone(),
+        name: result.name.clone(),
+        status: result.status,
+        content: result.content.clone(),
+        duration_ms,
+    });
+}
+
+fn panic_message(error: tokio::task::JoinError) -> String {
+    match error.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .map_or_else(|| "panic".to_owned(), |s| format!("panic: {s}")),
+        Err(error) => error.to_string(),
+    }
+}
+
+/// Emits one `state_updated` event summarizing `updates`, with values as merged in `state`.
+fn emit_state_updated(events: &EventSink, state: &AgentState, updates: &[StateUpdate]) {
+    if updates.is_empty() {
+        return;
+    }
+    let todos = updates
+        .iter()
+        .any(|u| u.todos.is_some())
+        .then(|| state.todos.clone());
+    let mut files_changed: Vec<String> = updates
+        .iter()
+        .flat_map(|u| u.files.keys().cloned())
+        .collect();
+    files_changed.sort();
+    files_changed.dedup();
+    let custom: BTreeMap<_, _> = updates
+        .iter()
+        .flat_map(|u| u.custom.keys())
+        .filter_map(|key| Some((key.clone(), state.custom.get(key)?.clone())))
+        .collect();
+    events.emit(EventKind::StateUpdated {
+        todos,
+        files_changed,
+        custom,
+    });
+}

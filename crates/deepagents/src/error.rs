@@ -1,0 +1,78 @@
+//! Why a run stopped without an answer.
+
+use std::fmt;
+
+use deepagents_core::{ModelError, Run, StateError, TurnLimitReached};
+
+/// Why a run stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The turn limit was reached.
+    #[error(transparent)]
+    TurnLimit(#[from] TurnLimitReached),
+    /// The model call failed (after whatever retries middleware made).
+    #[error("model call failed: {0}")]
+    Model(#[from] ModelError),
+    /// A tool reported an error the model cannot fix.
+    #[error("tool `{tool}` failed fatally: {message}")]
+    ToolFatal {
+        /// The tool.
+        tool: String,
+        /// Its message.
+        message: String,
+    },
+    /// A middleware hook failed.
+    #[error("middleware `{middleware}` failed: {message}")]
+    Middleware {
+        /// The middleware's name.
+        middleware: String,
+        /// Its message.
+        message: String,
+    },
+    /// A state update could not be merged.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The run's cancellation token fired.
+    #[error("the run was cancelled")]
+    Cancelled,
+    /// The driver itself crashed; this is a bug in deepagents.
+    #[error("the agent driver crashed (a bug; please report it): {0}")]
+    Crashed(String),
+}
+
+impl RunError {
+    /// A short snake_case name of the kind, for events and exit reporting.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::TurnLimit(_) => "turn_limit",
+            Self::Model(_) => "model",
+            Self::ToolFatal { .. } => "tool_fatal",
+            Self::Middleware { .. } => "middleware",
+            Self::State(_) => "state",
+            Self::Cancelled => "cancelled",
+            Self::Crashed(_) => "crashed",
+        }
+    }
+}
+
+/// A run that stopped on an error, with everything it had done up to then.
+#[derive(Debug)]
+pub struct RunFailure {
+    /// Why it stopped.
+    pub error: RunError,
+    /// The run as it stood: persist it, inspect it, or resume it.
+    pub run: Box<Run>,
+}
+
+impl fmt::Display for RunFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for RunFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}

@@ -1,0 +1,192 @@
+//! Middleware: ordered hooks around the run.
+//!
+//! # Order
+//! The stack is the built-in middleware in their fixed order, then the user's in the order
+//! given; a user middleware whose [`name`](Middleware::name) equals a built-in one takes that
+//! built-in's place instead of being appended. Then:
+//!
+//! - `before_run` and `before_model` run first to last;
+//! - `wrap_model_call` and `wrap_tool_call` nest with the first middleware outermost, so it sees
+//!   the call first and the result last;
+//! - `after_model` and `after_run` run last to first.
+//!
+//! That onion order makes each middleware's "after" the mirror of its "before": a middleware
+//! added later sits closer to the model and the tools, and sees the request after the earlier
+//! ones shaped it. Built-ins come first so that user middleware can observe and adjust what
+//! they produce (prompt sections, tool results).
+
+mod todos;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use deepagents_core::model::collect_stream;
+use deepagents_core::{
+    AgentState, DynTool, EventKind, Model, ModelError, ModelRequest, ModelResponse, Reducer,
+    StateUpdate, StreamEvent, ToolCall, ToolContext, ToolError, ToolOutput,
+};
+
+use crate::events::EventSink;
+use crate::registry::ToolRegistry;
+
+pub use todos::TodoListMiddleware;
+
+/// A middleware hook failed; the run stops with this message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct MiddlewareError(pub String);
+
+impl From<String> for MiddlewareError {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
+}
+
+impl From<&str> for MiddlewareError {
+    fn from(message: &str) -> Self {
+        Self(message.to_owned())
+    }
+}
+
+/// Hooks around the run. Every hook has a default that does nothing, so implement only what
+/// you need. See the [module docs](self) for the order.
+#[async_trait]
+pub trait Middleware: Send + Sync + 'static {
+    /// A unique name; a user middleware with a built-in's name replaces that built-in.
+    fn name(&self) -> &str;
+
+    /// Tools this middleware contributes, offered after the user's tools.
+    fn tools(&self) -> Vec<Arc<dyn DynTool>> {
+        Vec::new()
+    }
+
+    /// Custom state keys this middleware uses, with their merge rules.
+    fn state_values(&self) -> Vec<(String, Reducer)> {
+        Vec::new()
+    }
+
+    /// Once when a run starts or resumes; the returned update is merged into the state.
+    async fn before_run(&self, _state: &AgentState) -> Result<StateUpdate, MiddlewareError> {
+        Ok(StateUpdate::default())
+    }
+
+    /// Before each model call: may change the system prompt, the tools offered and the
+    /// messages sent. Changes affect this request only, never the stored conversation.
+    async fn before_model(
+        &self,
+        _request: &mut ModelRequest,
+        _state: &AgentState,
+    ) -> Result<(), MiddlewareError> {
+        Ok(())
+    }
+
+    /// Around each model call: retry, fall back, or answer without calling `next`.
+    async fn wrap_model_call(
+        &self,
+        request: ModelRequest,
+        next: ModelNext<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        next.call(request).await
+    }
+
+    /// After each model call, before its answer joins the conversation.
+    async fn after_model(
+        &self,
+        _response: &mut ModelResponse,
+        _state: &AgentState,
+    ) -> Result<(), MiddlewareError> {
+        Ok(())
+    }
+
+    /// Around each tool call: check permissions, ask for approval, rewrite the result.
+    async fn wrap_tool_call(
+        &self,
+        call: ToolCall,
+        ctx: ToolContext,
+        next: ToolNext<'_>,
+    ) -> Result<ToolOutput, ToolError> {
+        next.call(call, ctx).await
+    }
+
+    /// Once when the run has its final answer.
+    async fn after_run(&self, _state: &AgentState) -> Result<(), MiddlewareError> {
+        Ok(())
+    }
+}
+
+/// The rest of the model-call chain, handed to [`Middleware::wrap_model_call`]. Call it as
+/// often as you like (for retries); each call streams its deltas as events.
+#[derive(Clone, Copy)]
+pub struct ModelNext<'a> {
+    pub(crate) remaining: &'a [Arc<dyn Middleware>],
+    pub(crate) model: &'a dyn Model,
+    pub(crate) events: &'a EventSink,
+}
+
+impl ModelNext<'_> {
+    /// Passes the request on to the next middleware, or to the model.
+    pub async fn call(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
+        match self.remaining.split_first() {
+            Some((middleware, rest)) => {
+                let next = ModelNext {
+                    remaining: rest,
+                    ..*self
+                };
+                middleware.wrap_model_call(request, next).await
+            }
+            None => {
+                let stream = self.model.stream(&request).await?;
+                collect_stream(stream, |delta| {
+                    if let StreamEvent::TextDelta { text } = delta {
+                        self.events
+                            .emit(EventKind::TextDelta { text: text.clone() });
+                    }
+                })
+                .await
+            }
+        }
+    }
+}
+
+/// The rest of the tool-call chain, handed to [`Middleware::wrap_tool_call`].
+#[derive(Clone, Copy)]
+pub struct ToolNext<'a> {
+    pub(crate) remaining: &'a [Arc<dyn Middleware>],
+    pub(crate) registry: &'a ToolRegistry,
+}
+
+impl ToolNext<'_> {
+    /// Passes the call on to the next middleware, or to the tool.
+    pub async fn call(&self, call: ToolCall, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        match self.remaining.split_first() {
+            Some((middleware, rest)) => {
+                let next = ToolNext {
+                    remaining: rest,
+                    ..*self
+                };
+                middleware.wrap_tool_call(call, ctx, next).await
+            }
+            None => self.registry.call(call, ctx).await,
+        }
+    }
+}
+
+/// Builds the stack: `built_ins` in order, each replaced in place by a user middleware of the
+/// same name, then the remaining user middleware in order.
+pub(crate) fn compose(
+    built_ins: Vec<Arc<dyn Middleware>>,
+    user: Vec<Arc<dyn Middleware>>,
+) -> Vec<Arc<dyn Middleware>> {
+    let mut user: Vec<Option<Arc<dyn Middleware>>> = user.into_iter().map(Some).collect();
+    let mut stack: Vec<Arc<dyn Middleware>> = built_ins
+        .into_iter()
+        .map(|built_in| {
+            user.iter_mut()
+                .find(|m| m.as_ref().is_some_and(|m| m.name() == built_in.name()))
+                .and_then(Option::take)
+                .unwrap_or(built_in)
+        })
+        .collect();
+    stack.extend(user.into_iter().flatten());
+    stack
+}

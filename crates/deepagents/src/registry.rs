@@ -1,0 +1,118 @@
+//! The agent's tools, by name.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use deepagents_core::{DynTool, ToolCall, ToolContext, ToolError, ToolOutput, ToolSpec};
+use serde_json::Value;
+
+/// Tools offered to the model, in offer order, with lookup by name.
+pub(crate) struct ToolRegistry {
+    specs: Vec<ToolSpec>,
+    tools: HashMap<String, Arc<dyn DynTool>>,
+}
+
+/// Why a set of tools cannot be registered.
+#[derive(Debug)]
+pub(crate) enum RegistryError {
+    Duplicate(String),
+    InvalidName(String),
+}
+
+/// Provider limits: OpenAI and Anthropic accept `^[a-zA-Z0-9_-]{1,64}$`.
+fn is_valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+impl ToolRegistry {
+    pub(crate) fn new(tools: Vec<Arc<dyn DynTool>>) -> Result<Self, RegistryError> {
+        let mut specs = Vec::with_capacity(tools.len());
+        let mut by_name = HashMap::with_capacity(tools.len());
+        for tool in tools {
+            let spec = tool.spec();
+            if !is_valid_name(&spec.name) {
+                return Err(RegistryError::InvalidName(spec.name));
+            }
+            if by_name.insert(spec.name.clone(), tool).is_some() {
+                return Err(RegistryError::Duplicate(spec.name));
+            }
+            specs.push(spec);
+        }
+        Ok(Self {
+            specs,
+            tools: by_name,
+        })
+    }
+
+    pub(crate) fn specs(&self) -> &[ToolSpec] {
+        &self.specs
+    }
+
+    pub(crate) fn is_mutating(&self, name: &str) -> bool {
+        self.tools.get(name).is_some_and(|tool| tool.is_mutating())
+    }
+
+    /// Looks the tool up, checks that the arguments are a JSON object, and runs it. Problems
+    /// the model caused come back as [`ToolError::RespondToModel`].
+    pub(crate) async fn call(
+        &self,
+        call: ToolCall,
+        ctx: ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let Some(tool) = self.tools.get(&call.name) else {
+            let names: Vec<&str> = self.specs.iter().map(|s| s.name.as_str()).collect();
+            let available = if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            };
+            return Err(ToolError::RespondToModel(format!(
+                "Unknown tool `{}`. Available tools: {available}.",
+                call.name
+            )));
+        };
+        let args = arguments_object(&call)?;
+        tool.call(args, ctx).await
+    }
+}
+
+/// The call's arguments as a JSON object. Models sometimes send arguments as a JSON-encoded
+/// string; those are decoded, and text that is not JSON is reported with the parser's reason.
+fn arguments_object(call: &ToolCall) -> Result<Value, ToolError> {
+    let decoded;
+    let args = match &call.arguments {
+        Value::String(text) => {
+            decoded = serde_json::from_str::<Value>(text).map_err(|e| {
+                ToolError::RespondToModel(format!(
+                    "The arguments of `{}` are not valid JSON ({e}). Send one JSON object that matches the tool's parameters schema.",
+                    call.name
+                ))
+            })?;
+            &decoded
+        }
+        Value::Null => return Ok(Value::Object(serde_json::Map::new())),
+        other => other,
+    };
+    match args {
+        Value::Object(_) => Ok(args.clone()),
+        other => Err(ToolError::RespondToModel(format!(
+            "The arguments of `{}` must be a JSON object, not {}. Send one JSON object that matches the tool's parameters schema.",
+            call.name,
+            json_kind(other)
+        ))),
+    }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
