@@ -26,7 +26,7 @@ pub mod middleware;
 mod registry;
 mod stream;
 
-pub use agent::{Agent, AgentBuilder, BuildError, RunOptions, RunOutput};
+pub use agent::{Agent, AgentBuilder, BuildError, DEFAULT_MAX_TURNS, RunOptions, RunOutput};
 pub use error::{RunError, RunFailure};
 pub use events::EventSink;
 pub use stream::RunStream;

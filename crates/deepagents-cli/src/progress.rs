@@ -1,0 +1,68 @@
+//! Human-readable progress on stderr.
+
+use deepagents::core::{Event, EventKind};
+use deepagents::{ContentBlock, TodoStatus, ToolStatus};
+
+/// Longest argument or result preview, in characters.
+const PREVIEW: usize = 120;
+
+/// Writes a line per notable event to stderr. The model's narration between tool calls is
+/// shown too; its final answer is left for stdout.
+#[derive(Default)]
+pub struct Progress {
+    narration: String,
+}
+
+impl Progress {
+    pub fn show(&mut self, event: &Event) {
+        let indent = "  ".repeat(event.path.len() / 2);
+        match &event.kind {
+            EventKind::TextDelta { text } => self.narration.push_str(text),
+            EventKind::ModelCallFinished { tool_calls, .. } => {
+                let narration = std::mem::take(&mut self.narration);
+                if *tool_calls > 0 && !narration.trim().is_empty() {
+                    eprintln!("{indent}› {}", narration.trim());
+                }
+            }
+            EventKind::ToolCallStarted {
+                name, arguments, ..
+            } => eprintln!("{indent}▸ {name} {}", preview(&arguments.to_string())),
+            EventKind::ToolCallFinished {
+                name,
+                status,
+                content,
+                duration_ms,
+                ..
+            } => match status {
+                ToolStatus::Ok => eprintln!("{indent}  ✓ {name} ({duration_ms} ms)"),
+                ToolStatus::Error => {
+                    let text: String = content.iter().filter_map(ContentBlock::as_text).collect();
+                    eprintln!("{indent}  ✗ {name}: {}", preview(&text));
+                }
+            },
+            EventKind::StateUpdated {
+                todos: Some(todos), ..
+            } => {
+                for todo in todos {
+                    let mark = match todo.status {
+                        TodoStatus::Pending => "☐",
+                        TodoStatus::InProgress => "◐",
+                        TodoStatus::Completed => "☑",
+                    };
+                    eprintln!("{indent}  {mark} {}", todo.content);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn preview(text: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= PREVIEW {
+        flat
+    } else {
+        let cut: String = flat.chars().take(PREVIEW).collect();
+        format!("{cut}…")
+    }
+}

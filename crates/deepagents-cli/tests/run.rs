@@ -1,0 +1,194 @@
+//! `deepagents run`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+fn bin() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_deepagents"));
+    command.env_remove("DEEPAGENTS_MODEL");
+    command
+}
+
+fn demo_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scripts/plan.json")
+}
+
+fn script(dir: &Path, turns: Value) -> String {
+    let path = dir.join("script.json");
+    std::fs::write(&path, json!({ "turns": turns }).to_string()).unwrap();
+    format!("scripted:{}", path.display())
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().arg("run").args(args).output().unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+#[test]
+fn the_demo_prints_its_answer_on_stdout_and_progress_on_stderr() {
+    let model = format!("scripted:{}", demo_script().display());
+    let output = run(&["--todos", "--model", &model, "Plan the release"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "Release plan ready: changes collected, changelog written, tagging is the last step.\n"
+    );
+    let progress = stderr(&output);
+    assert!(progress.contains("▸ write_todos"), "{progress}");
+    assert!(progress.contains("◐ Tag and publish"), "{progress}");
+}
+
+#[test]
+fn json_mode_prints_one_typed_event_per_line_ending_with_final() {
+    let model = format!("scripted:{}", demo_script().display());
+    let output = run(&["--json", "--todos", "--model", &model, "Plan the release"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let events: Vec<Value> = stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("each line is one JSON object"))
+        .collect();
+    assert!(
+        events
+            .iter()
+            .all(|e| e["type"].is_string() && e["path"] == json!([]))
+    );
+    assert_eq!(events[0]["type"], "run_started");
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    for expected in [
+        "model_call_started",
+        "text_delta",
+        "model_call_finished",
+        "tool_call_started",
+        "tool_call_finished",
+        "state_updated",
+    ] {
+        assert!(types.contains(&expected), "missing {expected} in {types:?}");
+    }
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "final");
+    assert_eq!(
+        last["text"],
+        "Release plan ready: changes collected, changelog written, tagging is the last step."
+    );
+    assert_eq!(last["steps"], 3);
+    assert!(last["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    assert!(last["usage"]["output_tokens"].as_u64().unwrap() > 0);
+    assert!(stderr(&output).is_empty(), "{}", stderr(&output));
+}
+
+#[test]
+fn the_task_can_come_from_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = script(dir.path(), json!([{"text": "read it"}]));
+    let mut child = bin()
+        .args(["run", "--json", "--model", &model, "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"a task from a pipe")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output)
+            .lines()
+            .last()
+            .unwrap()
+            .contains(r#""text":"read it""#)
+    );
+}
+
+#[test]
+fn the_turn_limit_fails_with_one_line_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let turns: Vec<_> = (0..5)
+        .map(|_| json!({"tool_calls": [{"name": "write_todos", "args": {"todos": []}}]}))
+        .collect();
+    let model = script(dir.path(), json!(turns));
+    let output = run(&["--todos", "--max-turns", "2", "--model", &model, "loop"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stdout(&output).is_empty());
+    let error = stderr(&output);
+    let last = error.lines().last().unwrap();
+    assert!(
+        last.starts_with("error: the run made 2 model calls"),
+        "{error}"
+    );
+    assert!(last.contains("--max-turns"), "{error}");
+}
+
+#[test]
+fn a_model_error_in_json_mode_ends_with_an_error_event_and_a_non_zero_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = script(
+        dir.path(),
+        json!([{"error": {"kind": "authentication", "message": "bad key"}}]),
+    );
+    let output = run(&["--json", "--model", &model, "go"]);
+    assert_eq!(output.status.code(), Some(1));
+    let last: Value = serde_json::from_str(stdout(&output).lines().last().unwrap()).unwrap();
+    assert_eq!(last["type"], "error");
+    assert_eq!(last["kind"], "model");
+    assert_eq!(
+        stderr(&output).trim(),
+        "error: model call failed: authentication failed: bad key"
+    );
+}
+
+#[test]
+fn unknown_or_missing_models_are_refused_up_front() {
+    let output = run(&["--model", "acme:x", "go"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("unknown model provider `acme`"));
+
+    let output = run(&["go"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("no model given"));
+
+    let output = run(&["--model", "scripted:/no/such.json", "go"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("cannot read model script /no/such.json"));
+
+    let output = run(&["--model", "scripted:x.json", "  "]);
+    assert!(stderr(&output).contains("the task is empty"));
+
+    let output = run(&["--max-turns", "0", "--model", "scripted:x.json", "go"]);
+    assert_eq!(output.status.code(), Some(2), "clap rejects bad flags");
+}
+
+#[test]
+fn the_model_can_come_from_the_environment() {
+    let model = format!("scripted:{}", demo_script().display());
+    let output = bin()
+        .args(["run", "--todos", "Plan"])
+        .env("DEEPAGENTS_MODEL", model)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+}
+
+#[test]
+fn version_prints_the_package_version() {
+    let output = bin().arg("--version").output().unwrap();
+    assert!(output.status.success());
+    assert_eq!(
+        stdout(&output).trim(),
+        format!("deepagents {}", env!("CARGO_PKG_VERSION"))
+    );
+}

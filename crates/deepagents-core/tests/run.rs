@@ -1,0 +1,115 @@
+//! The run state machine: next actions are derived from the conversation.
+
+use deepagents_core::message::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
+use deepagents_core::model::{ModelResponse, StopReason};
+use deepagents_core::{ContentBlock, NextAction, Run, StateSchema, StateUpdate, Usage};
+use serde_json::json;
+
+fn call(id: &str) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: "t".into(),
+        arguments: json!({}),
+    }
+}
+
+fn result(id: &str) -> ToolResult {
+    ToolResult {
+        tool_call_id: id.into(),
+        name: "t".into(),
+        content: vec![ContentBlock::text("ok")],
+        status: ToolStatus::Ok,
+        artifact: None,
+    }
+}
+
+fn response(text: &str, calls: Vec<ToolCall>) -> ModelResponse {
+    ModelResponse {
+        message: AssistantMessage {
+            content: vec![ContentBlock::text(text)],
+            tool_calls: calls,
+        },
+        usage: Usage {
+            input_tokens: 5,
+            output_tokens: 1,
+            cached_input_tokens: 0,
+        },
+        stop_reason: StopReason::ToolUse,
+    }
+}
+
+#[test]
+fn a_run_walks_model_tools_model_finish() {
+    let mut run = Run::default();
+    run.push_user_input(vec![ContentBlock::text("go")]);
+    assert_eq!(run.next_action(10).unwrap(), NextAction::CallModel);
+    run.apply_model_response(response("working", vec![call("a"), call("b")]));
+    assert_eq!(
+        run.next_action(10).unwrap(),
+        NextAction::ExecuteTools(vec![call("a"), call("b")])
+    );
+    run.apply_tool_results(
+        vec![
+            (result("a"), StateUpdate::default()),
+            (result("b"), StateUpdate::default()),
+        ],
+        &StateSchema::default(),
+    )
+    .unwrap();
+    assert_eq!(run.next_action(10).unwrap(), NextAction::CallModel);
+    run.apply_model_response(response("all done", vec![]));
+    assert_eq!(
+        run.next_action(10).unwrap(),
+        NextAction::Finish {
+            text: "all done".into()
+        }
+    );
+    assert_eq!(run.steps, 2);
+    assert_eq!(run.usage.input_tokens, 10);
+}
+
+#[test]
+fn a_resumed_run_executes_only_calls_without_results() {
+    let mut run = Run::default();
+    run.push_user_input(vec![ContentBlock::text("go")]);
+    run.apply_model_response(response("", vec![call("a"), call("b"), call("c")]));
+    // As if the process died after one result was persisted.
+    run.state.messages.push(Message::Tool(result("b")));
+    let restored: Run = serde_json::from_value(serde_json::to_value(&run).unwrap()).unwrap();
+    assert_eq!(
+        restored.next_action(10).unwrap(),
+        NextAction::ExecuteTools(vec![call("a"), call("c")])
+    );
+}
+
+#[test]
+fn the_turn_limit_counts_model_calls_since_the_latest_input() {
+    let mut run = Run::default();
+    run.push_user_input(vec![ContentBlock::text("go")]);
+    run.apply_model_response(response("", vec![call("a")]));
+    run.apply_tool_results(
+        vec![(result("a"), StateUpdate::default())],
+        &StateSchema::default(),
+    )
+    .unwrap();
+    let error = run.next_action(1).unwrap_err();
+    assert_eq!(error.limit, 1);
+    assert!(error.to_string().contains("turn limit"));
+    // New input starts a new budget.
+    run.push_user_input(vec![ContentBlock::text("again")]);
+    assert_eq!(run.next_action(1).unwrap(), NextAction::CallModel);
+    assert_eq!(run.usage, Usage::default());
+}
+
+#[test]
+fn a_finished_run_stays_finished_whatever_the_limit() {
+    let mut run = Run::default();
+    run.push_user_input(vec![ContentBlock::text("go")]);
+    run.apply_model_response(response("answer", vec![]));
+    assert_eq!(
+        run.next_action(1).unwrap(),
+        NextAction::Finish {
+            text: "answer".into()
+        }
+    );
+}

@@ -1,0 +1,120 @@
+//! Merge rules of the agent state.
+
+use deepagents_core::{
+    AgentState, FileContent, FileData, Reducer, StateError, StateSchema, StateUpdate, Todo,
+    TodoStatus,
+};
+use serde_json::{Value, json};
+
+fn file(text: &str) -> Option<FileData> {
+    Some(FileData {
+        content: FileContent::Text { text: text.into() },
+        modified_at_ms: 0,
+    })
+}
+
+fn schema() -> StateSchema {
+    let mut schema = StateSchema::default();
+    schema.declare("list", Reducer::Append).unwrap();
+    schema.declare("map", Reducer::MergeMap).unwrap();
+    schema.declare("value", Reducer::Replace).unwrap();
+    schema
+}
+
+#[test]
+fn updates_apply_in_order_with_each_rule() {
+    let mut state = AgentState::default();
+    let updates = vec![
+        StateUpdate {
+            files: [("/a".to_owned(), file("one")), ("/b".to_owned(), file("b"))].into(),
+            ..StateUpdate::todos(vec![Todo {
+                content: "first".into(),
+                status: TodoStatus::Pending,
+            }])
+        }
+        .with_custom("list", json!([1, 2]))
+        .with_custom("map", json!({"x": 1}))
+        .with_custom("value", json!("first")),
+        StateUpdate {
+            files: [("/a".to_owned(), file("two")), ("/b".to_owned(), None)].into(),
+            ..StateUpdate::todos(vec![])
+        }
+        .with_custom("list", json!(3))
+        .with_custom("map", json!({"y": 2, "x": 3}))
+        .with_custom("value", json!("second")),
+    ];
+    schema().apply_all(&mut state, updates).unwrap();
+    assert!(
+        state.todos.is_empty(),
+        "the later plan replaces the earlier one"
+    );
+    assert_eq!(state.files.len(), 1, "the tombstone deleted /b");
+    assert_eq!(state.files["/a"], file("two").unwrap());
+    assert_eq!(state.custom["list"], json!([1, 2, 3]));
+    assert_eq!(state.custom["map"], json!({"x": 3, "y": 2}));
+    assert_eq!(state.custom["value"], json!("second"));
+}
+
+#[test]
+fn a_failed_merge_changes_nothing() {
+    let mut state = AgentState::default();
+    state.custom.insert("map".into(), json!({"keep": true}));
+    let before = state.clone();
+    let updates = vec![
+        StateUpdate::default().with_custom("value", json!(1)),
+        StateUpdate::default().with_custom("map", json!("not an object")),
+    ];
+    let error = schema().apply_all(&mut state, updates).unwrap_err();
+    assert!(matches!(error, StateError::Reduce { ref key, .. } if key == "map"));
+    assert!(
+        error.to_string().contains("update is not an object"),
+        "{error}"
+    );
+    assert_eq!(state, before);
+}
+
+#[test]
+fn undeclared_keys_and_conflicting_declarations_are_errors() {
+    let mut state = AgentState::default();
+    let error = schema()
+        .apply_all(
+            &mut state,
+            [StateUpdate::default().with_custom("nope", Value::Null)],
+        )
+        .unwrap_err();
+    assert_eq!(error, StateError::UndeclaredKey { key: "nope".into() });
+
+    let mut schema = schema();
+    schema.declare("list", Reducer::Append).unwrap();
+    let conflict = schema.declare("list", Reducer::Replace).unwrap_err();
+    assert!(matches!(
+        conflict,
+        StateError::ConflictingDeclaration { .. }
+    ));
+}
+
+#[test]
+fn a_custom_reducer_sees_the_value_merged_so_far() {
+    let mut schema = StateSchema::default();
+    schema
+        .declare(
+            "max",
+            Reducer::custom(|current, update| {
+                let current = current.and_then(Value::as_i64).unwrap_or(i64::MIN);
+                let update = update.as_i64().ok_or("max takes integers")?;
+                Ok(json!(current.max(update)))
+            }),
+        )
+        .unwrap();
+    let mut state = AgentState::default();
+    let updates = [3, 9, 4].map(|n| StateUpdate::default().with_custom("max", json!(n)));
+    schema.apply_all(&mut state, updates).unwrap();
+    assert_eq!(state.custom["max"], json!(9));
+    let error = schema
+        .apply_all(
+            &mut state,
+            [StateUpdate::default().with_custom("max", json!("x"))],
+        )
+        .unwrap_err();
+    assert!(error.to_string().contains("max takes integers"), "{error}");
+}

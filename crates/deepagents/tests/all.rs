@@ -1,0 +1,11 @@
+//! Integration tests of the agent loop, driven by the scripted model.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod support;
+
+mod cancellation;
+mod errors;
+mod events;
+mod middleware;
+mod state_merge;
+mod tools;

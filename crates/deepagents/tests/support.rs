@@ -1,0 +1,40 @@
+//! Shared fixtures.
+
+use std::sync::Arc;
+
+use deepagents::models::ScriptedModel;
+use deepagents::{Message, Model, ToolResult, ToolStatus};
+use serde_json::Value;
+
+/// A scripted model from a `turns` array.
+pub fn scripted(turns: Value) -> Arc<dyn Model> {
+    let script = serde_json::json!({ "turns": turns });
+    Arc::new(ScriptedModel::from_json(&script.to_string()).unwrap())
+}
+
+/// The tool results of a conversation, in order.
+pub fn tool_results(messages: &[Message]) -> Vec<&ToolResult> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(result) => Some(result),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The text of a tool result.
+pub fn text(result: &ToolResult) -> String {
+    Message::Tool(result.clone()).text()
+}
+
+/// Asserts a result is an error whose text contains `needle`.
+pub fn assert_error_containing(result: &ToolResult, needle: &str) {
+    assert_eq!(
+        result.status,
+        ToolStatus::Error,
+        "expected an error: {result:?}"
+    );
+    let text = text(result);
+    assert!(text.contains(needle), "`{needle}` not in `{text}`");
+}
