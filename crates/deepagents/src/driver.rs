@@ -1,6 +1,8 @@
 //! The driver: performs the IO a [`Run`] asks for, one action at a time.
 
+use std::any::Any;
 use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -8,9 +10,8 @@ use deepagents_core::{
     AgentState, ContentBlock, EventKind, ModelRequest, NextAction, Run, StateUpdate, ToolCall,
     ToolContext, ToolError, ToolOutput, ToolResult, ToolStatus,
 };
-use futures::future::join_all;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use futures::stream::{self, FuturesUnordered};
+use futures::{FutureExt as _, StreamExt as _};
 
 use crate::agent::{AgentInner, RunOptions, RunOutput};
 use crate::error::{RunError, RunFailure};
@@ -148,10 +149,12 @@ enum CallOutcome {
 
 /// Executes `calls` and folds their results into `run` in call order.
 ///
-/// Calls to non-mutating tools run concurrently; calls to mutating tools run one after another
-/// in call order, alongside the others. A panicking tool yields an error result for its own
-/// call only. On cancellation the tools are told through their token, get `cancel_grace` to
-/// finish, and are then aborted; whatever finished is kept.
+/// The calls run inside the driver's task rather than on spawned ones: no scheduling hops per
+/// step, and dropping the futures aborts them. Calls to non-mutating tools run concurrently;
+/// calls to mutating tools run one after another in call order, alongside the others. A
+/// panicking tool yields an error result for its own call only. On cancellation the tools are
+/// told through their token, get `cancel_grace` to finish, and are then dropped; whatever
+/// finished is kept.
 async fn execute_tools(
     agent: &Arc<AgentInner>,
     run: &mut Run,
@@ -163,16 +166,8 @@ async fn execute_tools(
     // cost independent of the conversation's length. It is moved back once every tool is done.
     let shared = Arc::new(std::mem::take(&mut run.state));
     let step_cancel = options.cancel.child_token();
-    let mut previous_mutating: Option<oneshot::Receiver<()>> = None;
-    let mut handles: Vec<JoinHandle<CallOutcome>> = Vec::with_capacity(calls.len());
-    for call in &calls {
-        let wait_for = if agent.tools.is_mutating(&call.name) {
-            let (done, done_rx) = oneshot::channel::<()>();
-            let wait_for = previous_mutating.replace(done_rx);
-            Some((wait_for, done))
-        } else {
-            None
-        };
+    let start_call = |index: usize| {
+        let call = calls[index].clone();
         let ctx = ToolContext {
             call_id: call.id.clone(),
             agent_path: events.path().clone(),
@@ -180,62 +175,46 @@ async fn execute_tools(
             state: Arc::clone(&shared),
             cancel: step_cancel.clone(),
         };
-        let task = run_one(Arc::clone(agent), call.clone(), ctx, events.clone());
-        handles.push(tokio::spawn(async move {
-            match wait_for {
-                Some((previous, _done_when_dropped)) => {
-                    if let Some(previous) = previous {
-                        // Err only means the previous call's task ended without signalling
-                        // (it panicked); it has ended either way.
-                        let _ = previous.await;
-                    }
-                    task.await
-                }
-                None => task.await,
-            }
-        }));
-    }
-
-    let aborts: Vec<_> = handles.iter().map(JoinHandle::abort_handle).collect();
-    let mut joined = Box::pin(join_all(handles));
+        run_one(agent, call, ctx, events).map(move |outcome| (index, outcome))
+    };
+    let (mutating, concurrent): (Vec<usize>, Vec<usize>) =
+        (0..calls.len()).partition(|&i| agent.tools.is_mutating(&calls[i].name));
+    let mut outcomes: Vec<Option<CallOutcome>> = calls.iter().map(|_| None).collect();
     let mut cancelled = false;
-    let finished = tokio::select! {
-        finished = &mut joined => finished,
-        () = options.cancel.cancelled() => {
-            cancelled = true;
-            match tokio::time::timeout(options.cancel_grace, &mut joined).await {
-                Ok(finished) => finished,
-                Err(_) => {
-                    aborts.iter().for_each(tokio::task::AbortHandle::abort);
-                    joined.await
+    {
+        // Scoped so that every tool future, and its handle on the shared state, is dropped
+        // before the state is taken back.
+        let concurrent: FuturesUnordered<_> = concurrent.into_iter().map(start_call).collect();
+        let sequential = stream::iter(mutating).then(start_call);
+        let finished = stream::select(concurrent, sequential);
+        let grace = tokio::time::sleep(options.cancel_grace);
+        tokio::pin!(finished, grace);
+        loop {
+            tokio::select! {
+                next = finished.next() => match next {
+                    Some((index, outcome)) => outcomes[index] = Some(outcome),
+                    None => break,
+                },
+                () = options.cancel.cancelled(), if !cancelled => {
+                    cancelled = true;
+                    grace.as_mut().reset(tokio::time::Instant::now() + options.cancel_grace);
                 }
+                () = &mut grace, if cancelled => break,
             }
         }
-    };
+    }
 
     let mut results = Vec::with_capacity(calls.len());
     let mut fatal = None;
-    for (call, finished) in calls.iter().zip(finished) {
-        match finished {
-            Ok(CallOutcome::Done(result, update)) => results.push((result, update)),
-            Ok(CallOutcome::Fatal(result, message)) => {
+    for (call, outcome) in calls.iter().zip(outcomes) {
+        match outcome {
+            Some(CallOutcome::Done(result, update)) => results.push((result, update)),
+            Some(CallOutcome::Fatal(result, message)) => {
                 fatal.get_or_insert((call.name.clone(), message));
                 results.push((result, StateUpdate::default()));
             }
-            Err(join_error) if join_error.is_cancelled() => {
+            None => {
                 let result = ToolResult::error(call, "Cancelled before it finished.");
-                finish_event(events, &result, 0);
-                results.push((result, StateUpdate::default()));
-            }
-            Err(join_error) => {
-                let result = ToolResult::error(
-                    call,
-                    format!(
-                        "The tool `{}` crashed ({}); its effects are unknown. Check what it may have changed before retrying, or carry on without it.",
-                        call.name,
-                        panic_message(join_error)
-                    ),
-                );
                 finish_event(events, &result, 0);
                 results.push((result, StateUpdate::default()));
             }
@@ -262,10 +241,10 @@ async fn execute_tools(
 
 /// Runs one call through the middleware chain and the registry, emitting its events.
 async fn run_one(
-    agent: Arc<AgentInner>,
+    agent: &AgentInner,
     call: ToolCall,
     ctx: ToolContext,
-    events: EventSink,
+    events: &EventSink,
 ) -> CallOutcome {
     events.emit(EventKind::ToolCallStarted {
         call_id: call.id.clone(),
@@ -277,8 +256,11 @@ async fn run_one(
         remaining: &agent.middleware,
         registry: &agent.tools,
     };
-    let outcome = match chain.call(call.clone(), ctx).await {
-        Ok(output) => {
+    let outcome = match AssertUnwindSafe(chain.call(call.clone(), ctx))
+        .catch_unwind()
+        .await
+    {
+        Ok(Ok(output)) => {
             let ToolOutput {
                 mut content,
                 artifact,
@@ -297,22 +279,33 @@ async fn run_one(
             };
             CallOutcome::Done(result, update)
         }
-        Err(ToolError::RespondToModel(message)) => {
+        Ok(Err(ToolError::RespondToModel(message))) => {
             CallOutcome::Done(ToolResult::error(&call, message), StateUpdate::default())
         }
-        Err(ToolError::Fatal(message)) => CallOutcome::Fatal(
+        Ok(Err(ToolError::Fatal(message))) => CallOutcome::Fatal(
             ToolResult::error(
                 &call,
                 format!("The tool failed and the run stopped: {message}"),
             ),
             message,
         ),
+        Err(panic) => CallOutcome::Done(
+            ToolResult::error(
+                &call,
+                format!(
+                    "The tool `{}` crashed ({}); its effects are unknown. Check what it may have changed before retrying, or carry on without it.",
+                    call.name,
+                    panic_message(panic.as_ref())
+                ),
+            ),
+            StateUpdate::default(),
+        ),
     };
     let result = match &outcome {
         CallOutcome::Done(result, _) | CallOutcome::Fatal(result, _) => result,
     };
     let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    finish_event(&events, result, elapsed);
+    finish_event(events, result, elapsed);
     outcome
 }
 
@@ -326,15 +319,12 @@ fn finish_event(events: &EventSink, result: &ToolResult, duration_ms: u64) {
     });
 }
 
-fn panic_message(error: tokio::task::JoinError) -> String {
-    match error.try_into_panic() {
-        Ok(payload) => payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .map_or_else(|| "panic".to_owned(), |s| format!("panic: {s}")),
-        Err(error) => error.to_string(),
-    }
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .map_or_else(|| "panic".to_owned(), |s| format!("panic: {s}"))
 }
 
 /// Emits one `state_updated` event summarizing `updates`, with values as merged in `state`.

@@ -4,14 +4,24 @@
 //! the final answer or [`stream`](Agent::stream) it for [events](deepagents_core::event) as they
 //! happen.
 //!
-//! ```no_run
-//! # async fn demo() -> anyhow::Result<()> {
-//! use deepagents::{Agent, models};
+//! ```
+//! use std::sync::Arc;
 //!
-//! let model = models::from_spec("scripted:examples/scripts/plan.json")?;
-//! let agent = Agent::builder(model).todos(true).build()?;
-//! let output = agent.invoke("Plan the release").await?;
-//! println!("{}", output.text);
+//! use deepagents::Agent;
+//! use deepagents::models::ScriptedModel;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Any `Arc<dyn Model>` works; `models::from_spec("provider:model")` resolves a spec string.
+//! let model = ScriptedModel::from_json(r#"{"turns": [
+//!     {"tool_calls": [{"name": "write_todos",
+//!                      "args": {"todos": [{"content": "Say hello", "status": "in_progress"}]}}]},
+//!     {"text": "Hello!"}
+//! ]}"#)?;
+//! let agent = Agent::builder(Arc::new(model)).todos(true).build()?;
+//! let output = agent.invoke("Greet me").await?;
+//! assert_eq!(output.text, "Hello!");
+//! assert_eq!(output.run.state.todos.len(), 1);
 //! # Ok(()) }
 //! ```
 //!
@@ -40,3 +50,8 @@ pub use deepagents_core::{
 };
 /// Model implementations and the spec resolver, re-exported.
 pub use deepagents_models as models;
+
+/// Compiles the README's Rust examples as doctests so they cannot rot.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
