@@ -106,9 +106,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             cancel.cancel();
         }
     });
-    let mut run = deepagents::Run::default();
-    run.push_user_input(vec![deepagents::ContentBlock::text(task)]);
-    let mut stream = agent.stream_run(run, options);
+    let mut stream = agent.stream_run(deepagents::Run::from_task(task), options);
     let mut stdout = std::io::stdout().lock();
     let mut progress = progress::Progress::default();
     while let Some(event) = stream.next().await {

@@ -61,6 +61,13 @@ impl Run {
         }
     }
 
+    /// A fresh run whose conversation is one user message.
+    pub fn from_task(task: impl Into<String>) -> Self {
+        let mut run = Self::default();
+        run.push_user_input(vec![ContentBlock::text(task)]);
+        run
+    }
+
     /// Appends user input and starts counting steps and usage afresh.
     pub fn push_user_input(&mut self, content: Vec<ContentBlock>) {
         self.state.messages.push(Message::User { content });

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deepagents_core::{
-    ContentBlock, DynTool, Model, ModelSettings, Reducer, Run, RuntimeContext, StateError,
-    StateSchema, Tool, TypedTool,
+    DynTool, Model, ModelSettings, Reducer, Run, RuntimeContext, StateError, StateSchema, Tool,
+    TypedTool,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -150,7 +150,7 @@ impl Agent {
     /// Runs `task` as a fresh conversation and returns the final answer.
     pub async fn invoke(&self, task: impl Into<String>) -> Result<RunOutput, RunFailure> {
         self.run(
-            Run::default().with_input(task.into()),
+            Run::from_task(task),
             RunOptions::default(),
             EventSink::discard(),
         )
@@ -159,10 +159,7 @@ impl Agent {
 
     /// Runs `task` as a fresh conversation, streaming events.
     pub fn stream(&self, task: impl Into<String>) -> RunStream {
-        self.stream_run(
-            Run::default().with_input(task.into()),
-            RunOptions::default(),
-        )
+        self.stream_run(Run::from_task(task), RunOptions::default())
     }
 
     /// Continues `run` (for example one loaded from a checkpoint, with new user input pushed)
@@ -179,18 +176,6 @@ impl Agent {
         events: EventSink,
     ) -> Result<RunOutput, RunFailure> {
         crate::driver::drive(&self.inner, run, &options, &events).await
-    }
-}
-
-/// Adds user input to a run.
-trait WithInput {
-    fn with_input(self, text: String) -> Self;
-}
-
-impl WithInput for Run {
-    fn with_input(mut self, text: String) -> Self {
-        self.push_user_input(vec![ContentBlock::text(text)]);
-        self
     }
 }
 

@@ -75,8 +75,7 @@ async fn cancelling_mid_tool_tells_the_tool_and_keeps_the_history_valid() {
         ..RunOptions::default()
     };
     let cancel = options.cancel.clone();
-    let mut run = deepagents::Run::default();
-    run.push_user_input(vec![deepagents::ContentBlock::text("go")]);
+    let run = deepagents::Run::from_task("go");
     let stream = agent.stream_run(run, options);
     started.notified().await;
     cancel.cancel();
@@ -98,8 +97,7 @@ async fn a_cancelled_run_does_not_call_the_model() {
     let agent = Agent::builder(scripted(json!([]))).build().unwrap();
     let options = RunOptions::default();
     options.cancel.cancel();
-    let mut run = deepagents::Run::default();
-    run.push_user_input(vec![deepagents::ContentBlock::text("go")]);
+    let run = deepagents::Run::from_task("go");
     let failure = agent
         .run(run, options, deepagents::EventSink::discard())
         .await

@@ -387,8 +387,7 @@ async fn tools_see_runtime_context_state_and_call_id() {
         .tool(ReadsRuntime { seen: seen.clone() })
         .build()
         .unwrap();
-    let mut run = deepagents::Run::default();
-    run.push_user_input(vec![deepagents::ContentBlock::text("go")]);
+    let run = deepagents::Run::from_task("go");
     let options = RunOptions {
         runtime: deepagents::RuntimeContext::new("alice".to_owned()),
         ..RunOptions::default()
