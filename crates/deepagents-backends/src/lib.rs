@@ -1,0 +1,37 @@
+//! The pluggable filesystem of deepagents.
+//!
+//! The agent sees one tree of absolute virtual paths ([`VPath`]); a [`Backend`] decides where
+//! each path really lives:
+//!
+//! - [`StateBackend`]: files in the agent state (per thread, checkpointed with it);
+//! - [`StoreBackend`]: a namespaced key-value [`Store`] shared across threads;
+//! - [`CompositeBackend`]: several of these routed by path prefix.
+//!
+//! [`PermissionedBackend`] enforces permission rules over any backend, and [`PolicyBackend`]
+//! runs user checks around any backend.
+
+mod composite;
+pub mod glob;
+pub mod memory;
+pub mod mime;
+mod path;
+pub mod permissions;
+mod policy;
+mod protocol;
+mod state;
+pub mod store;
+pub mod text;
+
+pub use composite::CompositeBackend;
+pub use path::{PathError, VPath};
+pub use permissions::{Mode, Operation, PermissionRule, PermissionedBackend, Permissions};
+pub use policy::{BackendOp, BackendPolicy, PolicyBackend};
+pub use protocol::{
+    Backend, BackendContext, BackendError, Changed, DEFAULT_GREP_MAX_COUNT, ExecuteResult,
+    FileInfo, FileOpError, GlobResult, GrepMatch, GrepQuery, GrepResult, RawFile, ReadResult,
+    Sandbox,
+};
+pub use state::StateBackend;
+#[cfg(feature = "sqlite")]
+pub use store::SqliteStore;
+pub use store::{InMemoryStore, Store, StoreBackend};

@@ -1,0 +1,432 @@
+//! The backend protocol: what every backend implements, and the values it returns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deepagents_core::{AgentState, RuntimeContext, StateUpdate};
+use serde::{Deserialize, Serialize};
+
+use crate::path::{PathError, VPath};
+
+/// What a backend operation may use besides its arguments.
+#[derive(Clone, Debug, Default)]
+pub struct BackendContext {
+    /// The agent state as of the current step (the state backend reads its files here).
+    pub state: Arc<AgentState>,
+    /// Application data of the run (store namespaces may be derived from it).
+    pub runtime: RuntimeContext,
+    /// The conversation thread, when the run has one.
+    pub thread_id: Option<String>,
+    /// The assistant (agent) id, when the application set one.
+    pub assistant_id: Option<String>,
+    /// Where the backend is mounted in the agent's tree (`/` unless a composite routed the
+    /// call). Backends that key data by virtual path (the state backend) key it by the full
+    /// path, so the agent state shows the paths the agent sees.
+    pub mount: Option<VPath>,
+}
+
+impl BackendContext {
+    /// A context over `state`.
+    pub fn with_state(state: Arc<AgentState>) -> Self {
+        Self {
+            state,
+            ..Self::default()
+        }
+    }
+
+    /// The full virtual path of a path the backend received.
+    pub fn full_path(&self, path: &VPath) -> VPath {
+        match &self.mount {
+            Some(mount) => path.under(mount),
+            None => path.clone(),
+        }
+    }
+}
+
+/// One entry of a listing or a glob.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileInfo {
+    /// Absolute virtual path.
+    pub path: VPathString,
+    /// Whether it is a directory.
+    pub is_dir: bool,
+    /// Size in bytes (0 for directories).
+    pub size: u64,
+    /// Last modification in milliseconds since the Unix epoch, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modified_at_ms: Option<u64>,
+}
+
+/// A virtual path in serialized results.
+pub type VPathString = String;
+
+/// A page of a text file, or a binary file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ReadResult {
+    /// Lines of a UTF-8 text file.
+    Text {
+        /// The requested lines, without line terminators (`\r\n` and `\n` both end a line).
+        lines: Vec<String>,
+        /// 0-based index of the first returned line.
+        offset: usize,
+        /// Lines in the whole file.
+        total_lines: usize,
+    },
+    /// A file that is not UTF-8 text.
+    Binary {
+        /// Detected media type.
+        mime_type: String,
+        /// The bytes.
+        #[serde(with = "deepagents_core::content::base64_bytes")]
+        data: Vec<u8>,
+    },
+}
+
+impl ReadResult {
+    /// The offset of the next page, when lines remain.
+    pub fn next_offset(&self) -> Option<usize> {
+        match self {
+            Self::Text {
+                lines,
+                offset,
+                total_lines,
+            } => {
+                let next = offset + lines.len();
+                (next < *total_lines).then_some(next)
+            }
+            Self::Binary { .. } => None,
+        }
+    }
+}
+
+/// A file's raw bytes with its media type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawFile {
+    /// Detected media type (`text/plain; charset=utf-8` for text).
+    pub mime_type: String,
+    /// The bytes.
+    pub data: Vec<u8>,
+}
+
+/// Result of a change. `update` carries changes to the agent state (state backend only); the
+/// tool returns it so the run merges it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Changed<T> {
+    /// What the operation reports.
+    pub value: T,
+    /// Changes to merge into the agent state.
+    pub update: StateUpdate,
+}
+
+impl<T> Changed<T> {
+    /// A result that touches no agent state.
+    pub fn outside_state(value: T) -> Self {
+        Self {
+            value,
+            update: StateUpdate::default(),
+        }
+    }
+}
+
+/// A grep request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrepQuery {
+    /// What to look for: a literal string unless `regex` is set.
+    pub pattern: String,
+    /// Treat `pattern` as a regular expression (Rust regex syntax).
+    pub regex: bool,
+    /// Ignore case.
+    pub case_insensitive: bool,
+    /// Directory (or file) to search.
+    pub path: VPath,
+    /// Only search files whose path relative to `path` matches this glob.
+    pub include: Option<String>,
+    /// Stop after this many matching lines in all.
+    pub max_count: usize,
+}
+
+impl GrepQuery {
+    /// A literal search under `path` with the default cap of 1,000 matches.
+    pub fn literal(pattern: impl Into<String>, path: VPath) -> Self {
+        Self {
+            pattern: pattern.into(),
+            regex: false,
+            case_insensitive: false,
+            path,
+            include: None,
+            max_count: DEFAULT_GREP_MAX_COUNT,
+        }
+    }
+}
+
+/// Matches returned by grep unless the query says otherwise.
+pub const DEFAULT_GREP_MAX_COUNT: usize = 1_000;
+
+/// One matching line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrepMatch {
+    /// Absolute virtual path of the file.
+    pub path: VPathString,
+    /// 1-based line number.
+    pub line_number: usize,
+    /// The line, without its terminator.
+    pub line: String,
+}
+
+/// Matches found, in path then line order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrepResult {
+    /// The matches.
+    pub matches: Vec<GrepMatch>,
+    /// Whether the search stopped early (max count or time budget): more may exist.
+    pub truncated: bool,
+}
+
+/// Files matched by a glob, sorted by path.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GlobResult {
+    /// The files.
+    pub files: Vec<FileInfo>,
+    /// Whether the walk stopped early (time budget or cap): more may exist.
+    pub truncated: bool,
+}
+
+/// Per-file error codes of batch uploads and downloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileOpError {
+    /// No such file.
+    FileNotFound,
+    /// A permission rule or the host refused it.
+    PermissionDenied,
+    /// The path is a directory.
+    IsDirectory,
+    /// The path is not a valid virtual path.
+    InvalidPath,
+}
+
+/// Output of a shell command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecuteResult {
+    /// Combined stdout and stderr (stderr lines marked), possibly truncated.
+    pub output: String,
+    /// Exit code; `None` when the process was killed by a signal.
+    pub exit_code: Option<i32>,
+    /// Whether output was cut at the limit.
+    pub truncated: bool,
+    /// Whether the command was killed at its timeout.
+    pub timed_out: bool,
+}
+
+/// Why a backend operation failed. Messages say what to do next; the filesystem tools pass them
+/// to the model as they are.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The path is not a valid virtual path.
+    #[error(transparent)]
+    InvalidPath(#[from] PathError),
+    /// Nothing exists at the path.
+    #[error("{path} does not exist; check the path with ls or glob")]
+    NotFound {
+        /// The path.
+        path: String,
+    },
+    /// A file operation was given a directory.
+    #[error("{path} is a directory; use ls to see its entries")]
+    IsDirectory {
+        /// The path.
+        path: String,
+    },
+    /// A directory operation was given a file, or a parent is a file.
+    #[error("{path} is not a directory")]
+    NotADirectory {
+        /// The path.
+        path: String,
+    },
+    /// Denied by a permission rule, a policy, or the host.
+    #[error("permission denied for {path}: {reason}")]
+    PermissionDenied {
+        /// The path.
+        path: String,
+        /// Which rule or check refused it.
+        reason: String,
+    },
+    /// The file is over the backend's size limit.
+    #[error(
+        "{path} is {size} bytes, over the {max}-byte limit; read it in parts with grep or the shell"
+    )]
+    TooLarge {
+        /// The path.
+        path: String,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A text operation was given a binary file.
+    #[error("{path} is a binary file ({mime_type}); it cannot be edited as text")]
+    Binary {
+        /// The path.
+        path: String,
+        /// Its detected media type.
+        mime_type: String,
+    },
+    /// edit: the old string does not occur.
+    #[error(
+        "the text to replace was not found in {path}; read the file and copy the exact text, including whitespace"
+    )]
+    StringNotFound {
+        /// The path.
+        path: String,
+    },
+    /// edit: the old string occurs more than once and `replace_all` is off.
+    #[error(
+        "the text to replace occurs {count} times in {path}; include more surrounding lines to make it unique, or set replace_all"
+    )]
+    NotUnique {
+        /// The path.
+        path: String,
+        /// How often it occurs.
+        count: usize,
+    },
+    /// The query itself is malformed (bad regex or glob).
+    #[error("invalid {what}: {message}")]
+    InvalidQuery {
+        /// `regex` or `glob`.
+        what: &'static str,
+        /// The parser's message.
+        message: String,
+    },
+    /// The backend cannot do this operation.
+    #[error("the {backend} backend does not support {operation}")]
+    Unsupported {
+        /// The operation.
+        operation: &'static str,
+        /// The backend.
+        backend: &'static str,
+    },
+    /// The host or the store failed.
+    #[error("{operation} failed for {path}: {message}")]
+    Io {
+        /// The operation.
+        operation: &'static str,
+        /// The path.
+        path: String,
+        /// The underlying error.
+        message: String,
+    },
+}
+
+impl BackendError {
+    /// The batch error code of this error.
+    pub fn file_op_code(&self) -> FileOpError {
+        match self {
+            Self::NotFound { .. } => FileOpError::FileNotFound,
+            Self::IsDirectory { .. } => FileOpError::IsDirectory,
+            Self::InvalidPath(_) => FileOpError::InvalidPath,
+            _ => FileOpError::PermissionDenied,
+        }
+    }
+}
+
+/// A filesystem the agent can use. Every operation takes absolute virtual paths and returns
+/// errors as values. Implement every method; [`crate::text`] has helpers for backends that keep
+/// whole files in memory.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// A short name for messages, e.g. `state` or `filesystem`.
+    fn name(&self) -> &'static str;
+
+    /// Entries directly under `path`, sorted by path.
+    async fn ls(&self, cx: &BackendContext, path: &VPath) -> Result<Vec<FileInfo>, BackendError>;
+
+    /// Lines `offset..offset + limit` of a text file, or a binary file whole.
+    async fn read(
+        &self,
+        cx: &BackendContext,
+        path: &VPath,
+        offset: usize,
+        limit: usize,
+    ) -> Result<ReadResult, BackendError>;
+
+    /// The whole file as bytes.
+    async fn read_raw(&self, cx: &BackendContext, path: &VPath) -> Result<RawFile, BackendError>;
+
+    /// Creates or overwrites a text file, creating parent directories.
+    async fn write(
+        &self,
+        cx: &BackendContext,
+        path: &VPath,
+        content: &str,
+    ) -> Result<Changed<()>, BackendError>;
+
+    /// Replaces `old` by `new`; `old` must occur exactly once unless `replace_all`. Returns the
+    /// number of replacements.
+    async fn edit(
+        &self,
+        cx: &BackendContext,
+        path: &VPath,
+        old: &str,
+        new: &str,
+        replace_all: bool,
+    ) -> Result<Changed<usize>, BackendError>;
+
+    /// Deletes a file or a directory tree. Returns how many files were removed.
+    async fn delete(
+        &self,
+        cx: &BackendContext,
+        path: &VPath,
+    ) -> Result<Changed<usize>, BackendError>;
+
+    /// Files under `base` matching `pattern` (see [`crate::glob`] for the semantics).
+    async fn glob(
+        &self,
+        cx: &BackendContext,
+        pattern: &str,
+        base: &VPath,
+    ) -> Result<GlobResult, BackendError>;
+
+    /// Lines matching a query.
+    async fn grep(
+        &self,
+        cx: &BackendContext,
+        query: &GrepQuery,
+    ) -> Result<GrepResult, BackendError>;
+
+    /// Writes files as bytes; one answer per file, in input order.
+    async fn upload_files(
+        &self,
+        cx: &BackendContext,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> Changed<Vec<Result<(), FileOpError>>>;
+
+    /// Reads files as bytes; one answer per path, in input order.
+    async fn download_files(
+        &self,
+        cx: &BackendContext,
+        paths: Vec<String>,
+    ) -> Vec<Result<Vec<u8>, FileOpError>>;
+
+    /// The shell of this backend, when it has one.
+    fn as_sandbox(&self) -> Option<&dyn Sandbox> {
+        None
+    }
+}
+
+/// A backend that can also run shell commands.
+#[async_trait]
+pub trait Sandbox: Backend {
+    /// A stable id of this sandbox (for logs and reconnection).
+    fn id(&self) -> &str;
+
+    /// Runs `command` through a shell; `timeout` overrides the backend's default.
+    async fn execute(
+        &self,
+        cx: &BackendContext,
+        command: &str,
+        timeout: Option<Duration>,
+    ) -> Result<ExecuteResult, BackendError>;
+}

@@ -1,0 +1,117 @@
+//! Stores: namespaced key-value storage shared across threads, and the backend over them.
+
+mod backend;
+mod memory;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use backend::{NamespaceFn, StoreBackend};
+pub use memory::InMemoryStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
+
+/// One stored value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StoreItem {
+    /// Its namespace, e.g. `["users", "alice", "memories"]`.
+    pub namespace: Vec<String>,
+    /// Its key within the namespace.
+    pub key: String,
+    /// The value.
+    pub value: Value,
+    /// First written, in milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    /// Last written, in milliseconds since the Unix epoch.
+    pub updated_at_ms: u64,
+}
+
+/// A page of a prefix search.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SearchQuery {
+    /// Only keys starting with this.
+    pub key_prefix: String,
+    /// Items to skip.
+    pub offset: usize,
+    /// Most items to return.
+    pub limit: usize,
+}
+
+impl Default for SearchQuery {
+    fn default() -> Self {
+        Self {
+            key_prefix: String::new(),
+            offset: 0,
+            limit: 100,
+        }
+    }
+}
+
+/// A store operation failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A namespace component is empty or has a character outside `A-Z a-z 0-9 - _ . @ + : ~`.
+    #[error("invalid namespace {namespace:?}: {reason}")]
+    InvalidNamespace {
+        /// The namespace as given.
+        namespace: Vec<String>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The storage itself failed.
+    #[error("store error: {0}")]
+    Storage(String),
+}
+
+/// Checks a namespace: at least one component; each non-empty and made only of letters,
+/// digits and `- _ . @ + : ~` (so wildcards and separators can never be smuggled in).
+pub fn validate_namespace(namespace: &[String]) -> Result<(), StoreError> {
+    let refuse = |reason: String| StoreError::InvalidNamespace {
+        namespace: namespace.to_vec(),
+        reason,
+    };
+    if namespace.is_empty() {
+        return Err(refuse(
+            "a namespace needs at least one component".to_owned(),
+        ));
+    }
+    for component in namespace {
+        if component.is_empty() {
+            return Err(refuse("components must not be empty".to_owned()));
+        }
+        if let Some(bad) = component
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || "-_.@+:~".contains(*c)))
+        {
+            return Err(refuse(format!(
+                "`{bad}` is not allowed in `{component}`; use letters, digits and - _ . @ + : ~"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Namespaced key-value storage with prefix search.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// The item at `key` in `namespace`.
+    async fn get(&self, namespace: &[String], key: &str) -> Result<Option<StoreItem>, StoreError>;
+
+    /// Creates or replaces the item at `key`.
+    async fn put(&self, namespace: &[String], key: &str, value: Value) -> Result<(), StoreError>;
+
+    /// Removes the item at `key`; returns whether it existed.
+    async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError>;
+
+    /// Items whose namespace starts with `namespace_prefix` (component-wise) and whose key
+    /// starts with `query.key_prefix`, ordered by namespace then key, one page at a time.
+    async fn search(
+        &self,
+        namespace_prefix: &[String],
+        query: &SearchQuery,
+    ) -> Result<Vec<StoreItem>, StoreError>;
+}

@@ -1,0 +1,7 @@
+//! Tests of the backends: one conformance suite for all, then each backend's own behaviour.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod conformance;
+mod memory_backends;
+mod paths;
+mod permissions;

@@ -1,0 +1,356 @@
+//! The state, store and composite backends: conformance plus their own behaviour.
+
+use std::sync::Arc;
+
+use deepagents_backends::store::{SearchQuery, StoreError};
+use deepagents_backends::{
+    Backend, BackendContext, BackendError, CompositeBackend, GrepQuery, InMemoryStore, SqliteStore,
+    StateBackend, Store, StoreBackend,
+};
+use deepagents_core::RuntimeContext;
+use serde_json::json;
+
+use crate::conformance::{Harness, check_backend, p};
+
+#[tokio::test]
+async fn state_backend_conforms() {
+    check_backend(Arc::new(StateBackend)).await;
+}
+
+#[tokio::test]
+async fn store_backend_conforms_in_memory() {
+    check_backend(Arc::new(StoreBackend::new(Arc::new(InMemoryStore::new())))).await;
+}
+
+#[tokio::test]
+async fn store_backend_conforms_on_sqlite() {
+    let store = SqliteStore::in_memory().await.unwrap();
+    check_backend(Arc::new(StoreBackend::new(Arc::new(store)))).await;
+}
+
+fn mixed_composite(store: Arc<dyn Store>) -> CompositeBackend {
+    CompositeBackend::new(Arc::new(StateBackend))
+        .route("/img/", Arc::new(StoreBackend::new(store)))
+        .unwrap()
+        .route("/archive", Arc::new(StateBackend))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn composite_with_mixed_routes_conforms() {
+    check_backend(Arc::new(mixed_composite(Arc::new(InMemoryStore::new())))).await;
+}
+
+#[tokio::test]
+async fn state_files_are_keyed_by_the_path_the_agent_sees() {
+    let mut h = Harness::new(Arc::new(mixed_composite(Arc::new(InMemoryStore::new()))));
+    h.write("/archive/old.txt", "kept\n").await;
+    h.write("/old.txt", "root\n").await;
+    let keys: Vec<_> = h.cx.state.files.keys().cloned().collect();
+    assert_eq!(keys, ["/archive/old.txt", "/old.txt"]);
+    assert_eq!(h.text("/archive/old.txt").await, ["kept"]);
+    assert_eq!(h.text("/old.txt").await, ["root"]);
+    assert_eq!(
+        h.ls("/archive").await.unwrap(),
+        [("/archive/old.txt".into(), false)]
+    );
+}
+
+#[tokio::test]
+async fn state_writes_are_updates_not_mutations() {
+    let cx = BackendContext::default();
+    let changed = StateBackend.write(&cx, &p("/a.txt"), "x").await.unwrap();
+    assert!(
+        cx.state.files.is_empty(),
+        "the backend never mutates the state it was given"
+    );
+    assert!(changed.update.files["/a.txt"].is_some());
+    let deleted = {
+        let mut h = Harness::new(Arc::new(StateBackend));
+        h.write("/a.txt", "x").await;
+        StateBackend.delete(&h.cx, &p("/a.txt")).await.unwrap()
+    };
+    assert_eq!(
+        deleted.update.files["/a.txt"], None,
+        "a deletion is a tombstone"
+    );
+}
+
+#[tokio::test]
+async fn routes_match_the_longest_prefix_on_segment_boundaries() {
+    let memories = Arc::new(InMemoryStore::new());
+    let mut h = Harness::new(Arc::new(
+        CompositeBackend::new(Arc::new(StateBackend))
+            .route(
+                "/mem",
+                Arc::new(StoreBackend::new(Arc::new(InMemoryStore::new()))),
+            )
+            .unwrap()
+            .route("/memories/", Arc::new(StoreBackend::new(memories.clone())))
+            .unwrap()
+            .route("/memories/deep", Arc::new(StateBackend))
+            .unwrap(),
+    ));
+    h.write("/memories/x.md", "memory\n").await;
+    h.write("/memories/deep/y.md", "deep\n").await;
+    h.write("/mem/z.md", "short\n").await;
+    let ns = vec!["filesystem".to_owned()];
+    assert!(
+        memories.get(&ns, "/x.md").await.unwrap().is_some(),
+        "stored without its prefix"
+    );
+    assert!(h.cx.state.files.contains_key("/memories/deep/y.md"));
+    assert_eq!(
+        h.ls("/").await.unwrap(),
+        [("/mem".into(), true), ("/memories".into(), true)]
+    );
+    assert_eq!(
+        h.ls("/memories").await.unwrap(),
+        [("/memories/x.md".into(), false)],
+        "the deeper mount belongs to its own backend"
+    );
+    assert_eq!(
+        h.glob("*.md", "/").await,
+        ["/mem/z.md", "/memories/deep/y.md", "/memories/x.md"]
+    );
+    assert_eq!(h.glob("memories/*.md", "/").await, ["/memories/x.md"]);
+    let error = h.delete("/memories").await.unwrap_err();
+    assert!(error.to_string().contains("mount point"), "{error}");
+}
+
+#[tokio::test]
+async fn composite_grep_applies_one_global_max_count() {
+    let mut h = Harness::new(Arc::new(mixed_composite(Arc::new(InMemoryStore::new()))));
+    h.write("/a.txt", "x\nx\n").await;
+    h.write("/img/b.txt", "x\n").await;
+    h.write("/archive/c.txt", "x\n").await;
+    let (all, truncated) = h.grep(GrepQuery::literal("x", p("/"))).await;
+    assert_eq!(
+        all,
+        [
+            "/a.txt:1:x",
+            "/a.txt:2:x",
+            "/archive/c.txt:1:x",
+            "/img/b.txt:1:x"
+        ]
+    );
+    assert!(!truncated);
+    let (some, truncated) = h
+        .grep(GrepQuery {
+            max_count: 3,
+            ..GrepQuery::literal("x", p("/"))
+        })
+        .await;
+    assert_eq!(some.len(), 3);
+    assert!(truncated);
+    let (included, _) = h
+        .grep(GrepQuery {
+            include: Some("img/*.txt".into()),
+            ..GrepQuery::literal("x", p("/"))
+        })
+        .await;
+    assert_eq!(included, ["/img/b.txt:1:x"]);
+}
+
+#[tokio::test]
+async fn composite_uploads_split_per_route_and_answer_in_order() {
+    let mut h = Harness::new(Arc::new(mixed_composite(Arc::new(InMemoryStore::new()))));
+    let answers = h
+        .upload(vec![
+            ("/img/1.txt", b"1".to_vec()),
+            ("/2.txt", b"2".to_vec()),
+            ("bad", b"3".to_vec()),
+            ("/archive/4.txt", b"4".to_vec()),
+        ])
+        .await;
+    assert_eq!(
+        answers,
+        [
+            Ok(()),
+            Ok(()),
+            Err(deepagents_backends::FileOpError::InvalidPath),
+            Ok(())
+        ]
+    );
+    let downloads = h
+        .backend
+        .download_files(
+            &h.cx,
+            vec![
+                "/archive/4.txt".into(),
+                "/img/1.txt".into(),
+                "/2.txt".into(),
+            ],
+        )
+        .await;
+    assert_eq!(
+        downloads,
+        [Ok(b"4".to_vec()), Ok(b"1".to_vec()), Ok(b"2".to_vec())]
+    );
+    assert!(
+        h.backend.as_sandbox().is_none(),
+        "execute goes to the default, which has none"
+    );
+}
+
+#[tokio::test]
+async fn long_term_memory_outlives_the_thread() {
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::in_memory().await.unwrap());
+    let backend = || -> Arc<dyn Backend> { Arc::new(mixed_composite_memories(store.clone())) };
+    let mut thread_a = Harness::new(backend());
+    thread_a.cx.thread_id = Some("a".into());
+    thread_a.write("/memories/user.md", "prefers tabs\n").await;
+    thread_a.write("/scratch.md", "thread a only\n").await;
+
+    let mut thread_b = Harness::new(backend());
+    thread_b.cx.thread_id = Some("b".into());
+    assert_eq!(thread_b.text("/memories/user.md").await, ["prefers tabs"]);
+    assert!(matches!(
+        thread_b
+            .backend
+            .read(&thread_b.cx, &p("/scratch.md"), 0, 10)
+            .await,
+        Err(BackendError::NotFound { .. })
+    ));
+}
+
+fn mixed_composite_memories(store: Arc<dyn Store>) -> CompositeBackend {
+    CompositeBackend::new(Arc::new(StateBackend))
+        .route("/memories/", Arc::new(StoreBackend::new(store)))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn store_namespaces_come_from_the_runtime_context() {
+    let store = Arc::new(InMemoryStore::new());
+    let backend = StoreBackend::new(store.clone()).with_namespace(|cx| {
+        let user = cx.runtime.get::<String>().cloned().unwrap_or_default();
+        vec!["users".into(), user, "files".into()]
+    });
+    let alice = BackendContext {
+        runtime: RuntimeContext::new("alice@example.com".to_owned()),
+        ..BackendContext::default()
+    };
+    backend.write(&alice, &p("/a.md"), "hi").await.unwrap();
+    let ns: Vec<String> = ["users", "alice@example.com", "files"]
+        .map(String::from)
+        .to_vec();
+    assert!(store.get(&ns, "/a.md").await.unwrap().is_some());
+
+    let bob = BackendContext {
+        runtime: RuntimeContext::new("bob".to_owned()),
+        ..BackendContext::default()
+    };
+    assert!(matches!(
+        backend.read(&bob, &p("/a.md"), 0, 10).await,
+        Err(BackendError::NotFound { .. })
+    ));
+    let sneaky = BackendContext {
+        runtime: RuntimeContext::new("*".to_owned()),
+        ..BackendContext::default()
+    };
+    let error = backend.read(&sneaky, &p("/a.md"), 0, 10).await.unwrap_err();
+    assert!(error.to_string().contains("`*` is not allowed"), "{error}");
+    let nobody = BackendContext::default();
+    let error = backend.ls(&nobody, &p("/")).await.unwrap_err();
+    assert!(error.to_string().contains("must not be empty"), "{error}");
+}
+
+async fn exercise_store(store: &dyn Store) {
+    let ns = |parts: &[&str]| parts.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    store.put(&ns(&["a"]), "k1", json!(1)).await.unwrap();
+    store.put(&ns(&["a"]), "k2", json!(2)).await.unwrap();
+    store
+        .put(&ns(&["a", "b"]), "k1", json!({"x": true}))
+        .await
+        .unwrap();
+    store
+        .put(&ns(&["a_b"]), "k1", json!("other"))
+        .await
+        .unwrap();
+    store.put(&ns(&["a"]), "k1", json!(10)).await.unwrap();
+    let item = store.get(&ns(&["a"]), "k1").await.unwrap().unwrap();
+    assert_eq!(item.value, json!(10));
+    assert!(item.updated_at_ms >= item.created_at_ms);
+    let under_a = store
+        .search(&ns(&["a"]), &SearchQuery::default())
+        .await
+        .unwrap();
+    let found: Vec<_> = under_a
+        .iter()
+        .map(|i| (i.namespace.join("/"), i.key.clone()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("a".into(), "k1".into()),
+            ("a".into(), "k2".into()),
+            ("a/b".into(), "k1".into())
+        ],
+        "component-wise prefix: a_b is not under a"
+    );
+    let page = store
+        .search(
+            &ns(&["a"]),
+            &SearchQuery {
+                key_prefix: "k".into(),
+                offset: 1,
+                limit: 1,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].key, "k2");
+    let prefixed = store
+        .search(
+            &ns(&["a"]),
+            &SearchQuery {
+                key_prefix: "k2".into(),
+                ..SearchQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(prefixed.len(), 1);
+    assert!(store.delete(&ns(&["a"]), "k2").await.unwrap());
+    assert!(!store.delete(&ns(&["a"]), "k2").await.unwrap());
+    assert!(store.get(&ns(&["a"]), "k2").await.unwrap().is_none());
+    for bad in [
+        ns(&[]),
+        ns(&["ok", ""]),
+        ns(&["a/b"]),
+        ns(&["a*"]),
+        ns(&["sp ace"]),
+    ] {
+        assert!(
+            matches!(
+                store.put(&bad, "k", json!(0)).await,
+                Err(StoreError::InvalidNamespace { .. })
+            ),
+            "{bad:?} accepted"
+        );
+    }
+}
+
+#[tokio::test]
+async fn in_memory_store_namespaces_and_search() {
+    exercise_store(&InMemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn sqlite_store_namespaces_search_and_persistence() {
+    exercise_store(&SqliteStore::in_memory().await.unwrap()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store
+            .put(&["n".to_owned()], "k", json!("kept"))
+            .await
+            .unwrap();
+    }
+    let reopened = SqliteStore::open(&path).await.unwrap();
+    let item = reopened.get(&["n".to_owned()], "k").await.unwrap().unwrap();
+    assert_eq!(item.value, json!("kept"));
+}
