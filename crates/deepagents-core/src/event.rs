@@ -100,6 +100,9 @@ pub enum EventKind {
         usage: Usage,
         /// Model calls made since the latest user input.
         steps: u32,
+        /// Paths of the files kept in the agent state (the state backend's files).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        files: Vec<String>,
     },
     /// The run stopped on an error.
     Error {

@@ -11,9 +11,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::RunFailure;
 use crate::events::EventSink;
-use crate::middleware::{Middleware, TodoListMiddleware, compose};
+use crate::middleware::{
+    DEFAULT_OFFLOAD_THRESHOLD, DanglingToolCallsMiddleware, FilesystemMiddleware,
+    GuidanceMiddleware, LargeResultsMiddleware, Middleware, TodoListMiddleware, compose,
+};
 use crate::registry::{RegistryError, ToolRegistry};
 use crate::stream::RunStream;
+use deepagents_backends::{Backend, PermissionedBackend, Permissions, StateBackend};
 
 /// Model calls a run may make per user input unless [`AgentBuilder::max_turns`] says otherwise.
 pub const DEFAULT_MAX_TURNS: u32 = 100;
@@ -84,6 +88,11 @@ pub enum BuildError {
     /// `max_turns(0)`.
     #[error("max_turns must be at least 1")]
     ZeroMaxTurns,
+    /// Permission rules were given but the file tools are off.
+    #[error(
+        "permissions apply to the file tools, which are turned off; enable file_tools or drop the permissions"
+    )]
+    PermissionsWithoutFiles,
     /// Custom state declarations disagree.
     #[error(transparent)]
     State(#[from] StateError),
@@ -94,10 +103,15 @@ pub enum BuildError {
 /// | setting | default |
 /// |---|---|
 /// | name | `agent` |
-/// | system prompt | none (only middleware sections) |
-/// | tools | none besides those of enabled middleware |
+/// | system prompt | none; our base guidance and middleware sections follow it |
+/// | base guidance | on ([`base_prompt`](AgentBuilder::base_prompt)) |
+/// | backend | [`StateBackend`]: files live in the agent state |
+/// | file tools | on: ls, read_file, write_file, edit_file, delete, glob, grep, and execute when the backend has a shell |
+/// | permissions | none: everything allowed |
+/// | large results | offloaded above [`DEFAULT_OFFLOAD_THRESHOLD`] characters |
+/// | tools | the user's, then those of enabled middleware |
 /// | planning (`write_todos`) | off |
-/// | middleware | built-ins only |
+/// | middleware | built-ins, then the user's |
 /// | model settings | the provider's defaults |
 /// | max turns | [`DEFAULT_MAX_TURNS`] model calls per user input |
 pub struct AgentBuilder {
@@ -110,6 +124,11 @@ pub struct AgentBuilder {
     state_values: Vec<(String, Reducer)>,
     todos: bool,
     max_turns: u32,
+    backend: Option<Arc<dyn Backend>>,
+    permissions: Option<Permissions>,
+    base_prompt: bool,
+    file_tools: bool,
+    offload_threshold: Option<usize>,
 }
 
 impl Agent {
@@ -125,6 +144,11 @@ impl Agent {
             state_values: Vec::new(),
             todos: false,
             max_turns: DEFAULT_MAX_TURNS,
+            backend: None,
+            permissions: None,
+            base_prompt: true,
+            file_tools: true,
+            offload_threshold: Some(DEFAULT_OFFLOAD_THRESHOLD),
         }
     }
 
@@ -234,6 +258,39 @@ impl AgentBuilder {
         self
     }
 
+    /// Where files live (default: the [`StateBackend`]).
+    pub fn backend(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Permission rules enforced on every file operation; denied paths also vanish from ls,
+    /// glob and grep results.
+    pub fn permissions(mut self, permissions: Permissions) -> Self {
+        self.permissions = Some(permissions);
+        self
+    }
+
+    /// Whether our base guidance follows the system prompt (default on). Turn it off for a
+    /// bare prompt: the application's prompt plus middleware sections only.
+    pub fn base_prompt(mut self, enabled: bool) -> Self {
+        self.base_prompt = enabled;
+        self
+    }
+
+    /// Whether the file tools are offered (default on).
+    pub fn file_tools(mut self, enabled: bool) -> Self {
+        self.file_tools = enabled;
+        self
+    }
+
+    /// Tool results longer than this many characters are saved to the backend and replaced by
+    /// a preview; `None` keeps every result whole.
+    pub fn offload_threshold(mut self, threshold: Option<usize>) -> Self {
+        self.offload_threshold = threshold;
+        self
+    }
+
     /// Checks the configuration and builds the agent.
     pub fn build(self) -> Result<Agent, BuildError> {
         if self.max_turns == 0 {
@@ -247,10 +304,30 @@ impl AgentBuilder {
                 ));
             }
         }
+        if self.permissions.is_some() && !self.file_tools {
+            return Err(BuildError::PermissionsWithoutFiles);
+        }
+        let mut backend: Arc<dyn Backend> = self.backend.unwrap_or_else(|| Arc::new(StateBackend));
+        if let Some(permissions) = self.permissions {
+            backend = Arc::new(PermissionedBackend::new(backend, permissions));
+        }
         let mut built_ins: Vec<Arc<dyn Middleware>> = Vec::new();
+        if self.base_prompt {
+            built_ins.push(Arc::new(GuidanceMiddleware));
+        }
         if self.todos {
             built_ins.push(Arc::new(TodoListMiddleware));
         }
+        if self.file_tools {
+            built_ins.push(Arc::new(FilesystemMiddleware::new(Arc::clone(&backend))));
+        }
+        if let Some(threshold) = self.offload_threshold {
+            built_ins.push(Arc::new(LargeResultsMiddleware::new(
+                Arc::clone(&backend),
+                threshold,
+            )));
+        }
+        built_ins.push(Arc::new(DanglingToolCallsMiddleware));
         let middleware = compose(built_ins, self.middleware);
 
         let mut schema = StateSchema::default();

@@ -35,6 +35,7 @@ pub(crate) async fn drive(
                 text: text.clone(),
                 usage: run.usage,
                 steps: run.steps,
+                files: run.state.files.keys().cloned().collect(),
             });
             Ok(RunOutput { text, run })
         }

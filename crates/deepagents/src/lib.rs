@@ -35,12 +35,15 @@ mod events;
 pub mod middleware;
 mod registry;
 mod stream;
+mod tools;
 
 pub use agent::{Agent, AgentBuilder, BuildError, DEFAULT_MAX_TURNS, RunOptions, RunOutput};
 pub use error::{RunError, RunFailure};
 pub use events::EventSink;
 pub use stream::RunStream;
 
+/// The backends (where files live), re-exported.
+pub use deepagents_backends as backends;
 /// The core types, re-exported.
 pub use deepagents_core as core;
 pub use deepagents_core::{

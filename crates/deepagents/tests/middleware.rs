@@ -99,7 +99,18 @@ async fn hooks_run_in_onion_order() {
     })
     .build()
     .unwrap();
-    assert_eq!(agent.middleware_names(), ["todos", "a", "b"]);
+    assert_eq!(
+        agent.middleware_names(),
+        [
+            "guidance",
+            "todos",
+            "filesystem",
+            "large_results",
+            "dangling_tool_calls",
+            "a",
+            "b"
+        ]
+    );
     agent.invoke("go").await.unwrap();
     let model_round = [
         "a before_model",
@@ -158,9 +169,14 @@ async fn system_prompt_sections_follow_the_user_prompt_in_stack_order() {
     agent.invoke("go").await.unwrap();
     let prompt = requests.lock().unwrap()[0].system_prompt.clone().unwrap();
     let user = prompt.find("You are terse.").unwrap();
+    let guidance = prompt.find("Work through the task").unwrap();
     let planning = prompt.find("## Planning").unwrap();
+    let files = prompt.find("## Files").unwrap();
     let section = prompt.find("section from a").unwrap();
-    assert!(user < planning && planning < section, "{prompt}");
+    assert!(
+        user < guidance && guidance < planning && planning < files && files < section,
+        "{prompt}"
+    );
 }
 
 /// A user middleware named like the built-in `todos` takes its place.
@@ -185,9 +201,19 @@ fn a_user_middleware_replaces_the_built_in_of_the_same_name_in_place() {
         .middleware(QuietTodos)
         .build()
         .unwrap();
-    assert_eq!(agent.middleware_names(), ["todos", "first"]);
+    assert_eq!(
+        agent.middleware_names(),
+        [
+            "guidance",
+            "todos",
+            "filesystem",
+            "large_results",
+            "dangling_tool_calls",
+            "first"
+        ]
+    );
     // The replacement contributes no tool, so write_todos is gone.
-    assert!(agent.tool_specs().is_empty());
+    assert!(agent.tool_specs().iter().all(|s| s.name != "write_todos"));
 }
 
 #[test]

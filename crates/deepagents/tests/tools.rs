@@ -441,7 +441,21 @@ fn typed_tool_schema_is_self_contained() {
         .build()
         .unwrap();
     let names: Vec<_> = agent.tool_specs().iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["echo", "write_todos"]);
+    assert_eq!(
+        names,
+        [
+            "echo",
+            "write_todos",
+            "ls",
+            "read_file",
+            "write_file",
+            "edit_file",
+            "delete",
+            "glob",
+            "grep"
+        ],
+        "user tools first, then planning, then files; no execute without a shell"
+    );
     let schema = &agent.tool_specs()[0].parameters;
     assert_eq!(schema["type"], "object");
     assert_eq!(schema["required"], json!(["text"]));

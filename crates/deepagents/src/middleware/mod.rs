@@ -1,8 +1,9 @@
 //! Middleware: ordered hooks around the run.
 //!
 //! # Order
-//! The stack is the built-in middleware in their fixed order, then the user's in the order
-//! given; a user middleware whose [`name`](Middleware::name) equals a built-in one takes that
+//! The stack is the built-in middleware in their fixed order — `guidance`, `todos`,
+//! `filesystem`, `large_results`, `dangling_tool_calls` (those enabled) — then the user's in the
+//! order given; a user middleware whose [`name`](Middleware::name) equals a built-in one takes that
 //! built-in's place instead of being appended. Then:
 //!
 //! - `before_run` and `before_model` run first to last;
@@ -15,6 +16,10 @@
 //! ones shaped it. Built-ins come first so that user middleware can observe and adjust what
 //! they produce (prompt sections, tool results).
 
+mod dangling;
+mod filesystem;
+mod guidance;
+mod offload;
 mod todos;
 
 use std::sync::Arc;
@@ -29,6 +34,10 @@ use deepagents_core::{
 use crate::events::EventSink;
 use crate::registry::ToolRegistry;
 
+pub use dangling::DanglingToolCallsMiddleware;
+pub use filesystem::FilesystemMiddleware;
+pub use guidance::GuidanceMiddleware;
+pub use offload::{DEFAULT_OFFLOAD_THRESHOLD, LARGE_RESULTS_DIR, LargeResultsMiddleware};
 pub use todos::TodoListMiddleware;
 
 /// A middleware hook failed; the run stops with this message.

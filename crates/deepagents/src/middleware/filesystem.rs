@@ -1,0 +1,72 @@
+//! The filesystem tools and their prompt section.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use deepagents_backends::Backend;
+use deepagents_core::{AgentState, DynTool, ModelRequest, TypedTool};
+
+use super::{Middleware, MiddlewareError};
+use crate::tools::execute::Execute;
+use crate::tools::filesystem::{Delete, EditFile, Glob, Grep, Ls, ReadFile, WriteFile};
+
+const FILES_PROMPT: &str = "\
+## Files
+You work on a filesystem of absolute paths starting with `/`. Find files with ls and glob, \
+search contents with grep, read a file before changing it, use edit_file for targeted changes \
+and write_file for new files. Results too large to return whole are saved under \
+/large_tool_results/; page through them with read_file.";
+
+const SHELL_PROMPT: &str = "\
+## Shell
+execute runs shell commands with the working directory at the filesystem root `/`. Use it to \
+build, test and run programs; use the file tools to read and edit files.";
+
+/// Offers `ls`, `read_file`, `write_file`, `edit_file`, `delete`, `glob`, `grep`, and `execute`
+/// when the backend has a shell. Its name is `filesystem`.
+pub struct FilesystemMiddleware {
+    backend: Arc<dyn Backend>,
+}
+
+impl FilesystemMiddleware {
+    /// File tools over `backend`.
+    pub fn new(backend: Arc<dyn Backend>) -> Self {
+        Self { backend }
+    }
+}
+
+#[async_trait]
+impl Middleware for FilesystemMiddleware {
+    fn name(&self) -> &str {
+        "filesystem"
+    }
+
+    fn tools(&self) -> Vec<Arc<dyn DynTool>> {
+        let b = || Arc::clone(&self.backend);
+        let mut tools: Vec<Arc<dyn DynTool>> = vec![
+            Arc::new(TypedTool::new(Ls(b()))),
+            Arc::new(TypedTool::new(ReadFile(b()))),
+            Arc::new(TypedTool::new(WriteFile(b()))),
+            Arc::new(TypedTool::new(EditFile(b()))),
+            Arc::new(TypedTool::new(Delete(b()))),
+            Arc::new(TypedTool::new(Glob(b()))),
+            Arc::new(TypedTool::new(Grep(b()))),
+        ];
+        if self.backend.as_sandbox().is_some() {
+            tools.push(Arc::new(TypedTool::new(Execute(b()))));
+        }
+        tools
+    }
+
+    async fn before_model(
+        &self,
+        request: &mut ModelRequest,
+        _state: &AgentState,
+    ) -> Result<(), MiddlewareError> {
+        request.push_system_section(FILES_PROMPT);
+        if self.backend.as_sandbox().is_some() {
+            request.push_system_section(SHELL_PROMPT);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,568 @@
+//! File tools over a [`Backend`]: ls, read_file, write_file, edit_file, delete, glob, grep.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use deepagents_backends::{
+    Backend, BackendContext, BackendError, DEFAULT_GREP_MAX_COUNT, GrepQuery, ReadResult, VPath,
+};
+use deepagents_core::{ContentBlock, Tool, ToolContext, ToolError, ToolOutput};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::output::{OUTPUT_CAP, capped_lines, truncate_chars};
+
+/// Lines `read_file` returns when the model gives no limit.
+pub(crate) const DEFAULT_READ_LIMIT: usize = 500;
+/// Lines longer than this continue on rows `N.1`, `N.2`, …
+pub(crate) const LINE_ROW_CHARS: usize = 5_000;
+
+/// The context a backend call runs with, derived from the tool's.
+pub(crate) fn backend_context(ctx: &ToolContext) -> BackendContext {
+    BackendContext {
+        state: Arc::clone(&ctx.state),
+        runtime: ctx.runtime.clone(),
+        ..BackendContext::default()
+    }
+}
+
+/// A backend error as the model should see it.
+pub(crate) fn to_model(error: BackendError) -> ToolError {
+    ToolError::RespondToModel(error.to_string())
+}
+
+pub(crate) fn parse_path(raw: &str) -> Result<VPath, ToolError> {
+    VPath::parse(raw).map_err(|e| to_model(e.into()))
+}
+
+/// `ls`.
+pub(crate) struct Ls(pub(crate) Arc<dyn Backend>);
+
+/// Arguments of `ls`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LsArgs {
+    /// Absolute directory path, e.g. `/` or `/src`.
+    #[serde(default = "root")]
+    path: String,
+}
+
+fn root() -> String {
+    "/".to_owned()
+}
+
+impl Tool for Ls {
+    type Args = LsArgs;
+
+    fn name(&self) -> &str {
+        "ls"
+    }
+
+    fn description(&self) -> String {
+        "List the entries directly inside a directory (absolute path, default `/`). Directories \
+         end with `/`; files show their size. Use glob to find files at any depth."
+            .to_owned()
+    }
+
+    async fn call(&self, args: LsArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let path = parse_path(&args.path)?;
+        let entries = self
+            .0
+            .ls(&backend_context(&ctx), &path)
+            .await
+            .map_err(to_model)?;
+        if entries.is_empty() {
+            return Ok(ToolOutput::text(format!("{path} is empty.")));
+        }
+        let total = entries.len();
+        let lines = entries.into_iter().map(|entry| {
+            if entry.is_dir {
+                format!("{}/", entry.path)
+            } else {
+                format!("{} ({} bytes)", entry.path, entry.size)
+            }
+        });
+        Ok(ToolOutput::text(capped_lines(lines, |omitted| {
+            format!("[{omitted} of {total} entries not shown; list a subdirectory or use glob.]")
+        })))
+    }
+}
+
+/// `read_file`.
+pub(crate) struct ReadFile(pub(crate) Arc<dyn Backend>);
+
+/// Arguments of `read_file`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReadFileArgs {
+    /// Absolute path of the file.
+    file_path: String,
+    /// 0-based line to start at.
+    #[serde(default)]
+    offset: usize,
+    /// Lines to return (default 500).
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+impl Tool for ReadFile {
+    type Args = ReadFileArgs;
+
+    fn name(&self) -> &str {
+        "read_file"
+    }
+
+    fn description(&self) -> String {
+        format!(
+            "Read a file. Text comes back as numbered lines (`N<TAB>text`), {DEFAULT_READ_LIMIT} \
+             lines from `offset` (0-based) unless `limit` says otherwise, at most {OUTPUT_CAP} \
+             characters per call; lines over {LINE_ROW_CHARS} characters continue on rows `N.1`, \
+             `N.2`. A note gives the offset to continue from. Images and PDFs come back as \
+             content you can see."
+        )
+    }
+
+    async fn call(&self, args: ReadFileArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let path = parse_path(&args.file_path)?;
+        let limit = args.limit.unwrap_or(DEFAULT_READ_LIMIT).max(1);
+        let read = self
+            .0
+            .read(&backend_context(&ctx), &path, args.offset, limit)
+            .await
+            .map_err(to_model)?;
+        match read {
+            ReadResult::Binary { mime_type, data } => Ok(binary_output(&path, mime_type, data)),
+            ReadResult::Text {
+                lines,
+                offset,
+                total_lines,
+            } => {
+                if total_lines == 0 {
+                    return Ok(ToolOutput::text(format!("{path} is empty.")));
+                }
+                if offset >= total_lines {
+                    return Err(ToolError::RespondToModel(format!(
+                        "offset {offset} is past the end of {path}, which has {total_lines} lines; use an offset below {total_lines}."
+                    )));
+                }
+                Ok(ToolOutput::text(numbered(
+                    &path,
+                    &lines,
+                    offset,
+                    total_lines,
+                )))
+            }
+        }
+    }
+}
+
+/// Whether models can take this media type as content.
+fn viewable(mime_type: &str) -> bool {
+    mime_type.starts_with("image/")
+        || mime_type.starts_with("audio/")
+        || mime_type.starts_with("video/")
+        || mime_type == "application/pdf"
+}
+
+fn binary_output(path: &VPath, mime_type: String, data: Vec<u8>) -> ToolOutput {
+    let size = data.len();
+    if viewable(&mime_type) {
+        ToolOutput::blocks(vec![
+            ContentBlock::text(format!("{path} ({mime_type}, {size} bytes):")),
+            ContentBlock::data(mime_type, data),
+        ])
+    } else {
+        ToolOutput::text(format!(
+            "{path} is a binary file ({mime_type}, {size} bytes) and cannot be shown as text. Inspect it with other tools if you must."
+        ))
+    }
+}
+
+/// Numbered rows of a page, capped, with a note on what remains.
+fn numbered(path: &VPath, lines: &[String], offset: usize, total_lines: usize) -> String {
+    let width = (offset + lines.len()).to_string().len().max(6);
+    let mut out = String::new();
+    let mut next = offset + lines.len();
+    let mut cut_inside_first = false;
+    'lines: for (i, line) in lines.iter().enumerate() {
+        let number = offset + i + 1;
+        let mut rows = Vec::new();
+        let mut rest = line.as_str();
+        loop {
+            let chunk = truncate_chars(rest, LINE_ROW_CHARS);
+            rows.push(chunk);
+            rest = &rest[chunk.len()..];
+            if rest.is_empty() {
+                break;
+            }
+        }
+        for (row, chunk) in rows.iter().enumerate() {
+            let label = if row == 0 {
+                number.to_string()
+            } else {
+                format!("{number}.{row}")
+            };
+            let entry = format!("{label:>width$}\t{chunk}\n");
+            if out.len() + entry.len() > OUTPUT_CAP {
+                if i == 0 {
+                    // One line larger than a page: show what fits and move past it, saying so.
+                    cut_inside_first = true;
+                    next = offset + 1;
+                } else {
+                    next = offset + i;
+                }
+                break 'lines;
+            }
+            out.push_str(&entry);
+        }
+    }
+    let shown_last = next.min(offset + lines.len());
+    if cut_inside_first {
+        let _ = write!(
+            out,
+            "\n[Line {} is longer than one page; only its start is shown. Inspect it with grep, or continue with offset={next}.]",
+            offset + 1
+        );
+    }
+    if next < total_lines {
+        let _ = write!(
+            out,
+            "\n[Lines {}-{shown_last} of {total_lines} shown from {path}; {} more. Continue with offset={next}.]",
+            offset + 1,
+            total_lines - next
+        );
+    }
+    out
+}
+
+/// `write_file`.
+pub(crate) struct WriteFile(pub(crate) Arc<dyn Backend>);
+
+/// Arguments of `write_file`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WriteFileArgs {
+    /// Absolute path of the file; parent directories are created.
+    file_path: String,
+    /// The complete new content.
+    content: String,
+}
+
+impl Tool for WriteFile {
+    type Args = WriteFileArgs;
+
+    fn name(&self) -> &str {
+        "write_file"
+    }
+
+    fn description(&self) -> String {
+        "Create a file or replace its whole content. Parent directories are created. Prefer \
+         edit_file for changing part of an existing file."
+            .to_owned()
+    }
+
+    fn is_mutating(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, args: WriteFileArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let path = parse_path(&args.file_path)?;
+        let changed = self
+            .0
+            .write(&backend_context(&ctx), &path, &args.content)
+            .await
+            .map_err(to_model)?;
+        let lines = deepagents_backends::text::lines(&args.content).count();
+        Ok(ToolOutput::text(format!(
+            "Wrote {path} ({lines} lines, {} bytes).",
+            args.content.len()
+        ))
+        .with_update(changed.update))
+    }
+}
+
+/// `edit_file`.
+pub(crate) struct EditFile(pub(crate) Arc<dyn Backend>);
+
+/// Arguments of `edit_file`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EditFileArgs {
+    /// Absolute path of the file.
+    file_path: String,
+    /// Exact text to replace, including whitespace; must occur once unless replace_all.
+    old_string: String,
+    /// The replacement.
+    new_string: String,
+    /// Replace every occurrence instead of exactly one.
+    #[serde(default)]
+    replace_all: bool,
+}
+
+impl Tool for EditFile {
+    type Args = EditFileArgs;
+
+    fn name(&self) -> &str {
+        "edit_file"
+    }
+
+    fn description(&self) -> String {
+        "Replace exact text in a file. `old_string` must match the file exactly (copy it from \
+         read_file output without the line numbers) and occur once, unless `replace_all` is \
+         true."
+            .to_owned()
+    }
+
+    fn is_mutating(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, args: EditFileArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let path = parse_path(&args.file_path)?;
+        let changed = self
+            .0
+            .edit(
+                &backend_context(&ctx),
+                &path,
+                &args.old_string,
+                &args.new_string,
+                args.replace_all,
+            )
+            .await
+            .map_err(to_model)?;
+        let count = changed.value;
+        let plural = if count == 1 { "" } else { "s" };
+        Ok(
+            ToolOutput::text(format!("Replaced {count} occurrence{plural} in {path}."))
+                .with_update(changed.update),
+        )
+    }
+}
+
+/// `delete`.
+pub(crate) struct Delete(pub(crate) Arc<dyn Backend>);
+
+/// Arguments of `delete`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DeleteArgs {
+    /// Absolute path of a file or directory; directories are deleted with everything inside.
+    path: String,
+}
+
+impl Tool for Delete {
+    type Args = DeleteArgs;
+
+    fn name(&self) -> &str {
+        "delete"
+    }
+
+    fn description(&self) -> String {
+        "Delete a file, or a directory with everything inside it. This cannot be undone.".to_owned()
+    }
+
+    fn is_mutating(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, args: DeleteArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let path = parse_path(&args.path)?;
+        let changed = self
+            .0
+            .delete(&backend_context(&ctx), &path)
+            .await
+            .map_err(to_model)?;
+        let count = changed.value;
+        let plural = if count == 1 { "" } else { "s" };
+        Ok(
+            ToolOutput::text(format!("Deleted {path} ({count} file{plural})."))
+                .with_update(changed.update),
+        )
+    }
+}
+
+/// `glob`.
+pub(crate) struct Glob(pub(crate) Arc<dyn Backend>);
+
+/// Arguments of `glob`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GlobArgs {
+    /// Glob such as `*.py` (any depth), `src/**/*.rs` or `*.{md,txt}`.
+    pattern: String,
+    /// Absolute directory to search from (default `/`).
+    #[serde(default = "root")]
+    path: String,
+}
+
+impl Tool for Glob {
+    type Args = GlobArgs;
+
+    fn name(&self) -> &str {
+        "glob"
+    }
+
+    fn description(&self) -> String {
+        "Find files by name. A pattern without `/` matches file names at any depth (`*.py`); \
+         with `/` it matches paths from `path` (`src/**/*.rs`). Supports `**`, `{a,b}`, `[ab]`. \
+         Hidden files match only when the pattern names them (`**/.env`). Returns paths sorted."
+            .to_owned()
+    }
+
+    async fn call(&self, args: GlobArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let base = parse_path(&args.path)?;
+        let result = self
+            .0
+            .glob(&backend_context(&ctx), &args.pattern, &base)
+            .await
+            .map_err(to_model)?;
+        if result.files.is_empty() {
+            let more = if result.truncated {
+                " The search stopped early (time limit), so narrow `path` and try again."
+            } else {
+                ""
+            };
+            return Ok(ToolOutput::text(format!(
+                "No files match `{}` under {base}.{more}",
+                args.pattern
+            )));
+        }
+        let total = result.files.len();
+        let mut text = capped_lines(result.files.into_iter().map(|f| f.path), |omitted| {
+            format!("[{omitted} of {total} paths not shown; use a narrower pattern or path.]")
+        });
+        if result.truncated {
+            text.push_str("\n[The search stopped early; more files may match. Narrow `path`.]");
+        }
+        Ok(ToolOutput::text(text))
+    }
+}
+
+/// How grep reports.
+#[derive(Clone, Copy, Debug, Default, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum GrepOutput {
+    /// Paths of files with a match.
+    #[default]
+    FilesWithMatches,
+    /// Matching lines with line numbers, grouped by file.
+    Content,
+    /// Matches per file.
+    Count,
+}
+
+/// `grep`.
+pub(crate) struct Grep(pub(crate) Arc<dyn Backend>);
+
+/// Arguments of `grep`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GrepArgs {
+    /// Text to find. Literal unless `regex` is true.
+    pattern: String,
+    /// Absolute file or directory to search (default `/`).
+    #[serde(default = "root")]
+    path: String,
+    /// Only files whose name or relative path matches this glob, e.g. `*.rs`.
+    #[serde(default)]
+    glob: Option<String>,
+    /// files_with_matches (default), content (lines with numbers) or count.
+    #[serde(default)]
+    output_mode: GrepOutput,
+    /// Treat `pattern` as a regular expression.
+    #[serde(default)]
+    regex: bool,
+    /// Ignore case.
+    #[serde(default)]
+    case_insensitive: bool,
+    /// Most matching lines to collect (default 1000).
+    #[serde(default)]
+    max_count: Option<usize>,
+}
+
+impl Tool for Grep {
+    type Args = GrepArgs;
+
+    fn name(&self) -> &str {
+        "grep"
+    }
+
+    fn description(&self) -> String {
+        format!(
+            "Search file contents. The pattern is literal text unless `regex` is true. \
+             output_mode: files_with_matches (default), content (`path:` then `N: line`), or \
+             count. Stops after max_count matching lines (default {DEFAULT_GREP_MAX_COUNT}) and \
+             says so. Binary files are skipped."
+        )
+    }
+
+    async fn call(&self, args: GrepArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let query = GrepQuery {
+            pattern: args.pattern.clone(),
+            regex: args.regex,
+            case_insensitive: args.case_insensitive,
+            path: parse_path(&args.path)?,
+            include: args.glob,
+            max_count: args.max_count.unwrap_or(DEFAULT_GREP_MAX_COUNT).max(1),
+        };
+        let result = self
+            .0
+            .grep(&backend_context(&ctx), &query)
+            .await
+            .map_err(to_model)?;
+        if result.matches.is_empty() {
+            let mut text = format!("No matches for `{}` under {}.", args.pattern, query.path);
+            if !args.regex && looks_like_regex(&args.pattern) {
+                text.push_str(
+                    " The pattern was searched as literal text but looks like a regular expression; set regex=true to use it as one.",
+                );
+            }
+            return Ok(ToolOutput::text(text));
+        }
+        let mut by_file: BTreeMap<String, Vec<(usize, String)>> = BTreeMap::new();
+        for found in result.matches {
+            by_file
+                .entry(found.path)
+                .or_default()
+                .push((found.line_number, found.line));
+        }
+        let lines: Vec<String> = match args.output_mode {
+            GrepOutput::FilesWithMatches => by_file.into_keys().collect(),
+            GrepOutput::Count => by_file
+                .into_iter()
+                .map(|(path, hits)| format!("{path}: {}", hits.len()))
+                .collect(),
+            GrepOutput::Content => by_file
+                .into_iter()
+                .flat_map(|(path, hits)| {
+                    std::iter::once(format!("{path}:")).chain(hits.into_iter().map(
+                        |(number, line)| {
+                            format!("{number:>6}: {}", truncate_chars(&line, LINE_ROW_CHARS / 2))
+                        },
+                    ))
+                })
+                .collect(),
+        };
+        let mut text = capped_lines(lines, |omitted| {
+            format!("[{omitted} more lines not shown; narrow the search with path or glob.]")
+        });
+        if result.truncated {
+            let _ = write!(
+                text,
+                "\n[Stopped after {} matching lines; more may exist. Narrow the search with path or glob.]",
+                query.max_count
+            );
+        }
+        Ok(ToolOutput::text(text))
+    }
+}
+
+/// Whether a pattern searched literally was probably meant as a regex.
+fn looks_like_regex(pattern: &str) -> bool {
+    [
+        ".*", ".+", "\\d", "\\w", "\\s", "\\b", "[", "(", "|", "^", "$", "+", "?", "{",
+    ]
+    .iter()
+    .any(|marker| pattern.contains(marker))
+}
