@@ -9,7 +9,7 @@ use crate::glob::GlobPattern;
 use crate::path::VPath;
 use crate::protocol::{
     Backend, BackendContext, BackendError, Changed, FileInfo, FileOpError, GlobResult, GrepQuery,
-    GrepResult, RawFile, ReadResult, Sandbox,
+    GrepResult, PathMapping, RawFile, ReadResult, Sandbox,
 };
 
 /// Routes each path to the backend mounted at its longest matching prefix (on segment
@@ -392,5 +392,16 @@ impl Backend for CompositeBackend {
 
     fn as_sandbox(&self) -> Option<&dyn Sandbox> {
         self.default.as_sandbox()
+    }
+
+    fn path_mappings(&self) -> Vec<PathMapping> {
+        let mut mappings = self.default.path_mappings();
+        for (prefix, backend) in self.routes.iter().rev() {
+            mappings.extend(backend.path_mappings().into_iter().map(|m| PathMapping {
+                prefix: m.prefix.under(prefix),
+                host: m.host,
+            }));
+        }
+        mappings
     }
 }

@@ -4,6 +4,8 @@
 //! each path really lives:
 //!
 //! - [`StateBackend`]: files in the agent state (per thread, checkpointed with it);
+//! - [`FilesystemBackend`]: a directory on disk, confined to its root;
+//! - [`LocalShellBackend`]: the same plus `execute` through a local shell ([`Sandbox`]);
 //! - [`StoreBackend`]: a namespaced key-value [`Store`] shared across threads;
 //! - [`CompositeBackend`]: several of these routed by path prefix.
 //!
@@ -28,10 +30,15 @@ pub use permissions::{Mode, Operation, PermissionRule, PermissionedBackend, Perm
 pub use policy::{BackendOp, BackendPolicy, PolicyBackend};
 pub use protocol::{
     Backend, BackendContext, BackendError, Changed, DEFAULT_GREP_MAX_COUNT, ExecuteResult,
-    FileInfo, FileOpError, GlobResult, GrepMatch, GrepQuery, GrepResult, RawFile, ReadResult,
-    Sandbox,
+    FileInfo, FileOpError, GlobResult, GrepMatch, GrepQuery, GrepResult, PathMapping, RawFile,
+    ReadResult, Sandbox,
 };
 pub use state::StateBackend;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{InMemoryStore, Store, StoreBackend};
+
+mod filesystem;
+mod shell;
+pub use filesystem::{FilesystemBackend, FilesystemBackendBuilder};
+pub use shell::LocalShellBackend;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::path::VPath;
 use crate::protocol::{
     Backend, BackendContext, BackendError, Changed, ExecuteResult, FileInfo, FileOpError,
-    GlobResult, GrepQuery, GrepResult, RawFile, ReadResult, Sandbox,
+    GlobResult, GrepQuery, GrepResult, PathMapping, RawFile, ReadResult, Sandbox,
 };
 
 /// What an operation does to a path: `ls`, `read_file`, `glob` and `grep` read; `write_file`,
@@ -351,6 +351,10 @@ impl Backend for PermissionedBackend {
 
     fn as_sandbox(&self) -> Option<&dyn Sandbox> {
         self.inner.as_sandbox().map(|_| self as &dyn Sandbox)
+    }
+
+    fn path_mappings(&self) -> Vec<PathMapping> {
+        self.inner.path_mappings()
     }
 }
 

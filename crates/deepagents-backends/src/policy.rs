@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use crate::path::VPath;
 use crate::protocol::{
     Backend, BackendContext, BackendError, Changed, ExecuteResult, FileInfo, FileOpError,
-    GlobResult, GrepQuery, GrepResult, RawFile, ReadResult, Sandbox,
+    GlobResult, GrepQuery, GrepResult, PathMapping, RawFile, ReadResult, Sandbox,
 };
 
 /// One backend operation, as a policy sees it.
@@ -308,6 +308,10 @@ impl Backend for PolicyBackend {
 
     fn as_sandbox(&self) -> Option<&dyn Sandbox> {
         self.inner.as_sandbox().map(|_| self as &dyn Sandbox)
+    }
+
+    fn path_mappings(&self) -> Vec<PathMapping> {
+        self.inner.path_mappings()
     }
 }
 

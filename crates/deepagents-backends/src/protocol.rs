@@ -332,6 +332,17 @@ impl BackendError {
     }
 }
 
+/// Where a part of the virtual tree lives on the host machine, so the model can be told how
+/// shell paths relate to file-tool paths.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathMapping {
+    /// The virtual prefix (`/` for the whole tree of a backend).
+    pub prefix: VPath,
+    /// The host directory it maps to; `None` when it is not on the host's disk (agent state,
+    /// a store, a remote machine).
+    pub host: Option<std::path::PathBuf>,
+}
+
 /// A filesystem the agent can use. Every operation takes absolute virtual paths and returns
 /// errors as values. Implement every method; [`crate::text`] has helpers for backends that keep
 /// whole files in memory.
@@ -413,6 +424,14 @@ pub trait Backend: Send + Sync {
     /// The shell of this backend, when it has one.
     fn as_sandbox(&self) -> Option<&dyn Sandbox> {
         None
+    }
+
+    /// Where this backend's tree lives on the host, prefix by prefix.
+    fn path_mappings(&self) -> Vec<PathMapping> {
+        vec![PathMapping {
+            prefix: VPath::root(),
+            host: None,
+        }]
     }
 }
 

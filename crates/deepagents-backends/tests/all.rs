@@ -2,6 +2,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod conformance;
+mod escape;
+mod filesystem;
 mod memory_backends;
 mod paths;
 mod permissions;
+mod shell;

@@ -1,6 +1,8 @@
 //! `deepagents`: run a deep agent from the terminal.
 
+mod agents;
 mod progress;
+mod workspace;
 
 use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
@@ -26,9 +28,23 @@ enum Command {
 
 #[derive(Args)]
 struct RunArgs {
-    /// The model as provider:model, e.g. `scripted:examples/scripts/plan.json`.
+    /// The model as provider:model, e.g. `anthropic:claude-sonnet-4-5`, `openai:gpt-5`,
+    /// `replay:session.json` or `scripted:examples/scripts/plan.json`.
     #[arg(long, env = "DEEPAGENTS_MODEL")]
     model: Option<String>,
+    /// The provider's endpoint, e.g. `http://127.0.0.1:8000/v1`; beats `*_BASE_URL` variables.
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// Record every request and response exchanged with the provider to this cassette file
+    /// (API keys are never written); play it back with `--model replay:PATH`.
+    #[arg(long, value_name = "PATH")]
+    record: Option<std::path::PathBuf>,
+    /// Retries of a failed model request (rate limits, server errors, broken connections).
+    #[arg(long, value_name = "N")]
+    max_retries: Option<u32>,
+    /// Ask the model to reason (think) first, at this effort: low, medium or high.
+    #[arg(long, value_name = "EFFORT", value_parser = ["low", "medium", "high"])]
+    reasoning_effort: Option<String>,
     /// Print one JSON event per line on stdout; the last line has "type":"final".
     #[arg(long)]
     json: bool,
@@ -41,6 +57,28 @@ struct RunArgs {
     /// Offer the write_todos planning tool.
     #[arg(long)]
     todos: bool,
+    /// Where files live: real files under --root (filesystem), the same plus shell commands
+    /// (shell), or the run's memory (state).
+    #[arg(long, value_enum, default_value = "filesystem")]
+    backend: workspace::BackendKind,
+    /// The workspace root for the filesystem and shell backends (default: current directory).
+    #[arg(long, value_name = "DIR")]
+    root: Option<std::path::PathBuf>,
+    /// Permission rules (TOML: [[rules]] operations, paths, mode) for every file operation.
+    #[arg(long, value_name = "FILE")]
+    permissions: Option<std::path::PathBuf>,
+    /// A directory of subagent definitions (markdown with name/description/model frontmatter);
+    /// repeatable, later ones win. `.deepagents/agents/` is read first when it exists.
+    #[arg(long = "agents", value_name = "DIR")]
+    agent_dirs: Vec<std::path::PathBuf>,
+    /// A directory of skills (folders with SKILL.md); repeatable, later ones win over earlier
+    /// ones and over ~/.deepagents/agent/skills, .deepagents/skills and .agents/skills.
+    #[arg(long = "skills", value_name = "DIR")]
+    skill_dirs: Vec<std::path::PathBuf>,
+    /// The model's context window in tokens, overriding its profile (try a small window on any
+    /// model).
+    #[arg(long, value_name = "N")]
+    max_input_tokens: Option<u64>,
     /// The task; `-` reads it from stdin.
     task: String,
 }
@@ -63,7 +101,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", one_line(&format!("{e:#}")));
+            eprintln!("error: {}", error_text(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
@@ -90,10 +128,35 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             "no model given; pass --model provider:model or set DEEPAGENTS_MODEL (offline: --model scripted:PATH)"
         );
     };
-    let model = models::from_spec(&spec)?;
+    let options = models::ModelOptions {
+        base_url: args.base_url,
+        record: args.record,
+        max_retries: args.max_retries,
+        reasoning: args.reasoning_effort.as_deref().map(|effort| match effort {
+            "low" => models::ReasoningEffort::Low,
+            "high" => models::ReasoningEffort::High,
+            _ => models::ReasoningEffort::Medium,
+        }),
+        ..models::ModelOptions::default()
+    };
+    let model = models::from_spec_with(&spec, &options)?;
     let mut builder = Agent::builder(model)
         .todos(args.todos)
         .max_turns(args.max_turns);
+    let workspace = workspace::open(args.backend, args.root, &args.skill_dirs)?;
+    builder = builder
+        .backend(workspace.backend)
+        .memory(workspace.memory)
+        .skills(workspace.skills);
+    if let Some(path) = &args.permissions {
+        builder = builder.permissions(workspace::permissions(path)?);
+    }
+    if let Some(tokens) = args.max_input_tokens {
+        builder = builder.context_window(tokens);
+    }
+    for subagent in agents::load(&agents::sources(&args.agent_dirs))? {
+        builder = builder.subagent(subagent);
+    }
     if let Some(prompt) = args.system_prompt {
         builder = builder.system_prompt(prompt);
     }
@@ -126,12 +189,22 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(failure) => {
-            eprintln!("error: {}", one_line(&failure.error.to_string()));
+            eprintln!("error: {}", error_text(&failure.error.to_string()));
             if matches!(failure.error, deepagents::RunError::Cancelled) {
                 return Ok(ExitCode::from(EXIT_INTERRUPTED));
             }
             Ok(ExitCode::FAILURE)
         }
+    }
+}
+
+/// One line, except that a cassette diff keeps its lines so it stays readable.
+fn error_text(text: &str) -> String {
+    match text.split_once(":\n") {
+        Some((head, diff)) if text.contains("differs from cassette") => {
+            format!("{}:\n{}", one_line(head), diff.trim_end())
+        }
+        _ => one_line(text),
     }
 }
 

@@ -1,5 +1,7 @@
 //! Human-readable progress on stderr.
 
+use std::collections::HashMap;
+
 use deepagents::core::{Event, EventKind};
 use deepagents::{ContentBlock, TodoStatus, ToolStatus};
 
@@ -10,16 +12,21 @@ const PREVIEW: usize = 120;
 /// shown too; its final answer is left for stdout.
 #[derive(Default)]
 pub struct Progress {
-    narration: String,
+    /// Text streamed so far by each agent (subagents run in parallel), by agent path.
+    narration: HashMap<Vec<String>, String>,
 }
 
 impl Progress {
     pub fn show(&mut self, event: &Event) {
         let indent = "  ".repeat(event.path.len() / 2);
         match &event.kind {
-            EventKind::TextDelta { text } => self.narration.push_str(text),
+            EventKind::TextDelta { text } => self
+                .narration
+                .entry(event.path.clone())
+                .or_default()
+                .push_str(text),
             EventKind::ModelCallFinished { tool_calls, .. } => {
-                let narration = std::mem::take(&mut self.narration);
+                let narration = self.narration.remove(&event.path).unwrap_or_default();
                 if *tool_calls > 0 && !narration.trim().is_empty() {
                     eprintln!("{indent}› {}", narration.trim());
                 }

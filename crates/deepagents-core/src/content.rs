@@ -23,6 +23,20 @@ pub enum ContentBlock {
         #[serde(with = "base64_bytes")]
         data: Vec<u8>,
     },
+    /// The model's reasoning ("thinking"), kept so it can be sent back to providers that require
+    /// it on the next turn. It is not answer text: [`as_text`](Self::as_text) skips it.
+    Reasoning {
+        /// The readable reasoning or its summary; may be empty when the provider hides it.
+        #[serde(default)]
+        text: String,
+        /// The provider's signature over the reasoning (Anthropic thinking blocks).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+        /// A provider item to send back verbatim (a Responses API reasoning item, an Anthropic
+        /// redacted thinking block); its shape belongs to the provider that produced it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        opaque: Option<serde_json::Value>,
+    },
 }
 
 impl ContentBlock {
@@ -43,7 +57,7 @@ impl ContentBlock {
     pub fn as_text(&self) -> Option<&str> {
         match self {
             Self::Text { text } => Some(text),
-            Self::Data { .. } => None,
+            Self::Data { .. } | Self::Reasoning { .. } => None,
         }
     }
 
@@ -53,7 +67,7 @@ impl ContentBlock {
     }
 }
 
-/// Concatenates the text blocks of `blocks`, skipping binary ones.
+/// Concatenates the text blocks of `blocks`, skipping binary and reasoning ones.
 pub fn joined_text(blocks: &[ContentBlock]) -> String {
     let mut out = String::new();
     for text in blocks.iter().filter_map(ContentBlock::as_text) {

@@ -14,11 +14,11 @@ pub mod state;
 pub mod tool;
 
 pub use content::ContentBlock;
-pub use event::{AgentPath, Event, EventKind};
+pub use event::{AgentPath, Event, EventKind, EventSink};
 pub use message::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus, Usage};
 pub use model::{
-    Model, ModelError, ModelRequest, ModelResponse, ModelSettings, ModelStream, StopReason,
-    StreamEvent,
+    Model, ModelError, ModelProfile, ModelRequest, ModelResponse, ModelSettings, ModelStream,
+    StopReason, StreamEvent,
 };
 pub use run::{NextAction, Run, TurnLimitReached};
 pub use state::{

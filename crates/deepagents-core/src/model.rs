@@ -190,6 +190,15 @@ impl ModelError {
     }
 }
 
+/// Limits of a model, so context management can compute its thresholds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelProfile {
+    /// The context window: most tokens a request may hold (prompt, tools and history).
+    pub max_input_tokens: u64,
+    /// Most tokens the model may generate in one answer.
+    pub max_output_tokens: u64,
+}
+
 /// A language model.
 ///
 /// Implement [`generate`](Model::generate); override [`stream`](Model::stream) when the provider
@@ -198,6 +207,11 @@ impl ModelError {
 pub trait Model: Send + Sync {
     /// The spec this model was made from, e.g. `anthropic:claude-sonnet-4-6`.
     fn id(&self) -> &str;
+
+    /// The model's limits, when known.
+    fn profile(&self) -> Option<ModelProfile> {
+        None
+    }
 
     /// Answers a request in one piece.
     async fn generate(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError>;

@@ -14,7 +14,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::content::ContentBlock;
-use crate::event::AgentPath;
+use crate::event::{AgentPath, EventSink};
 use crate::state::{AgentState, StateUpdate};
 
 /// What a model is told about a tool.
@@ -113,8 +113,9 @@ impl fmt::Debug for RuntimeContext {
 pub struct ToolContext {
     /// Id of the call being executed.
     pub call_id: String,
-    /// The agent running the tool (`[]` for the main agent).
-    pub agent_path: AgentPath,
+    /// Where events go; its path names the agent running the tool (`[]` for the main agent).
+    /// Tools that run agents of their own (subagents) nest it.
+    pub events: EventSink,
     /// Application data for this run.
     pub runtime: RuntimeContext,
     /// The agent state as it was when the step began. Propose changes through
@@ -314,5 +315,12 @@ impl DynTool for DynamicTool {
             )));
         }
         (self.handler)(args, ctx).await
+    }
+}
+
+impl ToolContext {
+    /// The agent running the tool (`[]` for the main agent).
+    pub fn agent_path(&self) -> &AgentPath {
+        self.events.path()
     }
 }

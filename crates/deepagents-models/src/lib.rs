@@ -1,11 +1,37 @@
 //! Models for deepagents, and the resolver that turns a spec string such as
-//! `scripted:demo.json` into a model.
+//! `anthropic:claude-sonnet-4-5` or `scripted:demo.json` into a model.
 //!
-//! Provider clients (OpenAI, Anthropic, Gemini, OpenAI-compatible servers) live here too, each
-//! in its own module; [`scripted`] replays a fixed script for tests and offline demos.
+//! Provider clients (OpenAI Responses and Chat Completions, Anthropic, Gemini, and
+//! OpenAI-compatible servers such as Ollama, OpenRouter, vLLM or llama.cpp) live behind the
+//! `providers` feature (on by default), one module per wire format over a shared HTTP layer
+//! ([`http`]: timeouts, retries with backoff and jitter, SSE parsing, error classification).
+//! [`cassette`] records and replays their exchanges; [`scripted`] replays a fixed script for
+//! tests and offline demos.
 
+#[cfg(feature = "providers")]
+pub mod anthropic;
+#[cfg(feature = "providers")]
+pub mod cassette;
+#[cfg(feature = "providers")]
+mod convert;
+#[cfg(feature = "providers")]
+pub mod gemini;
+#[cfg(feature = "providers")]
+pub mod http;
+#[cfg(feature = "providers")]
+pub mod openai_chat;
+#[cfg(feature = "providers")]
+pub mod openai_responses;
+pub mod profiles;
+#[cfg(feature = "providers")]
+pub mod provider;
 pub mod scripted;
 mod spec;
 
+pub use profiles::profile_for;
+#[cfg(feature = "providers")]
+pub use provider::ReasoningEffort;
 pub use scripted::{ScriptError, ScriptedModel};
+#[cfg(feature = "providers")]
+pub use spec::{ModelOptions, from_spec_with};
 pub use spec::{SpecError, from_spec};

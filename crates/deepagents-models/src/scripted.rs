@@ -12,6 +12,10 @@
 //! (`kind`, `message`, optional `retry_after_ms`) to make that call fail. `args` may be a string
 //! to simulate a model that sent malformed JSON.
 //!
+//! A script may also hold `conversations`, each with `when_task_contains` and its own `turns`:
+//! a request whose first user message contains that text plays those turns. Subagents, which
+//! each start a conversation from their task description, get scripts of their own this way.
+//!
 //! The turn to play is the number of assistant messages in the request, so a conversation
 //! resumed from a checkpoint continues its script where it stopped. An `error` turn fails one
 //! call and is then passed over. Asking for a turn past the end is an error naming the script.
@@ -33,6 +37,20 @@ use serde_json::Value;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Script {
+    /// The turns of any conversation no entry of `conversations` claims.
+    #[serde(default)]
+    pub turns: Vec<ScriptedTurn>,
+    /// Turns for conversations whose task contains a given text.
+    #[serde(default)]
+    pub conversations: Vec<ScriptedConversation>,
+}
+
+/// Turns for the conversations whose first user message contains `when_task_contains`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedConversation {
+    /// Text the first user message must contain.
+    pub when_task_contains: String,
     /// The turns.
     pub turns: Vec<ScriptedTurn>,
 }
@@ -126,7 +144,8 @@ pub struct ScriptedModel {
     id: String,
     source: PathBuf,
     script: Script,
-    errors_served: AtomicUsize,
+    /// Error turns served so far, per conversation (the default turns last).
+    errors_served: Vec<AtomicUsize>,
 }
 
 impl ScriptedModel {
@@ -159,7 +178,12 @@ impl ScriptedModel {
     }
 
     fn checked(script: Script, path: &Path) -> Result<Self, ScriptError> {
-        for (turn, scripted) in script.turns.iter().enumerate() {
+        let all_turns = script
+            .conversations
+            .iter()
+            .flat_map(|c| c.turns.iter())
+            .chain(script.turns.iter());
+        for (turn, scripted) in all_turns.enumerate() {
             if let Some(error) = &scripted.error
                 && error_of_kind(&error.kind, String::new(), None).is_none()
             {
@@ -173,8 +197,10 @@ impl ScriptedModel {
         Ok(Self {
             id: format!("scripted:{}", path.display()),
             source: path.to_owned(),
+            errors_served: (0..=script.conversations.len())
+                .map(|_| AtomicUsize::new(0))
+                .collect(),
             script,
-            errors_served: AtomicUsize::new(0),
         })
     }
 
@@ -184,19 +210,46 @@ impl ScriptedModel {
             .iter()
             .filter(|m| matches!(m, Message::Assistant(_)))
             .count();
-        let index = assistant_turns + self.errors_served.load(Ordering::SeqCst);
-        let Some(turn) = self.script.turns.get(index) else {
+        let task = request
+            .messages
+            .iter()
+            .find(|m| matches!(m, Message::User { .. }))
+            .map(Message::text)
+            .unwrap_or_default();
+        let (conversation, turns, which) = match self
+            .script
+            .conversations
+            .iter()
+            .position(|c| task.contains(&c.when_task_contains))
+        {
+            Some(i) => (
+                i,
+                &self.script.conversations[i].turns,
+                format!(
+                    "the conversation for tasks containing `{}`",
+                    self.script.conversations[i].when_task_contains
+                ),
+            ),
+            None => (
+                self.script.conversations.len(),
+                &self.script.turns,
+                "its default conversation".to_owned(),
+            ),
+        };
+        let errors_served = &self.errors_served[conversation];
+        let index = assistant_turns + errors_served.load(Ordering::SeqCst);
+        let Some(turn) = turns.get(index) else {
             return Err(ModelError::Other {
                 message: format!(
-                    "the scripted model ran out of turns: {} holds {} turns and the run asked for turn {}; add turns to the script or lower the turn limit",
+                    "the scripted model ran out of turns: {} holds {} turns for {which} and the run asked for turn {}; add turns to the script or lower the turn limit",
                     self.source.display(),
-                    self.script.turns.len(),
+                    turns.len(),
                     index + 1
                 ),
             });
         };
         if let Some(error) = &turn.error {
-            self.errors_served.fetch_add(1, Ordering::SeqCst);
+            errors_served.fetch_add(1, Ordering::SeqCst);
             let message = if error.message.is_empty() {
                 format!("scripted {} error", error.kind)
             } else {

@@ -3,3 +3,14 @@
 
 mod scripted;
 mod spec;
+
+#[cfg(feature = "providers")]
+mod aimock;
+#[cfg(feature = "providers")]
+mod common;
+#[cfg(feature = "providers")]
+mod llmock;
+#[cfg(feature = "providers")]
+mod mock_servers;
+#[cfg(feature = "providers")]
+mod wire;

@@ -109,7 +109,7 @@ async fn baseline(model: &BenchModel, steps: usize) {
 fn dummy_context() -> ToolContext {
     ToolContext {
         call_id: String::new(),
-        agent_path: Vec::new(),
+        events: deepagents::EventSink::discard(),
         runtime: deepagents::RuntimeContext::default(),
         state: Arc::default(),
         cancel: Default::default(),

@@ -9,15 +9,24 @@ use deepagents_core::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::context::FALLBACK_CONTEXT_TOKENS;
 use crate::error::RunFailure;
-use crate::events::EventSink;
+use crate::middleware::Registered;
 use crate::middleware::{
     DEFAULT_OFFLOAD_THRESHOLD, DanglingToolCallsMiddleware, FilesystemMiddleware,
-    GuidanceMiddleware, LargeResultsMiddleware, Middleware, TodoListMiddleware, compose,
+    GuidanceMiddleware, LargeResultsMiddleware, MemoryMiddleware, Middleware,
+    ResponseFormatMiddleware, ShortenOldEditsMiddleware, SkillsMiddleware, SubAgentsMiddleware,
+    TodoListMiddleware, compose,
 };
 use crate::registry::{RegistryError, ToolRegistry};
 use crate::stream::RunStream;
+use crate::subagents::{
+    DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_DEPTH, GENERAL_PURPOSE, GENERAL_PURPOSE_DESCRIPTION,
+    GENERAL_PURPOSE_PROMPT, SubAgent, SubAgentKind,
+};
 use deepagents_backends::{Backend, PermissionedBackend, Permissions, StateBackend};
+use deepagents_core::EventSink;
+use std::collections::BTreeMap;
 
 /// Model calls a run may make per user input unless [`AgentBuilder::max_turns`] says otherwise.
 pub const DEFAULT_MAX_TURNS: u32 = 100;
@@ -37,6 +46,8 @@ pub(crate) struct AgentInner {
     pub(crate) tools: ToolRegistry,
     pub(crate) schema: StateSchema,
     pub(crate) max_turns: u32,
+    /// Whether answers must come through `final_answer`.
+    pub(crate) response_format: bool,
 }
 
 /// Per-run options.
@@ -66,6 +77,8 @@ impl Default for RunOptions {
 pub struct RunOutput {
     /// The final answer: the text of the last assistant message.
     pub text: String,
+    /// The validated structured answer, when the agent has a response format.
+    pub structured: Option<serde_json::Value>,
     /// The finished run, with the whole conversation and state.
     pub run: Run,
 }
@@ -93,6 +106,23 @@ pub enum BuildError {
         "permissions apply to the file tools, which are turned off; enable file_tools or drop the permissions"
     )]
     PermissionsWithoutFiles,
+    /// A memory or skills path is not a valid virtual path.
+    #[error("invalid memory or skills path: {0}")]
+    InvalidPath(#[from] deepagents_backends::PathError),
+    /// A subagent could not be built.
+    #[error("subagent `{name}` cannot be built: {message}")]
+    Subagent {
+        /// The subagent.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// Two subagents share a name.
+    #[error("two subagents are named `{0}`; give each a unique name")]
+    DuplicateSubagent(String),
+    /// The response format is not a usable JSON schema.
+    #[error("invalid response format: {0}")]
+    InvalidResponseFormat(String),
     /// Custom state declarations disagree.
     #[error(transparent)]
     State(#[from] StateError),
@@ -109,6 +139,10 @@ pub enum BuildError {
 /// | file tools | on: ls, read_file, write_file, edit_file, delete, glob, grep, and execute when the backend has a shell |
 /// | permissions | none: everything allowed |
 /// | large results | offloaded above [`DEFAULT_OFFLOAD_THRESHOLD`] characters |
+/// | context window | the model's profile, else 170,000 tokens; old long write/edit arguments are shortened in requests past 70 % |
+/// | response format | none: the answer is the last assistant text |
+/// | subagents | the general-purpose subagent, through the `task` tool; nesting ≤ 3, 8 at once |
+/// | memory, skills | none |
 /// | tools | the user's, then those of enabled middleware |
 /// | planning (`write_todos`) | off |
 /// | middleware | built-ins, then the user's |
@@ -129,6 +163,14 @@ pub struct AgentBuilder {
     base_prompt: bool,
     file_tools: bool,
     offload_threshold: Option<usize>,
+    response_format: Option<serde_json::Value>,
+    context_window: Option<u64>,
+    subagents: Vec<SubAgent>,
+    general_purpose: bool,
+    max_subagent_depth: usize,
+    max_concurrent_subagents: usize,
+    memory: Vec<String>,
+    skills: Vec<String>,
 }
 
 impl Agent {
@@ -149,7 +191,20 @@ impl Agent {
             base_prompt: true,
             file_tools: true,
             offload_threshold: Some(DEFAULT_OFFLOAD_THRESHOLD),
+            response_format: None,
+            context_window: None,
+            subagents: Vec::new(),
+            general_purpose: true,
+            max_subagent_depth: DEFAULT_MAX_DEPTH,
+            max_concurrent_subagents: DEFAULT_MAX_CONCURRENT,
+            memory: Vec::new(),
+            skills: Vec::new(),
         }
+    }
+
+    /// Starts configuring an agent around the model named by `spec` (`provider:model`).
+    pub fn builder_from_spec(spec: &str) -> Result<AgentBuilder, deepagents_models::SpecError> {
+        Ok(Self::builder(deepagents_models::from_spec(spec)?))
     }
 
     /// The agent's name.
@@ -291,6 +346,125 @@ impl AgentBuilder {
         self
     }
 
+    /// Requires the final answer as JSON matching `schema` (a JSON schema of an object): the
+    /// model answers through a `final_answer` tool whose arguments are validated, and
+    /// [`RunOutput::structured`] holds the answer.
+    pub fn response_format(mut self, schema: serde_json::Value) -> Self {
+        self.response_format = Some(schema);
+        self
+    }
+
+    /// The model's context window in tokens, overriding its profile (default: the profile, or
+    /// 170,000 when the model has none). Context management computes its thresholds from it.
+    pub fn context_window(mut self, tokens: u64) -> Self {
+        self.context_window = Some(tokens);
+        self
+    }
+
+    /// Memory files (absolute backend paths such as `/AGENTS.md`), read when a thread starts
+    /// and shown last in the system prompt. Missing files are skipped.
+    pub fn memory<S: Into<String>>(mut self, paths: impl IntoIterator<Item = S>) -> Self {
+        self.memory.extend(paths.into_iter().map(Into::into));
+        self
+    }
+
+    /// Skill directories (absolute backend paths), lowest precedence first. Skills are not
+    /// inherited by subagents.
+    pub fn skills<S: Into<String>>(mut self, dirs: impl IntoIterator<Item = S>) -> Self {
+        self.skills.extend(dirs.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds a subagent the `task` tool can start.
+    pub fn subagent(mut self, subagent: SubAgent) -> Self {
+        self.subagents.push(subagent);
+        self
+    }
+
+    /// Whether the general-purpose subagent is offered (default on). A subagent of your own
+    /// named `general-purpose` replaces it.
+    pub fn general_purpose_subagent(mut self, enabled: bool) -> Self {
+        self.general_purpose = enabled;
+        self
+    }
+
+    /// How deep subagents may nest (default 3) and how many of this agent's may run at once
+    /// (default 8; more wait their turn).
+    pub fn subagent_limits(mut self, max_depth: usize, max_concurrent: usize) -> Self {
+        self.max_subagent_depth = max_depth;
+        self.max_concurrent_subagents = max_concurrent;
+        self
+    }
+
+    /// Parses memory and skills paths.
+    fn parse_paths(paths: &[String]) -> Result<Vec<deepagents_backends::VPath>, BuildError> {
+        paths
+            .iter()
+            .map(|p| deepagents_backends::VPath::parse(p).map_err(BuildError::from))
+            .collect()
+    }
+
+    /// Builds the subagents: each inherits the model, tools, backend, permissions, settings and
+    /// planning of this builder unless its spec says otherwise.
+    fn build_subagents(
+        &self,
+        raw_backend: &Arc<dyn Backend>,
+    ) -> Result<BTreeMap<String, Registered>, BuildError> {
+        let mut subagents = self.subagents.clone();
+        if self.general_purpose && !subagents.iter().any(|s| s.name == GENERAL_PURPOSE) {
+            subagents.insert(
+                0,
+                SubAgent::new(
+                    GENERAL_PURPOSE,
+                    GENERAL_PURPOSE_DESCRIPTION,
+                    GENERAL_PURPOSE_PROMPT,
+                ),
+            );
+        }
+        let mut built = BTreeMap::new();
+        for subagent in subagents {
+            let agent = match subagent.kind {
+                SubAgentKind::Prebuilt(agent) => agent,
+                SubAgentKind::Spec(spec) => {
+                    let mut builder =
+                        Agent::builder(spec.model.unwrap_or_else(|| Arc::clone(&self.model)))
+                            .name(subagent.name.clone())
+                            .system_prompt(spec.system_prompt)
+                            .settings(self.settings.clone())
+                            .todos(self.todos)
+                            .max_turns(self.max_turns)
+                            .backend(Arc::clone(raw_backend))
+                            .file_tools(self.file_tools)
+                            .base_prompt(self.base_prompt)
+                            .offload_threshold(self.offload_threshold)
+                            .general_purpose_subagent(false);
+                    builder.context_window = self.context_window;
+                    builder.tools = spec.tools.unwrap_or_else(|| self.tools.clone());
+                    builder.middleware = spec.middleware;
+                    builder.permissions = spec.permissions.or_else(|| self.permissions.clone());
+                    builder.response_format = spec.response_format;
+                    builder.build().map_err(|e| BuildError::Subagent {
+                        name: subagent.name.clone(),
+                        message: e.to_string(),
+                    })?
+                }
+            };
+            if built
+                .insert(
+                    subagent.name.clone(),
+                    Registered {
+                        description: subagent.description,
+                        agent,
+                    },
+                )
+                .is_some()
+            {
+                return Err(BuildError::DuplicateSubagent(subagent.name));
+            }
+        }
+        Ok(built)
+    }
+
     /// Checks the configuration and builds the agent.
     pub fn build(self) -> Result<Agent, BuildError> {
         if self.max_turns == 0 {
@@ -307,7 +481,16 @@ impl AgentBuilder {
         if self.permissions.is_some() && !self.file_tools {
             return Err(BuildError::PermissionsWithoutFiles);
         }
-        let mut backend: Arc<dyn Backend> = self.backend.unwrap_or_else(|| Arc::new(StateBackend));
+        let raw_backend: Arc<dyn Backend> = self
+            .backend
+            .clone()
+            .unwrap_or_else(|| Arc::new(StateBackend));
+        let subagents = if self.general_purpose || !self.subagents.is_empty() {
+            Some(self.build_subagents(&raw_backend)?)
+        } else {
+            None
+        };
+        let mut backend = raw_backend;
         if let Some(permissions) = self.permissions {
             backend = Arc::new(PermissionedBackend::new(backend, permissions));
         }
@@ -321,13 +504,45 @@ impl AgentBuilder {
         if self.file_tools {
             built_ins.push(Arc::new(FilesystemMiddleware::new(Arc::clone(&backend))));
         }
+        if !self.skills.is_empty() {
+            built_ins.push(Arc::new(SkillsMiddleware::new(
+                Arc::clone(&backend),
+                Self::parse_paths(&self.skills)?,
+            )));
+        }
+        if let Some(subagents) = subagents {
+            built_ins.push(Arc::new(SubAgentsMiddleware::new(
+                subagents,
+                self.max_subagent_depth,
+                self.max_concurrent_subagents,
+            )));
+        }
+        let response_format = self.response_format.is_some();
+        if let Some(schema) = self.response_format {
+            let middleware = ResponseFormatMiddleware::new(schema)
+                .map_err(|e| BuildError::InvalidResponseFormat(e.message))?;
+            built_ins.push(Arc::new(middleware));
+        }
         if let Some(threshold) = self.offload_threshold {
             built_ins.push(Arc::new(LargeResultsMiddleware::new(
                 Arc::clone(&backend),
                 threshold,
             )));
         }
+        if self.file_tools {
+            let window = self
+                .context_window
+                .or_else(|| self.model.profile().map(|p| p.max_input_tokens))
+                .unwrap_or(FALLBACK_CONTEXT_TOKENS);
+            built_ins.push(Arc::new(ShortenOldEditsMiddleware::new(window)));
+        }
         built_ins.push(Arc::new(DanglingToolCallsMiddleware));
+        if !self.memory.is_empty() {
+            built_ins.push(Arc::new(MemoryMiddleware::new(
+                Arc::clone(&backend),
+                Self::parse_paths(&self.memory)?,
+            )));
+        }
         let middleware = compose(built_ins, self.middleware);
 
         let mut schema = StateSchema::default();
@@ -355,6 +570,7 @@ impl AgentBuilder {
                 tools,
                 schema,
                 max_turns: self.max_turns,
+                response_format,
             }),
         })
     }

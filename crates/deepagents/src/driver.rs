@@ -15,8 +15,13 @@ use futures::{FutureExt as _, StreamExt as _};
 
 use crate::agent::{AgentInner, RunOptions, RunOutput};
 use crate::error::{RunError, RunFailure};
-use crate::events::EventSink;
-use crate::middleware::{ModelNext, ToolNext};
+use crate::middleware::{
+    ModelNext, STRUCTURED_RESPONSE_KEY, ToolNext, answered_in_latest_step, final_structured_answer,
+};
+use deepagents_core::EventSink;
+use deepagents_core::Message;
+use deepagents_core::message::AssistantMessage;
+use serde_json::Value;
 
 /// Advances `run` until it has a final answer or fails.
 pub(crate) async fn drive(
@@ -37,7 +42,12 @@ pub(crate) async fn drive(
                 steps: run.steps,
                 files: run.state.files.keys().cloned().collect(),
             });
-            Ok(RunOutput { text, run })
+            let structured = final_structured_answer(&run);
+            Ok(RunOutput {
+                text,
+                structured,
+                run,
+            })
         }
         Err(error) => {
             events.emit(EventKind::Error {
@@ -76,6 +86,25 @@ async fn advance(
             NextAction::CallModel => call_model(agent, run, options, events).await?,
             NextAction::ExecuteTools(calls) => {
                 execute_tools(agent, run, calls, options, events).await?;
+                if agent.response_format && answered_in_latest_step(run) {
+                    // The valid structured answer is the final answer: close the turn with it.
+                    let json = run
+                        .state
+                        .custom
+                        .get(STRUCTURED_RESPONSE_KEY)
+                        .map(Value::to_string)
+                        .unwrap_or_default();
+                    run.state
+                        .messages
+                        .push(Message::Assistant(AssistantMessage::text(json)));
+                }
+            }
+            NextAction::Finish { .. }
+                if agent.response_format && final_structured_answer(run).is_none() =>
+            {
+                run.state.messages.push(Message::user(
+                    "Reply by calling final_answer with your answer in its required structure.",
+                ));
             }
             NextAction::Finish { text } => {
                 for middleware in agent.middleware.iter().rev() {
@@ -171,7 +200,7 @@ async fn execute_tools(
         let call = calls[index].clone();
         let ctx = ToolContext {
             call_id: call.id.clone(),
-            agent_path: events.path().clone(),
+            events: events.clone(),
             runtime: options.runtime.clone(),
             state: Arc::clone(&shared),
             cancel: step_cancel.clone(),
@@ -222,6 +251,7 @@ async fn execute_tools(
         }
     }
 
+    note_file_conflicts(&mut results);
     run.state = Arc::try_unwrap(shared).unwrap_or_else(|leaked| AgentState::clone(&leaked));
     let updates: Vec<StateUpdate> = results
         .iter()
@@ -238,6 +268,32 @@ async fn execute_tools(
         return Err(RunError::Cancelled);
     }
     Ok(())
+}
+
+/// When several calls of one step change the same file, the last in call order wins (the merge
+/// rule); each of them is told, so no agent believes its version survived when it did not.
+fn note_file_conflicts(results: &mut [(ToolResult, StateUpdate)]) {
+    let mut last_writer: BTreeMap<String, usize> = BTreeMap::new();
+    let mut notes: Vec<(usize, String)> = Vec::new();
+    for (index, (_, update)) in results.iter().enumerate() {
+        for path in update.files.keys() {
+            if let Some(previous) = last_writer.insert(path.clone(), index) {
+                let earlier = &results[previous].0.tool_call_id;
+                let later = &results[index].0.tool_call_id;
+                notes.push((
+                    previous,
+                    format!("Note: {path} was changed again by call {later} in the same step; that later version is the one kept."),
+                ));
+                notes.push((
+                    index,
+                    format!("Note: {path} was also changed by call {earlier} in the same step; this call's version is the one kept."),
+                ));
+            }
+        }
+    }
+    for (index, note) in notes {
+        results[index].0.content.push(ContentBlock::text(note));
+    }
 }
 
 /// Runs one call through the middleware chain and the registry, emitting its events.

@@ -29,27 +29,29 @@
 //! performs the model calls and tool executions it asks for. See `docs/ARCHITECTURE.md`.
 
 mod agent;
+pub mod context;
 mod driver;
 mod error;
-mod events;
+pub mod frontmatter;
 pub mod middleware;
 mod registry;
 mod stream;
+pub mod subagents;
 mod tools;
 
 pub use agent::{Agent, AgentBuilder, BuildError, DEFAULT_MAX_TURNS, RunOptions, RunOutput};
 pub use error::{RunError, RunFailure};
-pub use events::EventSink;
 pub use stream::RunStream;
+pub use subagents::SubAgent;
 
 /// The backends (where files live), re-exported.
 pub use deepagents_backends as backends;
 /// The core types, re-exported.
 pub use deepagents_core as core;
 pub use deepagents_core::{
-    AgentState, ContentBlock, DynTool, DynamicTool, Event, EventKind, Message, Model, ModelError,
-    ModelRequest, ModelResponse, Reducer, Run, RuntimeContext, StateUpdate, Todo, TodoStatus, Tool,
-    ToolCall, ToolContext, ToolError, ToolOutput, ToolResult, ToolStatus, Usage,
+    AgentState, ContentBlock, DynTool, DynamicTool, Event, EventKind, EventSink, Message, Model,
+    ModelError, ModelRequest, ModelResponse, Reducer, Run, RuntimeContext, StateUpdate, Todo,
+    TodoStatus, Tool, ToolCall, ToolContext, ToolError, ToolOutput, ToolResult, ToolStatus, Usage,
 };
 /// Model implementations and the spec resolver, re-exported.
 pub use deepagents_models as models;

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{Agent, RunOptions, RunOutput};
 use crate::error::{RunError, RunFailure};
-use crate::events::EventSink;
+use deepagents_core::EventSink;
 
 /// Events of a running agent. Poll it as a [`Stream`]; when it ends, call
 /// [`outcome`](RunStream::outcome) for the result. Dropping it does not stop the run; use

@@ -4,6 +4,7 @@
 mod support;
 
 mod cancellation;
+mod context;
 mod errors;
 mod events;
 mod fs_tools;
@@ -11,4 +12,6 @@ mod middleware;
 mod middleware_capture;
 mod prompts;
 mod state_merge;
+mod structured;
+mod subagents;
 mod tools;

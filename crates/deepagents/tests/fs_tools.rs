@@ -369,3 +369,51 @@ async fn dangling_tool_calls_are_answered_before_the_model_sees_them() {
     // The stored conversation is left as it was.
     assert_eq!(output.run.state.messages.len(), 4);
 }
+
+#[tokio::test]
+async fn old_long_edits_are_shortened_near_the_context_limit() {
+    let long = "z".repeat(6_000);
+    let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent = Agent::builder(scripted(turns(vec![
+        json!([{"name": "write_file", "args": {"file_path": "/a.txt", "content": long}}]),
+        json!([{"name": "ls", "args": {}}]),
+        json!([{"name": "ls", "args": {}}]),
+    ])))
+    .context_window(3_000)
+    .middleware(crate::middleware_capture::Capture {
+        requests: requests.clone(),
+    })
+    .build()
+    .unwrap();
+    let output = agent.invoke("go").await.unwrap();
+    let requests = requests.lock().unwrap();
+    let content_sent = |request: &deepagents::ModelRequest| -> String {
+        request
+            .messages
+            .iter()
+            .find_map(|m| match m {
+                Message::Assistant(a) => {
+                    a.tool_calls.first().map(|c| c.arguments["content"].clone())
+                }
+                _ => None,
+            })
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    };
+    // While the write is among the last two turns it goes whole.
+    assert_eq!(content_sent(&requests[1]).len(), 6_000);
+    assert_eq!(content_sent(&requests[2]).len(), 6_000);
+    let shortened = content_sent(&requests[3]);
+    assert!(shortened.starts_with(&"z".repeat(500)));
+    assert!(
+        shortened.ends_with(
+            "[5500 characters omitted from this earlier call; the file has the full text]"
+        )
+    );
+    // The run keeps the whole argument.
+    let kept = output.run.state.messages.iter().find_map(|m| match m {
+        Message::Assistant(a) => a.tool_calls.first().map(|c| c.arguments["content"].clone()),
+        _ => None,
+    });
+    assert_eq!(kept.unwrap().as_str().unwrap().len(), 6_000);
+}

@@ -105,7 +105,9 @@ async fn hooks_run_in_onion_order() {
             "guidance",
             "todos",
             "filesystem",
+            "subagents",
             "large_results",
+            "shorten_old_edits",
             "dangling_tool_calls",
             "a",
             "b"
@@ -207,7 +209,9 @@ fn a_user_middleware_replaces_the_built_in_of_the_same_name_in_place() {
             "guidance",
             "todos",
             "filesystem",
+            "subagents",
             "large_results",
+            "shorten_old_edits",
             "dangling_tool_calls",
             "first"
         ]

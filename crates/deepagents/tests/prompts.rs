@@ -41,6 +41,7 @@ async fn bare_prompt_without_file_tools() {
         b.system_prompt("Only this.")
             .base_prompt(false)
             .file_tools(false)
+            .general_purpose_subagent(false)
     })
     .await;
     assert_eq!(request.system_prompt.as_deref(), Some("Only this."));

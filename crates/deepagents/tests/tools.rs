@@ -452,9 +452,10 @@ fn typed_tool_schema_is_self_contained() {
             "edit_file",
             "delete",
             "glob",
-            "grep"
+            "grep",
+            "task"
         ],
-        "user tools first, then planning, then files; no execute without a shell"
+        "user tools first, then planning, files (no execute without a shell), subagents"
     );
     let schema = &agent.tool_specs()[0].parameters;
     assert_eq!(schema["type"], "object");

@@ -26,13 +26,48 @@ build, test and run programs; use the file tools to read and edit files.";
 /// when the backend has a shell. Its name is `filesystem`.
 pub struct FilesystemMiddleware {
     backend: Arc<dyn Backend>,
+    shell_paths: Option<String>,
 }
 
 impl FilesystemMiddleware {
     /// File tools over `backend`.
     pub fn new(backend: Arc<dyn Backend>) -> Self {
-        Self { backend }
+        let shell_paths = shell_paths_section(backend.as_ref());
+        Self {
+            backend,
+            shell_paths,
+        }
     }
+}
+
+/// When the shell and the file tools see different trees (a composite with routes), says how
+/// each virtual prefix maps to the host, and which cannot be reached from the shell.
+fn shell_paths_section(backend: &dyn Backend) -> Option<String> {
+    backend.as_sandbox()?;
+    let mappings = backend.path_mappings();
+    if mappings.len() < 2 {
+        return None;
+    }
+    let mut section = String::from(
+        "## Shell paths vs file paths\nThe file tools and the shell see different trees. File-tool paths map to the shell like this:",
+    );
+    for mapping in &mappings {
+        let prefix = if mapping.prefix.is_root() {
+            "/".to_owned()
+        } else {
+            format!("{}/", mapping.prefix)
+        };
+        match &mapping.host {
+            Some(host) => section.push_str(&format!(
+                "\n- `{prefix}` is `{}` in the shell",
+                host.display()
+            )),
+            None => section.push_str(&format!(
+                "\n- `{prefix}` is not on the shell's disk; use the file tools for it"
+            )),
+        }
+    }
+    Some(section)
 }
 
 #[async_trait]
@@ -66,6 +101,9 @@ impl Middleware for FilesystemMiddleware {
         request.push_system_section(FILES_PROMPT);
         if self.backend.as_sandbox().is_some() {
             request.push_system_section(SHELL_PROMPT);
+        }
+        if let Some(section) = &self.shell_paths {
+            request.push_system_section(section);
         }
         Ok(())
     }

@@ -2,9 +2,11 @@
 //!
 //! # Order
 //! The stack is the built-in middleware in their fixed order — `guidance`, `todos`,
-//! `filesystem`, `large_results`, `dangling_tool_calls` (those enabled) — then the user's in the
-//! order given; a user middleware whose [`name`](Middleware::name) equals a built-in one takes that
-//! built-in's place instead of being appended. Then:
+//! `filesystem`, `skills`, `subagents`, `response_format`, `large_results`,
+//! `shorten_old_edits`, `dangling_tool_calls`, `memory` (those enabled; memory last so that
+//! the stable part of the prompt comes first and stays cacheable) — then the user's in the
+//! order given; a user middleware whose [`name`](Middleware::name) equals a built-in one takes
+//! that built-in's place instead of being appended. Then:
 //!
 //! - `before_run` and `before_model` run first to last;
 //! - `wrap_model_call` and `wrap_tool_call` nest with the first middleware outermost, so it sees
@@ -19,7 +21,12 @@
 mod dangling;
 mod filesystem;
 mod guidance;
+mod memory;
 mod offload;
+mod response_format;
+mod shorten;
+mod skills;
+mod subagents;
 mod todos;
 
 use std::sync::Arc;
@@ -31,13 +38,20 @@ use deepagents_core::{
     StateUpdate, StreamEvent, ToolCall, ToolContext, ToolError, ToolOutput,
 };
 
-use crate::events::EventSink;
 use crate::registry::ToolRegistry;
+use deepagents_core::EventSink;
 
 pub use dangling::DanglingToolCallsMiddleware;
 pub use filesystem::FilesystemMiddleware;
 pub use guidance::GuidanceMiddleware;
+pub use memory::{MEMORY_KEY, MemoryMiddleware};
 pub use offload::{DEFAULT_OFFLOAD_THRESHOLD, LARGE_RESULTS_DIR, LargeResultsMiddleware};
+pub use response_format::{FINAL_ANSWER_TOOL, ResponseFormatMiddleware, STRUCTURED_RESPONSE_KEY};
+pub(crate) use response_format::{answered_in_latest_step, final_structured_answer};
+pub use shorten::ShortenOldEditsMiddleware;
+pub use skills::{SKILLS_KEY, SkillInfo, SkillsMiddleware};
+pub(crate) use subagents::Registered;
+pub use subagents::SubAgentsMiddleware;
 pub use todos::TodoListMiddleware;
 
 /// A middleware hook failed; the run stops with this message.

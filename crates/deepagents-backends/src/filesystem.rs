@@ -1,0 +1,1374 @@
+//! A backend over a real directory on disk.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use grep_matcher::LineTerminator;
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
+use grep_searcher::{BinaryDetection, MmapChoice, Searcher, SearcherBuilder, Sink, SinkMatch};
+use ignore::{WalkBuilder, WalkState};
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, Stat};
+use rustix::io::Errno;
+
+use crate::glob::GlobPattern;
+use crate::mime::{self, Classified, TEXT_MIME};
+use crate::path::VPath;
+use crate::protocol::{
+    Backend, BackendContext, BackendError, Changed, FileInfo, FileOpError, GlobResult, GrepMatch,
+    GrepQuery, GrepResult, PathMapping, RawFile, ReadResult,
+};
+use crate::text;
+
+/// Files over this size are refused by read, edit and download unless configured otherwise.
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 10 * 1024 * 1024;
+
+/// How long glob and grep may run before returning partial results, unless configured.
+pub const DEFAULT_SEARCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// grep reads files up to this size whole (exact text/binary classification); larger files are
+/// streamed and skipped at their first NUL byte.
+const SLURP_LIMIT: u64 = 16 * 1024 * 1024;
+
+/// Retries of an `openat2` that failed with `EAGAIN` (a concurrent rename during resolution).
+const EAGAIN_RETRIES: usize = 16;
+
+/// A backend storing files in a directory on disk.
+///
+/// # Confinement (virtual mode, the default)
+///
+/// Virtual `/` is the root directory and nothing outside it is ever opened, listed, written or
+/// deleted. Paths are never checked as strings and then opened: every operation opens its target
+/// *relative to a directory descriptor of the root* that is held for the backend's lifetime, and
+/// the kernel resolves it beneath that descriptor:
+///
+/// - On Linux with `openat2` (5.6+) each open uses `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`:
+///   the kernel refuses (`EXDEV`) any resolution that would leave the root, whether by an
+///   absolute symlink, a relative one climbing out, or `/proc` magic links, and it does so
+///   atomically, so a directory swapped for a symlink between two operations cannot redirect
+///   the second one. Loops end in `ELOOP`.
+/// - Where `openat2` is missing (or with [`FilesystemBackendBuilder::follow_symlinks`] off), a
+///   component-by-component `openat` walk with `O_NOFOLLOW` from the root descriptor is used
+///   instead and refuses every symlink.
+///
+/// Symlink rule: a symlink is followed when (and only when) its whole resolution stays inside
+/// the root; absolute symlinks are refused even when they name a place inside the root, because
+/// the kernel cannot tell. Walks (glob, grep) never descend into symlinked directories (no loops,
+/// no double counting) but report symlinked files whose targets are inside the root. The walker
+/// works on host paths, so it only proposes candidates: each is re-opened through a descriptor
+/// of its directory resolved beneath the root (last component `O_NOFOLLOW`) before it is
+/// reported or read, so a directory swapped during the walk can at most hide files, never leak
+/// outside ones. Deletion
+/// removes a symlink itself, never its target, and recursive deletion walks directory
+/// descriptors opened with `O_NOFOLLOW`.
+///
+/// # Non-virtual mode
+///
+/// With `virtual_mode(false)` virtual paths are host paths (`/etc/hosts` is the host's) and
+/// symlinks are followed freely; the root only serves as the shell's working directory. Use it
+/// only for trusted setups.
+///
+/// # Search
+///
+/// glob and grep walk with ripgrep's `ignore` crate in parallel and grep searches with
+/// `grep-searcher`. `.gitignore` files are **not** respected by default, so glob and grep agree
+/// with ls and with the other backends; turn it on with
+/// [`FilesystemBackendBuilder::respect_gitignore`] for large repositories. grep skips `.git`
+/// directories and binary files (the same classification as [`crate::mime::classify`]). Both
+/// stop at the search time budget and return what they found, marked `truncated`.
+#[derive(Clone, Debug)]
+pub struct FilesystemBackend {
+    inner: Arc<Inner>,
+}
+
+/// Options of a [`FilesystemBackend`]; build one with [`FilesystemBackend::builder`].
+#[derive(Clone, Debug)]
+pub struct FilesystemBackendBuilder {
+    root: PathBuf,
+    virtual_mode: bool,
+    max_file_size: u64,
+    search_timeout: Duration,
+    respect_gitignore: bool,
+    create_root: bool,
+    follow_symlinks: bool,
+}
+
+impl FilesystemBackendBuilder {
+    /// Whether virtual paths are confined to the root (default `true`). `false` makes virtual
+    /// paths host paths: only for trusted setups.
+    pub fn virtual_mode(mut self, yes: bool) -> Self {
+        self.virtual_mode = yes;
+        self
+    }
+
+    /// The largest file read, edit and download accept, in bytes (default 10 MiB).
+    pub fn max_file_size(mut self, bytes: u64) -> Self {
+        self.max_file_size = bytes;
+        self
+    }
+
+    /// How long glob and grep may walk before returning partial results (default 10 s).
+    pub fn search_timeout(mut self, timeout: Duration) -> Self {
+        self.search_timeout = timeout;
+        self
+    }
+
+    /// Whether glob and grep skip files ignored by `.gitignore` files inside the root (default
+    /// `false`: searches see what ls sees). Global git configuration and ignore files above the
+    /// root are never read.
+    pub fn respect_gitignore(mut self, yes: bool) -> Self {
+        self.respect_gitignore = yes;
+        self
+    }
+
+    /// Whether symlinks that stay inside the root are followed (default `true`). With `false`
+    /// every symlink is refused, the strictest setting (and what hosts without `openat2` get
+    /// anyway). Virtual mode only.
+    pub fn follow_symlinks(mut self, yes: bool) -> Self {
+        self.follow_symlinks = yes;
+        self
+    }
+
+    /// Whether to create the root directory when it is missing (default `true`).
+    pub fn create_root(mut self, yes: bool) -> Self {
+        self.create_root = yes;
+        self
+    }
+
+    /// Opens the root and builds the backend.
+    pub fn build(self) -> Result<FilesystemBackend, BackendError> {
+        let shown = self.root.display().to_string();
+        let io_error = |message: String| BackendError::Io {
+            operation: "open root",
+            path: shown.clone(),
+            message,
+        };
+        if self.create_root {
+            std::fs::create_dir_all(&self.root).map_err(|e| io_error(e.to_string()))?;
+        }
+        let root = self
+            .root
+            .canonicalize()
+            .map_err(|e| io_error(format!("{e}; check that the root directory exists")))?;
+        let dir_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let root_fd = rustix::fs::open(&root, dir_flags, Mode::empty())
+            .map_err(|e| io_error(e.to_string()))?;
+        let (resolver, host_root, host_fd) = if self.virtual_mode {
+            let probe = rustix::fs::openat2(
+                &root_fd,
+                ".",
+                dir_flags,
+                Mode::empty(),
+                ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+            );
+            let resolver = match probe {
+                Ok(_) if !self.follow_symlinks => Resolver::NoSymlinks,
+                Ok(_) => Resolver::Beneath,
+                // Old kernels and some seccomp filters lack openat2.
+                Err(Errno::NOSYS | Errno::PERM | Errno::INVAL) => Resolver::NoSymlinks,
+                Err(e) => return Err(io_error(e.to_string())),
+            };
+            (resolver, root.clone(), root_fd)
+        } else {
+            let slash = rustix::fs::open("/", dir_flags, Mode::empty())
+                .map_err(|e| io_error(e.to_string()))?;
+            (Resolver::Host, PathBuf::from("/"), slash)
+        };
+        Ok(FilesystemBackend {
+            inner: Arc::new(Inner {
+                root,
+                host_root,
+                fd: host_fd,
+                resolver,
+                max_file_size: self.max_file_size,
+                search_timeout: self.search_timeout,
+                respect_gitignore: self.respect_gitignore,
+            }),
+        })
+    }
+}
+
+impl FilesystemBackend {
+    /// A backend over `root` with the default options (virtual mode, 10 MiB files, 10 s search
+    /// budget, `.gitignore` not respected); creates `root` when missing.
+    pub fn new(root: impl Into<PathBuf>) -> Result<Self, BackendError> {
+        Self::builder(root).build()
+    }
+
+    /// Options for a backend over `root`.
+    pub fn builder(root: impl Into<PathBuf>) -> FilesystemBackendBuilder {
+        FilesystemBackendBuilder {
+            root: root.into(),
+            virtual_mode: true,
+            max_file_size: DEFAULT_MAX_FILE_SIZE,
+            search_timeout: DEFAULT_SEARCH_TIMEOUT,
+            respect_gitignore: false,
+            create_root: true,
+            follow_symlinks: true,
+        }
+    }
+
+    /// The root directory on the host (canonical).
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    /// Whether virtual paths are confined to the root.
+    pub fn is_virtual(&self) -> bool {
+        !matches!(self.inner.resolver, Resolver::Host)
+    }
+
+    /// Whether symlinks inside the root are followed (`false` when the host lacks `openat2` and
+    /// every symlink is refused instead).
+    pub fn follows_symlinks(&self) -> bool {
+        !matches!(self.inner.resolver, Resolver::NoSymlinks)
+    }
+
+    /// Runs blocking filesystem work off the async runtime.
+    async fn blocking<T, F>(
+        &self,
+        operation: &'static str,
+        path: String,
+        f: F,
+    ) -> Result<T, BackendError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Inner) -> Result<T, BackendError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|e| BackendError::Io {
+                operation,
+                path,
+                message: e.to_string(),
+            })?
+    }
+}
+
+/// How paths are resolved against the root descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resolver {
+    /// `openat2` with `RESOLVE_BENEATH`: in-root symlinks followed, escapes refused.
+    Beneath,
+    /// An `O_NOFOLLOW` walk: every symlink refused (hosts without `openat2`).
+    NoSymlinks,
+    /// Non-virtual mode: plain `openat` from `/`.
+    Host,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// The canonical root (shell working directory; shown in messages).
+    root: PathBuf,
+    /// The host directory virtual `/` maps to: `root`, or `/` in non-virtual mode.
+    host_root: PathBuf,
+    /// An `O_PATH` descriptor of `host_root`; every path is resolved relative to it.
+    fd: OwnedFd,
+    resolver: Resolver,
+    max_file_size: u64,
+    search_timeout: Duration,
+    respect_gitignore: bool,
+}
+
+/// `path` relative to the host root, `.` for the root.
+fn rel(path: &VPath) -> &str {
+    if path.is_root() {
+        "."
+    } else {
+        path.as_str().trim_start_matches('/')
+    }
+}
+
+fn join_rel(dir: &str, name: &str) -> String {
+    if dir == "." {
+        name.to_owned()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+fn is_dir(stat: &Stat) -> bool {
+    FileType::from_raw_mode(stat.st_mode) == FileType::Directory
+}
+
+fn is_file(stat: &Stat) -> bool {
+    FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile
+}
+
+#[allow(clippy::useless_conversion)]
+fn size_of(stat: &Stat) -> u64 {
+    u64::try_from(stat.st_size).unwrap_or(0)
+}
+
+// The stat field types differ between architectures; the conversions are no-ops on some.
+#[allow(clippy::useless_conversion)]
+fn modified_ms(stat: &Stat) -> Option<u64> {
+    let secs = u64::try_from(stat.st_mtime).ok()?;
+    let nanos = u64::try_from(stat.st_mtime_nsec).ok()?;
+    secs.checked_mul(1000)?.checked_add(nanos / 1_000_000)
+}
+
+fn info(path: String, stat: &Stat) -> FileInfo {
+    let dir = is_dir(stat);
+    FileInfo {
+        path,
+        is_dir: dir,
+        size: if dir { 0 } else { size_of(stat) },
+        modified_at_ms: modified_ms(stat),
+    }
+}
+
+/// The error the model sees for a failed host call on `path`.
+fn host_error(errno: Errno, operation: &'static str, path: &str) -> BackendError {
+    let path = path.to_owned();
+    match errno {
+        Errno::NOENT => BackendError::NotFound { path },
+        Errno::NOTDIR => BackendError::NotADirectory { path },
+        Errno::ISDIR => BackendError::IsDirectory { path },
+        Errno::XDEV => BackendError::PermissionDenied {
+            path,
+            reason: "it resolves outside the backend root (through a symlink or mount); use a \
+                     path inside the root"
+                .to_owned(),
+        },
+        Errno::LOOP => BackendError::PermissionDenied {
+            path,
+            reason: "it goes through a symlink that cannot be followed here (a symlink loop, or \
+                     symlinks are refused on this host); use the target's real path"
+                .to_owned(),
+        },
+        Errno::ACCESS | Errno::PERM | Errno::ROFS => BackendError::PermissionDenied {
+            path,
+            reason: format!("the host refused it ({errno})"),
+        },
+        _ => BackendError::Io {
+            operation,
+            path,
+            message: std::io::Error::from(errno).to_string(),
+        },
+    }
+}
+
+fn io_error(error: &std::io::Error, operation: &'static str, path: &str) -> BackendError {
+    match error.raw_os_error() {
+        Some(code) => host_error(Errno::from_raw_os_error(code), operation, path),
+        None => BackendError::Io {
+            operation,
+            path: path.to_owned(),
+            message: error.to_string(),
+        },
+    }
+}
+
+impl Inner {
+    /// Opens `rel` (relative to the host root) without ever leaving the root in virtual mode.
+    fn open(&self, rel: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
+        let flags = flags | OFlags::CLOEXEC;
+        match self.resolver {
+            Resolver::Beneath => {
+                let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+                let mut attempt = 0;
+                loop {
+                    match rustix::fs::openat2(&self.fd, rel, flags, mode, resolve) {
+                        Err(Errno::AGAIN) if attempt < EAGAIN_RETRIES => attempt += 1,
+                        result => return result,
+                    }
+                }
+            }
+            Resolver::Host => rustix::fs::openat(&self.fd, rel, flags, mode),
+            Resolver::NoSymlinks => self.open_no_symlinks(rel, flags, mode),
+        }
+    }
+
+    /// The fallback walk: one component at a time from the root, never following a symlink.
+    fn open_no_symlinks(&self, rel: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
+        let segments: Vec<&str> = rel
+            .split('/')
+            .filter(|s| !s.is_empty() && *s != ".")
+            .collect();
+        let dir_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let Some((last, dirs)) = segments.split_last() else {
+            return rustix::fs::openat(&self.fd, ".", flags, mode);
+        };
+        let mut current = rustix::fs::openat(&self.fd, ".", dir_flags, Mode::empty())?;
+        for dir in dirs {
+            current = match rustix::fs::openat(&current, *dir, dir_flags, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(Errno::NOTDIR) => {
+                    let stat = rustix::fs::statat(&current, *dir, AtFlags::SYMLINK_NOFOLLOW)?;
+                    return Err(match FileType::from_raw_mode(stat.st_mode) {
+                        FileType::Symlink => Errno::LOOP,
+                        _ => Errno::NOTDIR,
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+        }
+        let fd = rustix::fs::openat(&current, *last, flags | OFlags::NOFOLLOW, mode)?;
+        // O_PATH | O_NOFOLLOW opens a symlink itself instead of failing: refuse it like any
+        // other open would, so nothing treats the link as its target.
+        if flags.contains(OFlags::PATH)
+            && FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) == FileType::Symlink
+        {
+            return Err(Errno::LOOP);
+        }
+        Ok(fd)
+    }
+
+    /// Metadata of what `rel` resolves to (inside the root).
+    fn stat(&self, rel: &str) -> Result<Stat, Errno> {
+        let fd = self.open(rel, OFlags::PATH, Mode::empty())?;
+        rustix::fs::fstat(&fd)
+    }
+
+    fn ls(&self, path: &VPath) -> Result<Vec<FileInfo>, BackendError> {
+        let shown = path.as_str();
+        let dir_rel = rel(path);
+        let fd = self
+            .open(dir_rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
+            .map_err(|e| host_error(e, "ls", shown))?;
+        let mut dir = Dir::new(fd).map_err(|e| host_error(e, "ls", shown))?;
+        let mut names = Vec::new();
+        while let Some(entry) = dir.read() {
+            let entry = entry.map_err(|e| host_error(e, "ls", shown))?;
+            // Names that are not UTF-8 or not valid path segments cannot be addressed by the
+            // agent, so listing them would only produce errors.
+            let Ok(name) = entry.file_name().to_str() else {
+                continue;
+            };
+            if name == "." || name == ".." {
+                continue;
+            }
+            if let Ok(child) = path.join(name)
+                && child.file_name() == Some(name)
+            {
+                names.push((name.to_owned(), child));
+            }
+        }
+        let dir_fd = dir.fd().map_err(|e| host_error(e, "ls", shown))?;
+        let mut entries = Vec::with_capacity(names.len());
+        for (name, child) in names {
+            let Ok(own) = rustix::fs::statat(dir_fd, name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+            else {
+                continue; // removed since listed
+            };
+            let stat = if FileType::from_raw_mode(own.st_mode) == FileType::Symlink {
+                // A link is shown as what it resolves to inside the root; a link that escapes,
+                // loops or dangles is shown as an empty file (reading it explains why it fails).
+                self.stat(&join_rel(dir_rel, &name))
+                    .ok()
+                    .filter(|s| is_dir(s) || is_file(s))
+            } else {
+                None
+            };
+            match stat {
+                Some(target) => entries.push(info(child.to_string(), &target)),
+                None if FileType::from_raw_mode(own.st_mode) == FileType::Symlink => {
+                    entries.push(FileInfo {
+                        path: child.to_string(),
+                        is_dir: false,
+                        size: 0,
+                        modified_at_ms: modified_ms(&own),
+                    });
+                }
+                None => entries.push(info(child.to_string(), &own)),
+            }
+        }
+        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(entries)
+    }
+
+    /// Opens an existing regular file for `flags` and checks its size.
+    fn open_file(
+        &self,
+        path: &VPath,
+        flags: OFlags,
+        operation: &'static str,
+    ) -> Result<(File, u64), BackendError> {
+        let shown = path.as_str();
+        if path.is_root() {
+            return Err(BackendError::IsDirectory {
+                path: shown.to_owned(),
+            });
+        }
+        // NONBLOCK: opening a FIFO must not hang; NOCTTY: a terminal must not become ours.
+        let fd = self
+            .open(
+                rel(path),
+                flags | OFlags::NONBLOCK | OFlags::NOCTTY,
+                Mode::empty(),
+            )
+            .map_err(|e| match e {
+                // A file where a directory was expected on the way: nothing is there.
+                Errno::NOTDIR => BackendError::NotFound {
+                    path: shown.to_owned(),
+                },
+                e => host_error(e, operation, shown),
+            })?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| host_error(e, operation, shown))?;
+        if is_dir(&stat) {
+            return Err(BackendError::IsDirectory {
+                path: shown.to_owned(),
+            });
+        }
+        if !is_file(&stat) {
+            return Err(BackendError::PermissionDenied {
+                path: shown.to_owned(),
+                reason: "it is not a regular file (a device, pipe or socket)".to_owned(),
+            });
+        }
+        let size = size_of(&stat);
+        if size > self.max_file_size {
+            return Err(BackendError::TooLarge {
+                path: shown.to_owned(),
+                size,
+                max: self.max_file_size,
+            });
+        }
+        Ok((File::from(fd), size))
+    }
+
+    /// Reads a whole file, at most `max_file_size` bytes even if it grows meanwhile.
+    fn read_all(
+        &self,
+        path: &VPath,
+        file: &mut File,
+        size: u64,
+        operation: &'static str,
+    ) -> Result<Vec<u8>, BackendError> {
+        let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        file.take(self.max_file_size.saturating_add(1))
+            .read_to_end(&mut data)
+            .map_err(|e| io_error(&e, operation, path.as_str()))?;
+        let read = u64::try_from(data.len()).unwrap_or(u64::MAX);
+        if read > self.max_file_size {
+            return Err(BackendError::TooLarge {
+                path: path.to_string(),
+                size: read,
+                max: self.max_file_size,
+            });
+        }
+        Ok(data)
+    }
+
+    fn read_bytes(&self, path: &VPath, operation: &'static str) -> Result<Vec<u8>, BackendError> {
+        let (mut file, size) = self.open_file(path, OFlags::RDONLY, operation)?;
+        self.read_all(path, &mut file, size, operation)
+    }
+
+    /// Creates the missing parent directories of `path`, one checked component at a time.
+    fn ensure_parents(&self, path: &VPath) -> Result<(), BackendError> {
+        let segments: Vec<&str> = path.segments().collect();
+        let dir_flags = OFlags::PATH | OFlags::DIRECTORY;
+        for depth in 1..segments.len() {
+            let prefix = segments[..depth].join("/");
+            let shown = format!("/{prefix}");
+            match self.open(&prefix, dir_flags, Mode::empty()) {
+                Ok(_) => {}
+                Err(Errno::NOENT) => {
+                    let parent = if depth == 1 {
+                        ".".to_owned()
+                    } else {
+                        segments[..depth - 1].join("/")
+                    };
+                    // mkdirat gets a single name relative to a parent resolved beneath the root,
+                    // so no symlink in the prefix can redirect it.
+                    let parent_fd = self
+                        .open(&parent, dir_flags, Mode::empty())
+                        .map_err(|e| host_error(e, "write", &shown))?;
+                    match rustix::fs::mkdirat(
+                        &parent_fd,
+                        segments[depth - 1],
+                        Mode::from_raw_mode(0o755),
+                    ) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(host_error(e, "write", &shown)),
+                    }
+                }
+                Err(Errno::NOTDIR) => return Err(BackendError::NotADirectory { path: shown }),
+                Err(e) => return Err(host_error(e, "write", &shown)),
+            }
+        }
+        Ok(())
+    }
+
+    fn write_bytes(&self, path: &VPath, data: &[u8]) -> Result<(), BackendError> {
+        let shown = path.as_str();
+        if path.is_root() {
+            return Err(BackendError::IsDirectory {
+                path: shown.to_owned(),
+            });
+        }
+        self.ensure_parents(path)?;
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let fd = self
+            .open(rel(path), flags, Mode::from_raw_mode(0o644))
+            .map_err(|e| host_error(e, "write", shown))?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| host_error(e, "write", shown))?;
+        if !is_file(&stat) {
+            return Err(BackendError::PermissionDenied {
+                path: shown.to_owned(),
+                reason: "it is not a regular file (a device, pipe or socket)".to_owned(),
+            });
+        }
+        // Truncate only after checking what was opened, so a pipe or device is left alone.
+        let mut file = File::from(fd);
+        file.set_len(0).map_err(|e| io_error(&e, "write", shown))?;
+        file.write_all(data)
+            .map_err(|e| io_error(&e, "write", shown))?;
+        Ok(())
+    }
+
+    fn edit(
+        &self,
+        path: &VPath,
+        old: &str,
+        new: &str,
+        replace_all: bool,
+    ) -> Result<usize, BackendError> {
+        let shown = path.as_str();
+        // One descriptor for read and write: the file replaced is the file read.
+        let (mut file, size) = self.open_file(path, OFlags::RDWR, "edit")?;
+        let data = self.read_all(path, &mut file, size, "edit")?;
+        let text = match mime::classify(shown, data) {
+            Classified::Text(text) => text,
+            Classified::Binary { mime_type } => {
+                return Err(BackendError::Binary {
+                    path: shown.to_owned(),
+                    mime_type,
+                });
+            }
+        };
+        let (updated, count) = text::replace(shown, &text, old, new, replace_all)?;
+        file.seek(SeekFrom::Start(0))
+            .map_err(|e| io_error(&e, "edit", shown))?;
+        file.set_len(0).map_err(|e| io_error(&e, "edit", shown))?;
+        file.write_all(updated.as_bytes())
+            .map_err(|e| io_error(&e, "edit", shown))?;
+        Ok(count)
+    }
+
+    fn delete(&self, path: &VPath) -> Result<usize, BackendError> {
+        let shown = path.as_str();
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(BackendError::PermissionDenied {
+                path: "/".to_owned(),
+                reason: "the root cannot be deleted; delete its entries one by one".to_owned(),
+            });
+        };
+        let parent_fd = self
+            .open(
+                rel(&parent),
+                OFlags::PATH | OFlags::DIRECTORY,
+                Mode::empty(),
+            )
+            .map_err(|e| match e {
+                Errno::NOTDIR => BackendError::NotFound {
+                    path: shown.to_owned(),
+                },
+                e => host_error(e, "delete", shown),
+            })?;
+        // The entry itself, not what a symlink points to.
+        let stat = rustix::fs::statat(&parent_fd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| host_error(e, "delete", shown))?;
+        if is_dir(&stat) {
+            remove_tree(parent_fd.as_fd(), name).map_err(|e| host_error(e, "delete", shown))
+        } else {
+            rustix::fs::unlinkat(&parent_fd, name, AtFlags::empty())
+                .map_err(|e| host_error(e, "delete", shown))?;
+            Ok(1)
+        }
+    }
+
+    /// The walk roots: the host path of `base` after checking it resolves inside the root.
+    fn walk_base(
+        &self,
+        base: &VPath,
+        operation: &'static str,
+    ) -> Result<(PathBuf, Stat), BackendError> {
+        let stat = self.stat(rel(base)).map_err(|e| match e {
+            Errno::NOTDIR => BackendError::NotFound {
+                path: base.to_string(),
+            },
+            e => host_error(e, operation, base.as_str()),
+        })?;
+        let host = if base.is_root() {
+            self.host_root.clone()
+        } else {
+            self.host_root.join(rel(base))
+        };
+        Ok((host, stat))
+    }
+
+    fn walker(&self, host_base: &Path) -> WalkBuilder {
+        let mut builder = WalkBuilder::new(host_base);
+        builder
+            .standard_filters(false)
+            .follow_links(false)
+            .git_ignore(self.respect_gitignore)
+            .git_exclude(self.respect_gitignore)
+            .require_git(false);
+        builder
+    }
+
+    /// The virtual path of a host path found by a walk (`None` if it is not UTF-8).
+    fn virtual_of<'a>(&self, host: &'a Path) -> Option<&'a str> {
+        relative_to(&self.host_root, host)
+    }
+
+    /// Opens a file found by a walk, through a per-thread cached descriptor of its directory
+    /// (resolved beneath the root like any path). The last component is opened with
+    /// `O_NOFOLLOW`; a symlink there is resolved from the root instead, so the symlink rule is
+    /// the same as for direct paths.
+    fn open_entry(
+        &self,
+        cache: &mut DirCache,
+        root_rel: &str,
+        flags: OFlags,
+    ) -> Result<OwnedFd, Errno> {
+        let (dir_fd, name) = self.entry_dir(cache, root_rel)?;
+        let single = OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rustix::fs::openat(dir_fd, name, flags | single, Mode::empty()) {
+            Err(Errno::LOOP) => self.open(root_rel, flags, Mode::empty()),
+            result => result,
+        }
+    }
+
+    /// Metadata of a file found by a walk (see [`Self::open_entry`]).
+    fn stat_entry(&self, cache: &mut DirCache, root_rel: &str) -> Result<Stat, Errno> {
+        let (dir_fd, name) = self.entry_dir(cache, root_rel)?;
+        let own = rustix::fs::statat(dir_fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
+        if FileType::from_raw_mode(own.st_mode) == FileType::Symlink {
+            self.stat(root_rel)
+        } else {
+            Ok(own)
+        }
+    }
+
+    fn entry_dir<'c, 'p>(
+        &self,
+        cache: &'c mut DirCache,
+        root_rel: &'p str,
+    ) -> Result<(BorrowedFd<'c>, &'p str), Errno> {
+        let (dir, name) = root_rel.rsplit_once('/').unwrap_or((".", root_rel));
+        if cache.fd.is_none() || cache.rel != dir {
+            cache.fd = None;
+            let fd = self.open(dir, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())?;
+            cache.rel.clear();
+            cache.rel.push_str(dir);
+            cache.fd = Some(fd);
+        }
+        match &cache.fd {
+            Some(fd) => Ok((fd.as_fd(), name)),
+            None => Err(Errno::NOENT),
+        }
+    }
+
+    fn glob(&self, pattern: &str, base: &VPath) -> Result<GlobResult, BackendError> {
+        let pattern = GlobPattern::new(pattern)?;
+        let deadline = Instant::now() + self.search_timeout;
+        let (host_base, base_stat) = self.walk_base(base, "glob")?;
+        if !is_dir(&base_stat) {
+            return Ok(GlobResult::default());
+        }
+        let base_rel = rel(base).to_owned();
+        let dir_pattern = pattern.clone();
+        let filter_root = host_base.clone();
+        let mut builder = self.walker(&host_base);
+        builder.filter_entry(move |entry| {
+            if entry.depth() == 0 || !entry.file_type().is_some_and(|t| t.is_dir()) {
+                return true;
+            }
+            relative_to(&filter_root, entry.path())
+                .is_some_and(|relative| dir_pattern.may_descend(relative))
+        });
+        let found = Mutex::new(Vec::new());
+        let timed_out = AtomicBool::new(false);
+        builder.build_parallel().run(|| {
+            let mut cache = DirCache::default();
+            let mut local = Batch {
+                items: Vec::new(),
+                into: &found,
+            };
+            let (timed_out, pattern, base_rel) = (&timed_out, &pattern, &base_rel);
+            Box::new(move |entry| {
+                if Instant::now() > deadline {
+                    timed_out.store(true, Ordering::Relaxed);
+                    return WalkState::Quit;
+                }
+                let Ok(entry) = entry else {
+                    return WalkState::Continue;
+                };
+                if entry.depth() == 0 || entry.file_type().is_none_or(|t| t.is_dir()) {
+                    return WalkState::Continue;
+                }
+                let Some(root_rel) = self.virtual_of(entry.path()) else {
+                    return WalkState::Continue;
+                };
+                let relative = if base_rel == "." {
+                    root_rel
+                } else {
+                    root_rel
+                        .strip_prefix(base_rel.as_str())
+                        .map_or("", |r| r.trim_start_matches('/'))
+                };
+                if relative.is_empty() || !pattern.matches(relative) {
+                    return WalkState::Continue;
+                }
+                // Re-resolve beneath the root: what is reported is what the root holds now.
+                if addressable(root_rel)
+                    && let Ok(stat) = self.stat_entry(&mut cache, root_rel)
+                    && is_file(&stat)
+                {
+                    local.items.push(info(format!("/{root_rel}"), &stat));
+                }
+                WalkState::Continue
+            })
+        });
+        let mut files = found.into_inner().unwrap_or_else(PoisonError::into_inner);
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(GlobResult {
+            files,
+            truncated: timed_out.into_inner(),
+        })
+    }
+
+    fn grep(&self, query: &GrepQuery) -> Result<GrepResult, BackendError> {
+        let include = query.include.as_deref().map(GlobPattern::new).transpose()?;
+        let matcher = if !query.regex && query.pattern.contains('\n') {
+            // A literal with a line break can never match within a line.
+            None
+        } else {
+            let mut builder = RegexMatcherBuilder::new();
+            builder
+                .case_insensitive(query.case_insensitive)
+                .fixed_strings(!query.regex)
+                // The searcher hands the matcher whole buffers: `^`/`$` must mean line starts
+                // and ends, and `$` must match before `\r\n` as it does on stripped lines.
+                .multi_line(true)
+                .crlf(true);
+            Some(
+                builder
+                    .build(&query.pattern)
+                    .map_err(|e| BackendError::InvalidQuery {
+                        what: "regex",
+                        message: e.to_string(),
+                    })?,
+            )
+        };
+        let deadline = Instant::now() + self.search_timeout;
+        let (host_base, _) = self.walk_base(&query.path, "grep")?;
+        let Some(matcher) = matcher else {
+            return Ok(GrepResult::default());
+        };
+        let base_rel = rel(&query.path).to_owned();
+        let mut builder = self.walker(&host_base);
+        // VCS internals are large, binary and never what the agent means.
+        builder.filter_entry(|entry| {
+            entry.depth() == 0
+                || entry.file_name() != ".git"
+                || !entry.file_type().is_some_and(|t| t.is_dir())
+        });
+        let collector = Collector::new(query.max_count);
+        let timed_out = AtomicBool::new(false);
+        builder.build_parallel().run(|| {
+            let mut worker = GrepWorker {
+                searcher: SearcherBuilder::new()
+                    .line_number(true)
+                    .line_terminator(LineTerminator::crlf())
+                    .binary_detection(BinaryDetection::none())
+                    .memory_map(MmapChoice::never())
+                    .build(),
+                buffer: Vec::new(),
+                cache: DirCache::default(),
+            };
+            let matcher = &matcher;
+            let include = include.as_ref();
+            let collector = &collector;
+            let timed_out = &timed_out;
+            let base_rel = base_rel.as_str();
+            Box::new(move |entry| {
+                if Instant::now() > deadline {
+                    timed_out.store(true, Ordering::Relaxed);
+                    return WalkState::Quit;
+                }
+                let Ok(entry) = entry else {
+                    return WalkState::Continue;
+                };
+                if entry.file_type().is_none_or(|t| t.is_dir()) {
+                    return WalkState::Continue;
+                }
+                let Some(root_rel) = self.virtual_of(entry.path()).filter(|r| addressable(r))
+                else {
+                    return WalkState::Continue;
+                };
+                let shown = format!("/{root_rel}");
+                if let Some(include) = include {
+                    let relative = if base_rel == "." {
+                        root_rel
+                    } else {
+                        root_rel
+                            .strip_prefix(base_rel)
+                            .map_or("", |r| r.trim_start_matches('/'))
+                    };
+                    let name = root_rel.rsplit('/').next().unwrap_or(root_rel);
+                    let target = if relative.is_empty() { name } else { relative };
+                    if !include.matches(target) {
+                        return WalkState::Continue;
+                    }
+                }
+                if collector.skips(&shown) {
+                    return WalkState::Continue;
+                }
+                let mut sink = LineSink {
+                    lines: Vec::new(),
+                    cap: collector.cap,
+                    invalid: false,
+                    deadline,
+                    timed_out,
+                };
+                if self.search_file(&mut worker, root_rel, &shown, matcher, &mut sink)
+                    && !sink.invalid
+                    && !sink.lines.is_empty()
+                {
+                    collector.add(&shown, sink.lines);
+                }
+                if timed_out.load(Ordering::Relaxed) {
+                    WalkState::Quit
+                } else {
+                    WalkState::Continue
+                }
+            })
+        });
+        let (matches, truncated) = collector.finish(query.max_count);
+        Ok(GrepResult {
+            matches,
+            truncated: truncated || timed_out.into_inner(),
+        })
+    }
+
+    /// Searches one file found by a walk; `false` when it was skipped (binary, gone, outside).
+    fn search_file(
+        &self,
+        worker: &mut GrepWorker,
+        root_rel: &str,
+        shown: &str,
+        matcher: &RegexMatcher,
+        sink: &mut LineSink<'_>,
+    ) -> bool {
+        let GrepWorker {
+            searcher,
+            buffer,
+            cache,
+        } = worker;
+        // The extension alone may mark it binary (e.g. .png, .svg): no need to open it.
+        if mime::mime_type(shown, &[]) != TEXT_MIME {
+            return false;
+        }
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let Ok(fd) = self.open_entry(cache, root_rel, flags) else {
+            return false;
+        };
+        let Ok(stat) = rustix::fs::fstat(&fd) else {
+            return false;
+        };
+        if !is_file(&stat) {
+            return false;
+        }
+        let file = File::from(fd);
+        if size_of(&stat) <= SLURP_LIMIT {
+            buffer.clear();
+            if (&file).take(SLURP_LIMIT).read_to_end(buffer).is_err() {
+                return false;
+            }
+            // The same test as read: text only if it sniffs as no binary format and is UTF-8.
+            if mime::mime_type(shown, buffer) != TEXT_MIME {
+                return false;
+            }
+            searcher.search_slice(matcher, buffer, &mut *sink).is_ok()
+        } else {
+            let mut streaming = SearcherBuilder::new()
+                .line_number(true)
+                .line_terminator(LineTerminator::crlf())
+                .binary_detection(BinaryDetection::quit(0))
+                .memory_map(MmapChoice::never())
+                .build();
+            streaming.search_file(matcher, &file, &mut *sink).is_ok()
+        }
+    }
+}
+
+/// Results of one walk thread, added to the shared list once when the thread is done (one lock
+/// per thread instead of one per file).
+struct Batch<'a, T> {
+    items: Vec<T>,
+    into: &'a Mutex<Vec<T>>,
+}
+
+impl<T> Drop for Batch<'_, T> {
+    fn drop(&mut self) {
+        self.into
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .append(&mut self.items);
+    }
+}
+
+/// Whether a walked path (relative to the root) can be named by a [`VPath`]: walks never yield
+/// empty, `.` or `..` segments, so only backslashes and control characters can spoil it.
+fn addressable(root_rel: &str) -> bool {
+    !root_rel.contains('\\') && !root_rel.chars().any(char::is_control)
+}
+
+/// What one grep thread reuses from file to file.
+struct GrepWorker {
+    searcher: Searcher,
+    buffer: Vec<u8>,
+    cache: DirCache,
+}
+
+/// The directory a walk thread is in, as a descriptor resolved beneath the root.
+#[derive(Default)]
+struct DirCache {
+    rel: String,
+    fd: Option<OwnedFd>,
+}
+
+/// `path` below `base` as UTF-8 without a leading slash (`None` if not below, not UTF-8, or
+/// equal). Works on bytes: walks produce `base/...` paths verbatim.
+fn relative_to<'a>(base: &Path, path: &'a Path) -> Option<&'a str> {
+    use std::os::unix::ffi::OsStrExt;
+    let base = base.as_os_str().as_bytes();
+    let rest = path.as_os_str().as_bytes().strip_prefix(base)?;
+    let rest = if base.ends_with(b"/") {
+        rest
+    } else {
+        rest.strip_prefix(b"/")?
+    };
+    std::str::from_utf8(rest).ok().filter(|r| !r.is_empty())
+}
+
+/// Deletes the directory `name` in `parent` and everything below it, without following
+/// symlinks: each level is opened with `O_NOFOLLOW` relative to its parent's descriptor.
+/// Returns the number of non-directory entries removed.
+fn remove_tree<P: rustix::path::Arg + Copy>(
+    parent: BorrowedFd<'_>,
+    name: P,
+) -> Result<usize, Errno> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(parent, name, flags, Mode::empty())?;
+    let mut dir = Dir::new(fd)?;
+    let mut names = Vec::new();
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let entry_name = entry.file_name().to_bytes();
+        if entry_name != b"." && entry_name != b".." {
+            names.push(entry.file_name().to_owned());
+        }
+    }
+    let dir_fd = dir.fd()?;
+    let mut removed = 0;
+    for child in &names {
+        let stat = rustix::fs::statat(dir_fd, child.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
+        if is_dir(&stat) {
+            removed += remove_tree(dir_fd, child.as_c_str())?;
+        } else {
+            rustix::fs::unlinkat(dir_fd, child.as_c_str(), AtFlags::empty())?;
+            removed += 1;
+        }
+    }
+    rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)?;
+    Ok(removed)
+}
+
+/// Matches of all files, kept to the first `cap` in (path, line) order so the result does not
+/// depend on the order the parallel walk visits files.
+struct Collector {
+    cap: usize,
+    full: AtomicBool,
+    kept: Mutex<BTreeMap<(String, usize), String>>,
+}
+
+impl Collector {
+    fn new(max_count: usize) -> Self {
+        Self {
+            // One over the limit tells whether more exist.
+            cap: max_count.saturating_add(1),
+            full: AtomicBool::new(false),
+            kept: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Whether a file at `path` cannot contribute any more (all kept matches sort before it).
+    fn skips(&self, path: &str) -> bool {
+        self.full.load(Ordering::Relaxed)
+            && self
+                .kept
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .last_key_value()
+                .is_some_and(|((last, _), _)| path > last.as_str())
+    }
+
+    fn add(&self, path: &str, lines: Vec<(usize, String)>) {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        for (number, line) in lines {
+            kept.insert((path.to_owned(), number), line);
+        }
+        while kept.len() > self.cap {
+            kept.pop_last();
+        }
+        if kept.len() >= self.cap {
+            self.full.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn finish(self, max_count: usize) -> (Vec<GrepMatch>, bool) {
+        let kept = self
+            .kept
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        let truncated = kept.len() > max_count;
+        let matches = kept
+            .into_iter()
+            .take(max_count)
+            .map(|((path, line_number), line)| GrepMatch {
+                path,
+                line_number,
+                line,
+            })
+            .collect();
+        (matches, truncated)
+    }
+}
+
+/// Collects the matching lines of one file.
+struct LineSink<'a> {
+    lines: Vec<(usize, String)>,
+    cap: usize,
+    /// A matching line was not UTF-8: the file is binary and its matches are dropped.
+    invalid: bool,
+    deadline: Instant,
+    timed_out: &'a AtomicBool,
+}
+
+impl Sink for LineSink<'_> {
+    type Error = std::io::Error;
+
+    fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, Self::Error> {
+        let mut number = usize::try_from(mat.line_number().unwrap_or(0)).unwrap_or(usize::MAX);
+        for raw in mat.lines() {
+            let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
+            let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+            let Ok(line) = std::str::from_utf8(raw) else {
+                self.invalid = true;
+                return Ok(false);
+            };
+            self.lines.push((number, line.to_owned()));
+            number = number.saturating_add(1);
+            if self.lines.len() >= self.cap {
+                return Ok(false);
+            }
+        }
+        if Instant::now() > self.deadline {
+            self.timed_out.store(true, Ordering::Relaxed);
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn binary_data(&mut self, _: &Searcher, _: u64) -> Result<bool, Self::Error> {
+        // A NUL byte in a large streamed file: binary, even if lines matched before it.
+        self.invalid = true;
+        Ok(false)
+    }
+}
+
+#[async_trait]
+impl Backend for FilesystemBackend {
+    fn name(&self) -> &'static str {
+        "filesystem"
+    }
+
+    fn path_mappings(&self) -> Vec<PathMapping> {
+        vec![PathMapping {
+            prefix: VPath::root(),
+            host: Some(self.inner.host_root.clone()),
+        }]
+    }
+
+    async fn ls(&self, _cx: &BackendContext, path: &VPath) -> Result<Vec<FileInfo>, BackendError> {
+        let path = path.clone();
+        self.blocking("ls", path.to_string(), move |inner| inner.ls(&path))
+            .await
+    }
+
+    async fn read(
+        &self,
+        _cx: &BackendContext,
+        path: &VPath,
+        offset: usize,
+        limit: usize,
+    ) -> Result<ReadResult, BackendError> {
+        let owned = path.clone();
+        let bytes = self
+            .blocking("read", path.to_string(), move |inner| {
+                inner.read_bytes(&owned, "read")
+            })
+            .await?;
+        // mime_type applies the same test as mime::classify without consuming the bytes.
+        let mime_type = mime::mime_type(path.as_str(), &bytes);
+        if mime_type != TEXT_MIME {
+            return Ok(ReadResult::Binary {
+                mime_type,
+                data: bytes,
+            });
+        }
+        Ok(match String::from_utf8(bytes) {
+            Ok(text) => text::page(&text, offset, limit),
+            Err(e) => ReadResult::Binary {
+                mime_type: "application/octet-stream".to_owned(),
+                data: e.into_bytes(),
+            },
+        })
+    }
+
+    async fn read_raw(&self, _cx: &BackendContext, path: &VPath) -> Result<RawFile, BackendError> {
+        let owned = path.clone();
+        let data = self
+            .blocking("read", path.to_string(), move |inner| {
+                inner.read_bytes(&owned, "read")
+            })
+            .await?;
+        Ok(RawFile {
+            mime_type: mime::mime_type(path.as_str(), &data),
+            data,
+        })
+    }
+
+    async fn write(
+        &self,
+        _cx: &BackendContext,
+        path: &VPath,
+        content: &str,
+    ) -> Result<Changed<()>, BackendError> {
+        let owned = path.clone();
+        let content = content.to_owned();
+        self.blocking("write", path.to_string(), move |inner| {
+            inner.write_bytes(&owned, content.as_bytes())
+        })
+        .await?;
+        Ok(Changed::outside_state(()))
+    }
+
+    async fn edit(
+        &self,
+        _cx: &BackendContext,
+        path: &VPath,
+        old: &str,
+        new: &str,
+        replace_all: bool,
+    ) -> Result<Changed<usize>, BackendError> {
+        let owned = path.clone();
+        let (old, new) = (old.to_owned(), new.to_owned());
+        let count = self
+            .blocking("edit", path.to_string(), move |inner| {
+                inner.edit(&owned, &old, &new, replace_all)
+            })
+            .await?;
+        Ok(Changed::outside_state(count))
+    }
+
+    async fn delete(
+        &self,
+        _cx: &BackendContext,
+        path: &VPath,
+    ) -> Result<Changed<usize>, BackendError> {
+        let owned = path.clone();
+        let count = self
+            .blocking("delete", path.to_string(), move |inner| {
+                inner.delete(&owned)
+            })
+            .await?;
+        Ok(Changed::outside_state(count))
+    }
+
+    async fn glob(
+        &self,
+        _cx: &BackendContext,
+        pattern: &str,
+        base: &VPath,
+    ) -> Result<GlobResult, BackendError> {
+        let base = base.clone();
+        let pattern = pattern.to_owned();
+        self.blocking("glob", base.to_string(), move |inner| {
+            inner.glob(&pattern, &base)
+        })
+        .await
+    }
+
+    async fn grep(
+        &self,
+        _cx: &BackendContext,
+        query: &GrepQuery,
+    ) -> Result<GrepResult, BackendError> {
+        let query = query.clone();
+        self.blocking("grep", query.path.to_string(), move |inner| {
+            inner.grep(&query)
+        })
+        .await
+    }
+
+    async fn upload_files(
+        &self,
+        _cx: &BackendContext,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> Changed<Vec<Result<(), FileOpError>>> {
+        let count = files.len();
+        let results = self
+            .blocking("upload", "/".to_owned(), move |inner| {
+                Ok(files
+                    .into_iter()
+                    .map(|(raw, data)| {
+                        let path = VPath::parse(&raw).map_err(|_| FileOpError::InvalidPath)?;
+                        inner
+                            .write_bytes(&path, &data)
+                            .map_err(|e| e.file_op_code())
+                    })
+                    .collect::<Vec<_>>())
+            })
+            .await;
+        Changed::outside_state(
+            results.unwrap_or_else(|_| vec![Err(FileOpError::PermissionDenied); count]),
+        )
+    }
+
+    async fn download_files(
+        &self,
+        _cx: &BackendContext,
+        paths: Vec<String>,
+    ) -> Vec<Result<Vec<u8>, FileOpError>> {
+        let count = paths.len();
+        let results = self
+            .blocking("download", "/".to_owned(), move |inner| {
+                Ok(paths
+                    .iter()
+                    .map(|raw| {
+                        let path = VPath::parse(raw).map_err(|_| FileOpError::InvalidPath)?;
+                        inner
+                            .read_bytes(&path, "download")
+                            .map_err(|e| e.file_op_code())
+                    })
+                    .collect::<Vec<_>>())
+            })
+            .await;
+        results.unwrap_or_else(|_| vec![Err(FileOpError::PermissionDenied); count])
+    }
+}

@@ -1,0 +1,438 @@
+//! A filesystem backend that can also run commands through a local shell.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rustix::process::{Pid, Signal};
+use tokio::io::AsyncReadExt;
+
+use crate::filesystem::FilesystemBackend;
+use crate::path::VPath;
+use crate::protocol::{
+    Backend, BackendContext, BackendError, Changed, ExecuteResult, FileInfo, FileOpError,
+    GlobResult, GrepQuery, GrepResult, PathMapping, RawFile, ReadResult, Sandbox,
+};
+
+/// Commands are killed after this long unless configured or overridden per call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The longest timeout a call may ask for.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(3_600);
+
+/// Output kept per command unless configured, in bytes.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 100_000;
+
+/// The `PATH` of the default (otherwise empty) environment.
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The prefix of every line a command writes to stderr.
+pub const STDERR_PREFIX: &str = "[stderr] ";
+
+/// Exit code reported for a command killed at its timeout (as `timeout(1)` does).
+pub const TIMEOUT_EXIT_CODE: i32 = 124;
+
+/// A [`FilesystemBackend`] plus command execution through a local shell.
+///
+/// This is **not** a sandbox: commands run as the host user with the host's view of the disk;
+/// only the file operations are confined to the root. Use it where the agent is trusted or the
+/// whole process is already isolated (a container, a VM).
+///
+/// Each command runs as `sh -c COMMAND` in the root directory, in a new process group, with
+/// stdin closed. On timeout the whole group is killed (background children included) and the
+/// result says `timed_out` with exit code 124. The environment is empty except for
+/// `PATH=/usr/local/bin:/usr/bin:/bin` (so plain command names work without exposing host
+/// secrets); add variables with [`LocalShellBackend::with_env`] or pass the host's through with
+/// [`LocalShellBackend::inherit_env`].
+///
+/// The output is stdout and stderr interleaved by whole lines in arrival order, each stderr line
+/// prefixed with `[stderr] `, cut at 100,000 bytes by default with a note saying so. The call
+/// returns when the shell has exited and both pipes are closed: a background process that keeps
+/// them open holds the call until the timeout (redirect its output to detach it), while one that
+/// redirected its output keeps running after the call.
+#[derive(Clone, Debug)]
+pub struct LocalShellBackend {
+    fs: FilesystemBackend,
+    id: String,
+    shell: PathBuf,
+    timeout: Duration,
+    max_output_bytes: usize,
+    env: BTreeMap<String, String>,
+    inherit_env: bool,
+}
+
+impl LocalShellBackend {
+    /// A shell over the root of `fs`, with the defaults: `/bin/sh`, 120 s timeout, 100,000
+    /// bytes of output, empty environment but for `PATH`.
+    pub fn new(fs: FilesystemBackend) -> Self {
+        let id = format!("local:{}", fs.root().display());
+        Self {
+            fs,
+            id,
+            shell: PathBuf::from("/bin/sh"),
+            timeout: DEFAULT_TIMEOUT,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            env: BTreeMap::new(),
+            inherit_env: false,
+        }
+    }
+
+    /// The default timeout of commands (capped at one hour).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout.min(MAX_TIMEOUT);
+        self
+    }
+
+    /// How many bytes of output a command may return before it is cut.
+    pub fn with_max_output_bytes(mut self, bytes: usize) -> Self {
+        self.max_output_bytes = bytes;
+        self
+    }
+
+    /// Sets an environment variable of every command (it wins over inherited ones).
+    pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(name.into(), value.into());
+        self
+    }
+
+    /// Whether commands inherit this process's environment (default `false`).
+    pub fn inherit_env(mut self, yes: bool) -> Self {
+        self.inherit_env = yes;
+        self
+    }
+
+    /// The shell run as `SHELL -c COMMAND` (default `/bin/sh`).
+    pub fn with_shell(mut self, shell: impl Into<PathBuf>) -> Self {
+        self.shell = shell.into();
+        self
+    }
+
+    /// Sets the sandbox id (default `local:<root>`).
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = id.into();
+        self
+    }
+
+    /// The filesystem backend this shell runs in.
+    pub fn filesystem(&self) -> &FilesystemBackend {
+        &self.fs
+    }
+
+    fn io_error(&self, message: String) -> BackendError {
+        BackendError::Io {
+            operation: "execute",
+            path: "/".to_owned(),
+            message,
+        }
+    }
+}
+
+/// Kills a process group when dropped unless disarmed: a cancelled `execute` must not leave
+/// its commands running.
+struct GroupGuard {
+    pid: Option<Pid>,
+}
+
+impl GroupGuard {
+    fn kill(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            // ESRCH (already gone) is the expected outcome for a finished group.
+            let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Out,
+    Err,
+}
+
+/// Combined output: whole lines in arrival order, stderr lines marked, cut at a byte limit.
+struct Output {
+    text: Vec<u8>,
+    max: usize,
+    truncated: bool,
+    pending: [Vec<u8>; 2],
+}
+
+impl Output {
+    fn new(max: usize) -> Self {
+        Self {
+            text: Vec::new(),
+            max,
+            truncated: false,
+            pending: [Vec::new(), Vec::new()],
+        }
+    }
+
+    fn slot(stream: Stream) -> usize {
+        match stream {
+            Stream::Out => 0,
+            Stream::Err => 1,
+        }
+    }
+
+    fn push(&mut self, stream: Stream, bytes: &[u8]) {
+        let slot = Self::slot(stream);
+        self.pending[slot].extend_from_slice(bytes);
+        while let Some(end) = self.pending[slot].iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.pending[slot].drain(..=end).collect();
+            self.emit(stream, &line);
+        }
+        // A line longer than the whole budget can be let through in parts.
+        if self.pending[slot].len() > self.max {
+            self.flush(stream);
+        }
+    }
+
+    fn flush(&mut self, stream: Stream) {
+        let slot = Self::slot(stream);
+        if !self.pending[slot].is_empty() {
+            let rest = std::mem::take(&mut self.pending[slot]);
+            self.emit(stream, &rest);
+        }
+    }
+
+    fn emit(&mut self, stream: Stream, line: &[u8]) {
+        if self.truncated {
+            return;
+        }
+        if stream == Stream::Err {
+            self.text.extend_from_slice(STDERR_PREFIX.as_bytes());
+        }
+        self.text.extend_from_slice(line);
+        if self.text.len() > self.max {
+            self.text.truncate(self.max);
+            self.truncated = true;
+        }
+    }
+
+    fn finish(mut self) -> (String, bool) {
+        self.flush(Stream::Out);
+        self.flush(Stream::Err);
+        // Cutting may split a character; drop the partial one rather than show garbage.
+        let valid = match std::str::from_utf8(&self.text) {
+            Ok(_) => self.text.len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => self.text.len(),
+        };
+        self.text.truncate(valid);
+        let mut output = String::from_utf8_lossy(&self.text).into_owned();
+        if self.truncated {
+            if !output.ends_with('\n') {
+                output.push('\n');
+            }
+            output.push_str(&format!(
+                "[output truncated at {} bytes; redirect it to a file and read that instead]",
+                self.max
+            ));
+        }
+        (output, self.truncated)
+    }
+}
+
+#[async_trait]
+impl Sandbox for LocalShellBackend {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn execute(
+        &self,
+        _cx: &BackendContext,
+        command: &str,
+        timeout: Option<Duration>,
+    ) -> Result<ExecuteResult, BackendError> {
+        let timeout = timeout.unwrap_or(self.timeout);
+        if timeout.is_zero() {
+            return Err(BackendError::InvalidQuery {
+                what: "timeout",
+                message: "the timeout must be positive; omit it for the default".to_owned(),
+            });
+        }
+        let timeout = timeout.min(MAX_TIMEOUT);
+        let mut cmd = tokio::process::Command::new(&self.shell);
+        cmd.arg("-c")
+            .arg(command)
+            .current_dir(self.fs.root())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if !self.inherit_env {
+            cmd.env_clear().env("PATH", DEFAULT_PATH);
+        }
+        cmd.envs(&self.env);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| self.io_error(format!("cannot start {}: {e}", self.shell.display())))?;
+        let mut guard = GroupGuard {
+            pid: child
+                .id()
+                .and_then(|id| i32::try_from(id).ok())
+                .and_then(Pid::from_raw),
+        };
+        let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take())
+        else {
+            return Err(self.io_error("the command's output pipes are missing".to_owned()));
+        };
+        let mut output = Output::new(self.max_output_bytes);
+        let run = async {
+            let (mut out_buf, mut err_buf) = (vec![0; 16 * 1024], vec![0; 16 * 1024]);
+            let (mut out_open, mut err_open) = (true, true);
+            // Read until both pipes close: background children that keep them open are part of
+            // the command (redirect their output to let the call end without them).
+            while out_open || err_open {
+                tokio::select! {
+                    read = stdout.read(&mut out_buf), if out_open => match read {
+                        Ok(0) | Err(_) => {
+                            out_open = false;
+                            output.flush(Stream::Out);
+                        }
+                        Ok(n) => output.push(Stream::Out, &out_buf[..n]),
+                    },
+                    read = stderr.read(&mut err_buf), if err_open => match read {
+                        Ok(0) | Err(_) => {
+                            err_open = false;
+                            output.flush(Stream::Err);
+                        }
+                        Ok(n) => output.push(Stream::Err, &err_buf[..n]),
+                    },
+                }
+            }
+            child.wait().await
+        };
+        let outcome = tokio::time::timeout(timeout, run).await;
+        match outcome {
+            Ok(Ok(status)) => {
+                // The group may live on in processes that detached from the pipes (servers
+                // started with `&` and redirected output): they are the user's to keep.
+                guard.pid = None;
+                let (output, truncated) = output.finish();
+                Ok(ExecuteResult {
+                    output,
+                    exit_code: status.code(),
+                    truncated,
+                    timed_out: false,
+                })
+            }
+            Ok(Err(e)) => Err(self.io_error(format!("waiting for the command failed: {e}"))),
+            Err(_) => {
+                guard.kill();
+                // Reap the shell so no zombie is left; the group is already killed.
+                let _ = child.kill().await;
+                let (output, truncated) = output.finish();
+                Ok(ExecuteResult {
+                    output,
+                    exit_code: Some(TIMEOUT_EXIT_CODE),
+                    truncated,
+                    timed_out: true,
+                })
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for LocalShellBackend {
+    fn name(&self) -> &'static str {
+        "local_shell"
+    }
+
+    async fn ls(&self, cx: &BackendContext, path: &VPath) -> Result<Vec<FileInfo>, BackendError> {
+        self.fs.ls(cx, path).await
+    }
+
+    async fn read(
+        &self,
+        cx: &BackendContext,
+        path: &VPath,
+        offset: usize,
+        limit: usize,
+    ) -> Result<ReadResult, BackendError> {
+        self.fs.read(cx, path, offset, limit).await
+    }
+
+    async fn read_raw(&self, cx: &BackendContext, path: &VPath) -> Result<RawFile, BackendError> {
+        self.fs.read_raw(cx, path).await
+    }
+
+    async fn write(
+        &self,
+        cx: &BackendContext,
+        path: &VPath,
+        content: &str,
+    ) -> Result<Changed<()>, BackendError> {
+        self.fs.write(cx, path, content).await
+    }
+
+    async fn edit(
+        &self,
+        cx: &BackendContext,
+        path: &VPath,
+        old: &str,
+        new: &str,
+        replace_all: bool,
+    ) -> Result<Changed<usize>, BackendError> {
+        self.fs.edit(cx, path, old, new, replace_all).await
+    }
+
+    async fn delete(
+        &self,
+        cx: &BackendContext,
+        path: &VPath,
+    ) -> Result<Changed<usize>, BackendError> {
+        self.fs.delete(cx, path).await
+    }
+
+    async fn glob(
+        &self,
+        cx: &BackendContext,
+        pattern: &str,
+        base: &VPath,
+    ) -> Result<GlobResult, BackendError> {
+        self.fs.glob(cx, pattern, base).await
+    }
+
+    async fn grep(
+        &self,
+        cx: &BackendContext,
+        query: &GrepQuery,
+    ) -> Result<GrepResult, BackendError> {
+        self.fs.grep(cx, query).await
+    }
+
+    async fn upload_files(
+        &self,
+        cx: &BackendContext,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> Changed<Vec<Result<(), FileOpError>>> {
+        self.fs.upload_files(cx, files).await
+    }
+
+    async fn download_files(
+        &self,
+        cx: &BackendContext,
+        paths: Vec<String>,
+    ) -> Vec<Result<Vec<u8>, FileOpError>> {
+        self.fs.download_files(cx, paths).await
+    }
+
+    fn as_sandbox(&self) -> Option<&dyn Sandbox> {
+        Some(self)
+    }
+
+    fn path_mappings(&self) -> Vec<PathMapping> {
+        self.fs.path_mappings()
+    }
+}

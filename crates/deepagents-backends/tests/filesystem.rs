@@ -1,0 +1,816 @@
+//! The disk backend: every operation on a real directory, search over a real tree, properties.
+
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deepagents_backends::{
+    Backend, BackendContext, BackendError, FileOpError, FilesystemBackend, GrepQuery, ReadResult,
+    VPath,
+};
+use proptest::prelude::*;
+use tempfile::TempDir;
+
+use crate::conformance::check_backend;
+
+fn p(path: &str) -> VPath {
+    VPath::parse(path).unwrap()
+}
+
+fn cx() -> BackendContext {
+    BackendContext::default()
+}
+
+/// A temp dir with `root/` (the backend) beside it.
+fn setup() -> (TempDir, FilesystemBackend) {
+    let tmp = TempDir::new().unwrap();
+    let backend = FilesystemBackend::new(tmp.path().join("root")).unwrap();
+    (tmp, backend)
+}
+
+fn put(root: &Path, rel: &str, content: impl AsRef<[u8]>) {
+    let path = root.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, content).unwrap();
+}
+
+async fn text(b: &FilesystemBackend, path: &str) -> Vec<String> {
+    match b.read(&cx(), &p(path), 0, usize::MAX).await.unwrap() {
+        ReadResult::Text { lines, .. } => lines,
+        other => panic!("{path} is not text: {other:?}"),
+    }
+}
+
+async fn glob(b: &FilesystemBackend, pattern: &str, base: &str) -> Vec<String> {
+    let result = b.glob(&cx(), pattern, &p(base)).await.unwrap();
+    assert!(!result.truncated);
+    result.files.into_iter().map(|f| f.path).collect()
+}
+
+async fn grep(b: &FilesystemBackend, query: GrepQuery) -> (Vec<String>, bool) {
+    let result = b.grep(&cx(), &query).await.unwrap();
+    let found = result
+        .matches
+        .into_iter()
+        .map(|m| format!("{}:{}:{}", m.path, m.line_number, m.line))
+        .collect();
+    (found, result.truncated)
+}
+
+#[tokio::test]
+async fn conformance_filesystem() {
+    let (_tmp, backend) = setup();
+    check_backend(Arc::new(backend)).await;
+}
+
+#[tokio::test]
+async fn conformance_filesystem_with_gitignore() {
+    let tmp = TempDir::new().unwrap();
+    let backend = FilesystemBackend::builder(tmp.path().join("root"))
+        .respect_gitignore(true)
+        .build()
+        .unwrap();
+    check_backend(Arc::new(backend)).await;
+}
+
+#[tokio::test]
+async fn conformance_filesystem_without_symlinks() {
+    let tmp = TempDir::new().unwrap();
+    let backend = FilesystemBackend::builder(tmp.path().join("root"))
+        .follow_symlinks(false)
+        .build()
+        .unwrap();
+    assert!(!backend.follows_symlinks());
+    check_backend(Arc::new(backend)).await;
+}
+
+#[tokio::test]
+async fn symlinks_can_be_refused_entirely() {
+    let tmp = TempDir::new().unwrap();
+    let b = FilesystemBackend::builder(tmp.path().join("root"))
+        .follow_symlinks(false)
+        .build()
+        .unwrap();
+    put(b.root(), "real/file.txt", "real\n");
+    symlink("real", b.root().join("alias")).unwrap();
+    symlink("real/file.txt", b.root().join("link.txt")).unwrap();
+    for path in ["/alias/file.txt", "/link.txt"] {
+        let error = b.read(&cx(), &p(path), 0, 10).await.unwrap_err();
+        assert!(
+            matches!(error, BackendError::PermissionDenied { .. }),
+            "{error:?}"
+        );
+        assert!(b.write(&cx(), &p(path), "x").await.is_err());
+    }
+    assert_eq!(text(&b, "/real/file.txt").await, ["real"]);
+    assert_eq!(glob(&b, "*.txt", "/").await, ["/real/file.txt"]);
+    let (found, _) = grep(&b, GrepQuery::literal("real", p("/"))).await;
+    assert_eq!(found, ["/real/file.txt:1:real"]);
+    // Links can still be deleted (the link, not the target).
+    assert_eq!(b.delete(&cx(), &p("/link.txt")).await.unwrap().value, 1);
+    assert!(b.root().join("real/file.txt").exists());
+}
+
+#[tokio::test]
+async fn write_creates_parents_on_disk() {
+    let (_tmp, b) = setup();
+    b.write(&cx(), &p("/a/b/c.txt"), "x\n").await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(b.root().join("a/b/c.txt")).unwrap(),
+        "x\n"
+    );
+    // Overwrite truncates.
+    b.write(&cx(), &p("/a/b/c.txt"), "").await.unwrap();
+    assert_eq!(std::fs::read(b.root().join("a/b/c.txt")).unwrap(), b"");
+    assert!(matches!(
+        b.write(&cx(), &p("/"), "x").await,
+        Err(BackendError::IsDirectory { .. })
+    ));
+}
+
+#[tokio::test]
+async fn ls_reports_sizes_dirs_and_times() {
+    let (_tmp, b) = setup();
+    put(b.root(), "z.txt", "12345");
+    put(b.root(), "a/inner.txt", "");
+    put(b.root(), ".dot", "x");
+    let entries = b.ls(&cx(), &p("/")).await.unwrap();
+    let paths: Vec<_> = entries.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(paths, ["/.dot", "/a", "/z.txt"]);
+    assert!(entries[1].is_dir);
+    assert_eq!(entries[1].size, 0);
+    assert_eq!(entries[2].size, 5);
+    assert!(
+        entries
+            .iter()
+            .all(|e| e.modified_at_ms.is_some_and(|t| t > 1_600_000_000_000))
+    );
+    let inner = b.ls(&cx(), &p("/a")).await.unwrap();
+    assert_eq!(inner[0].path, "/a/inner.txt");
+}
+
+#[tokio::test]
+async fn crlf_long_lines_and_paging() {
+    let (_tmp, b) = setup();
+    put(b.root(), "crlf.txt", "one\r\ntwo\r\nthree");
+    assert_eq!(text(&b, "/crlf.txt").await, ["one", "two", "three"]);
+    let long = "x".repeat(200_000);
+    put(b.root(), "long.txt", format!("{long}\nshort\n"));
+    let lines = text(&b, "/long.txt").await;
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0].len(), 200_000);
+    let page = b.read(&cx(), &p("/long.txt"), 1, 1).await.unwrap();
+    assert_eq!(
+        page,
+        ReadResult::Text {
+            lines: vec!["short".into()],
+            offset: 1,
+            total_lines: 2
+        }
+    );
+    // grep finds the short line and returns long lines whole.
+    let (found, _) = grep(&b, GrepQuery::literal("short", p("/"))).await;
+    assert_eq!(found, ["/long.txt:2:short"]);
+    let (found, _) = grep(&b, GrepQuery::literal("two", p("/"))).await;
+    assert_eq!(found, ["/crlf.txt:2:two"]);
+    let (found, _) = grep(
+        &b,
+        GrepQuery {
+            regex: true,
+            ..GrepQuery::literal("^two$", p("/"))
+        },
+    )
+    .await;
+    assert_eq!(found, ["/crlf.txt:2:two"], "$ matches before \\r\\n");
+}
+
+#[tokio::test]
+async fn binary_and_multimodal_files() {
+    let (_tmp, b) = setup();
+    let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec();
+    let pdf = b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n".to_vec();
+    let jpeg = b"\xff\xd8\xff\xe0\0\x10JFIF".to_vec();
+    put(b.root(), "img/a.png", &png);
+    put(b.root(), "doc/b.pdf", &pdf);
+    put(b.root(), "img/noext", &jpeg);
+    put(
+        b.root(),
+        "img/c.svg",
+        "<svg xmlns=\"http://www.w3.org/2000/svg\"/>",
+    );
+    put(b.root(), "bad.txt", b"caf\xe9 needle\n");
+    put(b.root(), "nul.txt", b"needle\0\n");
+    for (path, mime, data) in [
+        ("/img/a.png", "image/png", &png),
+        ("/doc/b.pdf", "application/pdf", &pdf),
+        ("/img/noext", "image/jpeg", &jpeg),
+    ] {
+        match b.read(&cx(), &p(path), 0, 10).await.unwrap() {
+            ReadResult::Binary {
+                mime_type,
+                data: got,
+            } => {
+                assert_eq!(mime_type, mime, "{path}");
+                assert_eq!(&got, data);
+            }
+            other => panic!("{path}: {other:?}"),
+        }
+        let raw = b.read_raw(&cx(), &p(path)).await.unwrap();
+        assert_eq!(raw.mime_type, mime);
+    }
+    assert!(matches!(
+        b.read(&cx(), &p("/img/c.svg"), 0, 10).await.unwrap(),
+        ReadResult::Binary { mime_type, .. } if mime_type == "image/svg+xml"
+    ));
+    // Invalid UTF-8 is binary, never a crash; binary files are skipped by grep.
+    assert!(matches!(
+        b.read(&cx(), &p("/bad.txt"), 0, 10).await.unwrap(),
+        ReadResult::Binary { mime_type, .. } if mime_type == "application/octet-stream"
+    ));
+    assert!(
+        grep(&b, GrepQuery::literal("needle", p("/")))
+            .await
+            .0
+            .is_empty()
+    );
+    assert!(
+        grep(&b, GrepQuery::literal("svg", p("/")))
+            .await
+            .0
+            .is_empty()
+    );
+    assert!(matches!(
+        b.edit(&cx(), &p("/bad.txt"), "caf", "x", false).await,
+        Err(BackendError::Binary { .. })
+    ));
+}
+
+#[tokio::test]
+async fn max_file_size_is_enforced() {
+    let tmp = TempDir::new().unwrap();
+    let b = FilesystemBackend::builder(tmp.path().join("root"))
+        .max_file_size(10)
+        .build()
+        .unwrap();
+    put(b.root(), "small.txt", "0123456789");
+    put(b.root(), "big.txt", "0123456789A\n");
+    assert_eq!(text(&b, "/small.txt").await, ["0123456789"]);
+    let error = b.read(&cx(), &p("/big.txt"), 0, 10).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BackendError::TooLarge {
+                size: 12,
+                max: 10,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("grep"),
+        "the message says what to do: {error}"
+    );
+    assert!(matches!(
+        b.read_raw(&cx(), &p("/big.txt")).await,
+        Err(BackendError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        b.edit(&cx(), &p("/big.txt"), "0", "1", false).await,
+        Err(BackendError::TooLarge { .. })
+    ));
+    // grep still searches big files (that is how the model reads them).
+    let (found, _) = grep(&b, GrepQuery::literal("A", p("/"))).await;
+    assert_eq!(found, ["/big.txt:1:0123456789A"]);
+    let downloads = b.download_files(&cx(), vec!["/big.txt".into()]).await;
+    assert_eq!(downloads, [Err(FileOpError::PermissionDenied)]);
+}
+
+#[tokio::test]
+async fn edit_and_delete_on_disk() {
+    let (_tmp, b) = setup();
+    put(b.root(), "e.txt", "alpha beta\nbeta\n");
+    assert_eq!(
+        b.edit(&cx(), &p("/e.txt"), "beta", "B", true)
+            .await
+            .unwrap()
+            .value,
+        2
+    );
+    assert_eq!(
+        std::fs::read_to_string(b.root().join("e.txt")).unwrap(),
+        "alpha B\nB\n"
+    );
+    // A shorter result leaves no stale tail.
+    assert_eq!(
+        b.edit(&cx(), &p("/e.txt"), "alpha B\nB\n", "z", false)
+            .await
+            .unwrap()
+            .value,
+        1
+    );
+    assert_eq!(
+        std::fs::read_to_string(b.root().join("e.txt")).unwrap(),
+        "z"
+    );
+    put(b.root(), "tree/a.txt", "a");
+    put(b.root(), "tree/sub/b.txt", "b");
+    put(b.root(), "tree/sub/deeper/c.txt", "c");
+    std::fs::create_dir_all(b.root().join("tree/empty")).unwrap();
+    assert_eq!(b.delete(&cx(), &p("/tree")).await.unwrap().value, 3);
+    assert!(!b.root().join("tree").exists());
+    assert!(b.root().exists());
+    assert!(matches!(
+        b.delete(&cx(), &p("/")).await,
+        Err(BackendError::PermissionDenied { .. })
+    ));
+}
+
+#[tokio::test]
+async fn upload_and_download_in_order() {
+    let (_tmp, b) = setup();
+    let answers = b
+        .upload_files(
+            &cx(),
+            vec![
+                ("/up/one.bin".into(), vec![0, 1, 2]),
+                ("no-slash".into(), vec![1]),
+                ("/up".into(), vec![1]),
+                ("/up/two.txt".into(), b"two".to_vec()),
+            ],
+        )
+        .await
+        .value;
+    assert_eq!(
+        answers,
+        [
+            Ok(()),
+            Err(FileOpError::InvalidPath),
+            Err(FileOpError::IsDirectory),
+            Ok(())
+        ]
+    );
+    let downloads = b
+        .download_files(
+            &cx(),
+            vec![
+                "/up/two.txt".into(),
+                "/up/x".into(),
+                "/up/one.bin".into(),
+                "/up".into(),
+            ],
+        )
+        .await;
+    assert_eq!(
+        downloads,
+        [
+            Ok(b"two".to_vec()),
+            Err(FileOpError::FileNotFound),
+            Ok(vec![0, 1, 2]),
+            Err(FileOpError::IsDirectory)
+        ]
+    );
+}
+
+/// A tree exercising glob semantics.
+fn tree(root: &Path) {
+    for rel in [
+        "a.py",
+        "src/main.rs",
+        "src/lib.rs",
+        "src/bin/tool.rs",
+        "src/deep/er/x.py",
+        "docs/guide.md",
+        "docs/api.MD",
+        ".env",
+        ".github/workflows/ci.yml",
+        "src/.cache/c.rs",
+        "node_modules/pkg/index.js",
+        "build/out.js",
+    ] {
+        put(root, rel, format!("content of {rel}\nneedle {rel}\n"));
+    }
+}
+
+#[tokio::test]
+async fn glob_semantics_on_a_real_tree() {
+    let (_tmp, b) = setup();
+    tree(b.root());
+    assert_eq!(glob(&b, "*.py", "/").await, ["/a.py", "/src/deep/er/x.py"]);
+    assert_eq!(
+        glob(&b, "src/*.rs", "/").await,
+        ["/src/lib.rs", "/src/main.rs"]
+    );
+    assert_eq!(
+        glob(&b, "/src/*.rs", "/").await,
+        ["/src/lib.rs", "/src/main.rs"]
+    );
+    assert_eq!(
+        glob(&b, "src/**/*.rs", "/").await,
+        ["/src/bin/tool.rs", "/src/lib.rs", "/src/main.rs"]
+    );
+    assert_eq!(glob(&b, "*.rs", "/src/bin").await, ["/src/bin/tool.rs"]);
+    assert_eq!(glob(&b, "bin/*.rs", "/src").await, ["/src/bin/tool.rs"]);
+    assert_eq!(
+        glob(&b, "*.{md,MD}", "/").await,
+        ["/docs/api.MD", "/docs/guide.md"]
+    );
+    assert_eq!(
+        glob(&b, "*.[mM][dD]", "/docs").await,
+        ["/docs/api.MD", "/docs/guide.md"]
+    );
+    // Dotfiles only when named.
+    assert_eq!(glob(&b, ".env", "/").await, ["/.env"]);
+    assert_eq!(glob(&b, "**/.env", "/").await, ["/.env"]);
+    assert_eq!(
+        glob(&b, ".github/**/*.yml", "/").await,
+        ["/.github/workflows/ci.yml"]
+    );
+    assert!(glob(&b, "*.yml", "/").await.is_empty());
+    assert_eq!(glob(&b, ".cache/*.rs", "/src").await, ["/src/.cache/c.rs"]);
+    // Files only.
+    assert!(glob(&b, "src", "/").await.is_empty());
+    assert!(glob(&b, "bin", "/src").await.is_empty());
+    // Base missing, base is a file, bad pattern.
+    assert!(matches!(
+        b.glob(&cx(), "*", &p("/missing")).await,
+        Err(BackendError::NotFound { .. })
+    ));
+    assert!(glob(&b, "*", "/a.py").await.is_empty());
+    assert!(matches!(
+        b.glob(&cx(), "a[", &p("/")).await,
+        Err(BackendError::InvalidQuery { what: "glob", .. })
+    ));
+    let infos = b.glob(&cx(), "a.py", &p("/")).await.unwrap().files;
+    assert_eq!(infos[0].size, "content of a.py\nneedle a.py\n".len() as u64);
+    assert!(!infos[0].is_dir);
+}
+
+#[tokio::test]
+async fn grep_literal_regex_include_and_caps() {
+    let (_tmp, b) = setup();
+    tree(b.root());
+    put(b.root(), "meta.txt", "a.b\naxb\nA.B\n");
+    let q = |pattern: &str| GrepQuery::literal(pattern, p("/"));
+    let (found, truncated) = grep(&b, q("a.b")).await;
+    assert_eq!(found, ["/meta.txt:1:a.b"], "literal by default");
+    assert!(!truncated);
+    let (found, _) = grep(
+        &b,
+        GrepQuery {
+            regex: true,
+            ..q("a.b")
+        },
+    )
+    .await;
+    assert_eq!(found, ["/meta.txt:1:a.b", "/meta.txt:2:axb"]);
+    let (found, _) = grep(
+        &b,
+        GrepQuery {
+            case_insensitive: true,
+            ..q("a.b")
+        },
+    )
+    .await;
+    assert_eq!(found, ["/meta.txt:1:a.b", "/meta.txt:3:A.B"]);
+    // Hidden files are searched (like the other backends); .git never is.
+    put(b.root(), ".git/config", "needle in git\n");
+    let (all, _) = grep(&b, q("needle")).await;
+    assert_eq!(all.len(), 12, "{all:?}");
+    assert!(all.iter().any(|m| m.starts_with("/.env:")));
+    assert!(!all.iter().any(|m| m.starts_with("/.git/")));
+    let mut sorted = all.clone();
+    sorted.sort();
+    assert_eq!(all, sorted, "path then line order");
+    // Include filter uses glob semantics relative to the search path.
+    let (found, _) = grep(
+        &b,
+        GrepQuery {
+            include: Some("*.rs".into()),
+            ..q("needle")
+        },
+    )
+    .await;
+    assert_eq!(
+        found,
+        [
+            "/src/bin/tool.rs:2:needle src/bin/tool.rs",
+            "/src/lib.rs:2:needle src/lib.rs",
+            "/src/main.rs:2:needle src/main.rs"
+        ]
+    );
+    let (found, _) = grep(
+        &b,
+        GrepQuery {
+            include: Some("bin/*.rs".into()),
+            path: p("/src"),
+            ..q("needle")
+        },
+    )
+    .await;
+    assert_eq!(found, ["/src/bin/tool.rs:2:needle src/bin/tool.rs"]);
+    // A single file as the search path.
+    let (found, _) = grep(
+        &b,
+        GrepQuery {
+            path: p("/a.py"),
+            ..q("needle")
+        },
+    )
+    .await;
+    assert_eq!(found, ["/a.py:2:needle a.py"]);
+    // Max count: the first N in path order, deterministic across runs, marked truncated.
+    for _ in 0..5 {
+        let (found, truncated) = grep(
+            &b,
+            GrepQuery {
+                max_count: 3,
+                ..q("needle")
+            },
+        )
+        .await;
+        assert_eq!(found, all[..3]);
+        assert!(truncated);
+    }
+    let (found, truncated) = grep(
+        &b,
+        GrepQuery {
+            max_count: all.len(),
+            ..q("needle")
+        },
+    )
+    .await;
+    assert_eq!(found.len(), all.len());
+    assert!(!truncated, "exactly max_count matches is not truncated");
+    assert!(matches!(
+        b.grep(&cx(), &GrepQuery::literal("x", p("/missing"))).await,
+        Err(BackendError::NotFound { .. })
+    ));
+    // A literal with a line break cannot match a line.
+    assert!(grep(&b, q("needle\nneedle")).await.0.is_empty());
+}
+
+#[tokio::test]
+async fn many_matches_in_one_file_are_capped() {
+    let (_tmp, b) = setup();
+    put(b.root(), "many.txt", "hit\n".repeat(5_000));
+    let (found, truncated) = grep(&b, GrepQuery::literal("hit", p("/"))).await;
+    assert_eq!(found.len(), 1_000);
+    assert_eq!(found[999], "/many.txt:1000:hit");
+    assert!(truncated);
+}
+
+#[tokio::test]
+async fn gitignore_is_opt_in() {
+    let tmp = TempDir::new().unwrap();
+    let root = tmp.path().join("root");
+    tree(&root);
+    put(&root, ".gitignore", "node_modules/\n*.js\n");
+    put(&root, "src/.gitignore", "bin/\n");
+    // An ignore file above the root must never matter.
+    put(tmp.path(), ".gitignore", "*.py\n");
+    let plain = FilesystemBackend::new(&root).unwrap();
+    assert_eq!(
+        glob(&plain, "*.js", "/").await,
+        ["/build/out.js", "/node_modules/pkg/index.js"]
+    );
+    let ignoring = FilesystemBackend::builder(&root)
+        .respect_gitignore(true)
+        .build()
+        .unwrap();
+    assert!(glob(&ignoring, "*.js", "/").await.is_empty());
+    assert_eq!(
+        glob(&ignoring, "*.rs", "/src").await,
+        ["/src/lib.rs", "/src/main.rs"]
+    );
+    assert_eq!(
+        glob(&ignoring, "*.py", "/").await,
+        ["/a.py", "/src/deep/er/x.py"]
+    );
+    let (found, _) = grep(&ignoring, GrepQuery::literal("needle", p("/"))).await;
+    assert!(
+        !found
+            .iter()
+            .any(|m| m.contains(".js") || m.contains("/bin/")),
+        "{found:?}"
+    );
+    let (found, _) = grep(&plain, GrepQuery::literal("needle", p("/"))).await;
+    assert!(found.iter().any(|m| m.contains("index.js")), "{found:?}");
+    // ls always shows everything.
+    let listed = ignoring.ls(&cx(), &p("/")).await.unwrap();
+    assert!(listed.iter().any(|e| e.path == "/node_modules"));
+}
+
+#[tokio::test]
+async fn in_root_symlinks_are_followed() {
+    let (_tmp, b) = setup();
+    put(b.root(), "real/file.txt", "real\n");
+    symlink("real", b.root().join("alias")).unwrap();
+    symlink("real/file.txt", b.root().join("link.txt")).unwrap();
+    symlink("real/../real/file.txt", b.root().join("up.txt")).unwrap();
+    if !b.follows_symlinks() {
+        return; // hosts without openat2 refuse every symlink; escape.rs covers that.
+    }
+    assert_eq!(text(&b, "/alias/file.txt").await, ["real"]);
+    assert_eq!(text(&b, "/link.txt").await, ["real"]);
+    b.write(&cx(), &p("/alias/new.txt"), "via alias")
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(b.root().join("real/new.txt")).unwrap(),
+        "via alias"
+    );
+    let listed = b.ls(&cx(), &p("/")).await.unwrap();
+    let alias = listed.iter().find(|e| e.path == "/alias").unwrap();
+    assert!(alias.is_dir, "a link is listed as what it points to");
+    // Walks report symlinked files but do not descend symlinked directories.
+    assert_eq!(
+        glob(&b, "*.txt", "/").await,
+        ["/link.txt", "/real/file.txt", "/real/new.txt", "/up.txt"]
+    );
+    // Deleting a link removes the link only.
+    assert_eq!(b.delete(&cx(), &p("/alias")).await.unwrap().value, 1);
+    assert!(b.root().join("real/file.txt").exists());
+}
+
+#[tokio::test]
+async fn search_time_budget_returns_partial_results() {
+    let tmp = TempDir::new().unwrap();
+    let b = FilesystemBackend::builder(tmp.path().join("root"))
+        .search_timeout(Duration::ZERO)
+        .build()
+        .unwrap();
+    tree(b.root());
+    let globbed = b.glob(&cx(), "*", &p("/")).await.unwrap();
+    assert!(globbed.truncated);
+    let grepped = b
+        .grep(&cx(), &GrepQuery::literal("needle", p("/")))
+        .await
+        .unwrap();
+    assert!(grepped.truncated);
+}
+
+#[tokio::test]
+async fn non_virtual_mode_uses_host_paths() {
+    let tmp = TempDir::new().unwrap();
+    let host = tmp.path().join("elsewhere/file.txt");
+    put(tmp.path(), "elsewhere/file.txt", "host\n");
+    let b = FilesystemBackend::builder(tmp.path().join("root"))
+        .virtual_mode(false)
+        .build()
+        .unwrap();
+    assert!(!b.is_virtual());
+    let vpath = p(host.to_str().unwrap());
+    match b.read(&cx(), &vpath, 0, 10).await.unwrap() {
+        ReadResult::Text { lines, .. } => assert_eq!(lines, ["host"]),
+        other => panic!("{other:?}"),
+    }
+    let base = p(tmp.path().join("elsewhere").to_str().unwrap());
+    let found = glob(&b, "*.txt", base.as_str()).await;
+    assert_eq!(found, [vpath.to_string()]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn write_then_read_round_trips(content in "(?s).{0,300}", name in "[a-zA-Z0-9_.-]{1,20}") {
+        prop_assume!(name != "." && name != "..");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (_tmp, b) = setup();
+            let path = p(&format!("/dir/{name}"));
+            b.write(&cx(), &path, &content).await.unwrap();
+            let raw = b.read_raw(&cx(), &path).await.unwrap();
+            prop_assert_eq!(&raw.data, content.as_bytes());
+            let read = b.read(&cx(), &path, 0, usize::MAX).await.unwrap();
+            if let ReadResult::Text { lines, .. } = read {
+                let expected: Vec<String> =
+                    deepagents_backends::text::lines(&content).map(str::to_owned).collect();
+                prop_assert_eq!(lines, expected);
+            }
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn upload_then_download_round_trips_bytes(data in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (_tmp, b) = setup();
+            let answers = b.upload_files(&cx(), vec![("/f.bin".into(), data.clone())]).await.value;
+            prop_assert_eq!(answers, vec![Ok(())]);
+            let downloads = b.download_files(&cx(), vec!["/f.bin".into()]).await;
+            prop_assert_eq!(downloads, vec![Ok(data.clone())]);
+            Ok(())
+        })?;
+    }
+
+    #[test]
+    fn edit_matches_the_text_helper(
+        text in "[ab\n]{0,40}",
+        old in "[ab]{1,3}",
+        new in "[abc]{0,3}",
+        all in any::<bool>(),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (_tmp, b) = setup();
+            let path = p("/e.txt");
+            b.write(&cx(), &path, &text).await.unwrap();
+            let expected = deepagents_backends::text::replace("/e.txt", &text, &old, &new, all);
+            let got = b.edit(&cx(), &path, &old, &new, all).await.map(|c| c.value);
+            let on_disk = std::fs::read_to_string(b.root().join("e.txt")).unwrap();
+            match expected {
+                Ok((updated, count)) => {
+                    prop_assert_eq!(got, Ok(count));
+                    prop_assert_eq!(on_disk, updated);
+                }
+                Err(error) => {
+                    prop_assert_eq!(got, Err(error));
+                    prop_assert_eq!(on_disk, text);
+                }
+            }
+            Ok(())
+        })?;
+    }
+}
+
+#[tokio::test]
+async fn names_a_virtual_path_cannot_hold_are_skipped() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let (_tmp, b) = setup();
+    put(b.root(), "ok.txt", "needle\n");
+    put(b.root(), "back\\slash.txt", "needle\n");
+    put(b.root(), "new\nline.txt", "needle\n");
+    std::fs::write(
+        b.root().join(OsStr::from_bytes(b"latin\xe9.txt")),
+        "needle\n",
+    )
+    .unwrap();
+    let listed: Vec<String> = b
+        .ls(&cx(), &p("/"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
+    assert_eq!(listed, ["/ok.txt"]);
+    assert_eq!(glob(&b, "*.txt", "/").await, ["/ok.txt"]);
+    let (found, _) = grep(&b, GrepQuery::literal("needle", p("/"))).await;
+    assert_eq!(found, ["/ok.txt:1:needle"]);
+}
+
+#[tokio::test]
+async fn fifos_are_refused_without_blocking() {
+    let (_tmp, b) = setup();
+    let status = std::process::Command::new("mkfifo")
+        .arg(b.root().join("pipe"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Opening a FIFO for reading would block forever without O_NONBLOCK; each call must return.
+    for result in [
+        b.read(&cx(), &p("/pipe"), 0, 10).await.map(|_| ()),
+        b.read_raw(&cx(), &p("/pipe")).await.map(|_| ()),
+        b.write(&cx(), &p("/pipe"), "x").await.map(|_| ()),
+        b.edit(&cx(), &p("/pipe"), "a", "b", false)
+            .await
+            .map(|_| ()),
+    ] {
+        assert!(
+            matches!(
+                result,
+                Err(BackendError::PermissionDenied { .. }) | Err(BackendError::Io { .. })
+            ),
+            "{result:?}"
+        );
+    }
+    assert!(glob(&b, "*", "/").await.is_empty());
+    assert!(grep(&b, GrepQuery::literal("x", p("/"))).await.0.is_empty());
+    let listed = b.ls(&cx(), &p("/")).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(!listed[0].is_dir);
+}
+
+#[tokio::test]
+async fn path_mappings_name_the_host_directory() {
+    let (_tmp, b) = setup();
+    let mappings = b.path_mappings();
+    assert_eq!(mappings.len(), 1);
+    assert!(mappings[0].prefix.is_root());
+    assert_eq!(mappings[0].host.as_deref(), Some(b.root()));
+    let tmp = TempDir::new().unwrap();
+    let host = FilesystemBackend::builder(tmp.path().join("r"))
+        .virtual_mode(false)
+        .build()
+        .unwrap();
+    assert_eq!(
+        host.path_mappings()[0].host.as_deref(),
+        Some(Path::new("/"))
+    );
+    let shell = deepagents_backends::LocalShellBackend::new(b.clone());
+    assert_eq!(shell.path_mappings(), mappings);
+}

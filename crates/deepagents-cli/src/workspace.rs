@@ -1,0 +1,136 @@
+//! Where the agent's files live for a CLI run: the backend and its permission rules.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::ValueEnum;
+use deepagents::backends::{
+    Backend, CompositeBackend, FilesystemBackend, LocalShellBackend, PermissionRule, Permissions,
+    StateBackend,
+};
+use serde::Deserialize;
+
+/// The `--backend` choices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// Files live in the run's state and vanish with it.
+    State,
+    /// Files are real files under --root; the agent cannot reach outside it.
+    Filesystem,
+    /// Like filesystem, plus `execute` runs shell commands in --root.
+    Shell,
+}
+
+/// What a run works on: the backend, and the memory files and skill directories in it.
+pub struct Workspace {
+    /// Where files live.
+    pub backend: Arc<dyn Backend>,
+    /// Memory files, lowest precedence first.
+    pub memory: Vec<String>,
+    /// Skill directories, lowest precedence first.
+    pub skills: Vec<String>,
+}
+
+/// Where the user's own agent directory (`~/.deepagents/agent`) appears to the agent.
+const USER_MOUNT: &str = "/.deepagents-user";
+
+fn disk(root: &Path) -> anyhow::Result<FilesystemBackend> {
+    // A typo in a path should fail, not create a stray directory.
+    FilesystemBackend::builder(root)
+        .create_root(false)
+        .build()
+        .with_context(|| format!("cannot use {} as a workspace directory", root.display()))
+}
+
+/// Opens the workspace for `kind` rooted at `root` (default: the current directory).
+///
+/// Memory comes from `~/.deepagents/agent/AGENTS.md`, then `.deepagents/AGENTS.md` and
+/// `AGENTS.md` in the root; skills from `~/.deepagents/agent/skills`, `.deepagents/skills`,
+/// `.agents/skills`, then each `--skills DIR`. Directories outside the root are mounted into the
+/// agent's tree (`/.deepagents-user/`, `/.skills-1/`, …) so the file tools can read them.
+pub fn open(
+    kind: BackendKind,
+    root: Option<PathBuf>,
+    skill_dirs: &[PathBuf],
+) -> anyhow::Result<Workspace> {
+    let base: Arc<dyn Backend> = match kind {
+        BackendKind::State => Arc::new(StateBackend),
+        BackendKind::Filesystem | BackendKind::Shell => {
+            let root = match root {
+                Some(root) => root,
+                None => std::env::current_dir()
+                    .context("cannot read the current directory; pass --root")?,
+            };
+            let fs = disk(&root)?;
+            if kind == BackendKind::Shell {
+                Arc::new(LocalShellBackend::new(fs))
+            } else {
+                Arc::new(fs)
+            }
+        }
+    };
+    let mut memory = Vec::new();
+    let mut skills = Vec::new();
+    let mut routes: Vec<(String, Arc<dyn Backend>)> = Vec::new();
+    let user_dir = std::env::var_os("HOME").map(|home| Path::new(&home).join(".deepagents/agent"));
+    if let Some(user_dir) = user_dir.filter(|dir| dir.is_dir()) {
+        routes.push((USER_MOUNT.to_owned(), Arc::new(disk(&user_dir)?)));
+        memory.push(format!("{USER_MOUNT}/AGENTS.md"));
+        skills.push(format!("{USER_MOUNT}/skills"));
+    }
+    if kind != BackendKind::State {
+        memory.push("/.deepagents/AGENTS.md".to_owned());
+        memory.push("/AGENTS.md".to_owned());
+        skills.push("/.deepagents/skills".to_owned());
+        skills.push("/.agents/skills".to_owned());
+    }
+    for (index, dir) in skill_dirs.iter().enumerate() {
+        let mount = format!("/.skills-{}", index + 1);
+        routes.push((mount.clone(), Arc::new(disk(dir)?)));
+        skills.push(mount);
+    }
+    let backend = if routes.is_empty() {
+        base
+    } else {
+        let mut composite = CompositeBackend::new(base);
+        for (mount, backend) in routes {
+            composite = composite.route(&mount, backend)?;
+        }
+        Arc::new(composite)
+    };
+    Ok(Workspace {
+        backend,
+        memory,
+        skills,
+    })
+}
+
+/// A `--permissions` file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PermissionsFile {
+    #[serde(default)]
+    rules: Vec<PermissionRule>,
+}
+
+/// Reads permission rules from a TOML file:
+///
+/// ```toml
+/// [[rules]]
+/// operations = ["read", "write"]
+/// paths = ["/secrets/**"]
+/// mode = "deny"
+/// ```
+pub fn permissions(path: &Path) -> anyhow::Result<Permissions> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the permissions file {}", path.display()))?;
+    let file: PermissionsFile = toml::from_str(&text).with_context(|| {
+        format!(
+            "the permissions file {} is invalid (expected [[rules]] with operations, paths, mode)",
+            path.display()
+        )
+    })?;
+    Permissions::new(file.rules)
+        .with_context(|| format!("the permissions file {} is invalid", path.display()))
+}

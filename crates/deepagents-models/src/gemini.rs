@@ -1,0 +1,369 @@
+//! Google's Gemini API (`POST {base}/v1beta/models/{model}:generateContent`, and
+//! `:streamGenerateContent?alt=sse` for streams).
+
+use deepagents_core::ContentBlock;
+use deepagents_core::content::joined_text;
+use deepagents_core::message::{AssistantMessage, Message, ToolCall};
+use deepagents_core::model::{ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent};
+use serde_json::{Map, Value, json};
+
+use crate::convert::{arguments_object, base64, gemini_schema, new_call_id, tokens, usage};
+use crate::http::Secret;
+use crate::http::sse::SseEvent;
+use crate::provider::{Decoder, Step, Wire, event_json, malformed};
+
+const PROVIDER: &str = "google_genai";
+
+/// Prefix of the call ids we make up when Gemini gives none; those are never sent back, since
+/// the API pairs such calls with their results by name and order.
+const MADE_UP_ID: &str = "gemini_";
+
+fn server_id(id: &str) -> Option<&str> {
+    (!id.is_empty() && !id.starts_with(MADE_UP_ID)).then_some(id)
+}
+
+/// The Gemini wire format.
+#[derive(Clone, Debug)]
+pub struct GeminiWire {
+    /// Base URL without the version, e.g. `https://generativelanguage.googleapis.com`.
+    pub base_url: String,
+    /// Model name, e.g. `gemini-2.5-pro`.
+    pub model: String,
+    /// A thinking budget, with thought summaries included in answers.
+    pub reasoning: Option<crate::provider::ReasoningEffort>,
+}
+
+impl Wire for GeminiWire {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    // The key goes in a header, not the `?key=` query, so it never lands in URLs or logs.
+    fn secret_headers(&self, key: &Secret) -> Vec<(String, Secret)> {
+        vec![("x-goog-api-key".to_owned(), key.clone())]
+    }
+
+    fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
+        let mut body = Map::new();
+        if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
+            body.insert(
+                "systemInstruction".into(),
+                json!({"parts": [{"text": system}]}),
+            );
+        }
+        body.insert("contents".into(), Value::Array(contents(request)));
+        if !request.tools.is_empty() {
+            let declarations: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    json!({
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": gemini_schema(&tool.parameters),
+                    })
+                })
+                .collect();
+            body.insert(
+                "tools".into(),
+                json!([{"functionDeclarations": declarations}]),
+            );
+        }
+        let settings = &request.settings;
+        let mut config = Map::new();
+        if let Some(t) = settings.temperature {
+            config.insert("temperature".into(), json!(t));
+        }
+        if let Some(p) = settings.top_p {
+            config.insert("topP".into(), json!(p));
+        }
+        if let Some(max) = settings.max_output_tokens {
+            config.insert("maxOutputTokens".into(), json!(max));
+        }
+        if !settings.stop_sequences.is_empty() {
+            config.insert("stopSequences".into(), json!(settings.stop_sequences));
+        }
+        if let Some(effort) = self.reasoning {
+            config.insert(
+                "thinkingConfig".into(),
+                json!({"thinkingBudget": effort.budget_tokens(), "includeThoughts": true}),
+            );
+        }
+        if !config.is_empty() {
+            body.insert("generationConfig".into(), Value::Object(config));
+        }
+        let base = self.base_url.trim_end_matches('/');
+        let url = if stream {
+            format!(
+                "{base}/v1beta/models/{}:streamGenerateContent?alt=sse",
+                self.model
+            )
+        } else {
+            format!("{base}/v1beta/models/{}:generateContent", self.model)
+        };
+        Ok((url, Value::Object(body)))
+    }
+
+    fn parse(&self, body: &Value) -> Result<ModelResponse, ModelError> {
+        let mut acc = Accumulator::default();
+        acc.chunk(body, &mut Vec::new())?;
+        if acc.finish.is_none() && body["candidates"].as_array().is_none_or(Vec::is_empty) {
+            let reason = body["promptFeedback"]["blockReason"]
+                .as_str()
+                .unwrap_or("no candidates");
+            return Err(ModelError::Other {
+                message: format!("gemini returned no answer: {reason}"),
+            });
+        }
+        Ok(acc.finish())
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(GeminiDecoder::default())
+    }
+}
+
+fn parts_of(content: &[ContentBlock]) -> Vec<Value> {
+    content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } if !text.is_empty() => Some(json!({"text": text})),
+            ContentBlock::Data { mime_type, data } => {
+                Some(json!({"inlineData": {"mimeType": mime_type, "data": base64(data)}}))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn contents(request: &ModelRequest) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for message in &request.messages {
+        let (role, parts) = match message {
+            Message::System { content } => (
+                "user",
+                vec![json!({"text": format!("<system>{}</system>", joined_text(content))})],
+            ),
+            Message::User { content } => ("user", parts_of(content)),
+            Message::Assistant(assistant) => {
+                let mut parts = Vec::new();
+                let mut call_signatures = Vec::new();
+                let mut text_signature = None;
+                for block in &assistant.content {
+                    match block {
+                        ContentBlock::Text { text } if !text.is_empty() => {
+                            parts.push(json!({"text": text}));
+                        }
+                        ContentBlock::Reasoning {
+                            signature: Some(signature),
+                            opaque,
+                            ..
+                        } => match opaque.as_ref().and_then(|o| o["gemini_call"].as_u64()) {
+                            Some(call) => call_signatures.push((call as usize, signature.clone())),
+                            None => text_signature = Some(signature.clone()),
+                        },
+                        _ => {}
+                    }
+                }
+                if let (Some(signature), Some(first)) = (text_signature, parts.first_mut()) {
+                    first["thoughtSignature"] = json!(signature);
+                }
+                for (i, call) in assistant.tool_calls.iter().enumerate() {
+                    let mut part = json!({"functionCall": {"name": call.name, "args": arguments_object(call)}});
+                    if let Some(id) = server_id(&call.id) {
+                        part["functionCall"]["id"] = json!(id);
+                    }
+                    if let Some((_, signature)) = call_signatures.iter().find(|(c, _)| *c == i) {
+                        part["thoughtSignature"] = json!(signature);
+                    }
+                    parts.push(part);
+                }
+                ("model", parts)
+            }
+            Message::Tool(result) => {
+                let text = joined_text(&result.content);
+                let response = match serde_json::from_str::<Value>(&text) {
+                    Ok(value @ Value::Object(_)) => value,
+                    _ => json!({ "result": text }),
+                };
+                let mut call = json!({"name": result.name, "response": response});
+                if let Some(id) = server_id(&result.tool_call_id) {
+                    call["id"] = json!(id);
+                }
+                let mut parts = vec![json!({ "functionResponse": call })];
+                // Images a tool returned ride along as inline data in the same turn.
+                parts.extend(
+                    parts_of(&result.content)
+                        .into_iter()
+                        .filter(|p| p.get("inlineData").is_some()),
+                );
+                ("user", parts)
+            }
+        };
+        if parts.is_empty() {
+            continue;
+        }
+        if let Some(last) = out.last_mut()
+            && last["role"] == role
+            && let Some(existing) = last["parts"].as_array_mut()
+        {
+            existing.extend(parts);
+            continue;
+        }
+        out.push(json!({"role": role, "parts": parts}));
+    }
+    out
+}
+
+#[derive(Debug, Default)]
+struct Accumulator {
+    text: String,
+    thoughts: String,
+    signatures: Vec<(Option<usize>, String)>,
+    calls: Vec<ToolCall>,
+    finish: Option<String>,
+    usage: Value,
+}
+
+impl Accumulator {
+    /// Folds one response chunk in, collecting its deltas.
+    fn chunk(&mut self, chunk: &Value, deltas: &mut Vec<StreamEvent>) -> Result<(), ModelError> {
+        if let Some(error) = chunk.get("error") {
+            let status = error["code"].as_u64().unwrap_or(500) as u16;
+            return Err(crate::http::classify_error(
+                PROVIDER,
+                status,
+                &[],
+                &chunk.to_string(),
+            ));
+        }
+        if chunk.get("usageMetadata").is_some() {
+            self.usage = chunk["usageMetadata"].clone();
+        }
+        let Some(candidate) = chunk.pointer("/candidates/0") else {
+            return Ok(());
+        };
+        for part in candidate["content"]["parts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let signature = part["thoughtSignature"].as_str().map(str::to_owned);
+            if let Some(call) = part.get("functionCall") {
+                let index = self.calls.len();
+                let id = call["id"]
+                    .as_str()
+                    .filter(|id| !id.is_empty())
+                    .map_or_else(|| format!("{MADE_UP_ID}{}", new_call_id()), str::to_owned);
+                let name = call["name"].as_str().unwrap_or_default().to_owned();
+                let arguments = call.get("args").cloned().unwrap_or_else(|| json!({}));
+                deltas.push(StreamEvent::ToolCallDelta {
+                    index,
+                    id: Some(id.clone()),
+                    name: Some(name.clone()),
+                    arguments_delta: arguments.to_string(),
+                });
+                self.calls.push(ToolCall {
+                    id,
+                    name,
+                    arguments,
+                });
+                if let Some(signature) = signature {
+                    self.signatures.push((Some(index), signature));
+                }
+            } else if let Some(text) = part["text"].as_str() {
+                if part["thought"].as_bool() == Some(true) {
+                    self.thoughts.push_str(text);
+                } else if !text.is_empty() {
+                    self.text.push_str(text);
+                    deltas.push(StreamEvent::TextDelta {
+                        text: text.to_owned(),
+                    });
+                }
+                if let Some(signature) = signature {
+                    self.signatures.push((None, signature));
+                }
+            }
+        }
+        if let Some(reason) = candidate["finishReason"].as_str() {
+            self.finish = Some(reason.to_owned());
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> ModelResponse {
+        let mut content = Vec::new();
+        if !self.thoughts.is_empty() {
+            content.push(ContentBlock::Reasoning {
+                text: std::mem::take(&mut self.thoughts),
+                signature: None,
+                opaque: None,
+            });
+        }
+        for (call, signature) in self.signatures.drain(..) {
+            content.push(ContentBlock::Reasoning {
+                text: String::new(),
+                signature: Some(signature),
+                opaque: Some(match call {
+                    Some(index) => json!({"gemini_call": index}),
+                    None => json!({"gemini_text": true}),
+                }),
+            });
+        }
+        if !self.text.is_empty() {
+            content.push(ContentBlock::text(std::mem::take(&mut self.text)));
+        }
+        let calls = std::mem::take(&mut self.calls);
+        let stop_reason = match self.finish.as_deref() {
+            _ if !calls.is_empty() => StopReason::ToolUse,
+            Some("STOP") | None => StopReason::EndTurn,
+            Some("MAX_TOKENS") => StopReason::MaxTokens,
+            Some(
+                "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII"
+                | "IMAGE_SAFETY",
+            ) => StopReason::ContentFilter,
+            Some(other) => StopReason::Other(other.to_owned()),
+        };
+        let u = &self.usage;
+        ModelResponse {
+            message: AssistantMessage {
+                content,
+                tool_calls: calls,
+            },
+            usage: usage(
+                tokens(u, "/promptTokenCount"),
+                tokens(u, "/candidatesTokenCount") + tokens(u, "/thoughtsTokenCount"),
+                tokens(u, "/cachedContentTokenCount"),
+            ),
+            stop_reason,
+        }
+    }
+}
+
+/// Gemini streams have no end marker: the chunk carrying `finishReason` is the last one, so a
+/// body that ends without one was cut short.
+#[derive(Debug, Default)]
+struct GeminiDecoder {
+    acc: Accumulator,
+}
+
+impl Decoder for GeminiDecoder {
+    fn event(&mut self, event: &SseEvent) -> Result<Step, ModelError> {
+        let chunk = event_json(PROVIDER, event)?;
+        if !chunk.is_object() {
+            return Err(malformed(PROVIDER, event, "not an object"));
+        }
+        let mut step = Step::default();
+        self.acc.chunk(&chunk, &mut step.deltas)?;
+        Ok(step)
+    }
+
+    fn end(&mut self) -> Result<ModelResponse, ModelError> {
+        if self.acc.finish.is_none() {
+            return Err(ModelError::Transient {
+                message: "the stream ended before its completion marker (a chunk with a finishReason); the answer is incomplete".to_owned(),
+            });
+        }
+        Ok(self.acc.finish())
+    }
+}

@@ -1,0 +1,396 @@
+//! The OpenAI Chat Completions API (`POST {base}/chat/completions`), also spoken by Ollama,
+//! OpenRouter, vLLM, llama.cpp's server, LM Studio, DeepSeek, Groq and others.
+
+use std::collections::BTreeMap;
+
+use deepagents_core::ContentBlock;
+use deepagents_core::message::{AssistantMessage, Message, ToolCall};
+use deepagents_core::model::{ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent};
+use serde_json::{Map, Value, json};
+
+use crate::convert::{
+    arguments_text, data_url, inline_schema, parse_arguments, tokens, unsupported_data, usage,
+};
+use crate::http::sse::SseEvent;
+use crate::provider::{Decoder, Step, Wire, event_json, malformed};
+
+/// The Chat Completions wire format.
+#[derive(Clone, Debug)]
+pub struct ChatWire {
+    /// Provider name for messages.
+    pub provider: String,
+    /// Base URL, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Model name.
+    pub model: String,
+    /// Ask for usage in streams (`stream_options.include_usage`).
+    pub stream_usage: bool,
+    /// Extra headers (OpenRouter's attribution headers).
+    pub extra_headers: Vec<(String, String)>,
+    /// `reasoning_effort` for reasoning models; unset leaves the server's default.
+    pub reasoning: Option<crate::provider::ReasoningEffort>,
+}
+
+impl Wire for ChatWire {
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn headers(&self) -> Vec<(String, String)> {
+        self.extra_headers.clone()
+    }
+
+    fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
+        let mut body = Map::new();
+        body.insert("model".into(), json!(self.model));
+        body.insert("messages".into(), Value::Array(messages(request)));
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    json!({"type": "function", "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": inline_schema(&tool.parameters),
+                    }})
+                })
+                .collect();
+            body.insert("tools".into(), Value::Array(tools));
+        }
+        let settings = &request.settings;
+        if let Some(t) = settings.temperature {
+            body.insert("temperature".into(), json!(t));
+        }
+        if let Some(p) = settings.top_p {
+            body.insert("top_p".into(), json!(p));
+        }
+        if let Some(max) = settings.max_output_tokens {
+            body.insert("max_completion_tokens".into(), json!(max));
+        }
+        if !settings.stop_sequences.is_empty() {
+            body.insert("stop".into(), json!(settings.stop_sequences));
+        }
+        if let Some(effort) = self.reasoning {
+            body.insert("reasoning_effort".into(), json!(effort.as_str()));
+        }
+        if stream {
+            body.insert("stream".into(), json!(true));
+            if self.stream_usage {
+                body.insert("stream_options".into(), json!({"include_usage": true}));
+            }
+        }
+        Ok((
+            format!("{}/chat/completions", self.base_url.trim_end_matches('/')),
+            Value::Object(body),
+        ))
+    }
+
+    fn parse(&self, body: &Value) -> Result<ModelResponse, ModelError> {
+        let Some(choice) = body.pointer("/choices/0") else {
+            return Err(ModelError::Other {
+                message: format!("{} sent a response without choices: {body}", self.provider),
+            });
+        };
+        let message = &choice["message"];
+        let mut content = Vec::new();
+        if let Some(reasoning) = reasoning_text(message) {
+            content.push(ContentBlock::Reasoning {
+                text: reasoning.to_owned(),
+                signature: None,
+                opaque: None,
+            });
+        }
+        if let Some(text) = message["content"].as_str()
+            && !text.is_empty()
+        {
+            content.push(ContentBlock::text(text));
+        }
+        let tool_calls = message["tool_calls"]
+            .as_array()
+            .map(|calls| {
+                calls
+                    .iter()
+                    .map(|call| ToolCall {
+                        id: call["id"].as_str().unwrap_or_default().to_owned(),
+                        name: call["function"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        arguments: parse_arguments(
+                            call["function"]["arguments"].as_str().unwrap_or_default(),
+                        ),
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        let stop_reason = stop_reason(choice["finish_reason"].as_str(), !tool_calls.is_empty());
+        Ok(ModelResponse {
+            message: AssistantMessage {
+                content,
+                tool_calls,
+            },
+            usage: chat_usage(&body["usage"]),
+            stop_reason,
+        })
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(ChatDecoder {
+            provider: self.provider.clone(),
+            ..ChatDecoder::default()
+        })
+    }
+}
+
+fn reasoning_text(message: &Value) -> Option<&str> {
+    // DeepSeek and vLLM say `reasoning_content`, OpenRouter and Ollama `reasoning`.
+    message["reasoning_content"]
+        .as_str()
+        .or_else(|| message["reasoning"].as_str())
+        .filter(|t| !t.is_empty())
+}
+
+fn chat_usage(usage_json: &Value) -> deepagents_core::Usage {
+    usage(
+        tokens(usage_json, "/prompt_tokens"),
+        tokens(usage_json, "/completion_tokens"),
+        tokens(usage_json, "/prompt_tokens_details/cached_tokens"),
+    )
+}
+
+fn stop_reason(finish: Option<&str>, has_calls: bool) -> StopReason {
+    match finish {
+        _ if has_calls => StopReason::ToolUse,
+        Some("stop") | None => StopReason::EndTurn,
+        Some("tool_calls" | "function_call") => StopReason::ToolUse,
+        Some("length") => StopReason::MaxTokens,
+        Some("content_filter") => StopReason::ContentFilter,
+        Some(other) => StopReason::Other(other.to_owned()),
+    }
+}
+
+fn user_parts(content: &[ContentBlock]) -> Value {
+    if let [ContentBlock::Text { text }] = content {
+        return json!(text);
+    }
+    let parts: Vec<Value> = content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } => Some(json!({"type": "text", "text": text})),
+            ContentBlock::Data { mime_type, data } if block.is_image() => Some(
+                json!({"type": "image_url", "image_url": {"url": data_url(mime_type, data)}}),
+            ),
+            ContentBlock::Data { mime_type, data } if mime_type == "application/pdf" => Some(
+                json!({"type": "file", "file": {"filename": "document.pdf", "file_data": data_url(mime_type, data)}}),
+            ),
+            ContentBlock::Data { mime_type, data } => Some(
+                json!({"type": "text", "text": unsupported_data(mime_type, data.len())}),
+            ),
+            _ => None,
+        })
+        .collect();
+    Value::Array(parts)
+}
+
+fn messages(request: &ModelRequest) -> Vec<Value> {
+    let mut out = Vec::new();
+    if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
+        out.push(json!({"role": "system", "content": system}));
+    }
+    // Chat tool messages take text only, so images from tools follow in a user message.
+    let mut pending_images: Vec<ContentBlock> = Vec::new();
+    for message in &request.messages {
+        if !matches!(message, Message::Tool(_)) && !pending_images.is_empty() {
+            out.push(image_followup(&mut pending_images));
+        }
+        match message {
+            Message::System { content } => {
+                out.push(json!({"role": "system", "content": deepagents_core::content::joined_text(content)}));
+            }
+            Message::User { content } => {
+                out.push(json!({"role": "user", "content": user_parts(content)}));
+            }
+            Message::Assistant(assistant) => {
+                let mut m = Map::new();
+                m.insert("role".into(), json!("assistant"));
+                let text = deepagents_core::content::joined_text(&assistant.content);
+                m.insert(
+                    "content".into(),
+                    if text.is_empty() && !assistant.tool_calls.is_empty() {
+                        Value::Null
+                    } else {
+                        json!(text)
+                    },
+                );
+                if !assistant.tool_calls.is_empty() {
+                    let calls: Vec<Value> = assistant
+                        .tool_calls
+                        .iter()
+                        .map(|call| {
+                            json!({"id": call.id, "type": "function", "function": {
+                                "name": call.name, "arguments": arguments_text(call)}})
+                        })
+                        .collect();
+                    m.insert("tool_calls".into(), Value::Array(calls));
+                }
+                out.push(Value::Object(m));
+            }
+            Message::Tool(result) => {
+                let mut text = deepagents_core::content::joined_text(&result.content);
+                for block in &result.content {
+                    if let ContentBlock::Data { mime_type, data } = block {
+                        if block.is_image() {
+                            pending_images.push(block.clone());
+                            text.push_str(&format!(
+                                "\n[image {mime_type} attached in the next message]"
+                            ));
+                        } else {
+                            text.push('\n');
+                            text.push_str(&unsupported_data(mime_type, data.len()));
+                        }
+                    }
+                }
+                out.push(
+                    json!({"role": "tool", "tool_call_id": result.tool_call_id, "content": text}),
+                );
+            }
+        }
+    }
+    if !pending_images.is_empty() {
+        out.push(image_followup(&mut pending_images));
+    }
+    out
+}
+
+fn image_followup(images: &mut Vec<ContentBlock>) -> Value {
+    let mut content = vec![ContentBlock::text(
+        "Images returned by the tool calls above:",
+    )];
+    content.append(images);
+    json!({"role": "user", "content": user_parts(&content)})
+}
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+#[derive(Debug, Default)]
+struct ChatDecoder {
+    provider: String,
+    text: String,
+    reasoning: String,
+    calls: BTreeMap<u64, PartialCall>,
+    finish: Option<String>,
+    usage: Option<Value>,
+}
+
+impl Decoder for ChatDecoder {
+    fn event(&mut self, event: &SseEvent) -> Result<Step, ModelError> {
+        let mut step = Step::default();
+        if event.data.trim() == "[DONE]" {
+            let calls: Vec<ToolCall> = std::mem::take(&mut self.calls)
+                .into_values()
+                .map(|c| ToolCall {
+                    id: c.id,
+                    name: c.name,
+                    arguments: parse_arguments(&c.arguments),
+                })
+                .collect();
+            let mut content = Vec::new();
+            if !self.reasoning.is_empty() {
+                content.push(ContentBlock::Reasoning {
+                    text: std::mem::take(&mut self.reasoning),
+                    signature: None,
+                    opaque: None,
+                });
+            }
+            if !self.text.is_empty() {
+                content.push(ContentBlock::text(std::mem::take(&mut self.text)));
+            }
+            let stop_reason = stop_reason(self.finish.as_deref(), !calls.is_empty());
+            step.done = Some(ModelResponse {
+                message: AssistantMessage {
+                    content,
+                    tool_calls: calls,
+                },
+                usage: chat_usage(self.usage.as_ref().unwrap_or(&Value::Null)),
+                stop_reason,
+            });
+            return Ok(step);
+        }
+        let chunk = event_json(&self.provider, event)?;
+        if let Some(error) = chunk.get("error") {
+            return Err(stream_error(&self.provider, error));
+        }
+        if let Some(u) = chunk.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(u.clone());
+        }
+        let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
+            if chunk.get("usage").is_some() || chunk.get("id").is_some() {
+                return Ok(step);
+            }
+            return Err(malformed(&self.provider, event, "no `choices`"));
+        };
+        for choice in choices {
+            let delta = &choice["delta"];
+            if let Some(reasoning) = reasoning_text(delta) {
+                self.reasoning.push_str(reasoning);
+            }
+            if let Some(text) = delta["content"].as_str()
+                && !text.is_empty()
+            {
+                self.text.push_str(text);
+                step.deltas.push(StreamEvent::TextDelta {
+                    text: text.to_owned(),
+                });
+            }
+            for call in delta["tool_calls"].as_array().into_iter().flatten() {
+                let wire_index = call["index"].as_u64().unwrap_or(self.calls.len() as u64);
+                let position = self
+                    .calls
+                    .keys()
+                    .position(|k| *k == wire_index)
+                    .unwrap_or(self.calls.len());
+                let partial = self.calls.entry(wire_index).or_default();
+                let id = call["id"].as_str().filter(|s| !s.is_empty());
+                let name = call["function"]["name"].as_str().filter(|s| !s.is_empty());
+                if let Some(id) = id {
+                    id.clone_into(&mut partial.id);
+                }
+                if let Some(name) = name {
+                    partial.name.push_str(name);
+                }
+                let arguments = call["function"]["arguments"].as_str().unwrap_or_default();
+                partial.arguments.push_str(arguments);
+                step.deltas.push(StreamEvent::ToolCallDelta {
+                    index: position,
+                    id: id.map(str::to_owned),
+                    name: name.map(str::to_owned),
+                    arguments_delta: arguments.to_owned(),
+                });
+            }
+            if let Some(finish) = choice["finish_reason"].as_str() {
+                self.finish = Some(finish.to_owned());
+            }
+        }
+        Ok(step)
+    }
+}
+
+/// An error object sent inside a stream.
+pub fn stream_error(provider: &str, error: &Value) -> ModelError {
+    let body = json!({ "error": error }).to_string();
+    let lower = body.to_ascii_lowercase();
+    let status = match error["code"].as_u64() {
+        Some(code) if (400..600).contains(&code) => code as u16,
+        _ if lower.contains("rate_limit") => 429,
+        _ if crate::http::is_context_overflow(&lower) => 400,
+        _ if lower.contains("invalid_request") => 400,
+        _ => 500,
+    };
+    crate::http::classify_error(provider, status, &[], &body)
+}

@@ -1,0 +1,319 @@
+//! The OpenAI Responses API (`POST {base}/responses`), OpenAI's default. Reasoning items are
+//! kept and sent back so reasoning models keep their chain of thought across tool calls.
+
+use std::collections::BTreeMap;
+
+use deepagents_core::ContentBlock;
+use deepagents_core::content::joined_text;
+use deepagents_core::message::{AssistantMessage, Message, ToolCall};
+use deepagents_core::model::{ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent};
+use serde_json::{Map, Value, json};
+
+use crate::convert::{
+    arguments_text, data_url, inline_schema, parse_arguments, tokens, unsupported_data, usage,
+};
+use crate::http::sse::SseEvent;
+use crate::provider::{Decoder, Step, Wire, event_json, malformed};
+
+/// The Responses wire format.
+#[derive(Clone, Debug)]
+pub struct ResponsesWire {
+    /// Provider name for messages.
+    pub provider: String,
+    /// Base URL, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Model name.
+    pub model: String,
+    /// Reasoning effort; when set, reasoning summaries and encrypted reasoning are asked for
+    /// so they can be kept and sent back.
+    pub reasoning: Option<crate::provider::ReasoningEffort>,
+}
+
+impl Wire for ResponsesWire {
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
+        let mut body = Map::new();
+        body.insert("model".into(), json!(self.model));
+        if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
+            body.insert("instructions".into(), json!(system));
+        }
+        body.insert("input".into(), Value::Array(input_items(request)));
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|tool| {
+                    json!({
+                        "type": "function",
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": inline_schema(&tool.parameters),
+                        "strict": false,
+                    })
+                })
+                .collect();
+            body.insert("tools".into(), Value::Array(tools));
+        }
+        let settings = &request.settings;
+        if let Some(t) = settings.temperature {
+            body.insert("temperature".into(), json!(t));
+        }
+        if let Some(p) = settings.top_p {
+            body.insert("top_p".into(), json!(p));
+        }
+        if let Some(max) = settings.max_output_tokens {
+            body.insert("max_output_tokens".into(), json!(max));
+        }
+        if let Some(effort) = self.reasoning {
+            body.insert(
+                "reasoning".into(),
+                json!({"effort": effort.as_str(), "summary": "auto"}),
+            );
+            body.insert("include".into(), json!(["reasoning.encrypted_content"]));
+        }
+        if stream {
+            body.insert("stream".into(), json!(true));
+        }
+        Ok((
+            format!("{}/responses", self.base_url.trim_end_matches('/')),
+            Value::Object(body),
+        ))
+    }
+
+    fn parse(&self, body: &Value) -> Result<ModelResponse, ModelError> {
+        if let Some(error) = body.get("error").filter(|e| !e.is_null()) {
+            return Err(crate::openai_chat::stream_error(&self.provider, error));
+        }
+        let Some(output) = body["output"].as_array() else {
+            return Err(ModelError::Other {
+                message: format!("{} sent a response without output: {body}", self.provider),
+            });
+        };
+        Ok(response_from(body, output))
+    }
+
+    fn decoder(&self) -> Box<dyn Decoder> {
+        Box::new(ResponsesDecoder {
+            provider: self.provider.clone(),
+            ..ResponsesDecoder::default()
+        })
+    }
+}
+
+fn response_from(body: &Value, output: &[Value]) -> ModelResponse {
+    let mut content = Vec::new();
+    let mut tool_calls = Vec::new();
+    for item in output {
+        match item["type"].as_str() {
+            Some("message") => {
+                for part in item["content"].as_array().into_iter().flatten() {
+                    match part["type"].as_str() {
+                        Some("output_text") => {
+                            let text = part["text"].as_str().unwrap_or_default();
+                            if !text.is_empty() {
+                                content.push(ContentBlock::text(text));
+                            }
+                        }
+                        Some("refusal") => content.push(ContentBlock::text(
+                            part["refusal"].as_str().unwrap_or_default(),
+                        )),
+                        _ => {}
+                    }
+                }
+            }
+            Some("function_call") => tool_calls.push(ToolCall {
+                id: item["call_id"].as_str().unwrap_or_default().to_owned(),
+                name: item["name"].as_str().unwrap_or_default().to_owned(),
+                arguments: parse_arguments(item["arguments"].as_str().unwrap_or_default()),
+            }),
+            Some("reasoning") => {
+                let summary: Vec<&str> = item["summary"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s["text"].as_str())
+                    .collect();
+                content.push(ContentBlock::Reasoning {
+                    text: summary.join("\n\n"),
+                    signature: None,
+                    opaque: Some(item.clone()),
+                });
+            }
+            _ => {}
+        }
+    }
+    let u = &body["usage"];
+    let stop_reason = match (
+        body["status"].as_str(),
+        body["incomplete_details"]["reason"].as_str(),
+    ) {
+        _ if !tool_calls.is_empty() => StopReason::ToolUse,
+        (Some("incomplete"), Some("max_output_tokens")) => StopReason::MaxTokens,
+        (Some("incomplete"), Some("content_filter")) => StopReason::ContentFilter,
+        (Some("incomplete"), Some(other)) => StopReason::Other(other.to_owned()),
+        _ => StopReason::EndTurn,
+    };
+    ModelResponse {
+        message: AssistantMessage {
+            content,
+            tool_calls,
+        },
+        usage: usage(
+            tokens(u, "/input_tokens"),
+            tokens(u, "/output_tokens"),
+            tokens(u, "/input_tokens_details/cached_tokens"),
+        ),
+        stop_reason,
+    }
+}
+
+fn input_parts(content: &[ContentBlock]) -> Vec<Value> {
+    content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } => Some(json!({"type": "input_text", "text": text})),
+            ContentBlock::Data { mime_type, data } if block.is_image() => Some(
+                json!({"type": "input_image", "image_url": data_url(mime_type, data)}),
+            ),
+            ContentBlock::Data { mime_type, data } if mime_type == "application/pdf" => Some(
+                json!({"type": "input_file", "filename": "document.pdf", "file_data": data_url(mime_type, data)}),
+            ),
+            ContentBlock::Data { mime_type, data } => Some(
+                json!({"type": "input_text", "text": unsupported_data(mime_type, data.len())}),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+fn input_items(request: &ModelRequest) -> Vec<Value> {
+    let mut out = Vec::new();
+    for message in &request.messages {
+        match message {
+            Message::System { content } => {
+                out.push(json!({"role": "system", "content": joined_text(content)}));
+            }
+            Message::User { content } => {
+                out.push(json!({"role": "user", "content": input_parts(content)}));
+            }
+            Message::Assistant(assistant) => {
+                for block in &assistant.content {
+                    match block {
+                        ContentBlock::Reasoning {
+                            opaque: Some(item), ..
+                        } if item["type"] == "reasoning" => out.push(item.clone()),
+                        ContentBlock::Text { text } if !text.is_empty() => {
+                            out.push(json!({"role": "assistant", "content": text}));
+                        }
+                        _ => {}
+                    }
+                }
+                for call in &assistant.tool_calls {
+                    out.push(json!({
+                        "type": "function_call",
+                        "call_id": call.id,
+                        "name": call.name,
+                        "arguments": arguments_text(call),
+                    }));
+                }
+            }
+            Message::Tool(result) => {
+                let output = if result.content.iter().all(|b| b.as_text().is_some()) {
+                    json!(joined_text(&result.content))
+                } else {
+                    Value::Array(input_parts(&result.content))
+                };
+                out.push(json!({
+                    "type": "function_call_output",
+                    "call_id": result.tool_call_id,
+                    "output": output,
+                }));
+            }
+        }
+    }
+    out
+}
+
+#[derive(Debug, Default)]
+struct ResponsesDecoder {
+    provider: String,
+    /// Function-call position within the turn, by output index.
+    calls: BTreeMap<u64, usize>,
+    /// Finished items, by output index, for servers whose final event omits them.
+    items: BTreeMap<u64, Value>,
+}
+
+impl Decoder for ResponsesDecoder {
+    fn event(&mut self, event: &SseEvent) -> Result<Step, ModelError> {
+        let mut step = Step::default();
+        let data = event_json(&self.provider, event)?;
+        let kind = data["type"].as_str().unwrap_or(event.event.as_str());
+        match kind {
+            "response.output_text.delta" => {
+                let delta = data["delta"]
+                    .as_str()
+                    .ok_or_else(|| malformed(&self.provider, event, "no `delta`"))?;
+                step.deltas.push(StreamEvent::TextDelta {
+                    text: delta.to_owned(),
+                });
+            }
+            "response.output_item.added" => {
+                let item = &data["item"];
+                if item["type"] == "function_call" {
+                    let output_index = data["output_index"].as_u64().unwrap_or_default();
+                    let position = self.calls.len();
+                    self.calls.insert(output_index, position);
+                    step.deltas.push(StreamEvent::ToolCallDelta {
+                        index: position,
+                        id: item["call_id"].as_str().map(str::to_owned),
+                        name: item["name"].as_str().map(str::to_owned),
+                        arguments_delta: item["arguments"].as_str().unwrap_or_default().to_owned(),
+                    });
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                let output_index = data["output_index"].as_u64().unwrap_or_default();
+                let Some(position) = self.calls.get(&output_index) else {
+                    return Err(malformed(
+                        &self.provider,
+                        event,
+                        "arguments for an unknown call",
+                    ));
+                };
+                step.deltas.push(StreamEvent::ToolCallDelta {
+                    index: *position,
+                    id: None,
+                    name: None,
+                    arguments_delta: data["delta"].as_str().unwrap_or_default().to_owned(),
+                });
+            }
+            "response.output_item.done" => {
+                let output_index = data["output_index"]
+                    .as_u64()
+                    .unwrap_or(self.items.len() as u64);
+                self.items.insert(output_index, data["item"].clone());
+            }
+            "response.completed" | "response.incomplete" => {
+                let response = &data["response"];
+                let output = match response["output"].as_array() {
+                    Some(output) if !output.is_empty() => output.clone(),
+                    _ => self.items.values().cloned().collect(),
+                };
+                step.done = Some(response_from(response, &output));
+            }
+            "response.failed" => {
+                let error = &data["response"]["error"];
+                return Err(crate::openai_chat::stream_error(&self.provider, error));
+            }
+            "error" => {
+                let error = data.get("error").unwrap_or(&data);
+                return Err(crate::openai_chat::stream_error(&self.provider, error));
+            }
+            _ => {}
+        }
+        Ok(step)
+    }
+}

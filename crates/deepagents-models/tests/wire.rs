@@ -1,0 +1,685 @@
+//! Wire formats against wiremock: what we send and how we read what comes back, for what the
+//! mock servers do not cover (Gemini, prompt caching, reasoning round trips, images, schemas).
+
+use deepagents_core::ContentBlock;
+use deepagents_core::message::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus};
+use deepagents_core::model::{ModelError, ModelRequest, StopReason, StreamEvent};
+use deepagents_models::http::{Secret, retry_after};
+use deepagents_models::{ModelOptions, from_spec_with};
+use serde_json::{Value, json};
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::common::*;
+
+fn sse(events: &[(&str, Value)]) -> ResponseTemplate {
+    let mut body = String::new();
+    for (name, data) in events {
+        if !name.is_empty() {
+            body.push_str(&format!("event: {name}\n"));
+        }
+        body.push_str(&format!("data: {data}\n\n"));
+    }
+    ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")
+}
+
+async fn sent_bodies(server: &MockServer) -> Vec<Value> {
+    server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .collect()
+}
+
+const PNG: &[u8] = b"\x89PNG\r\n\x1a\nfake";
+
+fn schema_with_refs() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "city": {"type": "string", "default": "Paris"},
+            "unit": {"$ref": "#/$defs/Unit"},
+            "note": {"type": ["string", "null"]},
+        },
+        "required": ["city"],
+        "$defs": {"Unit": {"type": "string", "enum": ["c", "f"], "title": "Unit"}},
+    })
+}
+
+fn image_request() -> ModelRequest {
+    let call = ToolCall {
+        id: "call_1".into(),
+        name: "screenshot".into(),
+        arguments: json!({}),
+    };
+    ModelRequest {
+        system_prompt: Some("Be brief.".into()),
+        messages: vec![
+            Message::User {
+                content: vec![
+                    ContentBlock::text("What is this?"),
+                    ContentBlock::data("image/png", PNG),
+                ],
+            },
+            Message::Assistant(AssistantMessage {
+                content: vec![],
+                tool_calls: vec![call.clone()],
+            }),
+            Message::Tool(ToolResult {
+                tool_call_id: "call_1".into(),
+                name: "screenshot".into(),
+                content: vec![
+                    ContentBlock::text("Here it is."),
+                    ContentBlock::data("image/png", PNG),
+                ],
+                status: ToolStatus::Ok,
+                artifact: None,
+            }),
+        ],
+        tools: vec![],
+        ..ModelRequest::default()
+    }
+}
+
+// --- Gemini -----------------------------------------------------------------------------
+
+fn gemini(server: &MockServer) -> std::sync::Arc<dyn deepagents_core::Model> {
+    model("google_genai:gemini-2.5-flash", server.uri(), 2)
+}
+
+#[tokio::test]
+async fn gemini_generates_text_and_tool_calls_with_a_sanitized_schema() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1beta/models/gemini-2.5-flash:generateContent"))
+        .and(header("x-goog-api-key", TEST_KEY))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "candidates": [{"content": {"role": "model", "parts": [
+                {"text": "Checking.", },
+                {"functionCall": {"name": "weather", "args": {"city": "Paris"}}, "thoughtSignature": "sig-1"},
+            ]}, "finishReason": "STOP"}],
+            "usageMetadata": {"promptTokenCount": 120, "candidatesTokenCount": 8, "thoughtsTokenCount": 4, "cachedContentTokenCount": 100},
+        })))
+        .mount(&server)
+        .await;
+    let model = gemini(&server);
+    let mut request = ask("Weather in Paris?");
+    request.tools[0].parameters = schema_with_refs();
+    let response = model.generate(&request).await.unwrap();
+    assert_eq!(text_of(&response), "Checking.");
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    let call = &response.message.tool_calls[0];
+    assert_eq!(
+        (call.name.as_str(), &call.arguments),
+        ("weather", &json!({"city": "Paris"}))
+    );
+    assert!(!call.id.is_empty());
+    assert_eq!(response.usage.input_tokens, 120);
+    assert_eq!(response.usage.output_tokens, 12);
+    assert_eq!(response.usage.cached_input_tokens, 100);
+
+    let sent = &sent_bodies(&server).await[0];
+    assert_eq!(
+        sent["systemInstruction"]["parts"][0]["text"],
+        "You are terse."
+    );
+    let params = &sent["tools"][0]["functionDeclarations"][0]["parameters"];
+    assert_eq!(
+        params["properties"]["unit"],
+        json!({"type": "string", "enum": ["c", "f"]})
+    );
+    assert_eq!(
+        params["properties"]["note"],
+        json!({"type": "string", "nullable": true})
+    );
+    assert!(params.get("additionalProperties").is_none(), "{params}");
+    assert!(
+        params.get("$defs").is_none() && params.get("$schema").is_none(),
+        "{params}"
+    );
+    assert!(
+        params["properties"]["city"].get("default").is_none(),
+        "{params}"
+    );
+
+    // The next turn sends the call back with its signature, and the result as a response.
+    let next = with_tool_result(request.clone(), call, "Sunny");
+    let mut next = next;
+    if let Message::Assistant(turn) = &mut next.messages[1] {
+        turn.content = response.message.content.clone();
+    }
+    let _ = model.generate(&next).await.unwrap();
+    let sent = &sent_bodies(&server).await[1];
+    let contents = sent["contents"].as_array().unwrap();
+    assert_eq!(contents[1]["role"], "model");
+    let call_part = contents[1]["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p.get("functionCall").is_some())
+        .unwrap();
+    assert_eq!(call_part["thoughtSignature"], "sig-1");
+    assert_eq!(
+        contents[2]["parts"][0]["functionResponse"],
+        json!({"name": "weather", "response": {"result": "Sunny"}})
+    );
+}
+
+#[tokio::test]
+async fn gemini_streams_and_a_stream_without_finish_reason_is_an_error() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1beta/models/gemini-2.5-flash:streamGenerateContent"))
+        .and(wiremock::matchers::query_param("alt", "sse"))
+        .respond_with(sse(&[
+            ("", json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]}}]})),
+            ("", json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "lo."}, {"functionCall": {"name": "weather", "args": {"city": "Oslo"}}}]}, "finishReason": "STOP"}],
+                        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 3}})),
+        ]))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    let model = gemini(&server);
+    let (deltas, outcome) = stream_all(model.as_ref(), &ask("hi")).await;
+    let response = outcome.unwrap();
+    assert_eq!(streamed_text(&deltas), "Hello.");
+    assert_eq!(streamed_arguments(&deltas, 0), json!({"city": "Oslo"}));
+    assert_eq!(response.message.tool_calls[0].name, "weather");
+    assert_eq!(response.usage.input_tokens, 10);
+
+    Mock::given(method("POST"))
+        .respond_with(sse(&[(
+            "",
+            json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Cut"}]}}]}),
+        )]))
+        .mount(&server)
+        .await;
+    let (_, outcome) = stream_all(model.as_ref(), &ask("hi")).await;
+    let error = outcome.unwrap_err();
+    assert!(error.to_string().contains("finishReason"), "{error}");
+}
+
+#[tokio::test]
+async fn gemini_context_overflow_is_its_own_kind() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(400).set_body_json(json!({"error": {
+            "code": 400, "status": "INVALID_ARGUMENT",
+            "message": "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).",
+        }})))
+        .mount(&server)
+        .await;
+    let error = gemini(&server).generate(&ask("hi")).await.unwrap_err();
+    assert!(
+        matches!(error, ModelError::ContextWindowExceeded { .. }),
+        "{error:?}"
+    );
+    assert_eq!(server.received_requests().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn gemini_sends_images_inline() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "candidates": [{"content": {"role": "model", "parts": [{"text": "A cat."}]}, "finishReason": "STOP"}]})))
+        .mount(&server)
+        .await;
+    gemini(&server).generate(&image_request()).await.unwrap();
+    let sent = &sent_bodies(&server).await[0];
+    let b64 = "iVBORw0KGgpmYWtl";
+    assert_eq!(
+        sent["contents"][0]["parts"][1]["inlineData"],
+        json!({"mimeType": "image/png", "data": b64})
+    );
+    assert_eq!(sent["contents"][2]["parts"][1]["inlineData"]["data"], b64);
+}
+
+// --- Anthropic ----------------------------------------------------------------------------
+
+fn anthropic(server: &MockServer) -> std::sync::Arc<dyn deepagents_core::Model> {
+    model("anthropic:claude-sonnet-4-5", server.uri(), 2)
+}
+
+#[tokio::test]
+async fn anthropic_marks_cache_breakpoints_and_keeps_thinking_with_its_signature() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .and(header("x-api-key", TEST_KEY))
+        .and(header("anthropic-version", "2023-06-01"))
+        .respond_with(sse(&[
+            ("message_start", json!({"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 20, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 50, "output_tokens": 1}}})),
+            ("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}})),
+            ("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "The user wants "}})),
+            ("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "weather."}})),
+            ("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "EqQBsig"}})),
+            ("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
+            ("ping", json!({"type": "ping"})),
+            ("content_block_start", json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}})),
+            ("content_block_delta", json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"city\": "}})),
+            ("content_block_delta", json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "\"Rome\"}"}})),
+            ("content_block_stop", json!({"type": "content_block_stop", "index": 1})),
+            ("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 42}})),
+            ("message_stop", json!({"type": "message_stop"})),
+        ]))
+        .mount(&server)
+        .await;
+    let model = anthropic(&server);
+    let request = ask("Weather in Rome?");
+    let (deltas, outcome) = stream_all(model.as_ref(), &request).await;
+    let response = outcome.unwrap();
+    assert_eq!(streamed_arguments(&deltas, 0), json!({"city": "Rome"}));
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    assert_eq!(
+        response.usage.input_tokens, 1070,
+        "prompt incl. cache reads and writes"
+    );
+    assert_eq!(response.usage.cached_input_tokens, 1000);
+    assert_eq!(response.usage.output_tokens, 42);
+    assert_eq!(
+        response.message.content[0],
+        ContentBlock::Reasoning {
+            text: "The user wants weather.".into(),
+            signature: Some("EqQBsig".into()),
+            opaque: None,
+        }
+    );
+    assert_eq!(text_of(&response), "", "reasoning is not answer text");
+
+    let call = response.message.tool_calls[0].clone();
+    let mut next = with_tool_result(request, &call, "Sunny");
+    if let Message::Assistant(turn) = &mut next.messages[1] {
+        turn.content = response.message.content.clone();
+    }
+    let _ = stream_all(model.as_ref(), &next).await;
+    let bodies = sent_bodies(&server).await;
+    let first = &bodies[0];
+    let cache = json!({"type": "ephemeral"});
+    assert_eq!(first["system"][0]["cache_control"], cache);
+    assert_eq!(first["tools"][0]["cache_control"], cache);
+    assert_eq!(first["messages"][0]["content"][0]["cache_control"], cache);
+    assert_eq!(first["stream"], true);
+    let second = &bodies[1];
+    let assistant = &second["messages"][1]["content"];
+    assert_eq!(
+        assistant[0],
+        json!({"type": "thinking", "thinking": "The user wants weather.", "signature": "EqQBsig"})
+    );
+    assert_eq!(assistant[1]["type"], "tool_use");
+    assert_eq!(assistant[1]["input"], json!({"city": "Rome"}));
+    assert!(
+        second["messages"][0]["content"][0]
+            .get("cache_control")
+            .is_none(),
+        "only the latest turn"
+    );
+    let result = &second["messages"][2]["content"][0];
+    assert_eq!(result["type"], "tool_result");
+    assert_eq!(result["tool_use_id"], "toolu_1");
+    assert_eq!(result["cache_control"], cache);
+}
+
+#[tokio::test]
+async fn anthropic_sends_images_in_user_and_tool_content_and_reads_overload_errors() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(529).set_body_json(json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})))
+        .mount(&server)
+        .await;
+    let error = anthropic(&server)
+        .generate(&image_request())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ModelError::Transient { .. }), "{error:?}");
+    let bodies = sent_bodies(&server).await;
+    assert_eq!(bodies.len(), 3, "529 is retried");
+    let messages = &bodies[0]["messages"];
+    let image = json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgpmYWtl"}});
+    assert_eq!(messages[0]["content"][1], image);
+    assert_eq!(messages[2]["content"][0]["content"][1], image);
+}
+
+#[tokio::test]
+async fn an_error_event_mid_stream_is_classified() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(sse(&[
+            ("message_start", json!({"type": "message_start", "message": {"usage": {"input_tokens": 1}}})),
+            ("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
+            ("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}})),
+            ("error", json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
+        ]))
+        .mount(&server)
+        .await;
+    let (deltas, outcome) = stream_all(anthropic(&server).as_ref(), &ask("hi")).await;
+    assert_eq!(streamed_text(&deltas), "Hi");
+    let error = outcome.unwrap_err();
+    assert!(matches!(error, ModelError::Transient { .. }), "{error:?}");
+    assert!(error.to_string().contains("Overloaded"), "{error}");
+}
+
+// --- OpenAI -------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn responses_keep_reasoning_items_and_send_them_back() {
+    let server = MockServer::start().await;
+    let reasoning = json!({"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Need the weather."}], "encrypted_content": "gAAAA"});
+    Mock::given(method("POST"))
+        .and(path("/v1/responses"))
+        .and(header("authorization", format!("Bearer {TEST_KEY}").as_str()))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "id": "resp_1", "status": "completed",
+            "output": [
+                reasoning,
+                {"type": "function_call", "id": "fc_1", "call_id": "call_9", "name": "weather", "arguments": "{\"city\":\"Kyiv\"}"},
+            ],
+            "usage": {"input_tokens": 50, "output_tokens": 9, "input_tokens_details": {"cached_tokens": 32}},
+        })))
+        .mount(&server)
+        .await;
+    let model = model("openai:o4-mini", format!("{}/v1", server.uri()), 0);
+    let request = ask("Weather in Kyiv?");
+    let response = model.generate(&request).await.unwrap();
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    assert_eq!(response.usage.cached_input_tokens, 32);
+    assert!(
+        matches!(&response.message.content[0], ContentBlock::Reasoning { text, .. } if text == "Need the weather.")
+    );
+    let call = response.message.tool_calls[0].clone();
+    assert_eq!(call.id, "call_9");
+    let mut next = with_tool_result(request, &call, "Cold");
+    if let Message::Assistant(turn) = &mut next.messages[1] {
+        turn.content = response.message.content.clone();
+    }
+    model.generate(&next).await.unwrap();
+    let sent = &sent_bodies(&server).await[1];
+    assert_eq!(sent["instructions"], "You are terse.");
+    let input = sent["input"].as_array().unwrap();
+    assert_eq!(input[1], reasoning, "the reasoning item goes back verbatim");
+    assert_eq!(
+        input[2],
+        json!({"type": "function_call", "call_id": "call_9", "name": "weather", "arguments": "{\"city\":\"Kyiv\"}"})
+    );
+    assert_eq!(
+        input[3],
+        json!({"type": "function_call_output", "call_id": "call_9", "output": "Cold"})
+    );
+    assert_eq!(model.profile().unwrap().max_input_tokens, 200_000);
+}
+
+#[tokio::test]
+async fn responses_and_chat_send_images() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/responses"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"status": "completed", "output": []})),
+        )
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"choices": [{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]})))
+        .mount(&server)
+        .await;
+    let url = "data:image/png;base64,iVBORw0KGgpmYWtl";
+    model("openai:gpt-4o", format!("{}/v1", server.uri()), 0)
+        .generate(&image_request())
+        .await
+        .unwrap();
+    model("openai_chat:gpt-4o", format!("{}/v1", server.uri()), 0)
+        .generate(&image_request())
+        .await
+        .unwrap();
+    let bodies = sent_bodies(&server).await;
+    let responses = &bodies[0]["input"];
+    assert_eq!(
+        responses[0]["content"][1],
+        json!({"type": "input_image", "image_url": url})
+    );
+    assert_eq!(
+        responses[2]["output"][1],
+        json!({"type": "input_image", "image_url": url})
+    );
+    let chat = bodies[1]["messages"].as_array().unwrap();
+    assert_eq!(
+        chat[1]["content"][1],
+        json!({"type": "image_url", "image_url": {"url": url}})
+    );
+    assert_eq!(chat[3]["role"], "tool");
+    // Chat tool messages take text only: the image follows in a user message.
+    assert_eq!(chat[4]["role"], "user");
+    assert_eq!(
+        chat[4]["content"][1],
+        json!({"type": "image_url", "image_url": {"url": url}})
+    );
+}
+
+#[tokio::test]
+async fn chat_keeps_malformed_arguments_verbatim_and_reads_cached_tokens() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(sse(&[
+            ("", json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": "}}]}}]})),
+            ("", json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "oops"}}]}, "finish_reason": "tool_calls"}]})),
+            ("", json!({"choices": [], "usage": {"prompt_tokens": 90, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 64}}})),
+        ]).append_header("x-extra", "1"))
+        .mount(&server)
+        .await;
+    // Without the [DONE] marker the stream is incomplete…
+    let chat = model("openai_chat:gpt-4o", format!("{}/v1", server.uri()), 0);
+    let (_, outcome) = stream_all(chat.as_ref(), &ask("hi")).await;
+    assert!(
+        outcome
+            .unwrap_err()
+            .to_string()
+            .contains("completion marker")
+    );
+    server.reset().await;
+    let mut body = String::new();
+    for chunk in [
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\": "}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "oops"}}]}, "finish_reason": "tool_calls"}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": 90, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 64}}}),
+    ] {
+        body.push_str(&format!("data: {chunk}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream"))
+        .mount(&server)
+        .await;
+    // …with it, the call is whole; arguments that are not JSON are kept as a string.
+    let (deltas, outcome) = stream_all(chat.as_ref(), &ask("hi")).await;
+    let response = outcome.unwrap();
+    assert_eq!(
+        response.message.tool_calls[0].arguments,
+        json!("{\"city\": oops")
+    );
+    assert_eq!(response.usage.cached_input_tokens, 64);
+    assert!(
+        matches!(&deltas[0], StreamEvent::ToolCallDelta { id: Some(id), .. } if id == "call_1")
+    );
+    let sent = &sent_bodies(&server).await[0];
+    assert_eq!(sent["stream_options"], json!({"include_usage": true}));
+}
+
+// --- Keys and retries ------------------------------------------------------------------------
+
+#[test]
+fn keys_never_show_in_debug_output() {
+    let model = from_spec_with(
+        "anthropic:claude-sonnet-4-5",
+        &ModelOptions {
+            api_key: Some(Secret::new(TEST_KEY)),
+            ..ModelOptions::default()
+        },
+    )
+    .unwrap();
+    let _ = model;
+    let options = ModelOptions {
+        api_key: Some(Secret::new(TEST_KEY)),
+        ..ModelOptions::default()
+    };
+    let shown = format!("{options:?}");
+    assert!(!shown.contains(TEST_KEY), "{shown}");
+    assert!(shown.contains("redacted"), "{shown}");
+}
+
+#[test]
+fn retry_after_reads_milliseconds_seconds_and_dates() {
+    let headers = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    use std::time::Duration;
+    assert_eq!(
+        retry_after(&headers(&[("retry-after", "3"), ("retry-after-ms", "250")])),
+        Some(Duration::from_millis(250)),
+        "retry-after-ms is the more precise"
+    );
+    assert_eq!(
+        retry_after(&headers(&[("Retry-After", "2")])),
+        Some(Duration::from_secs(2))
+    );
+    assert_eq!(
+        retry_after(&headers(&[(
+            "retry-after",
+            "Wed, 21 Oct 2015 07:28:00 GMT"
+        )])),
+        Some(Duration::ZERO),
+        "a date in the past means now"
+    );
+    assert_eq!(retry_after(&headers(&[("retry-after", "soon")])), None);
+}
+
+#[tokio::test]
+async fn a_record_then_replay_round_trip_needs_no_server_and_writes_no_key() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"choices": [{"message": {"role": "assistant", "content": "Recorded."}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}})))
+        .mount(&server)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let cassette = dir.path().join("c.json");
+    let recorder = from_spec_with(
+        "openai_chat:gpt-4o",
+        &ModelOptions {
+            base_url: Some(format!("{}/v1", server.uri())),
+            api_key: Some(Secret::new(TEST_KEY)),
+            record: Some(cassette.clone()),
+            ..ModelOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        text_of(&recorder.generate(&ask("hi")).await.unwrap()),
+        "Recorded."
+    );
+    drop(server);
+    let written = std::fs::read_to_string(&cassette).unwrap();
+    assert!(!written.contains(TEST_KEY), "{written}");
+
+    let replay = deepagents_models::from_spec(&format!("replay:{}", cassette.display())).unwrap();
+    assert_eq!(
+        text_of(&replay.generate(&ask("hi")).await.unwrap()),
+        "Recorded."
+    );
+    let error = replay.generate(&ask("hi")).await.unwrap_err().to_string();
+    assert!(error.contains("holds 1 exchanges"), "{error}");
+
+    let replay = deepagents_models::from_spec(&format!("replay:{}", cassette.display())).unwrap();
+    let error = replay
+        .generate(&ask("hello"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("differs from cassette"), "{error}");
+    assert!(error.contains("-") && error.contains("\"hi\""), "{error}");
+    assert!(
+        error.contains("+") && error.contains("\"hello\""),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_event_names_the_provider_and_the_event() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(
+            "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Hi\"}]}}]}\n\ndata: {\"candidates\": [{\"cont\n\n",
+            "text/event-stream",
+        ))
+        .mount(&server)
+        .await;
+    let (deltas, outcome) = stream_all(gemini(&server).as_ref(), &ask("hi")).await;
+    assert_eq!(streamed_text(&deltas), "Hi");
+    let error = outcome.unwrap_err().to_string();
+    assert!(
+        error.contains("malformed google_genai stream event `message`"),
+        "{error}"
+    );
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        1,
+        "not retried after output"
+    );
+}
+
+#[tokio::test]
+async fn reasoning_effort_maps_to_each_api_setting() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(500))
+        .mount(&server)
+        .await;
+    let uri = server.uri();
+    for (spec, base) in [
+        ("openai:o4-mini", format!("{uri}/v1")),
+        ("openai_chat:o4-mini", format!("{uri}/v1")),
+        ("anthropic:claude-sonnet-4-5", uri.clone()),
+        ("google_genai:gemini-2.5-pro", uri.clone()),
+    ] {
+        let model = from_spec_with(
+            spec,
+            &ModelOptions {
+                base_url: Some(base),
+                api_key: Some(Secret::new(TEST_KEY)),
+                max_retries: Some(0),
+                reasoning: Some(deepagents_models::ReasoningEffort::High),
+                ..ModelOptions::default()
+            },
+        )
+        .unwrap();
+        let mut request = ask("think");
+        request.settings.temperature = Some(0.2);
+        let _ = model.generate(&request).await;
+    }
+    let bodies = sent_bodies(&server).await;
+    assert_eq!(
+        bodies[0]["reasoning"],
+        json!({"effort": "high", "summary": "auto"})
+    );
+    assert_eq!(bodies[0]["include"], json!(["reasoning.encrypted_content"]));
+    assert_eq!(bodies[1]["reasoning_effort"], "high");
+    assert_eq!(
+        bodies[2]["thinking"],
+        json!({"type": "enabled", "budget_tokens": 24576})
+    );
+    assert!(bodies[2]["max_tokens"].as_u64().unwrap() > 24576);
+    assert!(
+        bodies[2].get("temperature").is_none(),
+        "thinking refuses temperature"
+    );
+    assert_eq!(
+        bodies[3]["generationConfig"]["thinkingConfig"],
+        json!({"thinkingBudget": 24576, "includeThoughts": true})
+    );
+}

@@ -1,0 +1,206 @@
+//! The `task` tool: hand work to a subagent with a fresh context.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use deepagents_core::{
+    AgentState, DynTool, Message, ModelRequest, Run, StateUpdate, Tool, ToolContext, ToolError,
+    ToolOutput, TypedTool,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tokio::sync::Semaphore;
+
+use super::{Middleware, MiddlewareError};
+use crate::agent::{Agent, RunOptions};
+
+const PROMPT: &str = "\
+## Subagents
+Use `task` to hand a self-contained piece of work to a subagent: it works in a fresh context and \
+returns only its answer, which keeps your context small. It sees nothing of this conversation, \
+so describe the task completely, including what to return. Independent tasks can run in \
+parallel: call `task` several times in one turn.";
+
+/// Offers the `task` tool over a set of subagents. Its name is `subagents`.
+pub struct SubAgentsMiddleware {
+    tool: Arc<dyn DynTool>,
+}
+
+/// A built subagent and when to use it.
+pub(crate) struct Registered {
+    pub(crate) description: String,
+    pub(crate) agent: Agent,
+}
+
+impl SubAgentsMiddleware {
+    pub(crate) fn new(
+        agents: BTreeMap<String, Registered>,
+        max_depth: usize,
+        max_concurrent: usize,
+    ) -> Self {
+        let tool = Task {
+            agents: Arc::new(agents),
+            max_depth,
+            permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
+        };
+        Self {
+            tool: Arc::new(TypedTool::new(tool)),
+        }
+    }
+}
+
+#[async_trait]
+impl Middleware for SubAgentsMiddleware {
+    fn name(&self) -> &str {
+        "subagents"
+    }
+
+    fn tools(&self) -> Vec<Arc<dyn DynTool>> {
+        vec![self.tool.clone()]
+    }
+
+    async fn before_model(
+        &self,
+        request: &mut ModelRequest,
+        _state: &AgentState,
+    ) -> Result<(), MiddlewareError> {
+        request.push_system_section(PROMPT);
+        Ok(())
+    }
+}
+
+struct Task {
+    agents: Arc<BTreeMap<String, Registered>>,
+    max_depth: usize,
+    permits: Arc<Semaphore>,
+}
+
+/// Arguments of `task`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct TaskArgs {
+    /// The complete task: everything the subagent needs and what it should return.
+    description: String,
+    /// Which subagent to use.
+    subagent_type: String,
+}
+
+/// The files a child run changed, as an update for the parent.
+fn file_changes(before: &AgentState, after: &AgentState) -> StateUpdate {
+    let mut update = StateUpdate::default();
+    for (path, file) in &after.files {
+        if before.files.get(path) != Some(file) {
+            update.files.insert(path.clone(), Some(file.clone()));
+        }
+    }
+    for path in before.files.keys() {
+        if !after.files.contains_key(path) {
+            update.files.insert(path.clone(), None);
+        }
+    }
+    update
+}
+
+/// The last non-empty assistant text of a run.
+fn last_answer(run: &Run) -> String {
+    run.state
+        .messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::Assistant(_) => Some(m.text()).filter(|t| !t.trim().is_empty()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+impl Tool for Task {
+    type Args = TaskArgs;
+
+    fn name(&self) -> &str {
+        "task"
+    }
+
+    fn description(&self) -> String {
+        let mut text = String::from(
+            "Start a subagent on a self-contained task. It works in a fresh context with its own \
+             tools and returns one answer. It shares your files. Subagent types:",
+        );
+        for (name, registered) in self.agents.iter() {
+            text.push_str(&format!("\n- {name}: {}", registered.description));
+        }
+        text
+    }
+
+    async fn call(&self, args: TaskArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let Some(registered) = self.agents.get(&args.subagent_type) else {
+            let valid: Vec<&str> = self.agents.keys().map(String::as_str).collect();
+            return Err(ToolError::RespondToModel(format!(
+                "Unknown subagent type `{}`. Use one of: {}.",
+                args.subagent_type,
+                valid.join(", ")
+            )));
+        };
+        let depth = ctx.agent_path().len() / 2 + 1;
+        if depth > self.max_depth {
+            return Err(ToolError::RespondToModel(format!(
+                "Subagents may nest at most {} levels deep and this would be level {depth}; do this part yourself.",
+                self.max_depth
+            )));
+        }
+        if args.description.trim().is_empty() {
+            return Err(ToolError::RespondToModel(
+                "The task description is empty; say what the subagent should do and return."
+                    .to_owned(),
+            ));
+        }
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| ToolError::Fatal("the subagent limiter was closed".to_owned()))?;
+        // Only the files travel: messages, the plan and custom values stay private to each side.
+        let start = AgentState {
+            files: ctx.state.files.clone(),
+            ..AgentState::default()
+        };
+        let run = Run::from_task(args.description);
+        let run = Run {
+            state: AgentState {
+                messages: run.state.messages,
+                ..start.clone()
+            },
+            ..run
+        };
+        let options = RunOptions {
+            runtime: ctx.runtime.clone(),
+            cancel: ctx.cancel.child_token(),
+            ..RunOptions::default()
+        };
+        let events = ctx
+            .events
+            .nested([ctx.call_id.clone(), args.subagent_type.clone()]);
+        match registered.agent.run(run, options, events).await {
+            Ok(output) => {
+                let answer = match &output.structured {
+                    Some(json) => json.to_string(),
+                    None => last_answer(&output.run),
+                };
+                let answer = if answer.is_empty() {
+                    "(the subagent finished without an answer)".to_owned()
+                } else {
+                    answer
+                };
+                let mut result =
+                    ToolOutput::text(answer).with_update(file_changes(&start, &output.run.state));
+                result.artifact = output.structured;
+                Ok(result)
+            }
+            Err(failure) => Err(ToolError::RespondToModel(format!(
+                "The {} subagent failed: {}. Retry with a clearer or smaller task, or do it yourself.",
+                args.subagent_type, failure.error
+            ))),
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! Subagents: agents the main agent hands self-contained work to through the `task` tool.
+
+use std::sync::Arc;
+
+use deepagents_backends::Permissions;
+use deepagents_core::{DynTool, Model, Tool, TypedTool};
+use serde_json::Value;
+
+use crate::agent::Agent;
+use crate::frontmatter::{self, FrontmatterError};
+use crate::middleware::Middleware;
+
+/// The name of the subagent added by default.
+pub const GENERAL_PURPOSE: &str = "general-purpose";
+
+/// Subagents may nest this deep unless [`AgentBuilder::subagent_limits`](crate::AgentBuilder::subagent_limits) says otherwise.
+pub const DEFAULT_MAX_DEPTH: usize = 3;
+/// Subagents of one agent that may run at once unless configured otherwise; more wait.
+pub const DEFAULT_MAX_CONCURRENT: usize = 8;
+
+/// A subagent the `task` tool can start.
+#[derive(Clone)]
+pub struct SubAgent {
+    pub(crate) name: String,
+    pub(crate) description: String,
+    pub(crate) kind: SubAgentKind,
+}
+
+#[derive(Clone)]
+pub(crate) enum SubAgentKind {
+    /// Built by the parent from this spec, inheriting what is not set.
+    Spec(SubAgentSpec),
+    /// A ready agent, used as is.
+    Prebuilt(Agent),
+}
+
+/// What a spec sets; unset parts are inherited from the parent agent.
+#[derive(Clone, Default)]
+pub(crate) struct SubAgentSpec {
+    pub(crate) system_prompt: String,
+    pub(crate) tools: Option<Vec<Arc<dyn DynTool>>>,
+    pub(crate) model: Option<Arc<dyn Model>>,
+    pub(crate) middleware: Vec<Arc<dyn Middleware>>,
+    pub(crate) permissions: Option<Permissions>,
+    pub(crate) response_format: Option<Value>,
+}
+
+impl SubAgent {
+    /// A subagent named `name` (what the model passes as `subagent_type`), described by
+    /// `description` (when to use it, shown in the `task` tool), driven by `system_prompt`.
+    /// It inherits the parent's model, tools, backend and permissions unless set here.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        system_prompt: impl Into<String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            kind: SubAgentKind::Spec(SubAgentSpec {
+                system_prompt: system_prompt.into(),
+                ..SubAgentSpec::default()
+            }),
+        }
+    }
+
+    /// A ready-made agent as a subagent: it runs exactly as built.
+    pub fn from_agent(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        agent: Agent,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            kind: SubAgentKind::Prebuilt(agent),
+        }
+    }
+
+    fn spec(&mut self) -> Option<&mut SubAgentSpec> {
+        match &mut self.kind {
+            SubAgentKind::Spec(spec) => Some(spec),
+            SubAgentKind::Prebuilt(_) => None,
+        }
+    }
+
+    /// Its own model instead of the parent's. No effect on [`from_agent`](Self::from_agent).
+    pub fn model(mut self, model: Arc<dyn Model>) -> Self {
+        if let Some(spec) = self.spec() {
+            spec.model = Some(model);
+        }
+        self
+    }
+
+    /// Adds a typed tool; once any tool is given, the parent's own tools are not inherited
+    /// (the file tools always are).
+    pub fn tool(mut self, tool: impl Tool) -> Self {
+        if let Some(spec) = self.spec() {
+            spec.tools
+                .get_or_insert_with(Vec::new)
+                .push(Arc::new(TypedTool::new(tool)));
+        }
+        self
+    }
+
+    /// Adds a dynamic tool (see [`tool`](Self::tool)).
+    pub fn dyn_tool(mut self, tool: Arc<dyn DynTool>) -> Self {
+        if let Some(spec) = self.spec() {
+            spec.tools.get_or_insert_with(Vec::new).push(tool);
+        }
+        self
+    }
+
+    /// Adds a middleware.
+    pub fn middleware(mut self, middleware: impl Middleware) -> Self {
+        if let Some(spec) = self.spec() {
+            spec.middleware.push(Arc::new(middleware));
+        }
+        self
+    }
+
+    /// Permission rules replacing the parent's.
+    pub fn permissions(mut self, permissions: Permissions) -> Self {
+        if let Some(spec) = self.spec() {
+            spec.permissions = Some(permissions);
+        }
+        self
+    }
+
+    /// Requires a structured answer; the `task` result is then that JSON.
+    pub fn response_format(mut self, schema: Value) -> Self {
+        if let Some(spec) = self.spec() {
+            spec.response_format = Some(schema);
+        }
+        self
+    }
+
+    /// The name the model uses.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A subagent defined in markdown: YAML frontmatter with `name`, `description` and an
+    /// optional `model` spec, then the system prompt as the body. `source_name` (usually the
+    /// file path) appears in errors.
+    pub fn from_markdown(source_name: &str, text: &str) -> Result<Self, FrontmatterError> {
+        let (meta, body): (MarkdownMeta, String) = frontmatter::parse(source_name, text)?;
+        let error = |message: String| FrontmatterError {
+            source_name: source_name.to_owned(),
+            message,
+        };
+        if meta.name.trim().is_empty() || meta.description.trim().is_empty() {
+            return Err(error(
+                "`name` and `description` must not be empty".to_owned(),
+            ));
+        }
+        if body.is_empty() {
+            return Err(error(
+                "the body (the subagent's system prompt) is empty".to_owned(),
+            ));
+        }
+        let mut subagent = Self::new(meta.name, meta.description, body);
+        if let Some(spec) = meta.model {
+            let model = deepagents_models::from_spec(&spec)
+                .map_err(|e| error(format!("model `{spec}`: {e}")))?;
+            subagent = subagent.model(model);
+        }
+        Ok(subagent)
+    }
+}
+
+/// Frontmatter of a markdown subagent.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MarkdownMeta {
+    name: String,
+    description: String,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// The general-purpose subagent's prompt.
+pub(crate) const GENERAL_PURPOSE_PROMPT: &str = "\
+You are a subagent: you were handed one task by another agent, which sees only your final \
+answer. Do the task completely with your tools, then reply with exactly what the other agent \
+needs: the result, the files you changed, and anything left undone. Be concise.";
+
+/// The general-purpose subagent's description.
+pub(crate) const GENERAL_PURPOSE_DESCRIPTION: &str = "\
+An agent with the same tools as you, for any self-contained piece of work (research across many \
+files, a multi-step change) whose details you do not need in your own context.";

@@ -1,0 +1,163 @@
+//! Memory files and skills in the system prompt.
+
+use std::sync::{Arc, Mutex};
+
+use deepagents::backends::{CompositeBackend, InMemoryStore, StateBackend, StoreBackend};
+use deepagents::core::{FileContent, FileData};
+use deepagents::{Agent, AgentBuilder, ModelRequest, Run};
+use serde_json::json;
+
+use crate::middleware_capture::Capture;
+use crate::support::scripted;
+
+fn file(text: &str) -> FileData {
+    FileData {
+        content: FileContent::Text { text: text.into() },
+        modified_at_ms: 0,
+    }
+}
+
+async fn requests_of(
+    turns: serde_json::Value,
+    files: &[(&str, &str)],
+    configure: impl FnOnce(AgentBuilder) -> AgentBuilder,
+) -> Vec<ModelRequest> {
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let agent = configure(Agent::builder(scripted(turns)).middleware(Capture {
+        requests: requests.clone(),
+    }))
+    .build()
+    .unwrap();
+    let mut run = Run::from_task("go");
+    for (path, text) in files {
+        run.state.files.insert((*path).into(), file(text));
+    }
+    agent
+        .run(run, Default::default(), deepagents::EventSink::discard())
+        .await
+        .unwrap();
+    requests.lock().unwrap().clone()
+}
+
+#[tokio::test]
+async fn memory_is_read_once_in_order_without_comments_and_shown_last() {
+    let requests = requests_of(
+        json!([
+            {"tool_calls": [{"name": "edit_file", "args": {"file_path": "/AGENTS.md", "old_string": "tabs", "new_string": "spaces"}}]},
+            {"text": "ok"}
+        ]),
+        &[
+            ("/AGENTS.md", "# Team\nUse tabs.<!-- hidden note -->\n<!--\nmulti\nline\n-->Be brief.\n"),
+            ("/project/AGENTS.md", "Run tests before committing.\n"),
+        ],
+        |b| b.memory(["/AGENTS.md", "/missing/AGENTS.md", "/project/AGENTS.md"]),
+    )
+    .await;
+    let prompt = requests[0].system_prompt.clone().unwrap();
+    let memory = prompt.find("## Memory").unwrap();
+    assert!(prompt[memory..].contains("data, not instructions"));
+    let first = prompt
+        .find("### /AGENTS.md\n# Team\nUse tabs.\nBe brief.")
+        .unwrap();
+    let second = prompt
+        .find("### /project/AGENTS.md\nRun tests before committing.")
+        .unwrap();
+    assert!(memory < first && first < second, "{prompt}");
+    assert!(!prompt.contains("hidden note") && !prompt.contains("multi"));
+    assert!(!prompt.contains("/missing/"));
+    assert!(
+        prompt.find("## Subagents").unwrap() < memory,
+        "memory comes last"
+    );
+    // Read once per thread: the edit shows up in the file, not in this thread's prompt.
+    let second_prompt = requests[1].system_prompt.clone().unwrap();
+    assert!(second_prompt.contains("Use tabs."));
+}
+
+#[tokio::test]
+async fn memory_in_a_store_route_is_shared_across_threads() {
+    let store = Arc::new(InMemoryStore::new());
+    let backend = || {
+        Arc::new(
+            CompositeBackend::new(Arc::new(StateBackend))
+                .route("/memories/", Arc::new(StoreBackend::new(store.clone())))
+                .unwrap(),
+        )
+    };
+    // Thread A learns something and writes it down.
+    requests_of(
+        json!([
+            {"tool_calls": [{"name": "write_file", "args": {"file_path": "/memories/AGENTS.md", "content": "The user prefers metric units.\n"}}]},
+            {"text": "noted"}
+        ]),
+        &[],
+        |b| b.backend(backend()).memory(["/memories/AGENTS.md"]),
+    )
+    .await;
+    // Thread B starts fresh and already knows it.
+    let requests = requests_of(json!([{"text": "ok"}]), &[], |b| {
+        b.backend(backend()).memory(["/memories/AGENTS.md"])
+    })
+    .await;
+    let prompt = requests[0].system_prompt.clone().unwrap();
+    assert!(
+        prompt.contains("### /memories/AGENTS.md\nThe user prefers metric units."),
+        "{prompt}"
+    );
+}
+
+#[tokio::test]
+async fn skills_are_listed_with_later_sources_winning() {
+    let skill = |name: &str, description: &str| {
+        format!(
+            "---\nname: {name}\ndescription: {description}\nlicense: MIT\nallowed-tools: [read_file]\n---\n# Steps\n1. Do it.\n"
+        )
+    };
+    let deploy_base = skill("deploy", "Old way to deploy.");
+    let deploy_project = skill("deploy", "Deploy with the release script.");
+    let review = skill("code-review", "Review a diff for bugs.");
+    let misnamed = skill("Bad_Name", "Still listed, with a warning.");
+    let requests = requests_of(
+        json!([{"text": "ok"}]),
+        &[
+            ("/base/deploy/SKILL.md", &deploy_base),
+            ("/base/code-review/SKILL.md", &review),
+            ("/project/deploy/SKILL.md", &deploy_project),
+            ("/project/odd/SKILL.md", &misnamed),
+            ("/project/broken/SKILL.md", "no frontmatter at all"),
+            ("/project/nodesc/SKILL.md", "---\nname: nodesc\n---\nbody\n"),
+            ("/project/notes.md", "not a skill"),
+        ],
+        |b| b.skills(["/base", "/project", "/absent"]),
+    )
+    .await;
+    let prompt = requests[0].system_prompt.clone().unwrap();
+    let section = &prompt[prompt.find("## Skills").unwrap()..];
+    assert!(
+        section.contains("- deploy: Deploy with the release script. (/project/deploy/SKILL.md)"),
+        "{section}"
+    );
+    assert!(!section.contains("Old way"));
+    assert!(
+        section.contains("- code-review: Review a diff for bugs. (/base/code-review/SKILL.md)")
+    );
+    assert!(section.contains("- Bad_Name: Still listed"));
+    assert!(!section.contains("nodesc") && !section.contains("broken"));
+    assert!(
+        !section.contains("# Steps"),
+        "only the listing, not the body"
+    );
+}
+
+#[test]
+fn invalid_memory_paths_are_refused_at_build_time() {
+    let error = Agent::builder(scripted(json!([])))
+        .memory(["relative/AGENTS.md"])
+        .build()
+        .err()
+        .unwrap();
+    assert!(
+        error.to_string().contains("invalid memory or skills path"),
+        "{error}"
+    );
+}
