@@ -79,6 +79,9 @@ struct RunArgs {
     /// model).
     #[arg(long, value_name = "N")]
     max_input_tokens: Option<u64>,
+    /// Offer the compact_conversation tool, so the model can summarize its history on demand.
+    #[arg(long)]
+    compact_tool: bool,
     /// The task; `-` reads it from stdin.
     task: String,
 }
@@ -142,6 +145,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let model = models::from_spec_with(&spec, &options)?;
     let mut builder = Agent::builder(model)
         .todos(args.todos)
+        .compact_tool(args.compact_tool)
         .max_turns(args.max_turns);
     let workspace = workspace::open(args.backend, args.root, &args.skill_dirs)?;
     builder = builder

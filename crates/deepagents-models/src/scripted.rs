@@ -16,12 +16,14 @@
 //! a request whose first user message contains that text plays those turns. Subagents, which
 //! each start a conversation from their task description, get scripts of their own this way.
 //!
-//! The turn to play is the number of assistant messages in the request, so a conversation
-//! resumed from a checkpoint continues its script where it stopped. An `error` turn fails one
+//! The turn to play follows the script turn that produced the request's latest assistant
+//! message (or, when none matches, the number of assistant messages), so a conversation resumed
+//! from a checkpoint or shortened by summarization continues its script where it stopped. An `error` turn fails one
 //! call and is then passed over. Asking for a turn past the end is an error naming the script.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
 use deepagents_core::ContentBlock;
@@ -144,8 +146,8 @@ pub struct ScriptedModel {
     id: String,
     source: PathBuf,
     script: Script,
-    /// Error turns served so far, per conversation (the default turns last).
-    errors_served: Vec<AtomicUsize>,
+    /// Error turns already served, as (conversation, turn); the default conversation is last.
+    errors_served: Mutex<HashSet<(usize, usize)>>,
 }
 
 impl ScriptedModel {
@@ -197,9 +199,7 @@ impl ScriptedModel {
         Ok(Self {
             id: format!("scripted:{}", path.display()),
             source: path.to_owned(),
-            errors_served: (0..=script.conversations.len())
-                .map(|_| AtomicUsize::new(0))
-                .collect(),
+            errors_served: Mutex::new(HashSet::new()),
             script,
         })
     }
@@ -236,8 +236,35 @@ impl ScriptedModel {
                 "its default conversation".to_owned(),
             ),
         };
-        let errors_served = &self.errors_served[conversation];
-        let index = assistant_turns + errors_served.load(Ordering::SeqCst);
+        let mut served = self
+            .errors_served
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Where the conversation stands: right after the script turn that produced its latest
+        // assistant message. Counting assistant messages would break when history is
+        // summarized away; it is only the fallback when no turn matches.
+        let last_assistant = request.messages.iter().rev().find_map(|m| match m {
+            Message::Assistant(assistant) => Some(assistant),
+            _ => None,
+        });
+        let matched = last_assistant.and_then(|last| {
+            let floor = assistant_turns.saturating_sub(1);
+            let mut candidates = turns
+                .iter()
+                .enumerate()
+                .filter(|(k, turn)| produced(turn, *k, last));
+            candidates
+                .clone()
+                .find(|(k, _)| *k >= floor)
+                .or_else(|| candidates.next())
+                .map(|(k, _)| k + 1)
+        });
+        let mut index = matched.unwrap_or_else(|| {
+            assistant_turns + served.iter().filter(|(c, _)| *c == conversation).count()
+        });
+        while served.contains(&(conversation, index)) {
+            index += 1;
+        }
         let Some(turn) = turns.get(index) else {
             return Err(ModelError::Other {
                 message: format!(
@@ -249,7 +276,7 @@ impl ScriptedModel {
             });
         };
         if let Some(error) = &turn.error {
-            errors_served.fetch_add(1, Ordering::SeqCst);
+            served.insert((conversation, index));
             let message = if error.message.is_empty() {
                 format!("scripted {} error", error.kind)
             } else {
@@ -295,6 +322,25 @@ impl ScriptedModel {
             stop_reason,
         })
     }
+}
+
+/// Whether script turn `k` produced `message`.
+fn produced(turn: &ScriptedTurn, k: usize, message: &AssistantMessage) -> bool {
+    turn.error.is_none()
+        && Message::Assistant(message.clone()).text() == turn.text
+        && message.tool_calls.len() == turn.tool_calls.len()
+        && message
+            .tool_calls
+            .iter()
+            .zip(&turn.tool_calls)
+            .enumerate()
+            .all(|(i, (sent, scripted))| {
+                let id = scripted
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| format!("call_{k}_{i}"));
+                sent.id == id && sent.name == scripted.name
+            })
 }
 
 fn error_of_kind(

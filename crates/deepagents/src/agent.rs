@@ -16,7 +16,7 @@ use crate::middleware::{
     DEFAULT_OFFLOAD_THRESHOLD, DanglingToolCallsMiddleware, FilesystemMiddleware,
     GuidanceMiddleware, LargeResultsMiddleware, MemoryMiddleware, Middleware,
     ResponseFormatMiddleware, ShortenOldEditsMiddleware, SkillsMiddleware, SubAgentsMiddleware,
-    TodoListMiddleware, compose,
+    SummarizationConfig, SummarizationMiddleware, TodoListMiddleware, compose,
 };
 use crate::registry::{RegistryError, ToolRegistry};
 use crate::stream::RunStream;
@@ -106,6 +106,9 @@ pub enum BuildError {
         "permissions apply to the file tools, which are turned off; enable file_tools or drop the permissions"
     )]
     PermissionsWithoutFiles,
+    /// The compaction tool was asked for with summarization off.
+    #[error("compact_tool needs summarization; turn summarization on or drop compact_tool")]
+    CompactWithoutSummarization,
     /// A memory or skills path is not a valid virtual path.
     #[error("invalid memory or skills path: {0}")]
     InvalidPath(#[from] deepagents_backends::PathError),
@@ -143,6 +146,7 @@ pub enum BuildError {
 /// | response format | none: the answer is the last assistant text |
 /// | subagents | the general-purpose subagent, through the `task` tool; nesting ≤ 3, 8 at once |
 /// | memory, skills | none |
+/// | summarization | on: at 85 % of the window older messages are summarized, 10 % kept (170,000 tokens and 6 messages when the window is unknown); the transcript goes to `/conversation_history/` |
 /// | tools | the user's, then those of enabled middleware |
 /// | planning (`write_todos`) | off |
 /// | middleware | built-ins, then the user's |
@@ -171,6 +175,9 @@ pub struct AgentBuilder {
     max_concurrent_subagents: usize,
     memory: Vec<String>,
     skills: Vec<String>,
+    summarization: bool,
+    summarization_config: Option<SummarizationConfig>,
+    compact_tool: bool,
 }
 
 impl Agent {
@@ -199,6 +206,9 @@ impl Agent {
             max_concurrent_subagents: DEFAULT_MAX_CONCURRENT,
             memory: Vec::new(),
             skills: Vec::new(),
+            summarization: true,
+            summarization_config: None,
+            compact_tool: false,
         }
     }
 
@@ -375,6 +385,26 @@ impl AgentBuilder {
         self
     }
 
+    /// Whether older messages are summarized as the context window fills (default on).
+    pub fn summarization(mut self, enabled: bool) -> Self {
+        self.summarization = enabled;
+        self
+    }
+
+    /// When to summarize and what to keep (default: 85 % of a known window, keeping 10 %;
+    /// 170,000 tokens and 6 messages when the window is unknown).
+    pub fn summarization_config(mut self, config: SummarizationConfig) -> Self {
+        self.summarization_config = Some(config);
+        self
+    }
+
+    /// Offers the `compact_conversation` tool, so the model can summarize on demand (off by
+    /// default; needs summarization).
+    pub fn compact_tool(mut self, enabled: bool) -> Self {
+        self.compact_tool = enabled;
+        self
+    }
+
     /// Adds a subagent the `task` tool can start.
     pub fn subagent(mut self, subagent: SubAgent) -> Self {
         self.subagents.push(subagent);
@@ -529,12 +559,26 @@ impl AgentBuilder {
                 threshold,
             )));
         }
+        let known_window = self
+            .context_window
+            .or_else(|| self.model.profile().map(|p| p.max_input_tokens));
         if self.file_tools {
-            let window = self
-                .context_window
-                .or_else(|| self.model.profile().map(|p| p.max_input_tokens))
-                .unwrap_or(FALLBACK_CONTEXT_TOKENS);
+            let window = known_window.unwrap_or(FALLBACK_CONTEXT_TOKENS);
             built_ins.push(Arc::new(ShortenOldEditsMiddleware::new(window)));
+        }
+        if self.summarization {
+            let mut middleware = SummarizationMiddleware::new(
+                Arc::clone(&self.model),
+                Arc::clone(&backend),
+                known_window,
+                self.summarization_config,
+            );
+            if self.compact_tool {
+                middleware = middleware.with_compact_tool();
+            }
+            built_ins.push(Arc::new(middleware));
+        } else if self.compact_tool {
+            return Err(BuildError::CompactWithoutSummarization);
         }
         built_ins.push(Arc::new(DanglingToolCallsMiddleware));
         if !self.memory.is_empty() {

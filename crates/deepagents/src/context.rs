@@ -8,12 +8,23 @@ pub const FALLBACK_CONTEXT_TOKENS: u64 = 170_000;
 /// A fast offline estimate of a request's tokens: four characters a token for text, tool
 /// arguments and schemas; a flat 1,500 per image or document block.
 pub fn estimate_tokens(request: &ModelRequest) -> u64 {
+    estimate_fixed(request) + estimate_messages(&request.messages)
+}
+
+/// The estimate of a request's system prompt and tool schemas.
+pub fn estimate_fixed(request: &ModelRequest) -> u64 {
     let mut chars = request.system_prompt.as_deref().map_or(0, str::len);
-    let mut flat = 0u64;
     for tool in &request.tools {
         chars += tool.name.len() + tool.description.len() + tool.parameters.to_string().len();
     }
-    for message in &request.messages {
+    (chars as u64).div_ceil(4)
+}
+
+/// The estimate of `messages`.
+pub fn estimate_messages(messages: &[Message]) -> u64 {
+    let mut chars = 0usize;
+    let mut flat = 0u64;
+    for message in messages {
         let blocks: &[ContentBlock] = match message {
             Message::System { content } | Message::User { content } => content,
             Message::Assistant(assistant) => {

@@ -140,6 +140,16 @@ async fn call_model(
         settings: agent.settings.clone(),
     };
     for middleware in &agent.middleware {
+        let update = middleware
+            .prepare_model_call(&request, &run.state)
+            .await
+            .map_err(|e| middleware_error(middleware.name(), e))?;
+        if !update.is_empty() {
+            agent.schema.apply_all(&mut run.state, [update.clone()])?;
+            emit_state_updated(events, &run.state, &[update]);
+        }
+    }
+    for middleware in &agent.middleware {
         middleware
             .before_model(&mut request, &run.state)
             .await

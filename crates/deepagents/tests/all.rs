@@ -14,4 +14,5 @@ mod prompts;
 mod state_merge;
 mod structured;
 mod subagents;
+mod summarization;
 mod tools;

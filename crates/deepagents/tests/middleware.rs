@@ -108,6 +108,7 @@ async fn hooks_run_in_onion_order() {
             "subagents",
             "large_results",
             "shorten_old_edits",
+            "summarization",
             "dangling_tool_calls",
             "a",
             "b"
@@ -212,6 +213,7 @@ fn a_user_middleware_replaces_the_built_in_of_the_same_name_in_place() {
             "subagents",
             "large_results",
             "shorten_old_edits",
+            "summarization",
             "dangling_tool_calls",
             "first"
         ]

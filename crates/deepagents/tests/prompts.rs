@@ -53,3 +53,58 @@ async fn tool_schemas() {
     let request = first_request(|b| b.todos(true)).await;
     insta::assert_json_snapshot!(request.tools);
 }
+
+#[tokio::test]
+async fn shell_and_routed_paths_are_explained() {
+    use deepagents::backends::{
+        CompositeBackend, FilesystemBackend, InMemoryStore, LocalShellBackend, StoreBackend,
+    };
+    let root = tempfile::tempdir().unwrap();
+    let docs = tempfile::tempdir().unwrap();
+    let shell = LocalShellBackend::new(FilesystemBackend::new(root.path()).unwrap());
+    let composite = CompositeBackend::new(Arc::new(shell))
+        .route(
+            "/memories/",
+            Arc::new(StoreBackend::new(Arc::new(InMemoryStore::new()))),
+        )
+        .unwrap()
+        .route(
+            "/docs",
+            Arc::new(FilesystemBackend::new(docs.path()).unwrap()),
+        )
+        .unwrap();
+    let request = first_request(|b| b.backend(Arc::new(composite))).await;
+    let prompt = request.system_prompt.unwrap();
+    let root_host = root.path().canonicalize().unwrap();
+    let docs_host = docs.path().canonicalize().unwrap();
+    assert!(
+        prompt.contains("## Shell\nexecute runs shell commands"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains(&format!("- `/` is `{}` in the shell", root_host.display())),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains(&format!(
+            "- `/docs/` is `{}` in the shell",
+            docs_host.display()
+        )),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("- `/memories/` is not on the shell's disk; use the file tools for it"),
+        "{prompt}"
+    );
+    assert!(request.tools.iter().any(|t| t.name == "execute"));
+
+    // A plain shell backend needs no explanation.
+    let plain = LocalShellBackend::new(FilesystemBackend::new(root.path()).unwrap());
+    let request = first_request(|b| b.backend(Arc::new(plain))).await;
+    assert!(
+        !request
+            .system_prompt
+            .unwrap()
+            .contains("Shell paths vs file paths")
+    );
+}

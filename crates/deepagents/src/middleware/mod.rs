@@ -3,12 +3,12 @@
 //! # Order
 //! The stack is the built-in middleware in their fixed order — `guidance`, `todos`,
 //! `filesystem`, `skills`, `subagents`, `response_format`, `large_results`,
-//! `shorten_old_edits`, `dangling_tool_calls`, `memory` (those enabled; memory last so that
+//! `shorten_old_edits`, `summarization`, `dangling_tool_calls`, `memory` (those enabled; memory last so that
 //! the stable part of the prompt comes first and stays cacheable) — then the user's in the
 //! order given; a user middleware whose [`name`](Middleware::name) equals a built-in one takes
 //! that built-in's place instead of being appended. Then:
 //!
-//! - `before_run` and `before_model` run first to last;
+//! - `before_run`, `prepare_model_call` and `before_model` run first to last;
 //! - `wrap_model_call` and `wrap_tool_call` nest with the first middleware outermost, so it sees
 //!   the call first and the result last;
 //! - `after_model` and `after_run` run last to first.
@@ -27,6 +27,7 @@ mod response_format;
 mod shorten;
 mod skills;
 mod subagents;
+mod summarization;
 mod todos;
 
 use std::sync::Arc;
@@ -52,6 +53,9 @@ pub use shorten::ShortenOldEditsMiddleware;
 pub use skills::{SKILLS_KEY, SkillInfo, SkillsMiddleware};
 pub(crate) use subagents::Registered;
 pub use subagents::SubAgentsMiddleware;
+pub use summarization::{
+    COMPACT_KEY, HISTORY_DIR, SUMMARY_KEY, SummarizationConfig, SummarizationMiddleware, Threshold,
+};
 pub use todos::TodoListMiddleware;
 
 /// A middleware hook failed; the run stops with this message.
@@ -90,6 +94,17 @@ pub trait Middleware: Send + Sync + 'static {
 
     /// Once when a run starts or resumes; the returned update is merged into the state.
     async fn before_run(&self, _state: &AgentState) -> Result<StateUpdate, MiddlewareError> {
+        Ok(StateUpdate::default())
+    }
+
+    /// Before each model call, ahead of every `before_model`: may propose state changes the
+    /// request should reflect (compaction records its summary here). `request` is the request
+    /// as built from the state, before any middleware shaped it.
+    async fn prepare_model_call(
+        &self,
+        _request: &ModelRequest,
+        _state: &AgentState,
+    ) -> Result<StateUpdate, MiddlewareError> {
         Ok(StateUpdate::default())
     }
 
