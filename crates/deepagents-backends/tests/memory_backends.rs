@@ -354,3 +354,28 @@ async fn sqlite_store_namespaces_search_and_persistence() {
     let item = reopened.get(&["n".to_owned()], "k").await.unwrap().unwrap();
     assert_eq!(item.value, json!("kept"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_openers_of_one_sqlite_store_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let opens = (0..8).map(|i| {
+        let path = path.clone();
+        tokio::spawn(async move {
+            let store = SqliteStore::open(&path).await?;
+            store
+                .put(&["n".to_owned()], &format!("k{i}"), json!(i))
+                .await?;
+            Ok::<_, StoreError>(())
+        })
+    });
+    for open in futures::future::join_all(opens).await {
+        open.unwrap().unwrap();
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    let all = store
+        .search(&["n".to_owned()], &SearchQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 8);
+}

@@ -147,7 +147,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .todos(args.todos)
         .compact_tool(args.compact_tool)
         .max_turns(args.max_turns);
-    let workspace = workspace::open(args.backend, args.root, &args.skill_dirs)?;
+    let workspace = workspace::open(args.backend, args.root, &args.skill_dirs).await?;
     builder = builder
         .backend(workspace.backend)
         .memory(workspace.memory)

@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::ValueEnum;
 use deepagents::backends::{
     Backend, CompositeBackend, FilesystemBackend, LocalShellBackend, PermissionRule, Permissions,
-    StateBackend,
+    SqliteStore, StateBackend, StoreBackend,
 };
 use serde::Deserialize;
 
@@ -34,6 +34,25 @@ pub struct Workspace {
 
 /// Where the user's own agent directory (`~/.deepagents/agent`) appears to the agent.
 const USER_MOUNT: &str = "/.deepagents-user";
+/// Where long-term memory (the store) appears to the agent.
+const MEMORIES_MOUNT: &str = "/memories";
+
+/// The CLI's data directory: `DEEPAGENTS_DATA_DIR`, else `$XDG_DATA_HOME/deepagents`, else
+/// `~/.local/share/deepagents`; created when missing.
+fn data_dir() -> anyhow::Result<PathBuf> {
+    let dir = if let Some(dir) = std::env::var_os("DEEPAGENTS_DATA_DIR") {
+        PathBuf::from(dir)
+    } else if let Some(xdg) = std::env::var_os("XDG_DATA_HOME") {
+        Path::new(&xdg).join("deepagents")
+    } else if let Some(home) = std::env::var_os("HOME") {
+        Path::new(&home).join(".local/share/deepagents")
+    } else {
+        anyhow::bail!("cannot find a data directory; set DEEPAGENTS_DATA_DIR");
+    };
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    Ok(dir)
+}
 
 fn disk(root: &Path) -> anyhow::Result<FilesystemBackend> {
     // A typo in a path should fail, not create a stray directory.
@@ -46,10 +65,11 @@ fn disk(root: &Path) -> anyhow::Result<FilesystemBackend> {
 /// Opens the workspace for `kind` rooted at `root` (default: the current directory).
 ///
 /// Memory comes from `~/.deepagents/agent/AGENTS.md`, then `.deepagents/AGENTS.md` and
-/// `AGENTS.md` in the root; skills from `~/.deepagents/agent/skills`, `.deepagents/skills`,
+/// `AGENTS.md` in the root, then `/memories/AGENTS.md` — long-term memory kept in a SQLite store
+/// in the data directory and shared by every thread; skills from `~/.deepagents/agent/skills`, `.deepagents/skills`,
 /// `.agents/skills`, then each `--skills DIR`. Directories outside the root are mounted into the
 /// agent's tree (`/.deepagents-user/`, `/.skills-1/`, …) so the file tools can read them.
-pub fn open(
+pub async fn open(
     kind: BackendKind,
     root: Option<PathBuf>,
     skill_dirs: &[PathBuf],
@@ -85,22 +105,25 @@ pub fn open(
         skills.push("/.deepagents/skills".to_owned());
         skills.push("/.agents/skills".to_owned());
     }
+    // Long-term memory: one SQLite store in the user's data directory, shared by every thread.
+    let store = SqliteStore::open(data_dir()?.join("store.db"))
+        .await
+        .context("cannot open the long-term memory store; set DEEPAGENTS_DATA_DIR to a writable directory")?;
+    let memories = StoreBackend::new(Arc::new(store))
+        .with_namespace(|_| vec!["agents".to_owned(), "agent".to_owned()]);
+    routes.push((MEMORIES_MOUNT.to_owned(), Arc::new(memories)));
+    memory.push(format!("{MEMORIES_MOUNT}/AGENTS.md"));
     for (index, dir) in skill_dirs.iter().enumerate() {
         let mount = format!("/.skills-{}", index + 1);
         routes.push((mount.clone(), Arc::new(disk(dir)?)));
         skills.push(mount);
     }
-    let backend = if routes.is_empty() {
-        base
-    } else {
-        let mut composite = CompositeBackend::new(base);
-        for (mount, backend) in routes {
-            composite = composite.route(&mount, backend)?;
-        }
-        Arc::new(composite)
-    };
+    let mut composite = CompositeBackend::new(base);
+    for (mount, backend) in routes {
+        composite = composite.route(&mount, backend)?;
+    }
     Ok(Workspace {
-        backend,
+        backend: Arc::new(composite),
         memory,
         skills,
     })

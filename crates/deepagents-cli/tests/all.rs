@@ -6,9 +6,14 @@ mod providers;
 mod run;
 mod subagents;
 
-/// The binary, with no model chosen by the environment.
+/// The binary, with no model chosen by the environment and its data (the long-term memory
+/// store) in a scratch directory rather than the user's.
 pub fn bin() -> std::process::Command {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_deepagents"));
     command.env_remove("DEEPAGENTS_MODEL");
+    command.env(
+        "DEEPAGENTS_DATA_DIR",
+        std::env::temp_dir().join("deepagents-cli-tests"),
+    );
     command
 }

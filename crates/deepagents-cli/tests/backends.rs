@@ -1,15 +1,11 @@
 //! `deepagents run` on each backend, with permissions.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{Value, json};
 
-fn bin() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_deepagents"));
-    command.env_remove("DEEPAGENTS_MODEL");
-    command
-}
+use crate::bin;
 
 fn demo_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scripts/demo.json")
@@ -273,4 +269,60 @@ fn user_and_extra_skill_directories_are_mounted_for_the_file_tools() {
     let stdout = String::from_utf8(output.stdout).unwrap();
     assert!(stdout.contains("Prefer small commits."), "{stdout}");
     assert!(stdout.contains("Look for bugs."), "{stdout}");
+}
+
+#[test]
+fn long_term_memory_persists_across_runs() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let first = script(
+        dir.path(),
+        json!([
+            {"tool_calls": [{"name": "write_file", "args": {"file_path": "/memories/AGENTS.md", "content": "The user likes haiku.\n"}}]},
+            {"text": "remembered"}
+        ]),
+    );
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "state",
+            "--model",
+            &first,
+            "remember",
+        ])
+        .env("DEEPAGENTS_DATA_DIR", data.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        final_line(&output).get("files").is_none(),
+        "memories live in the store, not the run"
+    );
+    assert!(data.path().join("store.db").exists());
+
+    let second = script(
+        dir.path(),
+        json!([
+            {"tool_calls": [{"name": "read_file", "args": {"file_path": "/memories/AGENTS.md"}}]},
+            {"text": "recalled"}
+        ]),
+    );
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "state",
+            "--model",
+            &second,
+            "recall",
+        ])
+        .env("DEEPAGENTS_DATA_DIR", data.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.contains("The user likes haiku."), "{stdout}");
 }

@@ -2,15 +2,11 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use serde_json::{Value, json};
 
-fn bin() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_deepagents"));
-    command.env_remove("DEEPAGENTS_MODEL");
-    command
-}
+use crate::bin;
 
 fn demo_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scripts/plan.json")

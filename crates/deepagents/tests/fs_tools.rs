@@ -417,3 +417,30 @@ async fn old_long_edits_are_shortened_near_the_context_limit() {
     });
     assert_eq!(kept.unwrap().as_str().unwrap().len(), 6_000);
 }
+
+#[tokio::test]
+async fn a_huge_user_message_is_saved_and_previewed() {
+    let huge: String = (0..30_000)
+        .map(|i| format!("line {i} of the pasted log\n"))
+        .collect();
+    let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let agent = Agent::builder(scripted(turns(vec![json!([
+        {"name": "read_file", "args": {"file_path": "/conversation_history/input-0.md", "offset": 29999}}
+    ])])))
+    .middleware(crate::middleware_capture::Capture { requests: requests.clone() })
+    .build()
+    .unwrap();
+    let output = agent.invoke(huge.clone()).await.unwrap();
+    let sent = requests.lock().unwrap()[0].messages[0].text();
+    assert!(sent.starts_with(&format!(
+        "[A long message ({} characters) was saved to /conversation_history/input-0.md",
+        huge.len()
+    )));
+    assert!(sent.len() < 2_000);
+    assert_eq!(texts(&output)[0], " 30000\tline 29999 of the pasted log\n");
+    assert_eq!(
+        output.run.state.messages[0].text(),
+        huge,
+        "the run keeps the message whole"
+    );
+}

@@ -16,6 +16,8 @@ struct Recording {
     requests: Mutex<Vec<ModelRequest>>,
     /// Fail with an overflow when a request holds more messages than this.
     overflow_above: Option<usize>,
+    /// Report this many times the input tokens the script estimates (another tokenizer).
+    usage_multiplier: u64,
 }
 
 #[async_trait]
@@ -32,7 +34,9 @@ impl Model for Recording {
                 message: "prompt is too long".into(),
             });
         }
-        self.inner.generate(request).await
+        let mut response = self.inner.generate(request).await?;
+        response.usage.input_tokens *= self.usage_multiplier;
+        Ok(response)
     }
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {
         let response = self.generate(request).await?;
@@ -47,6 +51,7 @@ fn recording(script: Value, overflow_above: Option<usize>) -> Arc<Recording> {
         inner: ScriptedModel::from_json(&script.to_string()).unwrap(),
         requests: Mutex::new(Vec::new()),
         overflow_above,
+        usage_multiplier: 1,
     })
 }
 
@@ -309,4 +314,27 @@ async fn compact_conversation_is_refused_when_small_and_compacts_otherwise() {
             .to_string()
             .contains("compact_tool needs summarization")
     );
+}
+
+#[tokio::test]
+async fn reported_usage_corrects_the_estimate() {
+    let run = |multiplier: u64| async move {
+        let model = Arc::new(Recording {
+            inner: ScriptedModel::from_json(&script(10, true).to_string()).unwrap(),
+            requests: Mutex::new(Vec::new()),
+            overflow_above: None,
+            usage_multiplier: multiplier,
+        });
+        let agent = Agent::builder(model)
+            .dyn_tool(blob())
+            .context_window(8_000)
+            .general_purpose_subagent(false)
+            .build()
+            .unwrap();
+        agent.invoke("go").await.unwrap()
+    };
+    // By our own estimate ten blobs fit in the window…
+    assert!(!run(1).await.run.state.custom.contains_key(SUMMARY_KEY));
+    // …but a provider counting four times as many tokens makes the run summarize in time.
+    assert!(run(4).await.run.state.custom.contains_key(SUMMARY_KEY));
 }

@@ -43,7 +43,8 @@ impl SqliteStore {
         let options = SqliteConnectOptions::new()
             .filename(path.as_ref())
             .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal);
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(std::time::Duration::from_secs(10));
         let pool = SqlitePoolOptions::new()
             .connect_with(options)
             .await
@@ -72,9 +73,31 @@ impl SqliteStore {
     }
 
     async fn migrated(pool: SqlitePool) -> Result<Self, StoreError> {
-        let mut tx = pool.begin().await.map_err(storage)?;
+        let mut conn = pool.acquire().await.map_err(storage)?;
+        // IMMEDIATE takes the write lock up front, so processes opening the store at once
+        // queue on the busy timeout instead of failing on a lock upgrade.
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut *conn)
+            .await
+            .map_err(storage)?;
+        let migrated = Self::migrate(&mut conn).await;
+        let end = if migrated.is_ok() {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        };
+        sqlx::query(end)
+            .execute(&mut *conn)
+            .await
+            .map_err(storage)?;
+        migrated?;
+        drop(conn);
+        Ok(Self { pool })
+    }
+
+    async fn migrate(conn: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
         let version: i64 = sqlx::query_scalar("PRAGMA user_version")
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut *conn)
             .await
             .map_err(storage)?;
         let applied = usize::try_from(version).unwrap_or(0);
@@ -86,16 +109,15 @@ impl SqliteStore {
         }
         for migration in &MIGRATIONS[applied..] {
             sqlx::query(migration)
-                .execute(&mut *tx)
+                .execute(&mut *conn)
                 .await
                 .map_err(storage)?;
         }
         sqlx::query(&format!("PRAGMA user_version = {}", MIGRATIONS.len()))
-            .execute(&mut *tx)
+            .execute(&mut *conn)
             .await
             .map_err(storage)?;
-        tx.commit().await.map_err(storage)?;
-        Ok(Self { pool })
+        Ok(())
     }
 }
 

@@ -46,7 +46,10 @@ pub use dangling::DanglingToolCallsMiddleware;
 pub use filesystem::FilesystemMiddleware;
 pub use guidance::GuidanceMiddleware;
 pub use memory::{MEMORY_KEY, MemoryMiddleware};
-pub use offload::{DEFAULT_OFFLOAD_THRESHOLD, LARGE_RESULTS_DIR, LargeResultsMiddleware};
+pub use offload::{
+    DEFAULT_OFFLOAD_THRESHOLD, LARGE_INPUT_THRESHOLD, LARGE_INPUTS_KEY, LARGE_RESULTS_DIR,
+    LargeResultsMiddleware,
+};
 pub use response_format::{FINAL_ANSWER_TOOL, ResponseFormatMiddleware, STRUCTURED_RESPONSE_KEY};
 pub(crate) use response_format::{answered_in_latest_step, final_structured_answer};
 pub use shorten::ShortenOldEditsMiddleware;

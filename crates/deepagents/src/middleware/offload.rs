@@ -3,10 +3,16 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use deepagents_backends::{Backend, VPath};
-use deepagents_core::{ContentBlock, ToolCall, ToolContext, ToolError, ToolOutput};
+use std::collections::BTreeMap;
 
-use super::{Middleware, ToolNext};
+use deepagents_backends::{Backend, BackendContext, VPath};
+use deepagents_core::{
+    AgentState, ContentBlock, Message, ModelRequest, Reducer, StateUpdate, ToolCall, ToolContext,
+    ToolError, ToolOutput,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{Middleware, MiddlewareError, ToolNext};
 use crate::tools::filesystem::backend_context;
 use crate::tools::output::truncate_chars;
 
@@ -15,6 +21,26 @@ pub const DEFAULT_OFFLOAD_THRESHOLD: usize = 80_000;
 
 /// Where offloaded results are written.
 pub const LARGE_RESULTS_DIR: &str = "/large_tool_results";
+
+/// User messages over this many characters (about 50,000 tokens) are offloaded too.
+pub const LARGE_INPUT_THRESHOLD: usize = 200_000;
+
+/// The custom state key recording offloaded user messages.
+pub const LARGE_INPUTS_KEY: &str = "large_inputs";
+
+/// Offloaded user messages: the file of each by its index in the conversation.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct LargeInputs {
+    files: BTreeMap<usize, String>,
+}
+
+fn large_inputs(state: &AgentState) -> LargeInputs {
+    state
+        .custom
+        .get(LARGE_INPUTS_KEY)
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default()
+}
 
 /// Tools whose output is already paged and capped.
 const EXEMPT: &[&str] = &[
@@ -33,7 +59,9 @@ const PREVIEW_LINE_CHARS: usize = 1_000;
 
 /// Writes any tool result longer than a threshold to `/large_tool_results/<call id>` and
 /// replaces it with the path and a head-and-tail preview, so one result cannot flood the
-/// context. The file tools are exempt. Its name is `large_results`.
+/// context. The file tools are exempt. User messages over [`LARGE_INPUT_THRESHOLD`] characters
+/// are written to `/conversation_history/input-<n>.md` and shown to the model as a preview
+/// (the run keeps them whole). Its name is `large_results`.
 pub struct LargeResultsMiddleware {
     backend: Arc<dyn Backend>,
     threshold: usize,
@@ -69,6 +97,69 @@ fn preview(text: &str) -> String {
 impl Middleware for LargeResultsMiddleware {
     fn name(&self) -> &str {
         "large_results"
+    }
+
+    fn state_values(&self) -> Vec<(String, Reducer)> {
+        vec![(LARGE_INPUTS_KEY.to_owned(), Reducer::Replace)]
+    }
+
+    async fn prepare_model_call(
+        &self,
+        _request: &ModelRequest,
+        state: &AgentState,
+    ) -> Result<StateUpdate, MiddlewareError> {
+        let mut inputs = large_inputs(state);
+        let mut update = StateUpdate::default();
+        let mut cx = None;
+        // User input arrives after the latest assistant turn, so only that stretch is new.
+        let latest = state
+            .messages
+            .iter()
+            .enumerate()
+            .rev()
+            .take_while(|(_, m)| !matches!(m, Message::Assistant(_)));
+        for (index, message) in latest {
+            if !matches!(message, Message::User { .. }) || inputs.files.contains_key(&index) {
+                continue;
+            }
+            let text = message.text();
+            if text.len() <= LARGE_INPUT_THRESHOLD {
+                continue;
+            }
+            let Ok(path) = VPath::parse(&format!("/conversation_history/input-{index}.md")) else {
+                continue;
+            };
+            let cx = cx.get_or_insert_with(|| BackendContext::with_state(Arc::new(state.clone())));
+            // If saving fails the message goes whole, as the user sent it.
+            if let Ok(changed) = self.backend.write(cx, &path, &text).await {
+                update.files.extend(changed.update.files);
+                inputs.files.insert(index, path.to_string());
+            }
+        }
+        if update.files.is_empty() {
+            return Ok(update);
+        }
+        let value = serde_json::to_value(&inputs).map_err(|e| MiddlewareError(e.to_string()))?;
+        Ok(update.with_custom(LARGE_INPUTS_KEY, value))
+    }
+
+    async fn before_model(
+        &self,
+        request: &mut ModelRequest,
+        state: &AgentState,
+    ) -> Result<(), MiddlewareError> {
+        let inputs = large_inputs(state);
+        for (index, path) in inputs.files {
+            if let Some(message @ Message::User { .. }) = request.messages.get_mut(index) {
+                let text = message.text();
+                *message = Message::user(format!(
+                    "[A long message ({} characters) was saved to {path}; read it in pages with read_file or search it with grep.]\n\nPreview:\n{}",
+                    text.len(),
+                    preview(&text)
+                ));
+            }
+        }
+        Ok(())
     }
 
     async fn wrap_tool_call(

@@ -108,6 +108,15 @@ pub struct SummarizationMiddleware {
     counted: Mutex<(usize, usize, u64, u64)>,
     /// The opt-in `compact_conversation` tool.
     compact_tool: Option<Arc<dyn DynTool>>,
+    /// The latest estimate, and the correction learned from the provider's reported usage
+    /// (reported ÷ estimated input tokens, smoothed), so triggers follow the real tokenizer.
+    calibration: Mutex<Calibration>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Calibration {
+    last_estimate: u64,
+    factor: f64,
 }
 
 /// The custom state key set when the model asked to compact.
@@ -168,6 +177,10 @@ impl SummarizationMiddleware {
             learned_trigger: Mutex::new(None),
             counted: Mutex::new((0, 0, 0, 0)),
             compact_tool: None,
+            calibration: Mutex::new(Calibration {
+                last_estimate: 0,
+                factor: 1.0,
+            }),
         }
     }
 
@@ -469,7 +482,15 @@ impl Middleware for SummarizationMiddleware {
             .take()
             .unwrap_or_default();
         let marker = marker_of(state);
-        let tokens = estimate_fixed(request) + self.visible_tokens(&marker, &state.messages);
+        let estimate = estimate_fixed(request) + self.visible_tokens(&marker, &state.messages);
+        let tokens = {
+            let mut calibration = self
+                .calibration
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            calibration.last_estimate = estimate;
+            (estimate as f64 * calibration.factor) as u64
+        };
         let shown_messages = state.messages.len() - marker.upto.min(state.messages.len())
             + usize::from(marker.upto > 0);
         let requested = state.custom.get(COMPACT_KEY) == Some(&Value::Bool(true));
@@ -514,6 +535,23 @@ impl Middleware for SummarizationMiddleware {
         let marker = marker_of(state);
         if marker.upto > 0 && request.messages.len() >= marker.upto {
             request.messages = visible(&marker, &request.messages);
+        }
+        Ok(())
+    }
+
+    async fn after_model(
+        &self,
+        response: &mut ModelResponse,
+        _state: &AgentState,
+    ) -> Result<(), MiddlewareError> {
+        let reported = response.usage.input_tokens;
+        let mut calibration = self
+            .calibration
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if reported > 0 && calibration.last_estimate > 0 {
+            let ratio = (reported as f64 / calibration.last_estimate as f64).clamp(0.25, 4.0);
+            calibration.factor = 0.7 * calibration.factor + 0.3 * ratio;
         }
         Ok(())
     }
