@@ -14,9 +14,10 @@ use crate::error::RunFailure;
 use crate::middleware::Registered;
 use crate::middleware::{
     DEFAULT_OFFLOAD_THRESHOLD, DanglingToolCallsMiddleware, FilesystemMiddleware,
-    GuidanceMiddleware, LargeResultsMiddleware, MemoryMiddleware, Middleware,
-    ResponseFormatMiddleware, ShortenOldEditsMiddleware, SkillsMiddleware, SubAgentsMiddleware,
-    SummarizationConfig, SummarizationMiddleware, TodoListMiddleware, compose,
+    GuidanceMiddleware, LargeResultsMiddleware, MemoryMiddleware, Middleware, RemoteSubAgent,
+    RemoteSubAgentsMiddleware, ResponseFormatMiddleware, ShortenOldEditsMiddleware,
+    SkillsMiddleware, SubAgentsMiddleware, SummarizationConfig, SummarizationMiddleware,
+    TodoListMiddleware, compose,
 };
 use crate::registry::{RegistryError, ToolRegistry};
 use crate::stream::RunStream;
@@ -178,6 +179,7 @@ pub struct AgentBuilder {
     summarization: bool,
     summarization_config: Option<SummarizationConfig>,
     compact_tool: bool,
+    remote_subagents: Vec<RemoteSubAgent>,
 }
 
 impl Agent {
@@ -209,6 +211,7 @@ impl Agent {
             summarization: true,
             summarization_config: None,
             compact_tool: false,
+            remote_subagents: Vec::new(),
         }
     }
 
@@ -405,6 +408,14 @@ impl AgentBuilder {
         self
     }
 
+    /// Adds a remote agent (Agent Protocol / LangGraph API) the model can run as a background
+    /// task with `start_async_task`, `check_async_task`, `update_async_task`,
+    /// `cancel_async_task` and `list_async_tasks`.
+    pub fn remote_subagent(mut self, subagent: RemoteSubAgent) -> Self {
+        self.remote_subagents.push(subagent);
+        self
+    }
+
     /// Adds a subagent the `task` tool can start.
     pub fn subagent(mut self, subagent: SubAgent) -> Self {
         self.subagents.push(subagent);
@@ -546,6 +557,14 @@ impl AgentBuilder {
                 self.max_subagent_depth,
                 self.max_concurrent_subagents,
             )));
+        }
+        if !self.remote_subagents.is_empty() {
+            let middleware = RemoteSubAgentsMiddleware::new(self.remote_subagents.clone())
+                .map_err(|e| BuildError::Subagent {
+                    name: e.name.clone(),
+                    message: e.message.clone(),
+                })?;
+            built_ins.push(Arc::new(middleware));
         }
         let response_format = self.response_format.is_some();
         if let Some(schema) = self.response_format {

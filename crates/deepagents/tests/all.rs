@@ -11,6 +11,7 @@ mod fs_tools;
 mod middleware;
 mod middleware_capture;
 mod prompts;
+mod remote;
 mod state_merge;
 mod structured;
 mod subagents;

@@ -2,7 +2,7 @@
 //!
 //! # Order
 //! The stack is the built-in middleware in their fixed order — `guidance`, `todos`,
-//! `filesystem`, `skills`, `subagents`, `response_format`, `large_results`,
+//! `filesystem`, `skills`, `subagents`, `remote_subagents`, `response_format`, `large_results`,
 //! `shorten_old_edits`, `summarization`, `dangling_tool_calls`, `memory` (those enabled; memory last so that
 //! the stable part of the prompt comes first and stays cacheable) — then the user's in the
 //! order given; a user middleware whose [`name`](Middleware::name) equals a built-in one takes
@@ -23,6 +23,7 @@ mod filesystem;
 mod guidance;
 mod memory;
 mod offload;
+mod remote;
 mod response_format;
 mod shorten;
 mod skills;
@@ -50,6 +51,7 @@ pub use offload::{
     DEFAULT_OFFLOAD_THRESHOLD, LARGE_INPUT_THRESHOLD, LARGE_INPUTS_KEY, LARGE_RESULTS_DIR,
     LargeResultsMiddleware,
 };
+pub use remote::{ASYNC_TASKS_KEY, RemoteSetupError, RemoteSubAgent, RemoteSubAgentsMiddleware};
 pub use response_format::{FINAL_ANSWER_TOOL, ResponseFormatMiddleware, STRUCTURED_RESPONSE_KEY};
 pub(crate) use response_format::{answered_in_latest_step, final_structured_answer};
 pub use shorten::ShortenOldEditsMiddleware;
