@@ -34,9 +34,9 @@ pub use protocol::{
     ReadResult, Sandbox,
 };
 pub use state::StateBackend;
-#[cfg(feature = "sqlite")]
-pub use store::SqliteStore;
 pub use store::{InMemoryStore, Store, StoreBackend};
+#[cfg(feature = "sqlite")]
+pub use store::{SqliteCheckpointer, SqliteStore};
 
 mod filesystem;
 mod shell;

@@ -1,6 +1,7 @@
 //! Tests of the backends: one conformance suite for all, then each backend's own behaviour.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+mod checkpoints;
 mod conformance;
 mod escape;
 mod filesystem;

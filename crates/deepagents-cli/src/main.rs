@@ -2,10 +2,12 @@
 
 mod agents;
 mod progress;
+mod threads;
 mod workspace;
 
 use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Parser, Subcommand};
@@ -23,7 +25,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run one task headless and print the final answer.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
+    /// List, show or delete conversation threads.
+    #[command(subcommand)]
+    Threads(ThreadsCommand),
 }
 
 #[derive(Args)]
@@ -82,8 +87,28 @@ struct RunArgs {
     /// Offer the compact_conversation tool, so the model can summarize its history on demand.
     #[arg(long)]
     compact_tool: bool,
-    /// The task; `-` reads it from stdin.
-    task: String,
+    /// Continue (or, after a crash or Ctrl-C, resume) this conversation thread; it is
+    /// checkpointed after every step in the data directory. Without a task, the thread resumes.
+    #[arg(long, value_name = "ID")]
+    thread: Option<String>,
+    /// The task; `-` reads it from stdin. Optional with --thread (resume).
+    task: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum ThreadsCommand {
+    /// List the threads, most recent first.
+    List,
+    /// Print a thread's conversation.
+    Show {
+        /// The thread id.
+        id: String,
+    },
+    /// Delete a thread and its checkpoints.
+    Delete {
+        /// The thread id.
+        id: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -99,7 +124,8 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Run(args) => runtime.block_on(run(args)),
+        Command::Run(args) => runtime.block_on(run(*args)),
+        Command::Threads(command) => runtime.block_on(threads::run(command)),
     };
     match result {
         Ok(code) => code,
@@ -114,16 +140,17 @@ fn main() -> ExitCode {
 const EXIT_INTERRUPTED: u8 = 130;
 
 async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let task = if args.task == "-" {
-        let mut task = String::new();
-        std::io::stdin()
-            .read_to_string(&mut task)
-            .context("cannot read the task from stdin")?;
-        task
-    } else {
-        args.task
+    let task = match args.task.as_deref() {
+        Some("-") => {
+            let mut task = String::new();
+            std::io::stdin()
+                .read_to_string(&mut task)
+                .context("cannot read the task from stdin")?;
+            Some(task)
+        }
+        other => other.map(str::to_owned),
     };
-    if task.trim().is_empty() {
+    if task.as_deref().is_none_or(|t| t.trim().is_empty()) && args.thread.is_none() {
         bail!("the task is empty; pass it as an argument or on stdin with `-`");
     }
     let Some(spec) = args.model else {
@@ -149,7 +176,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .max_turns(args.max_turns);
     let workspace = workspace::open(args.backend, args.root, &args.skill_dirs).await?;
     builder = builder
-        .backend(workspace.backend)
+        .backend(workspace.backend.clone())
         .memory(workspace.memory)
         .skills(workspace.skills);
     if let Some(path) = &args.permissions {
@@ -166,14 +193,29 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let agent = builder.build()?;
 
-    let options = RunOptions::default();
+    let (run, checkpoint) = match &args.thread {
+        Some(thread) => {
+            let checkpointer = Arc::new(workspace.store.checkpointer());
+            let input = task.filter(|t| !t.trim().is_empty());
+            let (run, checkpoint) = deepagents::open_thread(checkpointer, thread, input).await?;
+            if run.state.messages.is_empty() {
+                bail!("thread `{thread}` does not exist yet; start it with a task");
+            }
+            (run, Some(checkpoint))
+        }
+        None => (deepagents::Run::from_task(task.unwrap_or_default()), None),
+    };
+    let options = RunOptions {
+        checkpoint,
+        ..RunOptions::default()
+    };
     let cancel = options.cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             cancel.cancel();
         }
     });
-    let mut stream = agent.stream_run(deepagents::Run::from_task(task), options);
+    let mut stream = agent.stream_run(run, options);
     let mut stdout = std::io::stdout().lock();
     let mut progress = progress::Progress::default();
     while let Some(event) = stream.next().await {

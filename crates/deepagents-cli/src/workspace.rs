@@ -30,12 +30,21 @@ pub struct Workspace {
     pub memory: Vec<String>,
     /// Skill directories, lowest precedence first.
     pub skills: Vec<String>,
+    /// The data directory's database: long-term memory and thread checkpoints.
+    pub store: SqliteStore,
 }
 
 /// Where the user's own agent directory (`~/.deepagents/agent`) appears to the agent.
 const USER_MOUNT: &str = "/.deepagents-user";
 /// Where long-term memory (the store) appears to the agent.
 const MEMORIES_MOUNT: &str = "/memories";
+
+/// The data directory's database (long-term memory and threads).
+pub async fn open_store() -> anyhow::Result<SqliteStore> {
+    SqliteStore::open(data_dir()?.join("store.db"))
+        .await
+        .context("cannot open the data store; set DEEPAGENTS_DATA_DIR to a writable directory")
+}
 
 /// The CLI's data directory: `DEEPAGENTS_DATA_DIR`, else `$XDG_DATA_HOME/deepagents`, else
 /// `~/.local/share/deepagents`; created when missing.
@@ -106,10 +115,8 @@ pub async fn open(
         skills.push("/.agents/skills".to_owned());
     }
     // Long-term memory: one SQLite store in the user's data directory, shared by every thread.
-    let store = SqliteStore::open(data_dir()?.join("store.db"))
-        .await
-        .context("cannot open the long-term memory store; set DEEPAGENTS_DATA_DIR to a writable directory")?;
-    let memories = StoreBackend::new(Arc::new(store))
+    let store = open_store().await?;
+    let memories = StoreBackend::new(Arc::new(store.clone()))
         .with_namespace(|_| vec!["agents".to_owned(), "agent".to_owned()]);
     routes.push((MEMORIES_MOUNT.to_owned(), Arc::new(memories)));
     memory.push(format!("{MEMORIES_MOUNT}/AGENTS.md"));
@@ -124,6 +131,7 @@ pub async fn open(
     }
     Ok(Workspace {
         backend: Arc::new(composite),
+        store,
         memory,
         skills,
     })

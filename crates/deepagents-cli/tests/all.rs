@@ -5,6 +5,7 @@ mod backends;
 mod providers;
 mod run;
 mod subagents;
+mod threads;
 
 /// The binary, with no model chosen by the environment and its data (the long-term memory
 /// store) in a scratch directory rather than the user's.

@@ -5,6 +5,7 @@
 //! the [run state machine](run) and the [events](event) a run emits. The harness crate
 //! (`deepagents`) drives a [`Run`](run::Run) by doing the IO this crate only describes.
 
+pub mod checkpoint;
 pub mod content;
 pub mod event;
 pub mod message;
@@ -13,6 +14,9 @@ pub mod run;
 pub mod state;
 pub mod tool;
 
+pub use checkpoint::{
+    CheckpointError, CheckpointInfo, Checkpointer, InMemoryCheckpointer, RunDelta, ThreadInfo,
+};
 pub use content::ContentBlock;
 pub use event::{AgentPath, Event, EventKind, EventSink};
 pub use message::{AssistantMessage, Message, ToolCall, ToolResult, ToolStatus, Usage};

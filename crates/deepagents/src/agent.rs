@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::FALLBACK_CONTEXT_TOKENS;
 use crate::error::RunFailure;
+use crate::journal::Checkpointing;
 use crate::middleware::Registered;
 use crate::middleware::{
     DEFAULT_OFFLOAD_THRESHOLD, DanglingToolCallsMiddleware, FilesystemMiddleware,
@@ -61,6 +62,8 @@ pub struct RunOptions {
     /// How long in-flight tools may take to wind down after cancellation before they are
     /// aborted.
     pub cancel_grace: Duration,
+    /// Where to checkpoint the run after every step (see [`open_thread`](crate::open_thread)).
+    pub checkpoint: Option<Checkpointing>,
 }
 
 impl Default for RunOptions {
@@ -69,6 +72,7 @@ impl Default for RunOptions {
             runtime: RuntimeContext::default(),
             cancel: CancellationToken::new(),
             cancel_grace: Duration::from_secs(5),
+            checkpoint: None,
         }
     }
 }

@@ -15,6 +15,7 @@ use futures::{FutureExt as _, StreamExt as _};
 
 use crate::agent::{AgentInner, RunOptions, RunOutput};
 use crate::error::{RunError, RunFailure};
+use crate::journal::Journal;
 use crate::middleware::{
     ModelNext, STRUCTURED_RESPONSE_KEY, ToolNext, answered_in_latest_step, final_structured_answer,
 };
@@ -34,7 +35,14 @@ pub(crate) async fn drive(
         agent: agent.name.clone(),
         model: agent.model.id().to_owned(),
     });
-    match advance(agent, &mut run, options, events).await {
+    let mut journal = Journal::new(options.checkpoint.clone(), &run);
+    let outcome = advance(agent, &mut run, options, events, &mut journal).await;
+    // Whatever happened, what the run did so far is kept.
+    let outcome = match (outcome, journal.save(&run).await) {
+        (Ok(_), Err(error)) => Err(error),
+        (outcome, _) => outcome,
+    };
+    match outcome {
         Ok(text) => {
             events.emit(EventKind::Final {
                 text: text.clone(),
@@ -67,7 +75,9 @@ async fn advance(
     run: &mut Run,
     options: &RunOptions,
     events: &EventSink,
+    journal: &mut Journal,
 ) -> Result<String, RunError> {
+    journal.settle_interrupted(run, &agent.tools);
     for middleware in &agent.middleware {
         let update = middleware
             .before_run(&run.state)
@@ -75,17 +85,19 @@ async fn advance(
             .map_err(|e| middleware_error(middleware.name(), e))?;
         if !update.is_empty() {
             agent.schema.apply_all(&mut run.state, [update.clone()])?;
-            emit_state_updated(events, &run.state, &[update]);
+            journal.applied(events, &run.state, &[update]);
         }
     }
+    journal.save(run).await?;
     loop {
+        journal.save(run).await?;
         if options.cancel.is_cancelled() {
             return Err(RunError::Cancelled);
         }
         match run.next_action(agent.max_turns)? {
-            NextAction::CallModel => call_model(agent, run, options, events).await?,
+            NextAction::CallModel => call_model(agent, run, options, events, journal).await?,
             NextAction::ExecuteTools(calls) => {
-                execute_tools(agent, run, calls, options, events).await?;
+                execute_tools(agent, run, calls, options, events, journal).await?;
                 if agent.response_format && answered_in_latest_step(run) {
                     // The valid structured answer is the final answer: close the turn with it.
                     let json = run
@@ -131,6 +143,7 @@ async fn call_model(
     run: &mut Run,
     options: &RunOptions,
     events: &EventSink,
+    journal: &mut Journal,
 ) -> Result<(), RunError> {
     let step = run.steps + 1;
     let mut request = ModelRequest {
@@ -146,7 +159,7 @@ async fn call_model(
             .map_err(|e| middleware_error(middleware.name(), e))?;
         if !update.is_empty() {
             agent.schema.apply_all(&mut run.state, [update.clone()])?;
-            emit_state_updated(events, &run.state, &[update]);
+            journal.applied(events, &run.state, &[update]);
         }
     }
     for middleware in &agent.middleware {
@@ -201,7 +214,11 @@ async fn execute_tools(
     calls: Vec<ToolCall>,
     options: &RunOptions,
     events: &EventSink,
+    journal: &mut Journal,
 ) -> Result<(), RunError> {
+    journal
+        .tools_started(run, calls.iter().map(|c| c.id.clone()).collect())
+        .await?;
     // Tools read the state through an `Arc`; moving it out (rather than cloning) keeps a step's
     // cost independent of the conversation's length. It is moved back once every tool is done.
     let shared = Arc::new(std::mem::take(&mut run.state));
@@ -269,7 +286,8 @@ async fn execute_tools(
         .filter(|update| !update.is_empty())
         .collect();
     run.apply_tool_results(results, &agent.schema)?;
-    emit_state_updated(events, &run.state, &updates);
+    journal.tools_finished(run);
+    journal.applied(events, &run.state, &updates);
 
     if let Some((tool, message)) = fatal {
         return Err(RunError::ToolFatal { tool, message });
@@ -395,7 +413,7 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 }
 
 /// Emits one `state_updated` event summarizing `updates`, with values as merged in `state`.
-fn emit_state_updated(events: &EventSink, state: &AgentState, updates: &[StateUpdate]) {
+pub(crate) fn emit_state_updated(events: &EventSink, state: &AgentState, updates: &[StateUpdate]) {
     if updates.is_empty() {
         return;
     }

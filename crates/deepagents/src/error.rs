@@ -33,6 +33,9 @@ pub enum RunError {
     /// A state update could not be merged.
     #[error(transparent)]
     State(#[from] StateError),
+    /// The run could not be checkpointed.
+    #[error("checkpoint failed: {0}")]
+    Checkpoint(deepagents_core::CheckpointError),
     /// The run's cancellation token fired.
     #[error("the run was cancelled")]
     Cancelled,
@@ -50,6 +53,7 @@ impl RunError {
             Self::ToolFatal { .. } => "tool_fatal",
             Self::Middleware { .. } => "middleware",
             Self::State(_) => "state",
+            Self::Checkpoint(_) => "checkpoint",
             Self::Cancelled => "cancelled",
             Self::Crashed(_) => "crashed",
         }

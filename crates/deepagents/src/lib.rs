@@ -33,6 +33,7 @@ pub mod context;
 mod driver;
 mod error;
 pub mod frontmatter;
+mod journal;
 pub mod middleware;
 mod registry;
 mod stream;
@@ -41,6 +42,7 @@ mod tools;
 
 pub use agent::{Agent, AgentBuilder, BuildError, DEFAULT_MAX_TURNS, RunOptions, RunOutput};
 pub use error::{RunError, RunFailure};
+pub use journal::{Checkpointing, IN_FLIGHT_KEY, open_thread};
 pub use stream::RunStream;
 pub use subagents::SubAgent;
 
@@ -49,9 +51,10 @@ pub use deepagents_backends as backends;
 /// The core types, re-exported.
 pub use deepagents_core as core;
 pub use deepagents_core::{
-    AgentState, ContentBlock, DynTool, DynamicTool, Event, EventKind, EventSink, Message, Model,
-    ModelError, ModelRequest, ModelResponse, Reducer, Run, RuntimeContext, StateUpdate, Todo,
-    TodoStatus, Tool, ToolCall, ToolContext, ToolError, ToolOutput, ToolResult, ToolStatus, Usage,
+    AgentState, Checkpointer, ContentBlock, DynTool, DynamicTool, Event, EventKind, EventSink,
+    InMemoryCheckpointer, Message, Model, ModelError, ModelRequest, ModelResponse, Reducer, Run,
+    RuntimeContext, StateUpdate, Todo, TodoStatus, Tool, ToolCall, ToolContext, ToolError,
+    ToolOutput, ToolResult, ToolStatus, Usage,
 };
 /// Model implementations and the spec resolver, re-exported.
 pub use deepagents_models as models;

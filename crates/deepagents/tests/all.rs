@@ -16,4 +16,5 @@ mod state_merge;
 mod structured;
 mod subagents;
 mod summarization;
+mod threads;
 mod tools;

@@ -1,6 +1,8 @@
 //! Stores: namespaced key-value storage shared across threads, and the backend over them.
 
 mod backend;
+#[cfg(feature = "sqlite")]
+mod checkpoints;
 mod memory;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -10,6 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use backend::{NamespaceFn, StoreBackend};
+#[cfg(feature = "sqlite")]
+pub use checkpoints::SqliteCheckpointer;
 pub use memory::InMemoryStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;

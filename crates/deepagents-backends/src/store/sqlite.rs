@@ -12,19 +12,33 @@ use super::{SearchQuery, Store, StoreError, StoreItem, validate_namespace};
 use crate::memory::now_ms;
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
-const MIGRATIONS: &[&str] = &["CREATE TABLE store_items (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE store_items (
         namespace TEXT NOT NULL,
         key TEXT NOT NULL,
         value TEXT NOT NULL,
         created_at_ms INTEGER NOT NULL,
         updated_at_ms INTEGER NOT NULL,
         PRIMARY KEY (namespace, key)
-    ) WITHOUT ROWID"];
+    ) WITHOUT ROWID",
+    // Checkpoints: one row per step holding its delta; every SNAPSHOT_EVERY-th row also holds
+    // the whole run, so loading replays at most that many deltas.
+    "CREATE TABLE checkpoints (
+        thread_id TEXT NOT NULL,
+        id INTEGER NOT NULL,
+        delta TEXT NOT NULL,
+        snapshot TEXT,
+        created_at_ms INTEGER NOT NULL,
+        messages INTEGER NOT NULL,
+        PRIMARY KEY (thread_id, id)
+    ) WITHOUT ROWID",
+];
 
-/// A [`Store`] in a SQLite database file (or in memory).
+/// A [`Store`] in a SQLite database file (or in memory). The same database also holds
+/// checkpoints: see [`SqliteStore::checkpointer`].
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
-    pool: Pool,
+    pub(super) pool: Pool,
 }
 
 fn storage(error: impl std::fmt::Display) -> StoreError {

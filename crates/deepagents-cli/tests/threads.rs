@@ -1,0 +1,231 @@
+//! Threads: continuing conversations, listing them, and surviving SIGKILL at any moment.
+
+use std::path::Path;
+use std::time::Duration;
+
+use deepagents::backends::SqliteStore;
+use deepagents::{Checkpointer, Message};
+use serde_json::{Value, json};
+
+use crate::bin;
+
+fn write_script(dir: &Path, script: &Value) -> String {
+    let path = dir.join("script.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    format!("scripted:{}", path.display())
+}
+
+#[test]
+fn a_thread_continues_across_processes_and_can_be_listed_shown_and_deleted() {
+    let data = tempfile::tempdir().unwrap();
+    let model = write_script(
+        data.path(),
+        &json!({"turns": [
+            {"tool_calls": [{"name": "write_file", "args": {"file_path": "/note.txt", "content": "hi\n"}}]},
+            {"text": "first done"},
+            {"tool_calls": [{"name": "read_file", "args": {"file_path": "/note.txt"}}]},
+            {"text": "second done"}
+        ]}),
+    );
+    let run = |task: Option<&str>| {
+        let mut command = bin();
+        command
+            .args([
+                "run",
+                "--backend",
+                "state",
+                "--model",
+                &model,
+                "--thread",
+                "chat",
+            ])
+            .env("DEEPAGENTS_DATA_DIR", data.path());
+        if let Some(task) = task {
+            command.arg(task);
+        }
+        command.output().unwrap()
+    };
+    let first = run(Some("write a note"));
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&first.stdout).trim(), "first done");
+    let second = run(Some("read it back"));
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&second.stdout).trim(),
+        "second done"
+    );
+
+    let threads = |args: &[&str]| {
+        bin()
+            .arg("threads")
+            .args(args)
+            .env("DEEPAGENTS_DATA_DIR", data.path())
+            .output()
+            .unwrap()
+    };
+    let list = threads(&["list"]);
+    assert!(String::from_utf8_lossy(&list.stdout).starts_with("chat\t"));
+    let show = String::from_utf8(threads(&["show", "chat"]).stdout).unwrap();
+    assert!(show.contains("user: write a note"), "{show}");
+    assert!(show.contains("user: read it back"), "{show}");
+    assert!(
+        show.contains("tool:      1\thi"),
+        "the state file survived the restart: {show}"
+    );
+    assert!(threads(&["delete", "chat"]).status.success());
+    assert_eq!(threads(&["show", "chat"]).status.code(), Some(1));
+    let resume_missing = run(None);
+    assert_eq!(resume_missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&resume_missing.stderr).contains("does not exist yet"));
+}
+
+/// A tiny deterministic generator for kill delays.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next_ms(&mut self, max: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % max
+    }
+}
+
+#[test]
+fn sigkill_at_random_moments_never_corrupts_a_thread() {
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let steps = 12;
+    let mut turns: Vec<Value> = (0..steps)
+        .map(|i| {
+            json!({"text": format!("step {i}"), "tool_calls": [
+                {"id": format!("x{i}"), "name": "execute", "args": {"command": format!("sleep 0.02; echo {i} >> log.txt")}},
+                {"id": format!("l{i}"), "name": "ls", "args": {}}
+            ]})
+        })
+        .collect();
+    turns.push(json!({"text": "all steps done"}));
+    let model = write_script(data.path(), &json!({"turns": turns}));
+    let mut rng = Lcg(7);
+    let mut kills = 0;
+    let mut threads = 0;
+    while kills < 50 {
+        threads += 1;
+        let thread = format!("crash-{threads}");
+        let mut first = true;
+        loop {
+            let mut command = bin();
+            command
+                .args([
+                    "run",
+                    "--json",
+                    "--backend",
+                    "shell",
+                    "--model",
+                    &model,
+                    "--thread",
+                    &thread,
+                    "--root",
+                ])
+                .arg(root.path())
+                .env("DEEPAGENTS_DATA_DIR", data.path())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped());
+            if first {
+                command.arg("work through the steps");
+            }
+            let mut child = command.spawn().unwrap();
+            let kill_this_one = kills < 50 && rng.next_ms(10) < 8;
+            if kill_this_one {
+                std::thread::sleep(Duration::from_millis(rng.next_ms(400)));
+                if child.try_wait().unwrap().is_none() {
+                    child.kill().unwrap();
+                    kills += 1;
+                }
+                let _ = child.wait();
+                // A kill before the first checkpoint leaves no thread; start it again.
+                first = first && !thread_exists(data.path(), &thread);
+                continue;
+            }
+            let output = child.wait_with_output().unwrap();
+            assert!(
+                output.status.success(),
+                "resume of {thread} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            break;
+        }
+        check_consistent(data.path(), &thread);
+    }
+    assert!(kills >= 50);
+}
+
+fn thread_exists(data: &Path, thread: &str) -> bool {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let store = SqliteStore::open(data.join("store.db")).await.unwrap();
+        store
+            .checkpointer()
+            .load(thread, None)
+            .await
+            .unwrap()
+            .is_some()
+    })
+}
+
+/// Every tool call has exactly one result, results follow their call, and the run ended.
+fn check_consistent(data: &Path, thread: &str) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let run = runtime.block_on(async {
+        let store = SqliteStore::open(data.join("store.db")).await.unwrap();
+        store
+            .checkpointer()
+            .load(thread, None)
+            .await
+            .unwrap()
+            .unwrap()
+    });
+    let messages = &run.state.messages;
+    let mut open: Vec<String> = Vec::new();
+    let mut answered = std::collections::HashSet::new();
+    for message in messages {
+        match message {
+            Message::Assistant(assistant) => {
+                assert!(
+                    open.is_empty(),
+                    "{thread}: calls {open:?} never got results"
+                );
+                open = assistant.tool_calls.iter().map(|c| c.id.clone()).collect();
+            }
+            Message::Tool(result) => {
+                assert!(
+                    open.contains(&result.tool_call_id),
+                    "{thread}: stray result {}",
+                    result.tool_call_id
+                );
+                assert!(
+                    answered.insert(result.tool_call_id.clone()),
+                    "{thread}: {} answered twice",
+                    result.tool_call_id
+                );
+                open.retain(|id| id != &result.tool_call_id);
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "{thread}: unanswered calls {open:?}");
+    assert_eq!(
+        messages.last().unwrap().text(),
+        "all steps done",
+        "{thread} did not finish"
+    );
+}

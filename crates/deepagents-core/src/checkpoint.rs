@@ -1,0 +1,244 @@
+//! Checkpoints: a run persisted step by step as deltas, so storage grows with what changed and
+//! a thread can be resumed, listed, or forked.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, PoisonError};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::{Message, Usage};
+use crate::run::Run;
+use crate::state::{FileData, Todo};
+
+/// What one step changed: the messages it appended and the new values of whatever else it
+/// touched. Applying a thread's deltas in order rebuilds its run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunDelta {
+    /// Messages appended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<Message>,
+    /// The new plan, when it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub todos: Option<Vec<Todo>>,
+    /// Files written (`Some`) or deleted (`None`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, Option<FileData>>,
+    /// New values of custom keys (merged already: they replace).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub custom: BTreeMap<String, Value>,
+    /// The run's step count after the step.
+    pub steps: u32,
+    /// The run's usage after the step.
+    pub usage: Usage,
+}
+
+impl RunDelta {
+    /// A delta that rebuilds `run` from nothing.
+    pub fn full(run: &Run) -> Self {
+        Self {
+            messages: run.state.messages.clone(),
+            todos: Some(run.state.todos.clone()),
+            files: run
+                .state
+                .files
+                .iter()
+                .map(|(path, file)| (path.clone(), Some(file.clone())))
+                .collect(),
+            custom: run.state.custom.clone(),
+            steps: run.steps,
+            usage: run.usage,
+        }
+    }
+
+    /// Applies the delta to `run`.
+    pub fn apply(&self, run: &mut Run) {
+        run.state.messages.extend(self.messages.iter().cloned());
+        if let Some(todos) = &self.todos {
+            run.state.todos.clone_from(todos);
+        }
+        for (path, file) in &self.files {
+            match file {
+                Some(file) => run.state.files.insert(path.clone(), file.clone()),
+                None => run.state.files.remove(path),
+            };
+        }
+        for (key, value) in &self.custom {
+            run.state.custom.insert(key.clone(), value.clone());
+        }
+        run.steps = self.steps;
+        run.usage = self.usage;
+    }
+}
+
+/// One stored checkpoint of a thread.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointInfo {
+    /// Its id: 1, 2, 3… within the thread.
+    pub id: u64,
+    /// When it was written, in milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
+    /// Messages in the run at this checkpoint.
+    pub messages: usize,
+}
+
+/// One stored thread.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadInfo {
+    /// The thread id.
+    pub thread_id: String,
+    /// Its checkpoints.
+    pub checkpoints: u64,
+    /// When it last changed, in milliseconds since the Unix epoch.
+    pub updated_at_ms: u64,
+}
+
+/// A checkpoint store failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// The thread or checkpoint does not exist.
+    #[error("no checkpoint {what}; list the threads and their checkpoints to see what exists")]
+    NotFound {
+        /// What was asked for.
+        what: String,
+    },
+    /// The storage failed or holds data this build cannot read.
+    #[error("checkpoint storage error: {0}")]
+    Storage(String),
+}
+
+/// Stores runs per thread as a sequence of deltas.
+#[async_trait]
+pub trait Checkpointer: Send + Sync {
+    /// Appends a delta to `thread_id` and returns the new checkpoint's id. `run` is the run
+    /// after the delta, for stores that keep periodic snapshots.
+    async fn append(
+        &self,
+        thread_id: &str,
+        delta: &RunDelta,
+        run: &Run,
+    ) -> Result<u64, CheckpointError>;
+
+    /// The run at checkpoint `at` (default: the latest); `None` for an unknown thread.
+    async fn load(&self, thread_id: &str, at: Option<u64>) -> Result<Option<Run>, CheckpointError>;
+
+    /// The checkpoints of a thread, oldest first.
+    async fn checkpoints(&self, thread_id: &str) -> Result<Vec<CheckpointInfo>, CheckpointError>;
+
+    /// Every thread, most recently changed first.
+    async fn threads(&self) -> Result<Vec<ThreadInfo>, CheckpointError>;
+
+    /// Removes a thread; returns whether it existed.
+    async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError>;
+
+    /// Starts `new_thread` from checkpoint `at` of `thread_id`.
+    async fn fork(
+        &self,
+        thread_id: &str,
+        at: u64,
+        new_thread: &str,
+    ) -> Result<(), CheckpointError> {
+        let run =
+            self.load(thread_id, Some(at))
+                .await?
+                .ok_or_else(|| CheckpointError::NotFound {
+                    what: format!("{at} in thread `{thread_id}`"),
+                })?;
+        self.append(new_thread, &RunDelta::full(&run), &run).await?;
+        Ok(())
+    }
+}
+
+/// Checkpoints in process memory, for tests and short-lived programs.
+#[derive(Debug, Default)]
+pub struct InMemoryCheckpointer {
+    threads: Mutex<HashMap<String, Vec<(CheckpointInfo, RunDelta)>>>,
+}
+
+impl InMemoryCheckpointer {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[async_trait]
+impl Checkpointer for InMemoryCheckpointer {
+    async fn append(
+        &self,
+        thread_id: &str,
+        delta: &RunDelta,
+        run: &Run,
+    ) -> Result<u64, CheckpointError> {
+        let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        let entries = threads.entry(thread_id.to_owned()).or_default();
+        let id = entries.len() as u64 + 1;
+        let info = CheckpointInfo {
+            id,
+            created_at_ms: now_ms(),
+            messages: run.state.messages.len(),
+        };
+        entries.push((info, delta.clone()));
+        Ok(id)
+    }
+
+    async fn load(&self, thread_id: &str, at: Option<u64>) -> Result<Option<Run>, CheckpointError> {
+        let threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(entries) = threads.get(thread_id) else {
+            return Ok(None);
+        };
+        let last = at.unwrap_or(entries.len() as u64);
+        if last == 0 || last > entries.len() as u64 {
+            return Err(CheckpointError::NotFound {
+                what: format!("{last} in thread `{thread_id}`"),
+            });
+        }
+        let mut run = Run::default();
+        for (_, delta) in entries
+            .iter()
+            .take(usize::try_from(last).unwrap_or(usize::MAX))
+        {
+            delta.apply(&mut run);
+        }
+        Ok(Some(run))
+    }
+
+    async fn checkpoints(&self, thread_id: &str) -> Result<Vec<CheckpointInfo>, CheckpointError> {
+        let threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(threads
+            .get(thread_id)
+            .map(|entries| entries.iter().map(|(info, _)| info.clone()).collect())
+            .unwrap_or_default())
+    }
+
+    async fn threads(&self) -> Result<Vec<ThreadInfo>, CheckpointError> {
+        let threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<ThreadInfo> = threads
+            .iter()
+            .map(|(id, entries)| ThreadInfo {
+                thread_id: id.clone(),
+                checkpoints: entries.len() as u64,
+                updated_at_ms: entries.last().map_or(0, |(info, _)| info.created_at_ms),
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.updated_at_ms
+                .cmp(&a.updated_at_ms)
+                .then(a.thread_id.cmp(&b.thread_id))
+        });
+        Ok(out)
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError> {
+        let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(threads.remove(thread_id).is_some())
+    }
+}
