@@ -1,6 +1,7 @@
 //! `deepagents`: run a deep agent from the terminal.
 
 mod agents;
+mod approvals;
 mod progress;
 mod threads;
 mod workspace;
@@ -87,6 +88,10 @@ struct RunArgs {
     /// Offer the compact_conversation tool, so the model can summarize its history on demand.
     #[arg(long)]
     compact_tool: bool,
+    /// Run shell commands without asking. Otherwise each `execute` call asks on a terminal, and
+    /// is refused (with a message the model sees) when nobody can answer.
+    #[arg(long)]
+    auto_approve: bool,
     /// Continue (or, after a crash or Ctrl-C, resume) this conversation thread; it is
     /// checkpointed after every step in the data directory. Without a task, the thread resumes.
     #[arg(long, value_name = "ID")]
@@ -182,6 +187,9 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.permissions {
         builder = builder.permissions(workspace::permissions(path)?);
     }
+    if !args.auto_approve {
+        builder = builder.interrupt_on("execute", approvals::execute_config());
+    }
     if let Some(tokens) = args.max_input_tokens {
         builder = builder.context_window(tokens);
     }
@@ -215,32 +223,54 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             cancel.cancel();
         }
     });
-    let mut stream = agent.stream_run(run, options);
+    let mut run = run;
+    let mut options = options;
     let mut stdout = std::io::stdout().lock();
     let mut progress = progress::Progress::default();
-    while let Some(event) = stream.next().await {
-        if args.json {
-            serde_json::to_writer(&mut stdout, &event)?;
-            stdout.write_all(b"\n")?;
-            stdout.flush()?;
-        } else {
-            progress.show(&event);
-        }
-    }
-    match stream.outcome().await {
-        Ok(output) => {
-            if !args.json {
-                writeln!(stdout, "{}", output.text)?;
+    loop {
+        let mut stream = agent.stream_run(run, options.clone());
+        while let Some(event) = stream.next().await {
+            if args.json {
+                serde_json::to_writer(&mut stdout, &event)?;
+                stdout.write_all(b"\n")?;
+                stdout.flush()?;
+            } else {
+                progress.show(&event);
             }
-            Ok(ExitCode::SUCCESS)
         }
-        Err(failure) => {
+        let failure = match stream.outcome().await {
+            Ok(output) => {
+                if !args.json {
+                    writeln!(stdout, "{}", output.text)?;
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(failure) => failure,
+        };
+        let deepagents::RunError::Interrupted(actions) = &failure.error else {
             eprintln!("error: {}", error_text(&failure.error.to_string()));
             if matches!(failure.error, deepagents::RunError::Cancelled) {
                 return Ok(ExitCode::from(EXIT_INTERRUPTED));
             }
-            Ok(ExitCode::FAILURE)
-        }
+            return Ok(ExitCode::FAILURE);
+        };
+        let decisions = approvals::ask(actions)?;
+        // A checkpointed run continues from what the store holds, so nothing is written twice.
+        let mut next = match &options.checkpoint {
+            Some(checkpoint) => {
+                let (loaded, reopened) = deepagents::open_thread(
+                    checkpoint.checkpointer.clone(),
+                    &checkpoint.thread_id,
+                    None,
+                )
+                .await?;
+                options.checkpoint = Some(reopened);
+                loaded
+            }
+            None => *failure.run,
+        };
+        deepagents::decide(&mut next, decisions)?;
+        run = next;
     }
 }
 

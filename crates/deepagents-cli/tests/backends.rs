@@ -94,7 +94,8 @@ fn the_shell_backend_offers_execute_in_root() {
             {"text": "ran"}
         ]),
     );
-    let output = bin()
+    // Not interactive and not auto-approved: the command is refused, and the model is told.
+    let refused = bin()
         .args([
             "run",
             "--json",
@@ -104,6 +105,26 @@ fn the_shell_backend_offers_execute_in_root() {
             &model,
             "--root",
         ])
+        .arg(root.path())
+        .arg("go")
+        .output()
+        .unwrap();
+    assert!(refused.status.success(), "{}", stderr(&refused));
+    let refused = String::from_utf8(refused.stdout).unwrap();
+    assert!(refused.contains(r#""type":"interrupted""#), "{refused}");
+    assert!(refused.contains("nobody can approve it here"), "{refused}");
+
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--auto-approve",
+            "--backend",
+            "shell",
+            "--model",
+            &model,
+        ])
+        .arg("--root")
         .arg(root.path())
         .arg("go")
         .output()

@@ -93,6 +93,11 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         custom: BTreeMap<String, Value>,
     },
+    /// The run paused: these tool calls wait for a human decision.
+    Interrupted {
+        /// The pending actions (call id, tool, arguments, description, allowed decisions).
+        actions: Vec<Value>,
+    },
     /// The run ended with an answer.
     Final {
         /// The answer: the text of the last assistant message.

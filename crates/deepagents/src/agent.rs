@@ -9,6 +9,7 @@ use deepagents_core::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::approval::InterruptConfig;
 use crate::context::FALLBACK_CONTEXT_TOKENS;
 use crate::error::RunFailure;
 use crate::journal::Checkpointing;
@@ -50,6 +51,8 @@ pub(crate) struct AgentInner {
     pub(crate) max_turns: u32,
     /// Whether answers must come through `final_answer`.
     pub(crate) response_format: bool,
+    /// Tools whose calls wait for approval.
+    pub(crate) interrupts: BTreeMap<String, InterruptConfig>,
 }
 
 /// Per-run options.
@@ -184,6 +187,7 @@ pub struct AgentBuilder {
     summarization_config: Option<SummarizationConfig>,
     compact_tool: bool,
     remote_subagents: Vec<RemoteSubAgent>,
+    interrupts: BTreeMap<String, InterruptConfig>,
 }
 
 impl Agent {
@@ -216,6 +220,7 @@ impl Agent {
             summarization_config: None,
             compact_tool: false,
             remote_subagents: Vec::new(),
+            interrupts: BTreeMap::new(),
         }
     }
 
@@ -420,6 +425,14 @@ impl AgentBuilder {
         self
     }
 
+    /// Makes calls to `tool` pause the run for a human decision (see [`crate::decide`]).
+    /// Permission rules in `interrupt` mode add such configurations for the file tools; one
+    /// given here wins. Subagents inherit them unless their spec sets its own middleware.
+    pub fn interrupt_on(mut self, tool: impl Into<String>, config: InterruptConfig) -> Self {
+        self.interrupts.insert(tool.into(), config);
+        self
+    }
+
     /// Adds a subagent the `task` tool can start.
     pub fn subagent(mut self, subagent: SubAgent) -> Self {
         self.subagents.push(subagent);
@@ -488,6 +501,7 @@ impl AgentBuilder {
                     builder.middleware = spec.middleware;
                     builder.permissions = spec.permissions.or_else(|| self.permissions.clone());
                     builder.response_format = spec.response_format;
+                    builder.interrupts = self.interrupts.clone();
                     builder.build().map_err(|e| BuildError::Subagent {
                         name: subagent.name.clone(),
                         message: e.to_string(),
@@ -526,6 +540,12 @@ impl AgentBuilder {
         if self.permissions.is_some() && !self.file_tools {
             return Err(BuildError::PermissionsWithoutFiles);
         }
+        let mut interrupts = self
+            .permissions
+            .as_ref()
+            .map(crate::approval::from_permissions)
+            .unwrap_or_default();
+        interrupts.extend(self.interrupts.clone());
         let raw_backend: Arc<dyn Backend> = self
             .backend
             .clone()
@@ -627,6 +647,8 @@ impl AgentBuilder {
             RegistryError::Duplicate(name) => BuildError::DuplicateTool(name),
             RegistryError::InvalidName(name) => BuildError::InvalidToolName(name),
         })?;
+        // A call to a tool that is not offered is answered as unknown, never held for approval.
+        interrupts.retain(|name, _| tools.specs().iter().any(|spec| &spec.name == name));
         Ok(Agent {
             inner: Arc::new(AgentInner {
                 name: self.name,
@@ -638,6 +660,7 @@ impl AgentBuilder {
                 schema,
                 max_turns: self.max_turns,
                 response_format,
+                interrupts,
             }),
         })
     }

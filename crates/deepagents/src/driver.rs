@@ -14,6 +14,7 @@ use futures::stream::{self, FuturesUnordered};
 use futures::{FutureExt as _, StreamExt as _};
 
 use crate::agent::{AgentInner, RunOptions, RunOutput};
+use crate::approval::{DECISIONS_KEY, Gate, PENDING_KEY, gate};
 use crate::error::{RunError, RunFailure};
 use crate::journal::Journal;
 use crate::middleware::{
@@ -97,7 +98,36 @@ async fn advance(
         match run.next_action(agent.max_turns)? {
             NextAction::CallModel => call_model(agent, run, options, events, journal).await?,
             NextAction::ExecuteTools(calls) => {
-                execute_tools(agent, run, calls, options, events, journal).await?;
+                let calls = if agent.interrupts.is_empty() {
+                    calls
+                } else {
+                    journal.touched_custom(PENDING_KEY);
+                    journal.touched_custom(DECISIONS_KEY);
+                    match gate(run, calls, &agent.interrupts) {
+                        Gate::Pause(actions) => {
+                            events.emit(EventKind::Interrupted {
+                                actions: actions
+                                    .iter()
+                                    .filter_map(|a| serde_json::to_value(a).ok())
+                                    .collect(),
+                            });
+                            return Err(RunError::Interrupted(actions));
+                        }
+                        Gate::Proceed {
+                            run: to_run,
+                            settled,
+                        } => {
+                            for result in settled {
+                                finish_event(events, &result, 0);
+                                run.state.messages.push(Message::Tool(result));
+                            }
+                            to_run
+                        }
+                    }
+                };
+                if !calls.is_empty() {
+                    execute_tools(agent, run, calls, options, events, journal).await?;
+                }
                 if agent.response_format && answered_in_latest_step(run) {
                     // The valid structured answer is the final answer: close the turn with it.
                     let json = run

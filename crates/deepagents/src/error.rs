@@ -33,6 +33,13 @@ pub enum RunError {
     /// A state update could not be merged.
     #[error(transparent)]
     State(#[from] StateError),
+    /// The run paused: these calls wait for a decision. Record decisions with
+    /// [`decide`](crate::decide) and continue the run.
+    #[error("the run is waiting for approval of {} tool call(s)", .0.len())]
+    Interrupted(Vec<crate::approval::PendingAction>),
+    /// Decisions that do not fit the pending actions.
+    #[error("invalid decisions: {0}")]
+    InvalidDecision(String),
     /// The run could not be checkpointed.
     #[error("checkpoint failed: {0}")]
     Checkpoint(deepagents_core::CheckpointError),
@@ -54,6 +61,8 @@ impl RunError {
             Self::Middleware { .. } => "middleware",
             Self::State(_) => "state",
             Self::Checkpoint(_) => "checkpoint",
+            Self::Interrupted(_) => "interrupted",
+            Self::InvalidDecision(_) => "invalid_decision",
             Self::Cancelled => "cancelled",
             Self::Crashed(_) => "crashed",
         }

@@ -105,7 +105,7 @@ impl Journal {
         crate::driver::emit_state_updated(events, state, updates);
     }
 
-    fn touched_custom(&mut self, key: &str) {
+    pub(crate) fn touched_custom(&mut self, key: &str) {
         self.custom.insert(key.to_owned());
     }
 

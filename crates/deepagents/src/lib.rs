@@ -29,6 +29,7 @@
 //! performs the model calls and tool executions it asks for. See `docs/ARCHITECTURE.md`.
 
 mod agent;
+pub mod approval;
 pub mod context;
 mod driver;
 mod error;
@@ -41,6 +42,9 @@ pub mod subagents;
 mod tools;
 
 pub use agent::{Agent, AgentBuilder, BuildError, DEFAULT_MAX_TURNS, RunOptions, RunOutput};
+pub use approval::{
+    Decision, DecisionKind, InterruptConfig, PendingAction, decide, pending_actions,
+};
 pub use error::{RunError, RunFailure};
 pub use journal::{Checkpointing, IN_FLIGHT_KEY, open_thread};
 pub use stream::RunStream;

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod approval;
 mod cancellation;
 mod context;
 mod errors;

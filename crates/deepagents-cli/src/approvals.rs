@@ -1,0 +1,80 @@
+//! Asking the person at the terminal to approve tool calls.
+
+use std::io::{BufRead as _, IsTerminal as _, Write as _};
+
+use deepagents::{Decision, DecisionKind, InterruptConfig, PendingAction};
+
+/// Shell commands ask first.
+pub fn execute_config() -> InterruptConfig {
+    InterruptConfig {
+        allowed: vec![
+            DecisionKind::Approve,
+            DecisionKind::Reject,
+            DecisionKind::Respond,
+        ],
+        description: Some("A shell command wants to run.".to_owned()),
+        predicate: None,
+    }
+}
+
+const NOT_INTERACTIVE: &str = "This command needs approval and nobody can approve it here (the run is not interactive). Do without it, or ask the user to rerun with --auto-approve.";
+
+/// One decision per action: asked on the terminal, or refused when stdin is not a terminal.
+pub fn ask(actions: &[PendingAction]) -> anyhow::Result<Vec<Decision>> {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Ok(actions
+            .iter()
+            .map(|_| Decision::Reject {
+                message: Some(NOT_INTERACTIVE.to_owned()),
+            })
+            .collect());
+    }
+    let mut decisions = Vec::with_capacity(actions.len());
+    let mut stderr = std::io::stderr();
+    for action in actions {
+        let shown = match action.arguments.get("command").and_then(|c| c.as_str()) {
+            Some(command) => format!("$ {command}"),
+            None => action.arguments.to_string(),
+        };
+        writeln!(stderr, "\n{}: {shown}", action.name)?;
+        if let Some(description) = &action.description {
+            writeln!(stderr, "  {description}")?;
+        }
+        let decision = loop {
+            write!(stderr, "  approve? [y]es / [n]o / [r]espond instead: ")?;
+            stderr.flush()?;
+            let mut line = String::new();
+            if stdin.lock().read_line(&mut line)? == 0 {
+                break Decision::Reject {
+                    message: Some(NOT_INTERACTIVE.to_owned()),
+                };
+            }
+            match line.trim() {
+                "y" | "yes" | "" => break Decision::Approve,
+                "n" | "no" => {
+                    write!(stderr, "  reason (optional): ")?;
+                    stderr.flush()?;
+                    let mut reason = String::new();
+                    stdin.lock().read_line(&mut reason)?;
+                    let reason = reason.trim();
+                    break Decision::Reject {
+                        message: (!reason.is_empty()).then(|| reason.to_owned()),
+                    };
+                }
+                "r" | "respond" => {
+                    write!(stderr, "  answer for the agent: ")?;
+                    stderr.flush()?;
+                    let mut answer = String::new();
+                    stdin.lock().read_line(&mut answer)?;
+                    break Decision::Respond {
+                        message: answer.trim().to_owned(),
+                    };
+                }
+                _ => continue,
+            }
+        };
+        decisions.push(decision);
+    }
+    Ok(decisions)
+}

@@ -1,0 +1,224 @@
+//! Human approval: pausing before tool calls, and resuming with decisions.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use deepagents::backends::{Mode, Operation, PermissionRule, Permissions};
+use deepagents::core::{Checkpointer, FileContent, InMemoryCheckpointer};
+use deepagents::{
+    Agent, AgentBuilder, Decision, DecisionKind, DynamicTool, InterruptConfig, Message, Run,
+    RunError, RunOptions, ToolOutput, decide, open_thread,
+};
+use serde_json::json;
+
+use crate::support::{assert_error_containing, scripted, text, tool_results};
+
+fn write_then_done() -> serde_json::Value {
+    json!([
+        {"tool_calls": [
+            {"id": "w", "name": "write_file", "args": {"file_path": "/secret/plan.md", "content": "v1\n"}},
+            {"id": "c", "name": "count", "args": {}}
+        ]},
+        {"text": "done"}
+    ])
+}
+
+fn counter(count: Arc<AtomicUsize>) -> Arc<DynamicTool> {
+    Arc::new(
+        DynamicTool::new(
+            "count",
+            "Counts its calls",
+            json!({"type": "object"}),
+            move |_, _| {
+                let count = count.clone();
+                async move {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    Ok(ToolOutput::text("counted"))
+                }
+            },
+        )
+        .unwrap(),
+    )
+}
+
+async fn pause_then(
+    configure: impl Fn(AgentBuilder) -> AgentBuilder,
+    decision: Decision,
+) -> (deepagents::RunOutput, usize) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let agent =
+        configure(Agent::builder(scripted(write_then_done())).dyn_tool(counter(count.clone())))
+            .build()
+            .unwrap();
+    let failure = agent.invoke("plan").await.unwrap_err();
+    let RunError::Interrupted(actions) = &failure.error else {
+        panic!("expected a pause, got {:?}", failure.error);
+    };
+    assert_eq!(actions.len(), 1);
+    assert_eq!(actions[0].call_id, "w");
+    assert_eq!(actions[0].arguments["file_path"], "/secret/plan.md");
+    assert_eq!(count.load(Ordering::SeqCst), 0, "nothing of the step ran");
+    assert!(failure.run.state.files.is_empty());
+    let mut run = *failure.run;
+    decide(&mut run, vec![decision]).unwrap();
+    let output = agent
+        .run(run, RunOptions::default(), deepagents::EventSink::discard())
+        .await
+        .unwrap();
+    (output, count.load(Ordering::SeqCst))
+}
+
+fn file(output: &deepagents::RunOutput, path: &str) -> Option<String> {
+    output.run.state.files.get(path).map(|f| match &f.content {
+        FileContent::Text { text } => text.clone(),
+        other => panic!("{other:?}"),
+    })
+}
+
+#[tokio::test]
+async fn approve_runs_the_call() {
+    let (output, count) = pause_then(
+        |b| b.interrupt_on("write_file", InterruptConfig::default()),
+        Decision::Approve,
+    )
+    .await;
+    assert_eq!(file(&output, "/secret/plan.md").as_deref(), Some("v1\n"));
+    assert_eq!(count, 1, "the sibling call ran exactly once");
+    assert_eq!(output.text, "done");
+}
+
+#[tokio::test]
+async fn edit_runs_the_call_with_new_arguments_and_the_history_shows_them() {
+    let (output, _) = pause_then(
+        |b| b.interrupt_on("write_file", InterruptConfig::default()),
+        Decision::Edit {
+            arguments: json!({"file_path": "/secret/plan.md", "content": "v2\n"}),
+        },
+    )
+    .await;
+    assert_eq!(file(&output, "/secret/plan.md").as_deref(), Some("v2\n"));
+    let Message::Assistant(assistant) = &output.run.state.messages[1] else {
+        panic!()
+    };
+    assert_eq!(assistant.tool_calls[0].arguments["content"], "v2\n");
+}
+
+#[tokio::test]
+async fn reject_and_respond_answer_without_running() {
+    let (output, _) = pause_then(
+        |b| b.interrupt_on("write_file", InterruptConfig::default()),
+        Decision::Reject {
+            message: Some("too risky".into()),
+        },
+    )
+    .await;
+    assert!(file(&output, "/secret/plan.md").is_none());
+    let results = tool_results(&output.run.state.messages);
+    let rejected = results.iter().find(|r| r.tool_call_id == "w").unwrap();
+    assert_error_containing(rejected, "The user rejected this call: too risky");
+
+    let (output, _) = pause_then(
+        |b| b.interrupt_on("write_file", InterruptConfig::default()),
+        Decision::Respond {
+            message: "I wrote it myself.".into(),
+        },
+    )
+    .await;
+    let results = tool_results(&output.run.state.messages);
+    let responded = results.iter().find(|r| r.tool_call_id == "w").unwrap();
+    assert_eq!(responded.status, deepagents::ToolStatus::Ok);
+    assert_eq!(text(responded), "I wrote it myself.");
+}
+
+#[tokio::test]
+async fn permission_rules_in_interrupt_mode_pause_matching_paths_only() {
+    let rules = Permissions::new(vec![PermissionRule {
+        operations: vec![Operation::Write],
+        paths: vec!["/secret/**".into()],
+        mode: Mode::Interrupt,
+    }])
+    .unwrap();
+    let (output, _) = pause_then(|b| b.permissions(rules.clone()), Decision::Approve).await;
+    assert_eq!(file(&output, "/secret/plan.md").as_deref(), Some("v1\n"));
+
+    // A predicate that does not match lets the call through without pausing.
+    let agent = Agent::builder(scripted(write_then_done()))
+        .dyn_tool(counter(Arc::new(AtomicUsize::new(0))))
+        .interrupt_on(
+            "write_file",
+            InterruptConfig {
+                predicate: Some(Arc::new(|args| args["file_path"] == "/other")),
+                ..InterruptConfig::default()
+            },
+        )
+        .build()
+        .unwrap();
+    assert_eq!(agent.invoke("plan").await.unwrap().text, "done");
+}
+
+#[tokio::test]
+async fn decisions_must_fit_the_pending_actions() {
+    let agent = Agent::builder(scripted(write_then_done()))
+        .dyn_tool(counter(Arc::new(AtomicUsize::new(0))))
+        .interrupt_on(
+            "write_file",
+            InterruptConfig {
+                allowed: vec![DecisionKind::Approve, DecisionKind::Reject],
+                ..InterruptConfig::default()
+            },
+        )
+        .build()
+        .unwrap();
+    let mut run = *agent.invoke("plan").await.unwrap_err().run;
+    assert!(decide(&mut run.clone(), vec![]).is_err());
+    let error = decide(
+        &mut run,
+        vec![Decision::Respond {
+            message: "x".into(),
+        }],
+    )
+    .unwrap_err();
+    assert!(error.to_string().contains("not allowed"), "{error}");
+}
+
+#[tokio::test]
+async fn a_pause_survives_a_restart_through_the_checkpointer() {
+    let store = Arc::new(InMemoryCheckpointer::new());
+    let count = Arc::new(AtomicUsize::new(0));
+    let build = || {
+        Agent::builder(scripted(write_then_done()))
+            .dyn_tool(counter(count.clone()))
+            .interrupt_on("write_file", InterruptConfig::default())
+            .build()
+            .unwrap()
+    };
+    let (run, checkpoint) = open_thread(store.clone(), "t", Some("plan".into()))
+        .await
+        .unwrap();
+    let options = RunOptions {
+        checkpoint: Some(checkpoint),
+        ..RunOptions::default()
+    };
+    let failure = build()
+        .run(run, options, deepagents::EventSink::discard())
+        .await
+        .unwrap_err();
+    assert!(matches!(failure.error, RunError::Interrupted(_)));
+
+    // A new process: load the thread, decide, continue.
+    let (mut run, checkpoint): (Run, _) = open_thread(store.clone(), "t", None).await.unwrap();
+    assert_eq!(deepagents::pending_actions(&run).len(), 1);
+    decide(&mut run, vec![Decision::Approve]).unwrap();
+    let options = RunOptions {
+        checkpoint: Some(checkpoint),
+        ..RunOptions::default()
+    };
+    let output = build()
+        .run(run, options, deepagents::EventSink::discard())
+        .await
+        .unwrap();
+    assert_eq!(output.text, "done");
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+    let stored = store.load("t", None).await.unwrap().unwrap();
+    assert_eq!(stored.state.messages, output.run.state.messages);
+}
