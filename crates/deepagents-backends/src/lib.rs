@@ -35,6 +35,8 @@ pub use protocol::{
 };
 pub use state::StateBackend;
 pub use store::{InMemoryStore, Store, StoreBackend};
+#[cfg(feature = "postgres")]
+pub use store::{PostgresCheckpointer, PostgresStore};
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteCheckpointer, SqliteStore};
 

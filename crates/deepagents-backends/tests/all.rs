@@ -8,4 +8,5 @@ mod filesystem;
 mod memory_backends;
 mod paths;
 mod permissions;
+mod postgres;
 mod shell;

@@ -1,4 +1,4 @@
-//! Checkpoints in SQLite.
+//! Checkpoints in SQLite (and, through [`exercise_checkpointer`], every other checkpointer).
 
 use deepagents_backends::SqliteStore;
 use deepagents_core::{Checkpointer, Message, Run, RunDelta};
@@ -22,10 +22,17 @@ fn step(run: &mut Run, i: usize) -> RunDelta {
 async fn deltas_rebuild_the_run_at_any_checkpoint_and_survive_reopening() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("data.db");
+    exercise_checkpointer(async || SqliteStore::open(&path).await.unwrap().checkpointer()).await;
+}
+
+/// The checkpointer conformance: 120 steps on one thread (crossing snapshots), reopening,
+/// loading every interesting checkpoint, listing, forking and deleting. `open` must return a
+/// checkpointer over the same, initially empty, storage each time it is called.
+pub async fn exercise_checkpointer<C: Checkpointer>(open: impl AsyncFn() -> C) {
     let mut run = Run::default();
     let mut history = Vec::new();
     {
-        let checkpointer = SqliteStore::open(&path).await.unwrap().checkpointer();
+        let checkpointer = open().await;
         for i in 1..=120 {
             let delta = step(&mut run, i);
             let id = checkpointer.append("t", &delta, &run).await.unwrap();
@@ -37,7 +44,7 @@ async fn deltas_rebuild_the_run_at_any_checkpoint_and_survive_reopening() {
             .await
             .unwrap();
     }
-    let checkpointer = SqliteStore::open(&path).await.unwrap().checkpointer();
+    let checkpointer = open().await;
     assert_eq!(checkpointer.load("t", None).await.unwrap().unwrap(), run);
     for at in [1u64, 49, 50, 51, 99, 100, 101, 120] {
         let loaded = checkpointer.load("t", Some(at)).await.unwrap().unwrap();

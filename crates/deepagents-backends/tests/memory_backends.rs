@@ -256,7 +256,9 @@ async fn store_namespaces_come_from_the_runtime_context() {
     assert!(error.to_string().contains("must not be empty"), "{error}");
 }
 
-async fn exercise_store(store: &dyn Store) {
+/// The store conformance: namespaces, component-wise prefix search, pagination, deletes and
+/// namespace validation. Shared by every [`Store`] implementation's tests.
+pub async fn exercise_store(store: &dyn Store) {
     let ns = |parts: &[&str]| parts.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     store.put(&ns(&["a"]), "k1", json!(1)).await.unwrap();
     store.put(&ns(&["a"]), "k2", json!(2)).await.unwrap();

@@ -4,6 +4,10 @@ mod backend;
 #[cfg(feature = "sqlite")]
 mod checkpoints;
 mod memory;
+#[cfg(feature = "postgres")]
+mod pg_checkpoints;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
@@ -15,6 +19,10 @@ pub use backend::{NamespaceFn, StoreBackend};
 #[cfg(feature = "sqlite")]
 pub use checkpoints::SqliteCheckpointer;
 pub use memory::InMemoryStore;
+#[cfg(feature = "postgres")]
+pub use pg_checkpoints::PostgresCheckpointer;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 

@@ -1,0 +1,197 @@
+//! Checkpoints in PostgreSQL: a delta per step, a snapshot every 50.
+
+use async_trait::async_trait;
+use deepagents_core::{CheckpointError, CheckpointInfo, Checkpointer, Run, RunDelta, ThreadInfo};
+use sqlx::Row;
+
+use super::PostgresStore;
+use crate::memory::now_ms;
+
+/// How often a checkpoint also stores the whole run.
+const SNAPSHOT_EVERY: i64 = 50;
+
+/// The first key of the per-thread advisory locks taken while appending.
+const APPEND_LOCK_CLASS: i32 = 0x6461_636b; // "dack"
+
+/// A [`Checkpointer`] in the database of a [`PostgresStore`]. Each step writes only its delta,
+/// so a step's cost does not grow with the conversation; every 50th checkpoint also holds the
+/// whole run, so loading replays at most 49 deltas.
+#[derive(Clone, Debug)]
+pub struct PostgresCheckpointer {
+    store: PostgresStore,
+}
+
+impl PostgresStore {
+    /// Checkpoints kept in this store's database.
+    pub fn checkpointer(&self) -> PostgresCheckpointer {
+        PostgresCheckpointer {
+            store: self.clone(),
+        }
+    }
+}
+
+fn storage(error: impl std::fmt::Display) -> CheckpointError {
+    CheckpointError::Storage(error.to_string())
+}
+
+#[async_trait]
+impl Checkpointer for PostgresCheckpointer {
+    async fn append(
+        &self,
+        thread_id: &str,
+        delta: &RunDelta,
+        run: &Run,
+    ) -> Result<u64, CheckpointError> {
+        let delta_json = serde_json::to_string(delta).map_err(storage)?;
+        let mut tx = self.store.pool.begin().await.map_err(storage)?;
+        // One lock per thread, released at commit or rollback: concurrent appends to a thread
+        // queue here and get distinct ids; other threads proceed.
+        sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+            .bind(APPEND_LOCK_CLASS)
+            .bind(thread_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(storage)?;
+        let last: i64 =
+            sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM checkpoints WHERE thread_id = $1")
+                .bind(thread_id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(storage)?;
+        let id = last + 1;
+        let snapshot = if id % SNAPSHOT_EVERY == 0 {
+            Some(serde_json::to_string(run).map_err(storage)?)
+        } else {
+            None
+        };
+        sqlx::query(
+            "INSERT INTO checkpoints (thread_id, id, delta, snapshot, created_at_ms, messages)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(thread_id)
+        .bind(id)
+        .bind(&delta_json)
+        .bind(snapshot)
+        .bind(i64::try_from(now_ms()).unwrap_or(i64::MAX))
+        .bind(i64::try_from(run.state.messages.len()).unwrap_or(i64::MAX))
+        .execute(&mut *tx)
+        .await
+        .map_err(storage)?;
+        tx.commit().await.map_err(storage)?;
+        Ok(u64::try_from(id).unwrap_or(0))
+    }
+
+    async fn load(&self, thread_id: &str, at: Option<u64>) -> Result<Option<Run>, CheckpointError> {
+        let pool = &self.store.pool;
+        let last: i64 =
+            sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM checkpoints WHERE thread_id = $1")
+                .bind(thread_id)
+                .fetch_one(pool)
+                .await
+                .map_err(storage)?;
+        if last == 0 {
+            return Ok(None);
+        }
+        let target = match at {
+            None => last,
+            Some(at) => {
+                let at = i64::try_from(at).unwrap_or(i64::MAX);
+                if at < 1 || at > last {
+                    return Err(CheckpointError::NotFound {
+                        what: format!("{at} in thread `{thread_id}` (it has 1 to {last})"),
+                    });
+                }
+                at
+            }
+        };
+        let base = sqlx::query(
+            "SELECT id, snapshot FROM checkpoints
+             WHERE thread_id = $1 AND id <= $2 AND snapshot IS NOT NULL
+             ORDER BY id DESC LIMIT 1",
+        )
+        .bind(thread_id)
+        .bind(target)
+        .fetch_optional(pool)
+        .await
+        .map_err(storage)?;
+        let (mut run, from) = match base {
+            Some(row) => {
+                let snapshot: String = row.try_get("snapshot").map_err(storage)?;
+                let id: i64 = row.try_get("id").map_err(storage)?;
+                (serde_json::from_str::<Run>(&snapshot).map_err(storage)?, id)
+            }
+            None => (Run::default(), 0),
+        };
+        let deltas = sqlx::query(
+            "SELECT delta FROM checkpoints WHERE thread_id = $1 AND id > $2 AND id <= $3 ORDER BY id",
+        )
+        .bind(thread_id)
+        .bind(from)
+        .bind(target)
+        .fetch_all(pool)
+        .await
+        .map_err(storage)?;
+        for row in deltas {
+            let delta: String = row.try_get("delta").map_err(storage)?;
+            serde_json::from_str::<RunDelta>(&delta)
+                .map_err(storage)?
+                .apply(&mut run);
+        }
+        Ok(Some(run))
+    }
+
+    async fn checkpoints(&self, thread_id: &str) -> Result<Vec<CheckpointInfo>, CheckpointError> {
+        let rows = sqlx::query(
+            "SELECT id, created_at_ms, messages FROM checkpoints WHERE thread_id = $1 ORDER BY id",
+        )
+        .bind(thread_id)
+        .fetch_all(&self.store.pool)
+        .await
+        .map_err(storage)?;
+        rows.iter()
+            .map(|row| {
+                Ok(CheckpointInfo {
+                    id: u64::try_from(row.try_get::<i64, _>("id").map_err(storage)?).unwrap_or(0),
+                    created_at_ms: u64::try_from(
+                        row.try_get::<i64, _>("created_at_ms").map_err(storage)?,
+                    )
+                    .unwrap_or(0),
+                    messages: usize::try_from(row.try_get::<i64, _>("messages").map_err(storage)?)
+                        .unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    async fn threads(&self) -> Result<Vec<ThreadInfo>, CheckpointError> {
+        let rows = sqlx::query(
+            "SELECT thread_id, COUNT(*) AS n, MAX(created_at_ms) AS updated FROM checkpoints
+             GROUP BY thread_id ORDER BY updated DESC, thread_id",
+        )
+        .fetch_all(&self.store.pool)
+        .await
+        .map_err(storage)?;
+        rows.iter()
+            .map(|row| {
+                Ok(ThreadInfo {
+                    thread_id: row.try_get("thread_id").map_err(storage)?,
+                    checkpoints: u64::try_from(row.try_get::<i64, _>("n").map_err(storage)?)
+                        .unwrap_or(0),
+                    updated_at_ms: u64::try_from(
+                        row.try_get::<i64, _>("updated").map_err(storage)?,
+                    )
+                    .unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError> {
+        let done = sqlx::query("DELETE FROM checkpoints WHERE thread_id = $1")
+            .bind(thread_id)
+            .execute(&self.store.pool)
+            .await
+            .map_err(storage)?;
+        Ok(done.rows_affected() > 0)
+    }
+}
