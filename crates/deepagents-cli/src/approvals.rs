@@ -33,10 +33,7 @@ pub fn ask(actions: &[PendingAction]) -> anyhow::Result<Vec<Decision>> {
     let mut decisions = Vec::with_capacity(actions.len());
     let mut stderr = std::io::stderr();
     for action in actions {
-        let shown = match action.arguments.get("command").and_then(|c| c.as_str()) {
-            Some(command) => format!("$ {command}"),
-            None => action.arguments.to_string(),
-        };
+        let shown = describe(action);
         writeln!(stderr, "\n{}: {shown}", action.name)?;
         if let Some(description) = &action.description {
             writeln!(stderr, "  {description}")?;
@@ -77,4 +74,36 @@ pub fn ask(actions: &[PendingAction]) -> anyhow::Result<Vec<Decision>> {
         decisions.push(decision);
     }
     Ok(decisions)
+}
+
+/// What the person should see: the command for `execute`, a diff for edits, the content for
+/// writes, the arguments otherwise.
+fn describe(action: &PendingAction) -> String {
+    let arg = |name: &str| action.arguments.get(name).and_then(|v| v.as_str());
+    match action.name.as_str() {
+        "execute" => format!("$ {}", arg("command").unwrap_or_default()),
+        "edit_file" => {
+            let mut out = format!("{}\n", arg("file_path").unwrap_or_default());
+            for line in arg("old_string").unwrap_or_default().lines() {
+                out.push_str(&format!("  - {line}\n"));
+            }
+            for line in arg("new_string").unwrap_or_default().lines() {
+                out.push_str(&format!("  + {line}\n"));
+            }
+            out
+        }
+        "write_file" => {
+            let content = arg("content").unwrap_or_default();
+            let mut out = format!(
+                "{} ({} lines)\n",
+                arg("file_path").unwrap_or_default(),
+                content.lines().count()
+            );
+            for line in content.lines().take(20) {
+                out.push_str(&format!("  + {line}\n"));
+            }
+            out
+        }
+        _ => action.arguments.to_string(),
+    }
 }

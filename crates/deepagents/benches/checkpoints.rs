@@ -44,7 +44,11 @@ impl Model for BenchModel {
                 content: vec![ContentBlock::text(format!("step {step}"))],
                 tool_calls,
             },
-            usage: Usage { input_tokens: 100, output_tokens: 10, cached_input_tokens: 0 },
+            usage: Usage {
+                input_tokens: 100,
+                output_tokens: 10,
+                cached_input_tokens: 0,
+            },
             stop_reason: StopReason::EndTurn,
         })
     }
@@ -58,11 +62,19 @@ struct Measured {
 
 #[async_trait]
 impl Checkpointer for Measured {
-    async fn append(&self, thread: &str, delta: &RunDelta, run: &Run) -> Result<u64, CheckpointError> {
+    async fn append(
+        &self,
+        thread: &str,
+        delta: &RunDelta,
+        run: &Run,
+    ) -> Result<u64, CheckpointError> {
         let bytes = serde_json::to_string(delta).unwrap().len();
         let start = Instant::now();
         let id = self.inner.append(thread, delta, run).await?;
-        self.writes.lock().unwrap().push((run.steps as usize, bytes, start.elapsed()));
+        self.writes
+            .lock()
+            .unwrap()
+            .push((run.steps as usize, bytes, start.elapsed()));
         Ok(id)
     }
     async fn load(&self, thread: &str, at: Option<u64>) -> Result<Option<Run>, CheckpointError> {
@@ -80,10 +92,15 @@ impl Checkpointer for Measured {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path().join("bench.db")).await.unwrap();
+        let store = SqliteStore::open(dir.path().join("bench.db"))
+            .await
+            .unwrap();
         let measured = Arc::new(Measured {
             inner: Arc::new(store.checkpointer()),
             writes: Mutex::new(Vec::new()),
@@ -94,22 +111,44 @@ fn main() {
             .general_purpose_subagent(false)
             .build()
             .unwrap();
-        let (run, checkpoint) = open_thread(measured.clone(), "bench", Some("go".into())).await.unwrap();
-        let options = RunOptions { checkpoint: Some(checkpoint), ..RunOptions::default() };
+        let (run, checkpoint) = open_thread(measured.clone(), "bench", Some("go".into()))
+            .await
+            .unwrap();
+        let options = RunOptions {
+            checkpoint: Some(checkpoint),
+            ..RunOptions::default()
+        };
         let started = Instant::now();
-        agent.run(run, options, deepagents::EventSink::discard()).await.unwrap();
+        agent
+            .run(run, options, deepagents::EventSink::discard())
+            .await
+            .unwrap();
         let total = started.elapsed();
         let writes = measured.writes.lock().unwrap().clone();
-        println!("{STEPS}-step run with SQLite checkpoints: {} checkpoints in {:.2} s", writes.len(), total.as_secs_f64());
+        println!(
+            "{STEPS}-step run with SQLite checkpoints: {} checkpoints in {:.2} s",
+            writes.len(),
+            total.as_secs_f64()
+        );
         println!("steps      delta bytes/checkpoint   append µs/checkpoint");
         for (from, to) in [(1, 10), (91, 100), (991, 1_000)] {
-            let window: Vec<_> = writes.iter().filter(|(s, _, _)| (from..=to).contains(s)).collect();
-            let bytes = window.iter().map(|(_, b, _)| *b).sum::<usize>() as f64 / window.len() as f64;
-            let micros = window.iter().map(|(_, _, d)| d.as_micros()).sum::<u128>() as f64 / window.len() as f64;
+            let window: Vec<_> = writes
+                .iter()
+                .filter(|(s, _, _)| (from..=to).contains(s))
+                .collect();
+            let bytes =
+                window.iter().map(|(_, b, _)| *b).sum::<usize>() as f64 / window.len() as f64;
+            let micros = window.iter().map(|(_, _, d)| d.as_micros()).sum::<u128>() as f64
+                / window.len() as f64;
             println!("{from:>4}-{to:<5}  {bytes:>21.0}   {micros:>20.0}");
         }
         let start = Instant::now();
-        let loaded = store.checkpointer().load("bench", None).await.unwrap().unwrap();
+        let loaded = store
+            .checkpointer()
+            .load("bench", None)
+            .await
+            .unwrap()
+            .unwrap();
         println!(
             "load of the {}-message thread: {:.1} ms",
             loaded.state.messages.len(),

@@ -59,10 +59,13 @@ pub(crate) async fn drive(
             })
         }
         Err(error) => {
-            events.emit(EventKind::Error {
-                kind: error.kind().to_owned(),
-                message: error.to_string(),
-            });
+            // A pause already announced itself with an `interrupted` event; it is not an error.
+            if !matches!(error, RunError::Interrupted(_)) {
+                events.emit(EventKind::Error {
+                    kind: error.kind().to_owned(),
+                    message: error.to_string(),
+                });
+            }
             Err(RunFailure {
                 error,
                 run: Box::new(run),
