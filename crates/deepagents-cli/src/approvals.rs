@@ -17,7 +17,7 @@ pub fn execute_config() -> InterruptConfig {
     }
 }
 
-const NOT_INTERACTIVE: &str = "This command needs approval and nobody can approve it here (the run is not interactive). Do without it, or ask the user to rerun with --auto-approve.";
+const NOT_INTERACTIVE: &str = "This call needs approval and nobody can approve it here (the run is not interactive). Do without it, or ask the user to rerun interactively or with --auto-approve.";
 
 /// One decision per action: asked on the terminal, or refused when stdin is not a terminal.
 pub fn ask(actions: &[PendingAction]) -> anyhow::Result<Vec<Decision>> {
