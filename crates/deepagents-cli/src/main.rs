@@ -8,7 +8,6 @@ mod workspace;
 
 use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Parser, Subcommand};
@@ -203,7 +202,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     let (run, checkpoint) = match &args.thread {
         Some(thread) => {
-            let checkpointer = Arc::new(workspace.store.checkpointer());
+            let checkpointer = workspace.checkpointer.clone();
             let input = task.filter(|t| !t.trim().is_empty());
             let (run, checkpoint) = deepagents::open_thread(checkpointer, thread, input).await?;
             if run.state.messages.is_empty() {

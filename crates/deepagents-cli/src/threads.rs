@@ -4,7 +4,6 @@ use std::io::Write as _;
 use std::process::ExitCode;
 
 use anyhow::bail;
-use deepagents::Checkpointer;
 use deepagents::Message;
 
 use crate::ThreadsCommand;
@@ -12,7 +11,7 @@ use crate::workspace::open_store;
 
 /// Runs a `threads` subcommand.
 pub async fn run(command: ThreadsCommand) -> anyhow::Result<ExitCode> {
-    let checkpointer = open_store().await?.checkpointer();
+    let (_, checkpointer) = open_store().await?;
     let mut out = std::io::stdout().lock();
     match command {
         ThreadsCommand::List => {

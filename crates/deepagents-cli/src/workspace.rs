@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::ValueEnum;
+use deepagents::Checkpointer;
 use deepagents::backends::{
     Backend, CompositeBackend, FilesystemBackend, LocalShellBackend, PermissionRule, Permissions,
-    SqliteStore, StateBackend, StoreBackend,
+    PostgresStore, SqliteStore, StateBackend, Store, StoreBackend,
 };
 use serde::Deserialize;
 
@@ -30,8 +31,8 @@ pub struct Workspace {
     pub memory: Vec<String>,
     /// Skill directories, lowest precedence first.
     pub skills: Vec<String>,
-    /// The data directory's database: long-term memory and thread checkpoints.
-    pub store: SqliteStore,
+    /// Where threads are checkpointed (the same database as long-term memory).
+    pub checkpointer: Arc<dyn Checkpointer>,
 }
 
 /// Where the user's own agent directory (`~/.deepagents/agent`) appears to the agent.
@@ -39,11 +40,19 @@ const USER_MOUNT: &str = "/.deepagents-user";
 /// Where long-term memory (the store) appears to the agent.
 const MEMORIES_MOUNT: &str = "/memories";
 
-/// The data directory's database (long-term memory and threads).
-pub async fn open_store() -> anyhow::Result<SqliteStore> {
-    SqliteStore::open(data_dir()?.join("store.db"))
+/// The database of long-term memory and threads: PostgreSQL when `DEEPAGENTS_DATABASE_URL`
+/// is set (for servers and shared machines), else SQLite in the data directory.
+pub async fn open_store() -> anyhow::Result<(Arc<dyn Store>, Arc<dyn Checkpointer>)> {
+    if let Ok(url) = std::env::var("DEEPAGENTS_DATABASE_URL") {
+        let store = PostgresStore::connect(&url)
+            .await
+            .context("cannot open the PostgreSQL database of DEEPAGENTS_DATABASE_URL")?;
+        return Ok((Arc::new(store.clone()), Arc::new(store.checkpointer())));
+    }
+    let store = SqliteStore::open(data_dir()?.join("store.db"))
         .await
-        .context("cannot open the data store; set DEEPAGENTS_DATA_DIR to a writable directory")
+        .context("cannot open the data store; set DEEPAGENTS_DATA_DIR to a writable directory")?;
+    Ok((Arc::new(store.clone()), Arc::new(store.checkpointer())))
 }
 
 /// The CLI's data directory: `DEEPAGENTS_DATA_DIR`, else `$XDG_DATA_HOME/deepagents`, else
@@ -115,9 +124,9 @@ pub async fn open(
         skills.push("/.agents/skills".to_owned());
     }
     // Long-term memory: one SQLite store in the user's data directory, shared by every thread.
-    let store = open_store().await?;
-    let memories = StoreBackend::new(Arc::new(store.clone()))
-        .with_namespace(|_| vec!["agents".to_owned(), "agent".to_owned()]);
+    let (store, checkpointer) = open_store().await?;
+    let memories =
+        StoreBackend::new(store).with_namespace(|_| vec!["agents".to_owned(), "agent".to_owned()]);
     routes.push((MEMORIES_MOUNT.to_owned(), Arc::new(memories)));
     memory.push(format!("{MEMORIES_MOUNT}/AGENTS.md"));
     for (index, dir) in skill_dirs.iter().enumerate() {
@@ -131,7 +140,7 @@ pub async fn open(
     }
     Ok(Workspace {
         backend: Arc::new(composite),
-        store,
+        checkpointer,
         memory,
         skills,
     })

@@ -100,9 +100,73 @@ impl Lcg {
     }
 }
 
+/// Where the CLI keeps its threads for a kill loop.
+#[derive(Clone)]
+enum Database {
+    Sqlite(std::path::PathBuf),
+    Postgres(String),
+}
+
+impl Database {
+    fn configure(&self, command: &mut std::process::Command) {
+        match self {
+            Self::Sqlite(dir) => {
+                command.env("DEEPAGENTS_DATA_DIR", dir);
+            }
+            Self::Postgres(url) => {
+                command.env("DEEPAGENTS_DATABASE_URL", url);
+            }
+        }
+    }
+
+    fn load(&self, thread: &str) -> Option<deepagents::Run> {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async {
+            match self {
+                Self::Sqlite(dir) => {
+                    let store = SqliteStore::open(dir.join("store.db")).await.unwrap();
+                    store.checkpointer().load(thread, None).await.unwrap()
+                }
+                Self::Postgres(url) => {
+                    let store = deepagents::backends::PostgresStore::connect(url)
+                        .await
+                        .unwrap();
+                    store.checkpointer().load(thread, None).await.unwrap()
+                }
+            }
+        })
+    }
+}
+
 #[test]
-fn sigkill_at_random_moments_never_corrupts_a_thread() {
+fn sigkill_at_random_moments_never_corrupts_a_thread_on_sqlite() {
     let data = tempfile::tempdir().unwrap();
+    kill_loop(&Database::Sqlite(data.path().to_owned()), "sqlite");
+}
+
+#[test]
+fn sigkill_at_random_moments_never_corrupts_a_thread_on_postgres() {
+    let Ok(url) = std::env::var("DEEPAGENTS_TEST_POSTGRES_URL") else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI must provide PostgreSQL (DEEPAGENTS_TEST_POSTGRES_URL); see .ci/run"
+        );
+        eprintln!("skipped: no PostgreSQL (set DEEPAGENTS_TEST_POSTGRES_URL)");
+        return;
+    };
+    let unique = format!(
+        "pg-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    kill_loop(&Database::Postgres(url), &unique);
+}
+
+fn kill_loop(database: &Database, prefix: &str) {
+    let work = tempfile::tempdir().unwrap();
     let root = tempfile::tempdir().unwrap();
     let steps = 12;
     let mut turns: Vec<Value> = (0..steps)
@@ -114,13 +178,13 @@ fn sigkill_at_random_moments_never_corrupts_a_thread() {
         })
         .collect();
     turns.push(json!({"text": "all steps done"}));
-    let model = write_script(data.path(), &json!({"turns": turns}));
+    let model = write_script(work.path(), &json!({"turns": turns}));
     let mut rng = Lcg(7);
     let mut kills = 0;
     let mut threads = 0;
     while kills < 50 {
         threads += 1;
-        let thread = format!("crash-{threads}");
+        let thread = format!("{prefix}-crash-{threads}");
         let mut first = true;
         loop {
             let mut command = bin();
@@ -128,6 +192,7 @@ fn sigkill_at_random_moments_never_corrupts_a_thread() {
                 .args([
                     "run",
                     "--json",
+                    "--auto-approve",
                     "--backend",
                     "shell",
                     "--model",
@@ -137,9 +202,9 @@ fn sigkill_at_random_moments_never_corrupts_a_thread() {
                     "--root",
                 ])
                 .arg(root.path())
-                .env("DEEPAGENTS_DATA_DIR", data.path())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::piped());
+            database.configure(&mut command);
             if first {
                 command.arg("work through the steps");
             }
@@ -153,7 +218,7 @@ fn sigkill_at_random_moments_never_corrupts_a_thread() {
                 }
                 let _ = child.wait();
                 // A kill before the first checkpoint leaves no thread; start it again.
-                first = first && !thread_exists(data.path(), &thread);
+                first = first && database.load(&thread).is_none();
                 continue;
             }
             let output = child.wait_with_output().unwrap();
@@ -164,36 +229,14 @@ fn sigkill_at_random_moments_never_corrupts_a_thread() {
             );
             break;
         }
-        check_consistent(data.path(), &thread);
+        check_consistent(database, &thread);
     }
     assert!(kills >= 50);
 }
 
-fn thread_exists(data: &Path, thread: &str) -> bool {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let store = SqliteStore::open(data.join("store.db")).await.unwrap();
-        store
-            .checkpointer()
-            .load(thread, None)
-            .await
-            .unwrap()
-            .is_some()
-    })
-}
-
 /// Every tool call has exactly one result, results follow their call, and the run ended.
-fn check_consistent(data: &Path, thread: &str) {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let run = runtime.block_on(async {
-        let store = SqliteStore::open(data.join("store.db")).await.unwrap();
-        store
-            .checkpointer()
-            .load(thread, None)
-            .await
-            .unwrap()
-            .unwrap()
-    });
+fn check_consistent(database: &Database, thread: &str) {
+    let run = database.load(thread).unwrap();
     let messages = &run.state.messages;
     let mut open: Vec<String> = Vec::new();
     let mut answered = std::collections::HashSet::new();
