@@ -10,7 +10,7 @@ use crate::glob::GlobPattern;
 use crate::mime::{self, Classified};
 use crate::path::VPath;
 use crate::protocol::{
-    BackendError, FileInfo, GlobResult, GrepQuery, GrepResult, RawFile, ReadResult,
+    BackendError, FileInfo, FileOpError, GlobResult, GrepQuery, GrepResult, RawFile, ReadResult,
 };
 use crate::text::{self, LineMatcher};
 
@@ -218,6 +218,19 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
             }
         }
         Ok(result)
+    }
+
+    /// The bytes of each file in `paths` (as given, so each may fail to parse), in order.
+    pub fn download_files(&self, paths: Vec<String>) -> Vec<Result<Vec<u8>, FileOpError>> {
+        paths
+            .into_iter()
+            .map(|raw| {
+                let path = VPath::parse(&raw).map_err(|_| FileOpError::InvalidPath)?;
+                self.read_raw(&path)
+                    .map(|raw| raw.data)
+                    .map_err(|e| e.file_op_code())
+            })
+            .collect()
     }
 
     /// The files a recursive delete of `path` removes.

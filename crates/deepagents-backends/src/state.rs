@@ -181,14 +181,6 @@ impl Backend for StateBackend {
         paths: Vec<String>,
     ) -> Vec<Result<Vec<u8>, FileOpError>> {
         let tree = Self::tree(cx);
-        paths
-            .into_iter()
-            .map(|raw| {
-                let path = VPath::parse(&raw).map_err(|_| FileOpError::InvalidPath)?;
-                tree.read_raw(&path)
-                    .map(|raw| raw.data)
-                    .map_err(|e| e.file_op_code())
-            })
-            .collect()
+        tree.download_files(paths)
     }
 }

@@ -44,3 +44,45 @@ pub fn estimate_messages(messages: &[Message]) -> u64 {
     }
     (chars as u64).div_ceil(4) + flat
 }
+
+/// A running estimate of `messages[start..]` for a conversation that only grows, so a step
+/// costs what the new messages cost, not what the whole history does.
+///
+/// The count is reused only when the start is unchanged and the last counted message is still
+/// where it was (a fingerprint of it is kept), so conversations sharing one agent never use each
+/// other's count; otherwise it is recomputed.
+#[derive(Debug, Default)]
+pub struct RunningEstimate {
+    /// (start, messages counted, fingerprint of the last one, their tokens).
+    counted: std::sync::Mutex<(usize, usize, u64, u64)>,
+}
+
+impl RunningEstimate {
+    /// The estimate of `messages[start..]`.
+    pub fn messages_from(&self, messages: &[Message], start: usize) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let start = start.min(messages.len());
+        let fingerprint = |len: usize| {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            len.hash(&mut hasher);
+            if let Some(message) = len.checked_sub(1).and_then(|i| messages.get(i)) {
+                message.text().hash(&mut hasher);
+            }
+            hasher.finish()
+        };
+        let mut counted = self
+            .counted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (from, len, print, tokens) = *counted;
+        let reusable =
+            from == start && len >= start && len <= messages.len() && print == fingerprint(len);
+        let tokens = if reusable {
+            tokens + estimate_messages(&messages[len..])
+        } else {
+            estimate_messages(&messages[start..])
+        };
+        *counted = (start, messages.len(), fingerprint(messages.len()), tokens);
+        tokens
+    }
+}

@@ -257,14 +257,6 @@ impl Backend for StoreBackend {
             Ok(tree) => tree,
             Err(error) => return vec![Err(error.file_op_code()); paths.len()],
         };
-        paths
-            .into_iter()
-            .map(|raw| {
-                let path = VPath::parse(&raw).map_err(|_| FileOpError::InvalidPath)?;
-                tree.read_raw(&path)
-                    .map(|raw| raw.data)
-                    .map_err(|e| e.file_op_code())
-            })
-            .collect()
+        tree.download_files(paths)
     }
 }

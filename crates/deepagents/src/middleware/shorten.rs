@@ -5,7 +5,7 @@ use deepagents_core::{AgentState, Message, ModelRequest};
 use serde_json::Value;
 
 use super::{Middleware, MiddlewareError};
-use crate::context::estimate_tokens;
+use crate::context::{RunningEstimate, estimate_fixed};
 use crate::tools::output::truncate_chars;
 
 /// Arguments longer than this are shortened.
@@ -24,12 +24,17 @@ const TRIGGER: f64 = 0.7;
 #[derive(Debug)]
 pub struct ShortenOldEditsMiddleware {
     window_tokens: u64,
+    /// Keeps the per-step check independent of the history's length.
+    counted: RunningEstimate,
 }
 
 impl ShortenOldEditsMiddleware {
     /// Shortening for a model whose context window holds `window_tokens`.
     pub fn new(window_tokens: u64) -> Self {
-        Self { window_tokens }
+        Self {
+            window_tokens,
+            counted: RunningEstimate::default(),
+        }
     }
 }
 
@@ -60,7 +65,8 @@ impl Middleware for ShortenOldEditsMiddleware {
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {
         let trigger = (self.window_tokens as f64 * TRIGGER) as u64;
-        if estimate_tokens(request) < trigger {
+        let tokens = estimate_fixed(request) + self.counted.messages_from(&request.messages, 0);
+        if tokens < trigger {
             return Ok(());
         }
         let assistant_turns = request

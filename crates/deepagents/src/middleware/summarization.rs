@@ -3,7 +3,6 @@
 //! replaced transcript is appended to a history file the model can read.
 
 use std::fmt::Write as _;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
@@ -17,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Middleware, MiddlewareError, ModelNext};
-use crate::context::{estimate_fixed, estimate_messages, estimate_tokens};
+use crate::context::{RunningEstimate, estimate_fixed, estimate_messages, estimate_tokens};
 use crate::tools::output::truncate_chars;
 
 /// The custom state key holding the summary marker.
@@ -103,9 +102,8 @@ pub struct SummarizationMiddleware {
     /// A trigger learned from a provider's overflow error: the estimate was too optimistic.
     learned_trigger: Mutex<Option<u64>>,
     /// Running estimate of the visible messages, so deciding costs the same at any history
-    /// length: (marker position, messages counted, fingerprint of the last one, their tokens).
-    /// The fingerprint keeps conversations that share this agent from using each other's count.
-    counted: Mutex<(usize, usize, u64, u64)>,
+    /// length.
+    counted: RunningEstimate,
     /// The opt-in `compact_conversation` tool.
     compact_tool: Option<Arc<dyn DynTool>>,
     /// The latest estimate, and the correction learned from the provider's reported usage
@@ -175,7 +173,7 @@ impl SummarizationMiddleware {
             config: config.unwrap_or_else(|| SummarizationConfig::default_for(window)),
             pending: Mutex::new(None),
             learned_trigger: Mutex::new(None),
-            counted: Mutex::new((0, 0, 0, 0)),
+            counted: RunningEstimate::default(),
             compact_tool: None,
             calibration: Mutex::new(Calibration {
                 last_estimate: 0,
@@ -207,24 +205,7 @@ impl SummarizationMiddleware {
     /// since the last call (messages are only ever appended).
     fn visible_tokens(&self, marker: &SummaryMarker, messages: &[Message]) -> u64 {
         let start = marker.upto.min(messages.len());
-        let fingerprint = |len: usize| {
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            len.hash(&mut hasher);
-            if let Some(message) = len.checked_sub(1).and_then(|i| messages.get(i)) {
-                message.text().hash(&mut hasher);
-            }
-            hasher.finish()
-        };
-        let mut counted = self.counted.lock().unwrap_or_else(PoisonError::into_inner);
-        let (upto, len, print, tokens) = *counted;
-        let reusable =
-            upto == start && len >= start && len <= messages.len() && print == fingerprint(len);
-        let tokens = if reusable {
-            tokens + estimate_messages(&messages[len..])
-        } else {
-            estimate_messages(&messages[start..])
-        };
-        *counted = (start, messages.len(), fingerprint(messages.len()), tokens);
+        let tokens = self.counted.messages_from(messages, start);
         let summary = if start > 0 {
             estimate_messages(&visible(marker, &messages[..start.min(messages.len())]))
         } else {
