@@ -83,44 +83,69 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn start(mut command: Command, what: &str, dir: Option<tempfile::TempDir>) -> MockServer {
+/// Starts a server on a free port and waits until `ready_path` answers 2xx on it.
+///
+/// A port found free can be taken by a parallel test before the server binds it; the server
+/// then exits (or another process answers the probe with something else), so the start is
+/// retried on a new port. A plain TCP connect is not proof of readiness for the same reason.
+fn start(
+    command_for_port: impl Fn(u16) -> Command,
+    what: &str,
+    ready_path: &str,
+    dir: Option<tempfile::TempDir>,
+) -> MockServer {
     let log_dir = tempfile::tempdir().unwrap();
     let log = log_dir.path().join("server.log");
-    let port = command
-        .get_args()
-        .zip(command.get_args().skip(1))
-        .find(|(flag, _)| *flag == "--port" || *flag == "-p")
-        .and_then(|(_, value)| value.to_str()?.parse().ok())
-        .unwrap();
-    let out = std::fs::File::create(&log).unwrap();
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-    let mut server = MockServer {
-        child,
-        port,
-        log,
-        _dir: dir,
-        _log_dir: log_dir,
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return server;
+    for _attempt in 0..5 {
+        let port = free_port();
+        let out = std::fs::File::create(&log).unwrap();
+        let mut child = command_for_port(port)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !matches!(child.try_wait(), Ok(Some(_))) {
+            if probe(port, ready_path) {
+                return MockServer {
+                    child,
+                    port,
+                    log,
+                    _dir: dir,
+                    _log_dir: log_dir,
+                };
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                panic!(
+                    "{what} did not answer GET {ready_path} on port {port} within 30 s: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        if let Ok(Some(status)) = server.child.try_wait() {
-            panic!("{what} exited with {status}: {}", server.log());
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} did not listen on port {port} within 30 s: {}",
-            server.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
     }
+    panic!(
+        "{what} did not start on any of 5 free ports: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
+
+/// Whether `GET path` on the port answers with a 2xx status.
+fn probe(port: u16, path: &str) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).is_ok()
+        && (head.starts_with(b"HTTP/1.1 2") || head.starts_with(b"HTTP/1.0 2"))
 }
 
 /// llmock (PyPI, 0.2.2) with tool invention off, or `None` (after a visible skip line) when it
@@ -132,18 +157,20 @@ pub fn llmock() -> Option<MockServer> {
     let Some(bin) = bin else {
         return missing("llmock", "pip install llmock==0.2.2");
     };
-    let port = free_port();
-    let mut command = Command::new(bin);
-    command.args([
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        &port.to_string(),
-        "--tool-mode",
-        "off",
-    ]);
-    Some(start(command, "llmock", None))
+    let command = |port: u16| {
+        let mut command = Command::new(&bin);
+        command.args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--tool-mode",
+            "off",
+        ]);
+        command
+    };
+    Some(start(command, "llmock", "/_llmock/requests", None))
 }
 
 /// Where `.ci/run` installs aimock, relative to the workspace.
@@ -169,13 +196,16 @@ pub fn aimock(fixtures: &Value) -> Option<MockServer> {
     };
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("fixtures.json"), fixtures.to_string()).unwrap();
-    let port = free_port();
-    let mut command = Command::new(node);
-    command
-        .arg(cli)
-        .args(["-p", &port.to_string(), "-h", "127.0.0.1", "-f"])
-        .arg(dir.path());
-    Some(start(command, "aimock", Some(dir)))
+    let fixtures_dir = dir.path().to_path_buf();
+    let command = |port: u16| {
+        let mut command = Command::new(&node);
+        command
+            .arg(&cli)
+            .args(["-p", &port.to_string(), "-h", "127.0.0.1", "-f"])
+            .arg(&fixtures_dir);
+        command
+    };
+    Some(start(command, "aimock", "/__aimock/journal", Some(dir)))
 }
 
 /// One blocking HTTP/1.1 exchange with a JSON answer.
