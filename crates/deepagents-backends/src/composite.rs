@@ -5,18 +5,19 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::filtered::grep_kept;
 use crate::glob::GlobPattern;
 use crate::path::VPath;
 use crate::protocol::{
-    Backend, BackendContext, BackendError, Changed, FileInfo, FileOpError, GlobResult, GrepQuery,
-    GrepResult, PathMapping, RawFile, ReadResult, Sandbox,
+    Backend, BackendContext, BackendError, Changed, FileInfo, FileOpError, GlobResult, GrepMatch,
+    GrepQuery, GrepResult, PathMapping, RawFile, ReadResult, Sandbox,
 };
 
 /// Routes each path to the backend mounted at its longest matching prefix (on segment
 /// boundaries: a route at `/mem` does not catch `/memories/x`), or to the default backend.
 ///
 /// The routed backend sees paths with the prefix stripped, and every path it returns gets the
-/// prefix back. `ls` of a directory above mount points shows them beside the default's entries;
+/// prefix back, in results and in errors alike. `ls` of a directory above mount points shows them beside the default's entries;
 /// `glob` and `grep` over such a directory search every backend below it, with one global
 /// match cap. Files of the default backend that lie under a mount point are hidden by the mount.
 /// `execute` always runs on the default backend.
@@ -77,9 +78,17 @@ impl CompositeBackend {
         (self.default.as_ref(), path.clone(), None, cx.clone())
     }
 
+    /// The mount point whose backend holds `path`, `None` for the default.
+    fn mount_of(&self, path: &VPath) -> Option<&VPath> {
+        self.routes
+            .iter()
+            .map(|(prefix, _)| prefix)
+            .find(|prefix| path.starts_with(prefix))
+    }
+
     /// Whether `path` belongs to some route (so the default's file there is hidden).
     fn is_routed(&self, path: &str) -> bool {
-        VPath::parse(path).is_ok_and(|path| self.routes.iter().any(|(p, _)| path.starts_with(p)))
+        VPath::parse(path).is_ok_and(|path| self.mount_of(&path).is_some())
     }
 
     /// Routes mounted strictly below `dir`, with their paths relative to it.
@@ -100,6 +109,57 @@ fn restore(prefix: &Option<VPath>, path: &str) -> String {
     }
 }
 
+/// Puts the mount prefix back into the paths an error of a routed call names.
+fn restore_error(prefix: &Option<VPath>) -> impl Fn(BackendError) -> BackendError + '_ {
+    move |error| error.map_paths(|path| restore(prefix, path))
+}
+
+/// How a route mounted below a grep's search path is to be searched for its include glob.
+#[derive(Debug, PartialEq, Eq)]
+enum RouteInclude {
+    /// No file of the route can match.
+    Skip,
+    /// Search with this include (relative to the route's root); the composite still checks
+    /// every match against the original glob, so it may admit more than the glob does.
+    Search(Option<String>),
+}
+
+/// Translates `include`, relative to the search path, for a route mounted at `mount` relative
+/// to that path (e.g. `img` or `a/b`), following the semantics of [`crate::glob`].
+fn route_include(include: Option<&str>, mount: &str) -> RouteInclude {
+    let Some(pattern) = include else {
+        return RouteInclude::Search(None);
+    };
+    let anchored = pattern.trim_start_matches('/');
+    if !pattern.starts_with('/') && !anchored.contains('/') {
+        // A name pattern matches at any depth, below the mount as above it.
+        return RouteInclude::Search(Some(pattern.to_owned()));
+    }
+    let mut segments = anchored.split('/');
+    for mount_segment in mount.split('/') {
+        match segments.next() {
+            Some(segment) if is_literal(segment) && segment != mount_segment => {
+                return RouteInclude::Skip;
+            }
+            // A hidden segment lets the whole glob match hidden files; the rest alone would not.
+            Some(segment) if is_literal(segment) && !segment.starts_with('.') => {}
+            _ => return RouteInclude::Search(None),
+        }
+    }
+    let rest: Vec<&str> = segments.collect();
+    if rest.iter().all(|segment| segment.is_empty()) {
+        // The glob names the mount point itself (`img` or `img/`), which is a directory.
+        return RouteInclude::Skip;
+    }
+    // The leading `/` keeps the rest anchored at the route's root.
+    RouteInclude::Search(Some(format!("/{}", rest.join("/"))))
+}
+
+/// Whether a glob segment matches only itself.
+fn is_literal(segment: &str) -> bool {
+    !segment.contains(['*', '?', '[', ']', '{', '}', '\\'])
+}
+
 fn routed_cx(cx: &BackendContext, prefix: &VPath) -> BackendContext {
     let mut routed = cx.clone();
     routed.mount = Some(cx.full_path(prefix));
@@ -115,7 +175,10 @@ impl Backend for CompositeBackend {
     async fn ls(&self, cx: &BackendContext, path: &VPath) -> Result<Vec<FileInfo>, BackendError> {
         let (backend, inner, prefix, routed) = self.resolve(cx, path);
         if prefix.is_some() {
-            let mut entries = backend.ls(&routed, &inner).await?;
+            let mut entries = backend
+                .ls(&routed, &inner)
+                .await
+                .map_err(restore_error(&prefix))?;
             for entry in &mut entries {
                 entry.path = restore(&prefix, &entry.path);
             }
@@ -161,13 +224,19 @@ impl Backend for CompositeBackend {
         offset: usize,
         limit: usize,
     ) -> Result<ReadResult, BackendError> {
-        let (backend, inner, _, routed) = self.resolve(cx, path);
-        backend.read(&routed, &inner, offset, limit).await
+        let (backend, inner, prefix, routed) = self.resolve(cx, path);
+        backend
+            .read(&routed, &inner, offset, limit)
+            .await
+            .map_err(restore_error(&prefix))
     }
 
     async fn read_raw(&self, cx: &BackendContext, path: &VPath) -> Result<RawFile, BackendError> {
-        let (backend, inner, _, routed) = self.resolve(cx, path);
-        backend.read_raw(&routed, &inner).await
+        let (backend, inner, prefix, routed) = self.resolve(cx, path);
+        backend
+            .read_raw(&routed, &inner)
+            .await
+            .map_err(restore_error(&prefix))
     }
 
     async fn write(
@@ -176,8 +245,11 @@ impl Backend for CompositeBackend {
         path: &VPath,
         content: &str,
     ) -> Result<Changed<()>, BackendError> {
-        let (backend, inner, _, routed) = self.resolve(cx, path);
-        backend.write(&routed, &inner, content).await
+        let (backend, inner, prefix, routed) = self.resolve(cx, path);
+        backend
+            .write(&routed, &inner, content)
+            .await
+            .map_err(restore_error(&prefix))
     }
 
     async fn edit(
@@ -188,8 +260,11 @@ impl Backend for CompositeBackend {
         new: &str,
         replace_all: bool,
     ) -> Result<Changed<usize>, BackendError> {
-        let (backend, inner, _, routed) = self.resolve(cx, path);
-        backend.edit(&routed, &inner, old, new, replace_all).await
+        let (backend, inner, prefix, routed) = self.resolve(cx, path);
+        backend
+            .edit(&routed, &inner, old, new, replace_all)
+            .await
+            .map_err(restore_error(&prefix))
     }
 
     async fn delete(
@@ -212,7 +287,10 @@ impl Backend for CompositeBackend {
                 reason: "it is a mount point; delete the entries inside it".to_owned(),
             });
         }
-        backend.delete(&routed, &inner).await
+        backend
+            .delete(&routed, &inner)
+            .await
+            .map_err(restore_error(&prefix))
     }
 
     async fn glob(
@@ -223,7 +301,10 @@ impl Backend for CompositeBackend {
     ) -> Result<GlobResult, BackendError> {
         let (backend, inner, prefix, routed) = self.resolve(cx, base);
         if prefix.is_some() {
-            let mut result = backend.glob(&routed, pattern, &inner).await?;
+            let mut result = backend
+                .glob(&routed, pattern, &inner)
+                .await
+                .map_err(restore_error(&prefix))?;
             for file in &mut result.files {
                 file.path = restore(&prefix, &file.path);
             }
@@ -240,16 +321,17 @@ impl Backend for CompositeBackend {
         // Patterns are relative to `base`, which lies above the mount: list each mounted
         // backend whole and match in the composite's own coordinates.
         let matcher = GlobPattern::new(pattern)?;
-        for (mount, routed_backend) in self.routes_below(base) {
+        for (mount_path, routed_backend) in self.routes_below(base) {
+            let mount = Some(mount_path.clone());
             let listed = routed_backend
-                .glob(&routed_cx(cx, mount), EVERY_FILE, &VPath::root())
-                .await?;
+                .glob(&routed_cx(cx, mount_path), EVERY_FILE, &VPath::root())
+                .await
+                .map_err(restore_error(&mount))?;
             result.truncated |= listed.truncated;
-            let mount = Some(mount.clone());
             for mut file in listed.files {
                 file.path = restore(&mount, &file.path);
                 let keep = VPath::parse(&file.path).is_ok_and(|path| {
-                    self.resolve(cx, &path).2 == mount
+                    self.mount_of(&path) == Some(mount_path)
                         && path.relative_to(base).is_some_and(|r| matcher.matches(r))
                 });
                 if keep {
@@ -268,51 +350,74 @@ impl Backend for CompositeBackend {
     ) -> Result<GrepResult, BackendError> {
         let (backend, inner, prefix, routed) = self.resolve(cx, &query.path);
         if prefix.is_some() {
+            // The include glob is relative to the search path, which the route sees stripped
+            // but otherwise unchanged: it needs no translation.
             let routed_query = GrepQuery {
                 path: inner,
                 ..query.clone()
             };
-            let mut result = backend.grep(&routed, &routed_query).await?;
+            let mut result = backend
+                .grep(&routed, &routed_query)
+                .await
+                .map_err(restore_error(&prefix))?;
             for found in &mut result.matches {
                 found.path = restore(&prefix, &found.path);
             }
             return Ok(result);
         }
-        let mut result = match self.default.grep(cx, query).await {
-            Ok(result) => result,
-            Err(BackendError::NotFound { .. })
-                if self.routes_below(&query.path).next().is_some() =>
-            {
-                GrepResult::default()
-            }
-            Err(error) => return Err(error),
-        };
-        result.matches.retain(|found| !self.is_routed(&found.path));
         let include = query.include.as_deref().map(GlobPattern::new).transpose()?;
-        for (mount, routed_backend) in self.routes_below(&query.path) {
+        // Each backend answers with its first `max_count` visible matches in path order; the
+        // first `max_count` of their union are then the first of the whole tree.
+        let visible_in_default = |found: &GrepMatch| !self.is_routed(&found.path);
+        let mut result =
+            match grep_kept(self.default.as_ref(), cx, query, &visible_in_default).await {
+                Ok(result) => result,
+                Err(BackendError::NotFound { .. })
+                    if self.routes_below(&query.path).next().is_some() =>
+                {
+                    GrepResult::default()
+                }
+                Err(error) => return Err(error),
+            };
+        for (mount_path, routed_backend) in self.routes_below(&query.path) {
+            let mount_relative = mount_path.relative_to(&query.path).unwrap_or_default();
+            let RouteInclude::Search(routed_include) =
+                route_include(query.include.as_deref(), mount_relative)
+            else {
+                continue;
+            };
             let routed_query = GrepQuery {
                 path: VPath::root(),
-                include: None,
+                include: routed_include,
                 ..query.clone()
             };
-            let found = routed_backend
-                .grep(&routed_cx(cx, mount), &routed_query)
-                .await?;
-            result.truncated |= found.truncated;
-            let mount = Some(mount.clone());
-            for mut hit in found.matches {
-                hit.path = restore(&mount, &hit.path);
-                let keep = VPath::parse(&hit.path).is_ok_and(|path| {
-                    self.resolve(cx, &path).2 == mount
+            let mount = Some(mount_path.clone());
+            // Deeper mounts hide this route's files below them, and a translated include may
+            // admit more than the original glob.
+            let visible = |found: &GrepMatch| {
+                VPath::parse(&restore(&mount, &found.path)).is_ok_and(|path| {
+                    self.mount_of(&path) == Some(mount_path)
                         && include.as_ref().is_none_or(|include| {
                             path.relative_to(&query.path)
                                 .is_some_and(|r| include.matches(r))
                         })
-                });
-                if keep {
-                    result.matches.push(hit);
-                }
-            }
+                })
+            };
+            let found = grep_kept(
+                routed_backend.as_ref(),
+                &routed_cx(cx, mount_path),
+                &routed_query,
+                &visible,
+            )
+            .await
+            .map_err(restore_error(&mount))?;
+            result.truncated |= found.truncated;
+            result
+                .matches
+                .extend(found.matches.into_iter().map(|mut hit| {
+                    hit.path = restore(&mount, &hit.path);
+                    hit
+                }));
         }
         result.matches.sort_by(|a, b| {
             (a.path.as_str(), a.line_number).cmp(&(b.path.as_str(), b.line_number))

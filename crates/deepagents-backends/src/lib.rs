@@ -13,6 +13,7 @@
 //! runs user checks around any backend.
 
 mod composite;
+mod filtered;
 pub mod glob;
 pub mod memory;
 pub mod mime;

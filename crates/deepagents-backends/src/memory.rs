@@ -3,6 +3,7 @@
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use deepagents_core::{FileContent, FileData};
 
@@ -49,25 +50,35 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
 
     /// Whether files exist strictly below `path`.
     pub fn is_dir(&self, path: &VPath) -> bool {
-        path.is_root()
-            || self
-                .files
-                .range(path.clone()..)
-                .take_while(|(p, _)| p.starts_with(path))
-                .any(|(p, _)| p != path)
+        path.is_root() || self.strictly_below(path).next().is_some()
     }
 
-    /// Files at or below `path`.
-    pub fn below<'a>(&'a self, path: &'a VPath) -> impl Iterator<Item = (&'a VPath, &'a FileData)> {
+    /// Files strictly below `path`. They form one run of the map starting at `path` + `/`;
+    /// starting at `path` itself would first meet siblings such as `path.md` or `path-old/x`,
+    /// which sort before `/`.
+    fn strictly_below<'a>(
+        &'a self,
+        path: &'a VPath,
+    ) -> impl Iterator<Item = (&'a VPath, &'a FileData)> {
         let start = if path.is_root() {
-            VPath::root()
+            String::from("/")
         } else {
-            path.clone()
+            format!("{path}/")
         };
         self.files
-            .range(start..)
+            .range::<str, _>((Bound::Included(start.as_str()), Bound::Unbounded))
             .take_while(move |(p, _)| p.starts_with(path))
             .map(|(p, f)| (p, f.borrow()))
+    }
+
+    /// Files at or below `path`, in path order.
+    pub fn below<'a>(&'a self, path: &'a VPath) -> impl Iterator<Item = (&'a VPath, &'a FileData)> {
+        let at = if path.is_root() {
+            None
+        } else {
+            self.files.get_key_value(path).map(|(p, f)| (p, f.borrow()))
+        };
+        at.into_iter().chain(self.strictly_below(path))
     }
 
     /// Checks that a file may be written at `path`: it is not a directory, and no ancestor is a

@@ -178,6 +178,14 @@ impl fmt::Display for VPath {
     }
 }
 
+// Ordering, equality and hashing are those of the string, so maps keyed by `VPath` can be
+// searched by `str` bounds such as `"/dir/"`, which are not valid `VPath`s themselves.
+impl std::borrow::Borrow<str> for VPath {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl AsRef<str> for VPath {
     fn as_ref(&self) -> &str {
         &self.0

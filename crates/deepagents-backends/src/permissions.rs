@@ -6,10 +6,11 @@ use async_trait::async_trait;
 use globset::{GlobBuilder, GlobMatcher};
 use serde::{Deserialize, Serialize};
 
+use crate::filtered::grep_kept;
 use crate::path::VPath;
 use crate::protocol::{
     Backend, BackendContext, BackendError, Changed, ExecuteResult, FileInfo, FileOpError,
-    GlobResult, GrepQuery, GrepResult, PathMapping, RawFile, ReadResult, Sandbox,
+    GlobResult, GrepMatch, GrepQuery, GrepResult, PathMapping, RawFile, ReadResult, Sandbox,
 };
 
 /// What an operation does to a path: `ls`, `read_file`, `glob` and `grep` read; `write_file`,
@@ -51,14 +52,22 @@ pub struct PermissionRule {
 
 /// A rule could not be compiled.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid permission rule {index} path `{path}`: {reason}")]
+#[error("invalid permission rule {index}{}: {reason}", shown_path(.path))]
 pub struct RuleError {
     /// 0-based index of the rule.
     pub index: usize,
-    /// The offending path glob.
+    /// The offending path glob; empty when the rule as a whole is wrong.
     pub path: String,
     /// What is wrong.
     pub reason: String,
+}
+
+fn shown_path(path: &str) -> String {
+    if path.is_empty() {
+        String::new()
+    } else {
+        format!(" path `{path}`")
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -76,10 +85,27 @@ pub struct Permissions {
 }
 
 impl Permissions {
-    /// Compiles `rules`, checking that every path is absolute and free of `..`.
+    /// Compiles `rules`, checking that each names at least one operation and one path, and
+    /// that every path is absolute and free of `..`.
     pub fn new(rules: Vec<PermissionRule>) -> Result<Self, RuleError> {
         let mut compiled = Vec::with_capacity(rules.len());
         for (index, rule) in rules.into_iter().enumerate() {
+            // Such a rule could never match, so it is almost certainly a mistake that would
+            // otherwise leave paths unprotected without a word.
+            let empty = if rule.operations.is_empty() {
+                Some("it lists no operations; give `read`, `write` or both")
+            } else if rule.paths.is_empty() {
+                Some("it lists no paths; give absolute globs such as `/secrets/**`")
+            } else {
+                None
+            };
+            if let Some(reason) = empty {
+                return Err(RuleError {
+                    index,
+                    path: String::new(),
+                    reason: reason.to_owned(),
+                });
+            }
             let mut matchers = Vec::new();
             let mut literal_prefixes = Vec::new();
             for path in &rule.paths {
@@ -283,9 +309,10 @@ impl Backend for PermissionedBackend {
         query: &GrepQuery,
     ) -> Result<GrepResult, BackendError> {
         self.require(Operation::Read, &query.path)?;
-        let mut result = self.inner.grep(cx, query).await?;
-        result.matches.retain(|m| self.readable(&m.path));
-        Ok(result)
+        grep_kept(self.inner.as_ref(), cx, query, &|m: &GrepMatch| {
+            self.readable(&m.path)
+        })
+        .await
     }
 
     async fn upload_files(

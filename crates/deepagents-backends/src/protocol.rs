@@ -321,6 +321,48 @@ pub enum BackendError {
 }
 
 impl BackendError {
+    /// The same error with each path it names passed through `map`. A composite uses it to put
+    /// the mount prefix back, so errors name the path the agent used, as results do.
+    pub(crate) fn map_paths(self, map: impl Fn(&str) -> String) -> Self {
+        match self {
+            Self::InvalidPath(PathError { path, reason }) => Self::InvalidPath(PathError {
+                path: map(&path),
+                reason,
+            }),
+            Self::NotFound { path } => Self::NotFound { path: map(&path) },
+            Self::IsDirectory { path } => Self::IsDirectory { path: map(&path) },
+            Self::NotADirectory { path } => Self::NotADirectory { path: map(&path) },
+            Self::PermissionDenied { path, reason } => Self::PermissionDenied {
+                path: map(&path),
+                reason,
+            },
+            Self::TooLarge { path, size, max } => Self::TooLarge {
+                path: map(&path),
+                size,
+                max,
+            },
+            Self::Binary { path, mime_type } => Self::Binary {
+                path: map(&path),
+                mime_type,
+            },
+            Self::StringNotFound { path } => Self::StringNotFound { path: map(&path) },
+            Self::NotUnique { path, count } => Self::NotUnique {
+                path: map(&path),
+                count,
+            },
+            Self::Io {
+                operation,
+                path,
+                message,
+            } => Self::Io {
+                operation,
+                path: map(&path),
+                message,
+            },
+            error @ (Self::InvalidQuery { .. } | Self::Unsupported { .. }) => error,
+        }
+    }
+
     /// The batch error code of this error.
     pub fn file_op_code(&self) -> FileOpError {
         match self {

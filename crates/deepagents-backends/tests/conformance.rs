@@ -1,28 +1,83 @@
-//! The cases every backend must pass. Backend-specific modules call [`check_backend`].
+//! The cases every backend must pass. Backend-specific modules call [`check_backend`] and
+//! [`check_mounted`].
 
 use std::sync::Arc;
 
 use deepagents_backends::{
-    Backend, BackendContext, BackendError, Changed, FileOpError, GrepQuery, ReadResult, VPath,
+    Backend, BackendContext, BackendError, Changed, CompositeBackend, FileOpError, GrepQuery,
+    GrepResult, RawFile, ReadResult, StateBackend, VPath,
 };
 use deepagents_core::StateSchema;
 
-/// A backend with a context whose state absorbs every update, as a run would.
+/// A backend with a context whose state absorbs every update, as a run would. Paths given to
+/// the helpers are relative to `root`, and paths they return are shown relative to it again, so
+/// one case can run at `/` and under a composite mount alike.
 pub struct Harness {
     pub backend: Arc<dyn Backend>,
     pub cx: BackendContext,
+    pub root: VPath,
 }
 
 pub fn p(path: &str) -> VPath {
     VPath::parse(path).unwrap()
 }
 
+/// The path an error names, for the variants that name one.
+pub fn error_path(error: &BackendError) -> Option<&str> {
+    match error {
+        BackendError::NotFound { path }
+        | BackendError::IsDirectory { path }
+        | BackendError::NotADirectory { path }
+        | BackendError::PermissionDenied { path, .. }
+        | BackendError::TooLarge { path, .. }
+        | BackendError::Binary { path, .. }
+        | BackendError::StringNotFound { path }
+        | BackendError::NotUnique { path, .. }
+        | BackendError::Io { path, .. } => Some(path),
+        _ => None,
+    }
+}
+
 impl Harness {
     pub fn new(backend: Arc<dyn Backend>) -> Self {
+        Self::mounted(backend, "/")
+    }
+
+    /// A harness whose cases live under `root`.
+    pub fn mounted(backend: Arc<dyn Backend>, root: &str) -> Self {
         Self {
             backend,
             cx: BackendContext::default(),
+            root: p(root),
         }
+    }
+
+    /// The full path of a case path.
+    pub fn at(&self, path: &str) -> VPath {
+        p(path).under(&self.root)
+    }
+
+    /// A case path for a path the backend returned.
+    fn shown(&self, full: &str) -> String {
+        p(full)
+            .strip_prefix(&self.root)
+            .unwrap_or_else(|| panic!("{full} is outside the case root {}", self.root))
+            .to_string()
+    }
+
+    /// A raw batch path: valid ones move under the root, invalid ones stay as they are.
+    fn raw(&self, path: &str) -> String {
+        VPath::parse(path).map_or_else(|_| path.to_owned(), |_| self.at(path).to_string())
+    }
+
+    /// Asserts that `error` names `path` (as a case path) in full.
+    #[track_caller]
+    pub fn assert_names(&self, error: &BackendError, path: &str) {
+        assert_eq!(
+            error_path(error),
+            Some(self.at(path).as_str()),
+            "the error names the path the agent used: {error}"
+        );
     }
 
     fn absorb<T>(&mut self, changed: Changed<T>) -> T {
@@ -35,16 +90,14 @@ impl Harness {
     }
 
     pub async fn write(&mut self, path: &str, content: &str) {
-        let changed = self
-            .backend
-            .write(&self.cx, &p(path), content)
-            .await
-            .unwrap();
-        self.absorb(changed);
+        self.try_write(path, content).await.unwrap();
     }
 
     pub async fn try_write(&mut self, path: &str, content: &str) -> Result<(), BackendError> {
-        let changed = self.backend.write(&self.cx, &p(path), content).await?;
+        let changed = self
+            .backend
+            .write(&self.cx, &self.at(path), content)
+            .await?;
         self.absorb(changed);
         Ok(())
     }
@@ -56,28 +109,46 @@ impl Harness {
         new: &str,
         all: bool,
     ) -> Result<usize, BackendError> {
-        let changed = self.backend.edit(&self.cx, &p(path), old, new, all).await?;
+        let changed = self
+            .backend
+            .edit(&self.cx, &self.at(path), old, new, all)
+            .await?;
         Ok(self.absorb(changed))
     }
 
     pub async fn delete(&mut self, path: &str) -> Result<usize, BackendError> {
-        let changed = self.backend.delete(&self.cx, &p(path)).await?;
+        let changed = self.backend.delete(&self.cx, &self.at(path)).await?;
         Ok(self.absorb(changed))
     }
 
     pub async fn upload(&mut self, files: Vec<(&str, Vec<u8>)>) -> Vec<Result<(), FileOpError>> {
-        let files = files.into_iter().map(|(p, b)| (p.to_owned(), b)).collect();
+        let files = files.into_iter().map(|(p, b)| (self.raw(p), b)).collect();
         let changed = self.backend.upload_files(&self.cx, files).await;
         self.absorb(changed)
     }
 
-    pub async fn text(&self, path: &str) -> Vec<String> {
-        match self
-            .backend
-            .read(&self.cx, &p(path), 0, 10_000)
+    pub async fn download(&self, paths: &[&str]) -> Vec<Result<Vec<u8>, FileOpError>> {
+        let paths = paths.iter().map(|p| self.raw(p)).collect();
+        self.backend.download_files(&self.cx, paths).await
+    }
+
+    pub async fn read(
+        &self,
+        path: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<ReadResult, BackendError> {
+        self.backend
+            .read(&self.cx, &self.at(path), offset, limit)
             .await
-            .unwrap()
-        {
+    }
+
+    pub async fn read_raw(&self, path: &str) -> Result<RawFile, BackendError> {
+        self.backend.read_raw(&self.cx, &self.at(path)).await
+    }
+
+    pub async fn text(&self, path: &str) -> Vec<String> {
+        match self.read(path, 0, 10_000).await.unwrap() {
             ReadResult::Text { lines, .. } => lines,
             other => panic!("{path} is not text: {other:?}"),
         }
@@ -86,30 +157,43 @@ impl Harness {
     pub async fn ls(&self, path: &str) -> Result<Vec<(String, bool)>, BackendError> {
         Ok(self
             .backend
-            .ls(&self.cx, &p(path))
+            .ls(&self.cx, &self.at(path))
             .await?
             .into_iter()
-            .map(|e| (e.path, e.is_dir))
+            .map(|e| (self.shown(&e.path), e.is_dir))
+            .collect())
+    }
+
+    pub async fn try_glob(&self, pattern: &str, base: &str) -> Result<Vec<String>, BackendError> {
+        Ok(self
+            .backend
+            .glob(&self.cx, pattern, &self.at(base))
+            .await?
+            .files
+            .into_iter()
+            .map(|f| self.shown(&f.path))
             .collect())
     }
 
     pub async fn glob(&self, pattern: &str, base: &str) -> Vec<String> {
-        self.backend
-            .glob(&self.cx, pattern, &p(base))
-            .await
-            .unwrap()
-            .files
-            .into_iter()
-            .map(|f| f.path)
-            .collect()
+        self.try_glob(pattern, base).await.unwrap()
+    }
+
+    /// Runs `query` with its path taken as a case path.
+    pub async fn try_grep(&self, query: GrepQuery) -> Result<GrepResult, BackendError> {
+        let query = GrepQuery {
+            path: query.path.under(&self.root),
+            ..query
+        };
+        self.backend.grep(&self.cx, &query).await
     }
 
     pub async fn grep(&self, query: GrepQuery) -> (Vec<String>, bool) {
-        let result = self.backend.grep(&self.cx, &query).await.unwrap();
+        let result = self.try_grep(query).await.unwrap();
         let found = result
             .matches
             .into_iter()
-            .map(|m| format!("{}:{}:{}", m.path, m.line_number, m.line))
+            .map(|m| format!("{}:{}:{}", self.shown(&m.path), m.line_number, m.line))
             .collect();
         (found, result.truncated)
     }
@@ -120,7 +204,26 @@ const PNG: &[u8] =
 
 /// Runs every conformance case against a fresh, empty backend.
 pub async fn check_backend(backend: Arc<dyn Backend>) {
-    let mut h = Harness::new(backend);
+    run_cases(Harness::new(backend)).await;
+}
+
+/// Runs every conformance case with `backend` mounted at `/work/` of a composite whose default
+/// is a state backend already holding a file, so each call goes through prefix routing and
+/// every path (results and errors) must come back with the prefix.
+pub async fn check_mounted(backend: Arc<dyn Backend>) {
+    let composite = CompositeBackend::new(Arc::new(StateBackend))
+        .route("/work/", backend)
+        .unwrap();
+    let mut outside = Harness::new(Arc::new(composite));
+    outside.write("/outside.md", "needle outside\n").await;
+    let h = Harness {
+        root: p("/work"),
+        ..outside
+    };
+    run_cases(h).await;
+}
+
+async fn run_cases(mut h: Harness) {
     let name = h.backend.name();
     write_read_and_page(&mut h).await;
     listing(&mut h).await;
@@ -129,13 +232,14 @@ pub async fn check_backend(backend: Arc<dyn Backend>) {
     grepping(&mut h).await;
     binary_and_batches(&mut h).await;
     deleting(&mut h).await;
-    eprintln!("conformance passed: {name}");
+    siblings_that_sort_between_a_directory_and_its_files(&mut h).await;
+    eprintln!("conformance passed: {name} at {}", h.root);
 }
 
 async fn write_read_and_page(h: &mut Harness) {
     h.write("/notes.txt", "hello\nworld\n").await;
     assert_eq!(h.text("/notes.txt").await, ["hello", "world"]);
-    let page = h.backend.read(&h.cx, &p("/notes.txt"), 1, 1).await.unwrap();
+    let page = h.read("/notes.txt", 1, 1).await.unwrap();
     assert_eq!(
         page,
         ReadResult::Text {
@@ -145,9 +249,9 @@ async fn write_read_and_page(h: &mut Harness) {
         }
     );
     assert_eq!(page.next_offset(), None);
-    let first = h.backend.read(&h.cx, &p("/notes.txt"), 0, 1).await.unwrap();
+    let first = h.read("/notes.txt", 0, 1).await.unwrap();
     assert_eq!(first.next_offset(), Some(1));
-    let past = h.backend.read(&h.cx, &p("/notes.txt"), 9, 5).await.unwrap();
+    let past = h.read("/notes.txt", 9, 5).await.unwrap();
     assert_eq!(
         past,
         ReadResult::Text {
@@ -159,11 +263,7 @@ async fn write_read_and_page(h: &mut Harness) {
     h.write("/crlf.txt", "a\r\nb\r\n").await;
     assert_eq!(h.text("/crlf.txt").await, ["a", "b"]);
     h.write("/empty.txt", "").await;
-    let empty = h
-        .backend
-        .read(&h.cx, &p("/empty.txt"), 0, 10)
-        .await
-        .unwrap();
+    let empty = h.read("/empty.txt", 0, 10).await.unwrap();
     assert_eq!(
         empty,
         ReadResult::Text {
@@ -175,13 +275,17 @@ async fn write_read_and_page(h: &mut Harness) {
     // Overwrite.
     h.write("/notes.txt", "hello\nworld\nagain\n").await;
     assert_eq!(h.text("/notes.txt").await.len(), 3);
-    let raw = h.backend.read_raw(&h.cx, &p("/notes.txt")).await.unwrap();
+    let raw = h.read_raw("/notes.txt").await.unwrap();
     assert_eq!(raw.data, b"hello\nworld\nagain\n");
     assert!(raw.mime_type.starts_with("text/plain"), "{}", raw.mime_type);
-    assert!(matches!(
-        h.backend.read(&h.cx, &p("/missing.txt"), 0, 10).await,
-        Err(BackendError::NotFound { .. })
-    ));
+    let missing = h.read("/missing.txt", 0, 10).await.unwrap_err();
+    assert!(
+        matches!(missing, BackendError::NotFound { .. }),
+        "{missing}"
+    );
+    h.assert_names(&missing, "/missing.txt");
+    let missing = h.read_raw("/missing.txt").await.unwrap_err();
+    h.assert_names(&missing, "/missing.txt");
 }
 
 async fn listing(h: &mut Harness) {
@@ -197,47 +301,42 @@ async fn listing(h: &mut Harness) {
         h.ls("/dir").await.unwrap(),
         [("/dir/sub".into(), true), ("/dir/top.md".into(), false)]
     );
-    let entry = &h.backend.ls(&h.cx, &p("/dir")).await.unwrap()[1];
+    let entry = &h.backend.ls(&h.cx, &h.at("/dir")).await.unwrap()[1];
     assert_eq!(entry.size, 11);
-    assert!(matches!(
-        h.ls("/nowhere").await,
-        Err(BackendError::NotFound { .. })
-    ));
-    assert!(matches!(
-        h.ls("/notes.txt").await,
-        Err(BackendError::NotADirectory { .. })
-    ));
-    assert!(matches!(
-        h.backend.read(&h.cx, &p("/dir"), 0, 10).await,
-        Err(BackendError::IsDirectory { .. })
-    ));
-    assert!(matches!(
-        h.try_write("/dir", "x").await,
-        Err(BackendError::IsDirectory { .. })
-    ));
-    assert!(matches!(
-        h.try_write("/notes.txt/child", "x").await,
-        Err(BackendError::NotADirectory { .. })
-    ));
+    let nowhere = h.ls("/nowhere").await.unwrap_err();
+    assert!(
+        matches!(nowhere, BackendError::NotFound { .. }),
+        "{nowhere}"
+    );
+    h.assert_names(&nowhere, "/nowhere");
+    let file = h.ls("/notes.txt").await.unwrap_err();
+    assert!(matches!(file, BackendError::NotADirectory { .. }), "{file}");
+    h.assert_names(&file, "/notes.txt");
+    let dir = h.read("/dir", 0, 10).await.unwrap_err();
+    assert!(matches!(dir, BackendError::IsDirectory { .. }), "{dir}");
+    h.assert_names(&dir, "/dir");
+    let over_dir = h.try_write("/dir", "x").await.unwrap_err();
+    assert!(matches!(over_dir, BackendError::IsDirectory { .. }));
+    h.assert_names(&over_dir, "/dir");
+    let under_file = h.try_write("/notes.txt/child", "x").await.unwrap_err();
+    assert!(matches!(under_file, BackendError::NotADirectory { .. }));
+    h.assert_names(&under_file, "/notes.txt");
 }
 
 async fn editing(h: &mut Harness) {
     h.write("/edit.txt", "one two two three\n").await;
     assert_eq!(h.edit("/edit.txt", "one", "1", false).await.unwrap(), 1);
-    assert!(matches!(
-        h.edit("/edit.txt", "two", "2", false).await,
-        Err(BackendError::NotUnique { count: 2, .. })
-    ));
+    let twice = h.edit("/edit.txt", "two", "2", false).await.unwrap_err();
+    assert!(matches!(twice, BackendError::NotUnique { count: 2, .. }));
+    h.assert_names(&twice, "/edit.txt");
     assert_eq!(h.edit("/edit.txt", "two", "2", true).await.unwrap(), 2);
     assert_eq!(h.text("/edit.txt").await, ["1 2 2 three"]);
-    assert!(matches!(
-        h.edit("/edit.txt", "four", "4", false).await,
-        Err(BackendError::StringNotFound { .. })
-    ));
-    assert!(matches!(
-        h.edit("/nope.txt", "a", "b", false).await,
-        Err(BackendError::NotFound { .. })
-    ));
+    let absent = h.edit("/edit.txt", "four", "4", false).await.unwrap_err();
+    assert!(matches!(absent, BackendError::StringNotFound { .. }));
+    h.assert_names(&absent, "/edit.txt");
+    let missing = h.edit("/nope.txt", "a", "b", false).await.unwrap_err();
+    assert!(matches!(missing, BackendError::NotFound { .. }));
+    h.assert_names(&missing, "/nope.txt");
     let error = h.edit("/edit.txt", "", "x", false).await.unwrap_err();
     assert!(error.to_string().contains("write_file"), "{error}");
 }
@@ -309,28 +408,51 @@ async fn grepping(h: &mut Harness) {
     assert_eq!(found, ["/dir/top.md:1:top needle"]);
     let (found, _) = h
         .grep(GrepQuery {
+            include: Some("dir/sub/*.md".into()),
+            ..query("needle")
+        })
+        .await;
+    assert_eq!(found, ["/dir/sub/deep.md:2:needle here"]);
+    let (found, _) = h
+        .grep(GrepQuery {
             path: p("/dir/sub"),
             ..query("needle")
         })
         .await;
     assert_eq!(found, ["/dir/sub/deep.md:2:needle here"]);
+    let (found, _) = h
+        .grep(GrepQuery {
+            path: p("/dir/top.md"),
+            include: Some("*.md".into()),
+            ..query("needle")
+        })
+        .await;
+    assert_eq!(found, ["/dir/top.md:1:top needle"], "grep of one file");
     let (found, truncated) = h
         .grep(GrepQuery {
             max_count: 1,
             ..query("needle")
         })
         .await;
-    assert_eq!(found.len(), 1);
+    assert_eq!(found, ["/dir/sub/deep.md:2:needle here"]);
     assert!(truncated);
+    let missing = h
+        .try_grep(GrepQuery {
+            path: p("/gone"),
+            ..query("needle")
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(missing, BackendError::NotFound { .. }),
+        "{missing}"
+    );
+    h.assert_names(&missing, "/gone");
     let error = h
-        .backend
-        .grep(
-            &h.cx,
-            &GrepQuery {
-                regex: true,
-                ..query("(unclosed")
-            },
-        )
+        .try_grep(GrepQuery {
+            regex: true,
+            ..query("(unclosed")
+        })
         .await
         .unwrap_err();
     assert!(matches!(
@@ -352,12 +474,7 @@ async fn binary_and_batches(h: &mut Harness) {
         answers,
         [Ok(()), Err(FileOpError::InvalidPath), Ok(()), Ok(())]
     );
-    match h
-        .backend
-        .read(&h.cx, &p("/img/pixel.png"), 0, 10)
-        .await
-        .unwrap()
-    {
+    match h.read("/img/pixel.png", 0, 10).await.unwrap() {
         ReadResult::Binary { mime_type, data } => {
             assert_eq!(mime_type, "image/png");
             assert_eq!(data, PNG);
@@ -365,17 +482,16 @@ async fn binary_and_batches(h: &mut Harness) {
         other => panic!("expected binary, got {other:?}"),
     }
     assert!(matches!(
-        h.backend
-            .read(&h.cx, &p("/img/latin1.txt"), 0, 10)
-            .await
-            .unwrap(),
+        h.read("/img/latin1.txt", 0, 10).await.unwrap(),
         ReadResult::Binary { .. }
     ));
     assert_eq!(h.text("/img/utf8.txt").await, ["naïve ✓"]);
-    assert!(matches!(
-        h.edit("/img/pixel.png", "PNG", "JPG", false).await,
-        Err(BackendError::Binary { .. })
-    ));
+    let binary = h
+        .edit("/img/pixel.png", "PNG", "JPG", false)
+        .await
+        .unwrap_err();
+    assert!(matches!(binary, BackendError::Binary { .. }));
+    h.assert_names(&binary, "/img/pixel.png");
     // Binary files never show up in grep.
     assert!(
         h.grep(GrepQuery::literal("PNG", p("/img")))
@@ -384,16 +500,7 @@ async fn binary_and_batches(h: &mut Harness) {
             .is_empty()
     );
     let downloads = h
-        .backend
-        .download_files(
-            &h.cx,
-            vec![
-                "/img/pixel.png".into(),
-                "/img/none.png".into(),
-                "/img".into(),
-                "relative".into(),
-            ],
-        )
+        .download(&["/img/pixel.png", "/img/none.png", "/img", "relative"])
         .await;
     assert_eq!(
         downloads,
@@ -414,9 +521,76 @@ async fn deleting(h: &mut Harness) {
     ));
     assert!(h.glob("*.md", "/").await.is_empty());
     assert_eq!(h.delete("/notes.txt").await.unwrap(), 1);
+    let gone = h.delete("/notes.txt").await.unwrap_err();
+    assert!(matches!(gone, BackendError::NotFound { .. }), "{gone}");
+    h.assert_names(&gone, "/notes.txt");
+    assert!(h.delete("/").await.is_err(), "the root cannot be deleted");
+}
+
+/// Byte order puts `.`, `-`, space, `!` and `+` before `/`, so `/s/notes.md` sorts between
+/// `/s/notes` and `/s/notes/a.md`: a directory must still be found past such siblings.
+async fn siblings_that_sort_between_a_directory_and_its_files(h: &mut Harness) {
+    for sibling in [
+        "/s/notes.md",
+        "/s/notes-old/x.md",
+        "/s/notes old.md",
+        "/s/notes!.md",
+        "/s/notes+1/y.md",
+    ] {
+        h.write(sibling, "needle sibling\n").await;
+    }
+    h.write("/s/notes/a.md", "needle inside\n").await;
+    h.write("/s/notes/deeper/b.md", "needle deeper\n").await;
+    assert_eq!(
+        h.ls("/s/notes").await.unwrap(),
+        [
+            ("/s/notes/a.md".into(), false),
+            ("/s/notes/deeper".into(), true)
+        ]
+    );
+    let dir = h.read("/s/notes", 0, 10).await.unwrap_err();
+    assert!(matches!(dir, BackendError::IsDirectory { .. }), "{dir}");
+    assert_eq!(
+        h.download(&["/s/notes"]).await,
+        [Err(FileOpError::IsDirectory)]
+    );
+    let over_dir = h.try_write("/s/notes", "x").await.unwrap_err();
+    assert!(
+        matches!(over_dir, BackendError::IsDirectory { .. }),
+        "{over_dir}"
+    );
+    assert_eq!(
+        h.upload(vec![("/s/notes", b"x".to_vec())]).await,
+        [Err(FileOpError::IsDirectory)]
+    );
+    assert_eq!(
+        h.glob("*.md", "/s/notes").await,
+        ["/s/notes/a.md", "/s/notes/deeper/b.md"]
+    );
+    let (found, truncated) = h.grep(GrepQuery::literal("needle", p("/s/notes"))).await;
+    assert_eq!(
+        found,
+        [
+            "/s/notes/a.md:1:needle inside",
+            "/s/notes/deeper/b.md:1:needle deeper"
+        ]
+    );
+    assert!(!truncated);
+    assert_eq!(h.delete("/s/notes").await.unwrap(), 2);
     assert!(matches!(
-        h.delete("/notes.txt").await,
+        h.ls("/s/notes").await,
         Err(BackendError::NotFound { .. })
     ));
-    assert!(h.delete("/").await.is_err(), "the root cannot be deleted");
+    assert_eq!(
+        h.glob("*", "/s").await,
+        [
+            "/s/notes old.md",
+            "/s/notes!.md",
+            "/s/notes+1/y.md",
+            "/s/notes-old/x.md",
+            "/s/notes.md"
+        ],
+        "the siblings survive the delete"
+    );
+    assert_eq!(h.delete("/s").await.unwrap(), 5);
 }

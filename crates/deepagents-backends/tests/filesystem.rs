@@ -12,7 +12,7 @@ use deepagents_backends::{
 use proptest::prelude::*;
 use tempfile::TempDir;
 
-use crate::conformance::check_backend;
+use crate::conformance::{check_backend, check_mounted};
 
 fn p(path: &str) -> VPath {
     VPath::parse(path).unwrap()
@@ -62,6 +62,12 @@ async fn grep(b: &FilesystemBackend, query: GrepQuery) -> (Vec<String>, bool) {
 async fn conformance_filesystem() {
     let (_tmp, backend) = setup();
     check_backend(Arc::new(backend)).await;
+}
+
+#[tokio::test]
+async fn conformance_filesystem_mounted_in_a_composite() {
+    let (_tmp, backend) = setup();
+    check_mounted(Arc::new(backend)).await;
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use deepagents_backends::{
 use deepagents_core::RuntimeContext;
 use serde_json::json;
 
-use crate::conformance::{Harness, check_backend, p};
+use crate::conformance::{Harness, check_backend, check_mounted, p};
 
 #[tokio::test]
 async fn state_backend_conforms() {
@@ -39,6 +39,21 @@ fn mixed_composite(store: Arc<dyn Store>) -> CompositeBackend {
 #[tokio::test]
 async fn composite_with_mixed_routes_conforms() {
     check_backend(Arc::new(mixed_composite(Arc::new(InMemoryStore::new())))).await;
+}
+
+#[tokio::test]
+async fn state_backend_conforms_mounted() {
+    check_mounted(Arc::new(StateBackend)).await;
+}
+
+#[tokio::test]
+async fn store_backend_conforms_mounted() {
+    check_mounted(Arc::new(StoreBackend::new(Arc::new(InMemoryStore::new())))).await;
+}
+
+#[tokio::test]
+async fn composite_conforms_mounted_in_a_composite() {
+    check_mounted(Arc::new(mixed_composite(Arc::new(InMemoryStore::new())))).await;
 }
 
 #[tokio::test]
@@ -150,6 +165,128 @@ async fn composite_grep_applies_one_global_max_count() {
         })
         .await;
     assert_eq!(included, ["/img/b.txt:1:x"]);
+}
+
+fn literal(pattern: &str, path: &str, include: Option<&str>, max_count: usize) -> GrepQuery {
+    GrepQuery {
+        include: include.map(str::to_owned),
+        max_count,
+        ..GrepQuery::literal(pattern, p(path))
+    }
+}
+
+#[tokio::test]
+async fn composite_grep_filters_each_route_before_its_cap() {
+    let mut h = Harness::new(Arc::new(mixed_composite(Arc::new(InMemoryStore::new()))));
+    // Excluded files of the route sort before the included ones.
+    for i in 0..5 {
+        h.write(&format!("/img/a{i}.log"), "x\n").await;
+    }
+    h.write("/img/sub/deep.txt", "x\n").await;
+    h.write("/img/z.txt", "x\n").await;
+    h.write("/archive/w.txt", "x\n").await;
+    let grep = |include: &str, max_count: usize| literal("x", "/", Some(include), max_count);
+
+    let (found, truncated) = h.grep(grep("img/*.txt", 2)).await;
+    assert_eq!(found, ["/img/z.txt:1:x"], "anchored: not img/sub/deep.txt");
+    assert!(!truncated);
+    let (found, _) = h.grep(grep("/img/**/*.txt", 2)).await;
+    assert_eq!(found, ["/img/sub/deep.txt:1:x", "/img/z.txt:1:x"]);
+    let (found, truncated) = h.grep(grep("*.txt", 2)).await;
+    assert_eq!(
+        found,
+        ["/archive/w.txt:1:x", "/img/sub/deep.txt:1:x"],
+        "a name pattern matches at any depth of every route"
+    );
+    assert!(truncated);
+    let (found, truncated) = h.grep(grep("*.txt", 3)).await;
+    assert_eq!(
+        found,
+        [
+            "/archive/w.txt:1:x",
+            "/img/sub/deep.txt:1:x",
+            "/img/z.txt:1:x"
+        ]
+    );
+    assert!(!truncated);
+    let (found, _) = h.grep(grep("*/z.txt", 1)).await;
+    assert_eq!(found, ["/img/z.txt:1:x"], "a wildcard above the mount");
+    let (found, _) = h.grep(grep("**/sub/*.txt", 1)).await;
+    assert_eq!(found, ["/img/sub/deep.txt:1:x"]);
+    let (found, _) = h.grep(grep("{img,archive}/*.txt", 5)).await;
+    assert_eq!(found, ["/archive/w.txt:1:x", "/img/z.txt:1:x"]);
+    let (found, _) = h.grep(grep("archive/*.log", 5)).await;
+    assert!(found.is_empty(), "{found:?}");
+    for mount_point in ["img", "/img/"] {
+        let (found, _) = h.grep(grep(mount_point, 5)).await;
+        assert!(
+            found.is_empty(),
+            "the mount point is a directory: {found:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn composite_grep_hides_default_files_under_mounts_before_the_cap() {
+    // The default backend holds files under a mount point, which the mount hides; they sort
+    // before the visible match and must not use up the cap.
+    let mut plain = Harness::new(Arc::new(StateBackend));
+    for i in 0..5 {
+        plain.write(&format!("/img/hidden{i}.txt"), "x\n").await;
+    }
+    plain.write("/z.txt", "x\n").await;
+    let h = Harness {
+        backend: Arc::new(mixed_composite(Arc::new(InMemoryStore::new()))),
+        ..plain
+    };
+    let (found, truncated) = h.grep(literal("x", "/", None, 1)).await;
+    assert_eq!(found, ["/z.txt:1:x"]);
+    assert!(!truncated);
+    assert_eq!(h.glob("*.txt", "/").await, ["/z.txt"]);
+}
+
+#[tokio::test]
+async fn composite_grep_honours_the_cap_of_one_route_with_its_truncation() {
+    let mut h = Harness::new(Arc::new(mixed_composite(Arc::new(InMemoryStore::new()))));
+    h.write("/img/a.txt", "x\nx\nx\n").await;
+    let (found, truncated) = h.grep(literal("x", "/", None, 2)).await;
+    assert_eq!(found, ["/img/a.txt:1:x", "/img/a.txt:2:x"]);
+    assert!(truncated, "the route stopped at the cap");
+    let (found, truncated) = h.grep(literal("x", "/", None, 3)).await;
+    assert_eq!(found.len(), 3);
+    assert!(!truncated);
+}
+
+#[tokio::test]
+async fn routed_errors_name_the_path_the_agent_used() {
+    let mut h = Harness::new(Arc::new(mixed_composite_memories(Arc::new(
+        InMemoryStore::new(),
+    ))));
+    let missing = h.read("/memories/x.md", 0, 10).await.unwrap_err();
+    assert_eq!(
+        missing.to_string(),
+        "/memories/x.md does not exist; check the path with ls or glob"
+    );
+    h.write("/memories/a.md", "one one\n").await;
+    let twice = h
+        .edit("/memories/a.md", "one", "1", false)
+        .await
+        .unwrap_err();
+    assert!(
+        twice.to_string().contains("2 times in /memories/a.md;"),
+        "{twice}"
+    );
+    let not_dir = h.ls("/memories/a.md").await.unwrap_err();
+    assert_eq!(not_dir.to_string(), "/memories/a.md is not a directory");
+    let under_file = h.try_write("/memories/a.md/b.md", "x").await.unwrap_err();
+    assert_eq!(under_file.to_string(), "/memories/a.md is not a directory");
+    let grep_missing = h
+        .try_grep(GrepQuery::literal("one", p("/memories/none")))
+        .await
+        .unwrap_err();
+    h.assert_names(&grep_missing, "/memories/none");
+    let delete_missing = h.delete("/memories/none").await.unwrap_err();
+    h.assert_names(&delete_missing, "/memories/none");
 }
 
 #[tokio::test]

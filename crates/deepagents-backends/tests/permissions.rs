@@ -33,7 +33,7 @@ async fn seeded(rules: Vec<PermissionRule>) -> Harness {
         PermissionedBackend::new(Arc::new(StateBackend), Permissions::new(rules).unwrap());
     Harness {
         backend: Arc::new(backend),
-        cx: plain.cx,
+        ..plain
     }
 }
 
@@ -94,6 +94,37 @@ async fn bulk_results_drop_denied_paths() {
 }
 
 #[tokio::test]
+async fn grep_finds_allowed_matches_behind_denied_ones() {
+    let mut plain = Harness::new(Arc::new(StateBackend));
+    // Denied matches sort first, so they fill the inner backend's cap.
+    for i in 0..10 {
+        plain.write(&format!("/a/secret{i}.txt"), "token\n").await;
+    }
+    plain.write("/b/open.txt", "token\ntoken\n").await;
+    let rules = vec![rule(&[Operation::Read], &["/a/**"], Mode::Deny)];
+    let h = Harness {
+        backend: Arc::new(PermissionedBackend::new(
+            Arc::new(StateBackend),
+            Permissions::new(rules).unwrap(),
+        )),
+        ..plain
+    };
+    let grep = |max_count| GrepQuery {
+        max_count,
+        ..GrepQuery::literal("token", p("/"))
+    };
+    let (found, truncated) = h.grep(grep(1)).await;
+    assert_eq!(found, ["/b/open.txt:1:token"]);
+    assert!(truncated);
+    let (found, truncated) = h.grep(grep(2)).await;
+    assert_eq!(found, ["/b/open.txt:1:token", "/b/open.txt:2:token"]);
+    assert!(!truncated);
+    let (found, truncated) = h.grep(grep(1_000)).await;
+    assert_eq!(found.len(), 2);
+    assert!(!truncated);
+}
+
+#[tokio::test]
 async fn writes_and_subtree_deletes_respect_deny_rules() {
     let mut h = seeded(vec![
         rule(&[Operation::Write], &["/secrets/key.txt"], Mode::Deny),
@@ -130,6 +161,27 @@ fn rule_paths_must_be_absolute_and_free_of_dot_dot() {
         assert_eq!(error.index, 0);
         assert!(error.to_string().contains(bad), "{error}");
     }
+}
+
+#[test]
+fn rules_without_operations_or_paths_are_refused() {
+    let fine = rule(&[Operation::Read], &["/a/**"], Mode::Deny);
+    let error =
+        Permissions::new(vec![fine.clone(), rule(&[], &["/secrets/**"], Mode::Deny)]).unwrap_err();
+    assert_eq!(error.index, 1);
+    assert_eq!(
+        error.to_string(),
+        "invalid permission rule 1: it lists no operations; give `read`, `write` or both"
+    );
+    let error =
+        Permissions::new(vec![rule(&[Operation::Write], &[], Mode::Deny), fine]).unwrap_err();
+    assert_eq!(error.index, 0);
+    assert!(error.to_string().contains("no paths"), "{error}");
+    let parsed: Vec<PermissionRule> = serde_json::from_value(serde_json::json!([
+        {"operations": [], "paths": ["/**"], "mode": "deny"}
+    ]))
+    .unwrap();
+    assert!(Permissions::new(parsed).is_err());
 }
 
 #[test]
