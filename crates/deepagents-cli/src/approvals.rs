@@ -34,7 +34,7 @@ pub fn ask(actions: &[PendingAction]) -> anyhow::Result<Vec<Decision>> {
     let mut stderr = std::io::stderr();
     for action in actions {
         let shown = describe(action);
-        writeln!(stderr, "\n{}: {shown}", action.name)?;
+        writeln!(stderr, "\n{}{}: {shown}", origin(action), action.name)?;
         if let Some(description) = &action.description {
             writeln!(stderr, "  {description}")?;
         }
@@ -74,6 +74,24 @@ pub fn ask(actions: &[PendingAction]) -> anyhow::Result<Vec<Decision>> {
         decisions.push(decision);
     }
     Ok(decisions)
+}
+
+/// Which subagent asks, for calls made inside one: "[general-purpose] ", nested ones joined
+/// with " › ".
+fn origin(action: &PendingAction) -> String {
+    // The path alternates task call ids and subagent names.
+    let names: Vec<&str> = action
+        .path
+        .iter()
+        .skip(1)
+        .step_by(2)
+        .map(String::as_str)
+        .collect();
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!("[{}] ", names.join(" › "))
+    }
 }
 
 /// What the person should see: the command for `execute`, a diff for edits, the content for

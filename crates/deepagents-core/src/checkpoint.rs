@@ -16,9 +16,14 @@ use crate::state::{FileData, Todo};
 /// touched. Applying a thread's deltas in order rebuilds its run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunDelta {
-    /// Messages appended.
+    /// Messages appended (or, with [`replace_from`](Self::replace_from), the new tail).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub messages: Vec<Message>,
+    /// When set, the run's messages from this index on are dropped before `messages` are
+    /// appended: a message that was already stored changed (an approval edited a call's
+    /// arguments). Only the tail from the changed message is written, not the whole history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replace_from: Option<usize>,
     /// The new plan, when it changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub todos: Option<Vec<Todo>>,
@@ -39,6 +44,7 @@ impl RunDelta {
     pub fn full(run: &Run) -> Self {
         Self {
             messages: run.state.messages.clone(),
+            replace_from: None,
             todos: Some(run.state.todos.clone()),
             files: run
                 .state
@@ -54,6 +60,9 @@ impl RunDelta {
 
     /// Applies the delta to `run`.
     pub fn apply(&self, run: &mut Run) {
+        if let Some(from) = self.replace_from {
+            run.state.messages.truncate(from);
+        }
         run.state.messages.extend(self.messages.iter().cloned());
         if let Some(todos) = &self.todos {
             run.state.todos.clone_from(todos);

@@ -427,7 +427,9 @@ impl AgentBuilder {
 
     /// Makes calls to `tool` pause the run for a human decision (see [`crate::decide`]).
     /// Permission rules in `interrupt` mode add such configurations for the file tools; one
-    /// given here wins. Subagents inherit them unless their spec sets its own middleware.
+    /// given here wins. Subagents built from a spec inherit them; when a subagent pauses, this
+    /// agent's run pauses too, with the subagent's actions marked by
+    /// [`PendingAction::path`](crate::PendingAction::path), and resumes it where it stopped.
     pub fn interrupt_on(mut self, tool: impl Into<String>, config: InterruptConfig) -> Self {
         self.interrupts.insert(tool.into(), config);
         self

@@ -14,7 +14,9 @@ use futures::stream::{self, FuturesUnordered};
 use futures::{FutureExt as _, StreamExt as _};
 
 use crate::agent::{AgentInner, RunOptions, RunOutput};
-use crate::approval::{DECISIONS_KEY, Gate, PENDING_KEY, gate};
+use crate::approval::{
+    self, DECISIONS_KEY, Gate, PENDING_KEY, PendingAction, SUBAGENT_RUNS_KEY, gate,
+};
 use crate::error::{RunError, RunFailure};
 use crate::journal::Journal;
 use crate::middleware::{
@@ -82,6 +84,9 @@ async fn advance(
     journal: &mut Journal,
 ) -> Result<String, RunError> {
     journal.settle_interrupted(run, &agent.tools);
+    for key in approval::drop_stale(run) {
+        journal.touched_custom(key);
+    }
     for middleware in &agent.middleware {
         let update = middleware
             .before_run(&run.state)
@@ -101,25 +106,26 @@ async fn advance(
         match run.next_action(agent.max_turns)? {
             NextAction::CallModel => call_model(agent, run, options, events, journal).await?,
             NextAction::ExecuteTools(calls) => {
-                let calls = if agent.interrupts.is_empty() {
+                let resuming = approval::has_paused_subagents(run);
+                let calls = if agent.interrupts.is_empty() && !resuming {
                     calls
                 } else {
+                    // `decide` changed these since the last save. The paused subagent runs,
+                    // with the decisions now in them, are saved only once the step is done:
+                    // should the process die during it, the subagents ask again rather than
+                    // repeat an approved call they may already have made.
                     journal.touched_custom(PENDING_KEY);
                     journal.touched_custom(DECISIONS_KEY);
                     match gate(run, calls, &agent.interrupts) {
-                        Gate::Pause(actions) => {
-                            events.emit(EventKind::Interrupted {
-                                actions: actions
-                                    .iter()
-                                    .filter_map(|a| serde_json::to_value(a).ok())
-                                    .collect(),
-                            });
-                            return Err(RunError::Interrupted(actions));
-                        }
+                        Gate::Pause(actions) => return Err(pause(events, actions)),
                         Gate::Proceed {
                             run: to_run,
                             settled,
+                            rewritten,
                         } => {
+                            if let Some(index) = rewritten {
+                                journal.rewrote_message(index);
+                            }
                             for result in settled {
                                 finish_event(events, &result, 0);
                                 run.state.messages.push(Message::Tool(result));
@@ -129,7 +135,13 @@ async fn advance(
                     }
                 };
                 if !calls.is_empty() {
-                    execute_tools(agent, run, calls, options, events, journal).await?;
+                    let waiting =
+                        execute_tools(agent, run, calls, options, events, journal).await?;
+                    if !waiting.is_empty() {
+                        approval::record_pause(run, &waiting);
+                        journal.touched_custom(PENDING_KEY);
+                        return Err(pause(events, waiting));
+                    }
                 }
                 if agent.response_format && answered_in_latest_step(run) {
                     // The valid structured answer is the final answer: close the turn with it.
@@ -162,6 +174,17 @@ async fn advance(
             }
         }
     }
+}
+
+/// Announces a pause; the actions are already recorded in the run.
+fn pause(events: &EventSink, actions: Vec<PendingAction>) -> RunError {
+    events.emit(EventKind::Interrupted {
+        actions: actions
+            .iter()
+            .filter_map(|a| serde_json::to_value(a).ok())
+            .collect(),
+    });
+    RunError::Interrupted(actions)
 }
 
 fn middleware_error(name: &str, error: impl ToString) -> RunError {
@@ -231,6 +254,9 @@ async fn call_model(
 enum CallOutcome {
     Done(ToolResult, StateUpdate),
     Fatal(ToolResult, String),
+    /// A subagent it ran paused for approval: no result yet, the call runs again on resume
+    /// and continues this stored subagent run.
+    Paused(Value),
 }
 
 /// Executes `calls` and folds their results into `run` in call order.
@@ -240,7 +266,8 @@ enum CallOutcome {
 /// calls to mutating tools run one after another in call order, alongside the others. A
 /// panicking tool yields an error result for its own call only. On cancellation the tools are
 /// told through their token, get `cancel_grace` to finish, and are then dropped; whatever
-/// finished is kept.
+/// finished is kept. Calls whose subagent paused get no result; the actions those subagents
+/// wait on are returned (empty when none paused).
 async fn execute_tools(
     agent: &Arc<AgentInner>,
     run: &mut Run,
@@ -248,7 +275,7 @@ async fn execute_tools(
     options: &RunOptions,
     events: &EventSink,
     journal: &mut Journal,
-) -> Result<(), RunError> {
+) -> Result<Vec<PendingAction>, RunError> {
     journal
         .tools_started(run, calls.iter().map(|c| c.id.clone()).collect())
         .await?;
@@ -295,10 +322,12 @@ async fn execute_tools(
     }
 
     let mut results = Vec::with_capacity(calls.len());
+    let mut paused = Vec::new();
     let mut fatal = None;
     for (call, outcome) in calls.iter().zip(outcomes) {
         match outcome {
             Some(CallOutcome::Done(result, update)) => results.push((result, update)),
+            Some(CallOutcome::Paused(subagent)) => paused.push((call.id.clone(), subagent)),
             Some(CallOutcome::Fatal(result, message)) => {
                 fatal.get_or_insert((call.name.clone(), message));
                 results.push((result, StateUpdate::default()));
@@ -318,9 +347,22 @@ async fn execute_tools(
         .map(|(_, update)| update.clone())
         .filter(|update| !update.is_empty())
         .collect();
+    let finished: Vec<String> = results
+        .iter()
+        .map(|(result, _)| result.tool_call_id.clone())
+        .collect();
     run.apply_tool_results(results, &agent.schema)?;
     journal.tools_finished(run);
     journal.applied(events, &run.state, &updates);
+    let mut waiting = Vec::new();
+    if !paused.is_empty() || approval::has_paused_subagents(run) {
+        let (changed, actions) =
+            approval::settle_subagents(run, finished.iter().map(String::as_str), paused);
+        if changed {
+            journal.touched_custom(SUBAGENT_RUNS_KEY);
+        }
+        waiting = actions;
+    }
 
     if let Some((tool, message)) = fatal {
         return Err(RunError::ToolFatal { tool, message });
@@ -328,7 +370,7 @@ async fn execute_tools(
     if cancelled {
         return Err(RunError::Cancelled);
     }
-    Ok(())
+    Ok(waiting)
 }
 
 /// When several calls of one step change the same file, the last in call order wins (the merge
@@ -378,7 +420,11 @@ async fn run_one(
         .catch_unwind()
         .await
     {
-        Ok(Ok(output)) => {
+        Ok(Ok(mut output)) => {
+            if let Some(subagent) = approval::take_paused(&mut output.artifact) {
+                // The call has not finished: no `tool_call_finished` until it does.
+                return CallOutcome::Paused(subagent);
+            }
             let ToolOutput {
                 mut content,
                 artifact,
@@ -421,6 +467,7 @@ async fn run_one(
     };
     let result = match &outcome {
         CallOutcome::Done(result, _) | CallOutcome::Fatal(result, _) => result,
+        CallOutcome::Paused(_) => return outcome,
     };
     let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     finish_event(events, result, elapsed);

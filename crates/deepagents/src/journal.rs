@@ -65,6 +65,8 @@ pub(crate) struct Journal {
     todos: bool,
     files: BTreeSet<String>,
     custom: BTreeSet<String>,
+    /// The earliest already-stored message that was changed in place since the last save.
+    rewritten_from: Option<usize>,
     /// Step count and usage at the last save, to skip saves that would change nothing.
     saved_progress: (u32, u64),
 }
@@ -85,6 +87,7 @@ impl Journal {
             } else {
                 BTreeSet::new()
             },
+            rewritten_from: None,
             saved_progress: (run.steps, run.usage.input_tokens + run.usage.output_tokens),
             target,
         }
@@ -109,6 +112,18 @@ impl Journal {
         self.custom.insert(key.to_owned());
     }
 
+    /// Records that message `index` was changed in place. Appending deltas cannot express
+    /// that, so the next save rewrites the stored history from there on; the rewritten
+    /// message is normally the latest assistant turn, so the write stays a few messages long.
+    pub(crate) fn rewrote_message(&mut self, index: usize) {
+        let Some(target) = &self.target else {
+            return;
+        };
+        if index < target.persisted_messages {
+            self.rewritten_from = Some(self.rewritten_from.map_or(index, |i| i.min(index)));
+        }
+    }
+
     /// Writes what changed since the last save, if anything did.
     pub(crate) async fn save(&mut self, run: &Run) -> Result<(), RunError> {
         let Some(target) = &mut self.target else {
@@ -117,6 +132,7 @@ impl Journal {
         let progress = (run.steps, run.usage.input_tokens + run.usage.output_tokens);
         let new_messages = run.state.messages.len() > target.persisted_messages;
         if !new_messages
+            && self.rewritten_from.is_none()
             && !self.todos
             && self.files.is_empty()
             && self.custom.is_empty()
@@ -124,9 +140,13 @@ impl Journal {
         {
             return Ok(());
         }
-        let start = target.persisted_messages.min(run.state.messages.len());
+        let replace_from = self.rewritten_from.map(|i| i.min(run.state.messages.len()));
+        let start = replace_from
+            .unwrap_or(target.persisted_messages)
+            .min(run.state.messages.len());
         let delta = RunDelta {
             messages: run.state.messages[start..].to_vec(),
+            replace_from,
             todos: self.todos.then(|| run.state.todos.clone()),
             files: self
                 .files
@@ -152,6 +172,7 @@ impl Journal {
             .await
             .map_err(RunError::Checkpoint)?;
         target.persisted_messages = run.state.messages.len();
+        self.rewritten_from = None;
         self.todos = false;
         self.files.clear();
         self.custom.clear();

@@ -222,3 +222,61 @@ async fn a_pause_survives_a_restart_through_the_checkpointer() {
     let stored = store.load("t", None).await.unwrap().unwrap();
     assert_eq!(stored.state.messages, output.run.state.messages);
 }
+
+#[tokio::test]
+async fn an_edit_survives_a_restart_in_the_stored_history() {
+    let store = Arc::new(InMemoryCheckpointer::new());
+    let build = || {
+        Agent::builder(scripted(write_then_done()))
+            .dyn_tool(counter(Arc::new(AtomicUsize::new(0))))
+            .interrupt_on("write_file", InterruptConfig::default())
+            .build()
+            .unwrap()
+    };
+    let (run, checkpoint) = open_thread(store.clone(), "t", Some("plan".into()))
+        .await
+        .unwrap();
+    let options = RunOptions {
+        checkpoint: Some(checkpoint),
+        ..RunOptions::default()
+    };
+    build()
+        .run(run, options, deepagents::EventSink::discard())
+        .await
+        .unwrap_err();
+    let (mut run, checkpoint): (Run, _) = open_thread(store.clone(), "t", None).await.unwrap();
+    decide(
+        &mut run,
+        vec![Decision::Edit {
+            arguments: json!({"file_path": "/secret/plan.md", "content": "v2\n"}),
+        }],
+    )
+    .unwrap();
+    let options = RunOptions {
+        checkpoint: Some(checkpoint),
+        ..RunOptions::default()
+    };
+    let output = build()
+        .run(run, options, deepagents::EventSink::discard())
+        .await
+        .unwrap();
+    assert_eq!(file(&output, "/secret/plan.md").as_deref(), Some("v2\n"));
+
+    // Another restart: the stored thread shows the arguments that ran, once.
+    let stored = store.load("t", None).await.unwrap().unwrap();
+    assert_eq!(stored.state.messages, output.run.state.messages);
+    let calls: Vec<&deepagents::ToolCall> = stored
+        .state
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Assistant(a) => Some(&a.tool_calls),
+            _ => None,
+        })
+        .flatten()
+        .filter(|c| c.id == "w")
+        .collect();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].arguments["content"], "v2\n");
+    assert_eq!(tool_results(&stored.state.messages).len(), 2);
+}

@@ -296,3 +296,333 @@ fn subagents_can_be_turned_off_and_names_must_be_unique() {
         "{error}"
     );
 }
+
+mod approvals_inside_subagents {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use deepagents::core::{Checkpointer, InMemoryCheckpointer};
+    use deepagents::{
+        Agent, Decision, DynamicTool, EventSink, InterruptConfig, Message, Run, RunError,
+        RunOptions, SubAgent, ToolOutput, decide, open_thread, pending_actions,
+    };
+    use serde_json::{Value, json};
+
+    use super::{model, task};
+    use crate::middleware_capture::Capture;
+    use crate::support::{text, tool_results};
+
+    /// A tool that counts its calls.
+    fn counting(name: &str, count: &Arc<AtomicUsize>) -> Arc<DynamicTool> {
+        let count = Arc::clone(count);
+        Arc::new(
+            DynamicTool::new(
+                name,
+                "Counts its calls",
+                json!({"type": "object"}),
+                move |_, _| {
+                    let count = Arc::clone(&count);
+                    async move {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        Ok(ToolOutput::text("counted"))
+                    }
+                },
+            )
+            .unwrap(),
+        )
+    }
+
+    /// The parent starts two subagents in one step: alpha ticks, then calls `guarded` (which
+    /// needs approval), then answers; beta ticks and answers.
+    fn script() -> Value {
+        json!({
+            "turns": [
+                {"tool_calls": [
+                    task("t_a", "alpha: guarded work", "general-purpose"),
+                    task("t_b", "beta: plain work", "general-purpose")
+                ]},
+                {"text": "all done"}
+            ],
+            "conversations": [
+                {"when_task_contains": "alpha:", "turns": [
+                    {"tool_calls": [{"id": "tick_a", "name": "tick", "args": {}}]},
+                    {"tool_calls": [{"id": "g", "name": "guarded", "args": {"why": "needed"}}]},
+                    {"text": "alpha done"}
+                ]},
+                {"when_task_contains": "beta:", "turns": [
+                    {"tool_calls": [{"id": "tick_b", "name": "tick", "args": {}}]},
+                    {"text": "beta done"}
+                ]}
+            ]
+        })
+    }
+
+    struct Counts {
+        guarded: Arc<AtomicUsize>,
+        ticks: Arc<AtomicUsize>,
+    }
+
+    impl Counts {
+        fn new() -> Self {
+            Self {
+                guarded: Arc::new(AtomicUsize::new(0)),
+                ticks: Arc::new(AtomicUsize::new(0)),
+            }
+        }
+        fn get(&self) -> (usize, usize) {
+            (
+                self.guarded.load(Ordering::SeqCst),
+                self.ticks.load(Ordering::SeqCst),
+            )
+        }
+        fn agent(&self) -> Agent {
+            Agent::builder(model(script()))
+                .dyn_tool(counting("guarded", &self.guarded))
+                .dyn_tool(counting("tick", &self.ticks))
+                .interrupt_on("guarded", InterruptConfig::default())
+                .build()
+                .unwrap()
+        }
+    }
+
+    fn assert_paused_in_alpha(error: &RunError) {
+        let RunError::Interrupted(actions) = error else {
+            panic!("expected a pause, got {error:?}");
+        };
+        assert_eq!(actions.len(), 1, "{actions:?}");
+        assert_eq!(actions[0].call_id, "g");
+        assert_eq!(actions[0].name, "guarded");
+        assert_eq!(actions[0].arguments, json!({"why": "needed"}));
+        assert_eq!(actions[0].path, ["t_a", "general-purpose"]);
+    }
+
+    #[tokio::test]
+    async fn a_subagent_needing_approval_pauses_the_parent_and_approval_finishes_it() {
+        let counts = Counts::new();
+        let agent = counts.agent();
+        let (sink, mut events) = EventSink::channel();
+        let failure = agent
+            .run(Run::from_task("go"), RunOptions::default(), sink)
+            .await
+            .unwrap_err();
+        assert_paused_in_alpha(&failure.error);
+        assert_eq!(counts.get(), (0, 2), "both ticked; nothing guarded ran");
+        let mut top_level_pause = None;
+        while let Ok(event) = events.try_recv() {
+            if let deepagents::EventKind::Interrupted { actions } = event.kind
+                && event.path.is_empty()
+            {
+                top_level_pause = Some(actions);
+            }
+        }
+        let announced = top_level_pause.expect("the parent announces the pause");
+        assert_eq!(announced[0]["path"], json!(["t_a", "general-purpose"]));
+
+        let mut run = *failure.run;
+        let finished = tool_results(&run.state.messages);
+        assert_eq!(
+            finished.len(),
+            1,
+            "the sibling's result is kept, alpha has none"
+        );
+        assert_eq!(finished[0].tool_call_id, "t_b");
+        assert_eq!(text(finished[0]), "beta done");
+        assert_eq!(pending_actions(&run).len(), 1);
+
+        decide(&mut run, vec![Decision::Approve]).unwrap();
+        let output = agent
+            .run(run, RunOptions::default(), EventSink::discard())
+            .await
+            .unwrap();
+        assert_eq!(output.text, "all done");
+        assert_eq!(
+            counts.get(),
+            (1, 2),
+            "the approved call ran once; neither alpha's earlier tick nor beta ran again"
+        );
+        let results = tool_results(&output.run.state.messages);
+        let ids: Vec<&str> = results.iter().map(|r| r.tool_call_id.as_str()).collect();
+        assert_eq!(ids, ["t_b", "t_a"]);
+        assert_eq!(text(results[1]), "alpha done");
+        assert!(
+            !output
+                .run
+                .state
+                .custom
+                .contains_key(deepagents::approval::SUBAGENT_RUNS_KEY),
+            "the finished subagent's run is dropped from the parent's state"
+        );
+        assert!(pending_actions(&output.run).is_empty());
+    }
+
+    #[tokio::test]
+    async fn rejecting_a_subagent_call_tells_the_subagents_model() {
+        let guarded = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let worker = SubAgent::new("worker", "Works.", "You work.")
+            .model(model(json!({"turns": [
+                {"tool_calls": [{"id": "g", "name": "guarded", "args": {}}]},
+                {"text": "gave up"}
+            ]})))
+            .dyn_tool(counting("guarded", &guarded))
+            .middleware(Capture {
+                requests: Arc::clone(&requests),
+            });
+        let agent = Agent::builder(model(json!({"turns": [
+            {"tool_calls": [task("t_w", "do it", "worker")]},
+            {"text": "parent done"}
+        ]})))
+        .dyn_tool(counting("guarded", &guarded))
+        .subagent(worker)
+        .interrupt_on("guarded", InterruptConfig::default())
+        .build()
+        .unwrap();
+        let failure = agent.invoke("go").await.unwrap_err();
+        let RunError::Interrupted(actions) = &failure.error else {
+            panic!("{:?}", failure.error);
+        };
+        assert_eq!(actions[0].path, ["t_w", "worker"]);
+        let mut run = *failure.run;
+        decide(
+            &mut run,
+            vec![Decision::Reject {
+                message: Some("not on a Friday".into()),
+            }],
+        )
+        .unwrap();
+        let output = agent
+            .run(run, RunOptions::default(), EventSink::discard())
+            .await
+            .unwrap();
+        assert_eq!(output.text, "parent done");
+        assert_eq!(
+            guarded.load(Ordering::SeqCst),
+            0,
+            "the rejected call never ran"
+        );
+        assert_eq!(text(tool_results(&output.run.state.messages)[0]), "gave up");
+        let requests = requests.lock().unwrap();
+        let last = requests.last().expect("the subagent's model was called");
+        let rejection = tool_results(&last.messages)
+            .into_iter()
+            .find(|r| r.tool_call_id == "g")
+            .expect("the subagent's model sees a result for the rejected call");
+        assert!(
+            text(rejection).contains("The user rejected this call: not on a Friday"),
+            "{}",
+            text(rejection)
+        );
+        assert_eq!(
+            requests.len(),
+            2,
+            "the subagent's first turn was not asked again"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_pause_inside_a_subagent_survives_a_restart_through_the_checkpointer() {
+        let store = Arc::new(InMemoryCheckpointer::new());
+        let counts = Counts::new();
+        let (run, checkpoint) = open_thread(store.clone(), "t", Some("go".into()))
+            .await
+            .unwrap();
+        let options = RunOptions {
+            checkpoint: Some(checkpoint),
+            ..RunOptions::default()
+        };
+        let failure = counts
+            .agent()
+            .run(run, options, EventSink::discard())
+            .await
+            .unwrap_err();
+        assert_paused_in_alpha(&failure.error);
+        drop(failure);
+
+        // A new process: the thread is all there is.
+        let (mut run, checkpoint): (Run, _) = open_thread(store.clone(), "t", None).await.unwrap();
+        let waiting = pending_actions(&run);
+        assert_eq!(waiting.len(), 1);
+        assert_eq!(waiting[0].path, ["t_a", "general-purpose"]);
+        decide(&mut run, vec![Decision::Approve]).unwrap();
+        let options = RunOptions {
+            checkpoint: Some(checkpoint),
+            ..RunOptions::default()
+        };
+        let output = counts
+            .agent()
+            .run(run, options, EventSink::discard())
+            .await
+            .unwrap();
+        assert_eq!(output.text, "all done");
+        assert_eq!(counts.get(), (1, 2), "nothing that had run ran again");
+        let stored = store.load("t", None).await.unwrap().unwrap();
+        assert_eq!(stored.state.messages, output.run.state.messages);
+        assert!(
+            stored
+                .state
+                .custom
+                .get(deepagents::approval::SUBAGENT_RUNS_KEY)
+                .is_none_or(Value::is_null)
+        );
+        let assistant_turns = stored
+            .state
+            .messages
+            .iter()
+            .filter(|m| matches!(m, Message::Assistant(_)))
+            .count();
+        assert_eq!(assistant_turns, 2, "the parent's model was not asked again");
+    }
+
+    #[tokio::test]
+    async fn a_pause_two_subagents_deep_resumes_every_level() {
+        let guarded = Arc::new(AtomicUsize::new(0));
+        let shared = model(json!({
+            "turns": [
+                {"tool_calls": [task("outer", "level one: delegate", "delegator")]},
+                {"text": "top done"}
+            ],
+            "conversations": [
+                {"when_task_contains": "level one:", "turns": [
+                    {"tool_calls": [task("inner", "level two: work", "general-purpose")]},
+                    {"text": "delegated"}
+                ]},
+                {"when_task_contains": "level two:", "turns": [
+                    {"tool_calls": [{"id": "g", "name": "guarded", "args": {}}]},
+                    {"text": "worked"}
+                ]}
+            ]
+        }));
+        let delegator = Agent::builder(Arc::clone(&shared))
+            .dyn_tool(counting("guarded", &guarded))
+            .interrupt_on("guarded", InterruptConfig::default())
+            .build()
+            .unwrap();
+        // The top agent has no interrupt configuration of its own.
+        let agent = Agent::builder(shared)
+            .general_purpose_subagent(false)
+            .subagent(SubAgent::from_agent("delegator", "Delegates.", delegator))
+            .build()
+            .unwrap();
+        let failure = agent.invoke("go").await.unwrap_err();
+        let RunError::Interrupted(actions) = &failure.error else {
+            panic!("{:?}", failure.error);
+        };
+        assert_eq!(
+            actions[0].path,
+            ["outer", "delegator", "inner", "general-purpose"]
+        );
+        let mut run = *failure.run;
+        assert!(decide(&mut run.clone(), vec![]).is_err());
+        decide(&mut run, vec![Decision::Approve]).unwrap();
+        let output = agent
+            .run(run, RunOptions::default(), EventSink::discard())
+            .await
+            .unwrap();
+        assert_eq!(output.text, "top done");
+        assert_eq!(guarded.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            text(tool_results(&output.run.state.messages)[0]),
+            "delegated"
+        );
+    }
+}

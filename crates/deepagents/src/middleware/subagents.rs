@@ -14,6 +14,8 @@ use tokio::sync::Semaphore;
 
 use super::{Middleware, MiddlewareError};
 use crate::agent::{Agent, RunOptions};
+use crate::approval::{self, PausedSubagent};
+use crate::error::RunError;
 
 const PROMPT: &str = "\
 ## Subagents
@@ -160,19 +162,35 @@ impl Tool for Task {
             .acquire()
             .await
             .map_err(|_| ToolError::Fatal("the subagent limiter was closed".to_owned()))?;
-        // Only the files travel: messages, the plan and custom values stay private to each side.
-        let start = AgentState {
-            files: ctx.state.files.clone(),
-            ..AgentState::default()
-        };
-        let run = Run::from_task(args.description);
-        let run = Run {
-            state: AgentState {
-                messages: run.state.messages,
-                ..start.clone()
-            },
-            ..run
-        };
+        // A subagent that paused for approval inside this call continues its stored run (the
+        // decisions are in it) instead of starting over.
+        let (run, start, changed_before) =
+            match approval::paused_subagent(&ctx.state, &ctx.call_id, &args.subagent_type) {
+                Some(paused) => {
+                    let start = AgentState {
+                        files: paused.run.state.files.clone(),
+                        ..AgentState::default()
+                    };
+                    (paused.run, start, paused.changed_files)
+                }
+                None => {
+                    // Only the files travel: messages, the plan and custom values stay private
+                    // to each side.
+                    let start = AgentState {
+                        files: ctx.state.files.clone(),
+                        ..AgentState::default()
+                    };
+                    let run = Run::from_task(args.description);
+                    let run = Run {
+                        state: AgentState {
+                            messages: run.state.messages,
+                            ..start.clone()
+                        },
+                        ..run
+                    };
+                    (run, start, Vec::new())
+                }
+            };
         let options = RunOptions {
             runtime: ctx.runtime.clone(),
             cancel: ctx.cancel.child_token(),
@@ -192,10 +210,31 @@ impl Tool for Task {
                 } else {
                     answer
                 };
-                let mut result =
-                    ToolOutput::text(answer).with_update(file_changes(&start, &output.run.state));
+                let mut changes = file_changes(&start, &output.run.state);
+                for path in changed_before {
+                    let file = output.run.state.files.get(&path).cloned();
+                    changes.files.entry(path).or_insert(file);
+                }
+                let mut result = ToolOutput::text(answer).with_update(changes);
                 result.artifact = output.structured;
                 Ok(result)
+            }
+            Err(failure) if matches!(failure.error, RunError::Interrupted(_)) => {
+                let mut changed_files = changed_before;
+                changed_files.extend(file_changes(&start, &failure.run.state).files.into_keys());
+                changed_files.sort();
+                changed_files.dedup();
+                let paused = PausedSubagent {
+                    subagent: args.subagent_type,
+                    run: *failure.run,
+                    changed_files,
+                };
+                // The driver keeps the paused run in the parent's state and pauses the parent.
+                let artifact = approval::paused_artifact(&paused).map_err(|e| {
+                    ToolError::Fatal(format!("the paused subagent could not be stored: {e}"))
+                })?;
+                Ok(ToolOutput::text("The subagent is waiting for approval.")
+                    .with_artifact(artifact))
             }
             Err(failure) => Err(ToolError::RespondToModel(format!(
                 "The {} subagent failed: {}. Retry with a clearer or smaller task, or do it yourself.",
