@@ -7,7 +7,7 @@ use deepagents_core::message::{AssistantMessage, Message, ToolCall};
 use deepagents_core::model::{ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent};
 use serde_json::{Map, Value, json};
 
-use crate::convert::{arguments_object, base64, gemini_schema, new_call_id, tokens, usage};
+use crate::convert::{arguments_object, base64, gemini_parameters, new_call_id, tokens, usage};
 use crate::http::Secret;
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
@@ -57,11 +57,14 @@ impl Wire for GeminiWire {
                 .tools
                 .iter()
                 .map(|tool| {
-                    json!({
+                    let mut declaration = json!({
                         "name": tool.name,
                         "description": tool.description,
-                        "parameters": gemini_schema(&tool.parameters),
-                    })
+                    });
+                    if let Some(parameters) = gemini_parameters(&tool.parameters) {
+                        declaration["parameters"] = parameters;
+                    }
+                    declaration
                 })
                 .collect();
             body.insert(
@@ -315,13 +318,14 @@ impl Accumulator {
         }
         let calls = std::mem::take(&mut self.calls);
         let stop_reason = match self.finish.as_deref() {
-            _ if !calls.is_empty() => StopReason::ToolUse,
-            Some("STOP") | None => StopReason::EndTurn,
+            // A cut-off or filtered turn says so even when it holds tool calls.
             Some("MAX_TOKENS") => StopReason::MaxTokens,
             Some(
                 "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII"
                 | "IMAGE_SAFETY",
             ) => StopReason::ContentFilter,
+            _ if !calls.is_empty() => StopReason::ToolUse,
+            Some("STOP") | None => StopReason::EndTurn,
             Some(other) => StopReason::Other(other.to_owned()),
         };
         let u = &self.usage;

@@ -160,12 +160,13 @@ fn chat_usage(usage_json: &Value) -> deepagents_core::Usage {
 }
 
 fn stop_reason(finish: Option<&str>, has_calls: bool) -> StopReason {
+    // A cut-off or filtered turn says so even when it holds (possibly partial) tool calls.
     match finish {
+        Some("length") => StopReason::MaxTokens,
+        Some("content_filter") => StopReason::ContentFilter,
         _ if has_calls => StopReason::ToolUse,
         Some("stop") | None => StopReason::EndTurn,
         Some("tool_calls" | "function_call") => StopReason::ToolUse,
-        Some("length") => StopReason::MaxTokens,
-        Some("content_filter") => StopReason::ContentFilter,
         Some(other) => StopReason::Other(other.to_owned()),
     }
 }

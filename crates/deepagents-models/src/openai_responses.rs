@@ -150,9 +150,10 @@ fn response_from(body: &Value, output: &[Value]) -> ModelResponse {
         body["status"].as_str(),
         body["incomplete_details"]["reason"].as_str(),
     ) {
-        _ if !tool_calls.is_empty() => StopReason::ToolUse,
+        // A cut-off or filtered turn says so even when it holds (possibly partial) calls.
         (Some("incomplete"), Some("max_output_tokens")) => StopReason::MaxTokens,
         (Some("incomplete"), Some("content_filter")) => StopReason::ContentFilter,
+        _ if !tool_calls.is_empty() => StopReason::ToolUse,
         (Some("incomplete"), Some(other)) => StopReason::Other(other.to_owned()),
         _ => StopReason::EndTurn,
     };

@@ -137,10 +137,12 @@ fn fault_fixtures() -> Value {
          "response": {"error": {"message": "Invalid API key", "type": "authentication_error"}, "status": 401}},
         {"match": {"userMessage": "overflow"},
          "response": {"error": {"message": "This model's maximum context length is 128000 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}, "status": 400}},
+        // Small chunks, so the cut lands mid-text in every format (Responses sends several
+        // events before its first text delta).
         {"match": {"userMessage": "truncated"}, "response": {"content": LONG_TEXT},
-         "truncateAfterChunks": 8, "latency": 10},
+         "truncateAfterChunks": 12, "chunkSize": 4, "latency": 10},
         {"match": {"userMessage": "disconnected"}, "response": {"content": LONG_TEXT},
-         "disconnectAfterMs": 150, "latency": 40},
+         "disconnectAfterMs": 600, "chunkSize": 4, "latency": 40},
         {"match": {"userMessage": "garbled"}, "response": {"content": LONG_TEXT},
          "chaos": {"malformedRate": 1}},
     ]})
@@ -196,21 +198,48 @@ async fn faults(api: Api) {
     );
     assert_eq!(requests_for(&server, api, "overflow"), 1);
 
-    // Streams cut mid-answer are errors, not short answers.
-    let (deltas, outcome) = stream_all(model.as_ref(), &ask("truncated")).await;
-    let error = outcome.unwrap_err();
-    assert!(matches!(error, ModelError::Transient { .. }), "{error:?}");
-    assert_ne!(streamed_text(&deltas), LONG_TEXT);
-    let (deltas, outcome) = stream_all(model.as_ref(), &ask("disconnected")).await;
-    let error = outcome.unwrap_err();
-    assert!(matches!(error, ModelError::Transient { .. }), "{error:?}");
-    assert_ne!(streamed_text(&deltas), LONG_TEXT);
+    // Streams cut mid-answer are errors, not short answers, and are not sent again: part of
+    // the answer already reached the caller.
+    let provider = api.spec().split(':').next().unwrap();
+    for marker in ["truncated", "disconnected"] {
+        let (deltas, outcome) = stream_all(model.as_ref(), &ask(marker)).await;
+        let error = outcome.unwrap_err();
+        assert!(matches!(error, ModelError::Transient { .. }), "{error:?}");
+        assert!(
+            error.to_string().contains(provider),
+            "names the provider: {error}"
+        );
+        let text = streamed_text(&deltas);
+        assert!(
+            !text.is_empty(),
+            "{marker}: output reached the caller first"
+        );
+        assert!(
+            LONG_TEXT.starts_with(&text) && text != LONG_TEXT,
+            "{marker}: {text}"
+        );
+        assert_eq!(requests_for(&server, api, marker), 1, "{marker}: no retry");
+    }
 
     // A garbled body is an error naming the provider, retried since nothing reached the caller.
-    let (_, outcome) = stream_all(model.as_ref(), &ask("garbled")).await;
+    let (deltas, outcome) = stream_all(model.as_ref(), &ask("garbled")).await;
     let error = outcome.unwrap_err();
     assert!(matches!(error, ModelError::Transient { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains(provider),
+        "names the provider: {error}"
+    );
+    assert!(deltas.is_empty(), "{deltas:?}");
     assert_eq!(requests_for(&server, api, "garbled"), 3);
+    // Not streamed, the same garbled body is a non-JSON answer, retried alike.
+    let error = model.generate(&ask("garbled twice")).await.unwrap_err();
+    assert!(matches!(error, ModelError::Transient { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains(provider),
+        "names the provider: {error}"
+    );
+    assert!(error.to_string().contains("not JSON"), "{error}");
+    assert_eq!(requests_for(&server, api, "garbled twice"), 3);
 }
 
 macro_rules! per_api {

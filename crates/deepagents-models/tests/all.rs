@@ -13,4 +13,8 @@ mod llmock;
 #[cfg(feature = "providers")]
 mod mock_servers;
 #[cfg(feature = "providers")]
+mod network;
+#[cfg(feature = "providers")]
+mod stops;
+#[cfg(feature = "providers")]
 mod wire;

@@ -2,7 +2,7 @@
 //! of Responses, Chat Completions, Anthropic and Gemini, plain text, a tool-call round trip, a streamed
 //! tool call, and every fault class with its documented outcome. The journal shows the retries.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deepagents_core::model::{ModelError, StopReason};
 use serde_json::{Value, json};
@@ -177,9 +177,14 @@ async fn http_faults(api: Api) {
         .iter()
         .map(|r| r["started_at"].as_f64().unwrap())
         .collect();
+    // llmock sends `retry-after: 1` beside `retry-after-ms: 200`: the precise one wins.
     assert!(
         times[1] - times[0] >= 0.19,
-        "waited as Retry-After asked: {times:?}"
+        "waited as retry-after-ms asked: {times:?}"
+    );
+    assert!(
+        times[1] - times[0] < 0.9,
+        "waited for retry-after-ms, not the rounded-up Retry-After: {times:?}"
     );
 
     // Retries run out: the last error, with the count.
@@ -348,14 +353,59 @@ async fn stream_faults(api: Api) {
     );
     assert_eq!(settle(&server, api, journal(&server, api).len(), 2), 2);
 
-    // No response headers within the first-byte timeout: retried.
-    script(
-        &server,
-        json!([{"type": "delay", "seconds": 6}, reply("Late but fine."), reply("Late but fine.")]),
-    );
+    // No response headers within the first-byte timeout (3 s): abandoned and sent again. The
+    // delayed request consumes the first reply, which a client without the timeout would show
+    // after 6 s.
     let model = model(api.spec(), base_url(&server, api), 2);
+    let delayed = |first_chunk: bool| {
+        let kind = if first_chunk {
+            "slow_first_token"
+        } else {
+            "delay"
+        };
+        json!([{"type": kind, "seconds": 6}, reply("Too late."), reply(LONG_TEXT)])
+    };
+    script(&server, delayed(false));
+    let started = Instant::now();
     let response = model.generate(&ask("hi")).await.unwrap();
-    assert_eq!(text_of(&response), "Late but fine.");
+    let elapsed = started.elapsed();
+    assert_eq!(text_of(&response), LONG_TEXT, "the retry's answer");
+    assert!(
+        elapsed >= Duration::from_millis(2900) && elapsed < Duration::from_millis(5500),
+        "gave up at the first-byte timeout, well before the 6 s delay: {elapsed:?}"
+    );
+    assert_eq!(settle(&server, api, journal(&server, api).len(), 2), 2);
+
+    // The same on a streamed call.
+    script(&server, delayed(false));
+    let started = Instant::now();
+    let (deltas, outcome) = stream_all(model.as_ref(), &ask("hi")).await;
+    let elapsed = started.elapsed();
+    assert_eq!(text_of(&outcome.unwrap()), LONG_TEXT);
+    assert_eq!(
+        streamed_text(&deltas),
+        LONG_TEXT,
+        "nothing from the abandoned attempt"
+    );
+    assert!(
+        elapsed >= Duration::from_millis(2900) && elapsed < Duration::from_millis(5500),
+        "{elapsed:?}"
+    );
+    assert_eq!(settle(&server, api, journal(&server, api).len(), 2), 2);
+
+    // Headers on time but no first event: the idle timeout (2 s) ends the attempt, and since
+    // nothing reached the caller it is sent again.
+    script(&server, delayed(true));
+    let started = Instant::now();
+    let (deltas, outcome) = stream_all(model.as_ref(), &ask("hi")).await;
+    let elapsed = started.elapsed();
+    assert_eq!(text_of(&outcome.unwrap()), LONG_TEXT);
+    assert_eq!(streamed_text(&deltas), LONG_TEXT);
+    assert!(
+        elapsed >= Duration::from_millis(1900) && elapsed < Duration::from_millis(4500),
+        "gave up at the idle timeout, well before the 6 s first token: {elapsed:?}"
+    );
+    assert_eq!(settle(&server, api, journal(&server, api).len(), 2), 2);
 }
 
 macro_rules! per_api {
