@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use deepagents::core::{Event, EventKind};
 use deepagents::{ContentBlock, TodoStatus, ToolStatus};
+use serde_json::Value;
 
 /// Longest argument or result preview, in characters.
 const PREVIEW: usize = 120;
@@ -47,10 +48,8 @@ impl Progress {
                     eprintln!("{indent}  ✗ {name}: {}", preview(&text));
                 }
             },
-            EventKind::StateUpdated {
-                todos: Some(todos), ..
-            } => {
-                for todo in todos {
+            EventKind::StateUpdated { todos, custom, .. } => {
+                for todo in todos.iter().flatten() {
                     let mark = match todo.status {
                         TodoStatus::Pending => "☐",
                         TodoStatus::InProgress => "◐",
@@ -58,10 +57,36 @@ impl Progress {
                     };
                     eprintln!("{indent}  {mark} {}", todo.content);
                 }
+                // Set once per thread, when the skills are loaded.
+                if let Some(warnings) = custom.get("skill_warnings").and_then(Value::as_array) {
+                    for warning in warnings {
+                        eprintln!("{indent}{}", skill_warning(warning));
+                    }
+                }
             }
+            EventKind::Summarized {
+                replaced,
+                history_file,
+                ..
+            } => eprintln!(
+                "{indent}⋯ summarized {replaced} earlier message{} (transcript in {history_file})",
+                if *replaced == 1 { "" } else { "s" }
+            ),
             _ => {}
         }
     }
+}
+
+/// `⚠ skill `name`: what is wrong [rule] (path)`.
+fn skill_warning(warning: &Value) -> String {
+    let field = |key: &str| warning[key].as_str().unwrap_or_default();
+    format!(
+        "⚠ skill `{}`: {} [{}] ({})",
+        field("skill"),
+        field("message"),
+        field("rule"),
+        field("path")
+    )
 }
 
 fn preview(text: &str) -> String {

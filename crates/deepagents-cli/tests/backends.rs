@@ -1,7 +1,10 @@
 //! `deepagents run` on each backend, with permissions.
 
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
@@ -346,4 +349,286 @@ fn long_term_memory_persists_across_runs() {
     assert!(output.status.success(), "{}", stderr(&output));
     let stdout = String::from_utf8(output.stdout).unwrap();
     assert!(stdout.contains("The user likes haiku."), "{stdout}");
+}
+
+/// A stand-in for an OpenAI-compatible chat server: answers every request with `answer` and
+/// keeps the request bodies, so a test can read the system prompt the CLI built.
+struct FakeChat {
+    url: String,
+    bodies: Arc<Mutex<Vec<Value>>>,
+}
+
+fn fake_chat(answer: &'static str) -> FakeChat {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let _ = answer_one(stream, answer, &seen);
+        }
+    });
+    FakeChat { url, bodies }
+}
+
+fn answer_one(stream: TcpStream, answer: &str, seen: &Mutex<Vec<Value>>) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let streamed = body["stream"] == true;
+    seen.lock().unwrap().push(body);
+    let (content_type, payload) = if streamed {
+        let chunk = json!({"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]});
+        (
+            "text/event-stream",
+            format!("data: {chunk}\n\ndata: [DONE]\n\n"),
+        )
+    } else {
+        let body = json!({"id": "c1", "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]});
+        ("application/json", body.to_string())
+    };
+    let mut stream = stream;
+    write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+        payload.len()
+    )?;
+    stream.flush()
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn skill(name: &str, description: &str) -> String {
+    format!("---\nname: {name}\ndescription: {description}\n---\nSteps.\n")
+}
+
+#[test]
+fn workspace_memory_and_skills_reach_the_system_prompt_with_later_sources_winning() {
+    let home = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path();
+    write(
+        &root_path.join(".deepagents/AGENTS.md"),
+        "Project memory: run cargo fmt.\n",
+    );
+    write(
+        &root_path.join("AGENTS.md"),
+        "Root memory: be brief.<!-- not for the model -->\n",
+    );
+    write(
+        &root_path.join(".deepagents/skills/deploy/SKILL.md"),
+        &skill("deploy", "The old way to deploy."),
+    );
+    write(
+        &root_path.join(".deepagents/skills/lint/SKILL.md"),
+        &skill("lint", "Lint the code."),
+    );
+    write(
+        &root_path.join(".agents/skills/deploy/SKILL.md"),
+        &skill("deploy", "Deploy with the release script."),
+    );
+    write(
+        &root_path.join(".agents/skills/odd/SKILL.md"),
+        &skill("Odd_Name", "Listed despite its name."),
+    );
+    let server = fake_chat("done");
+    let output = bin()
+        .args([
+            "run",
+            "--model",
+            "openai_chat:gpt-4o",
+            "--base-url",
+            &server.url,
+        ])
+        .arg("--root")
+        .arg(root_path)
+        .arg("go")
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("HOME", home.path())
+        .env("DEEPAGENTS_DATA_DIR", home.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(String::from_utf8(output.stdout.clone()).unwrap(), "done\n");
+
+    let bodies = server.bodies.lock().unwrap();
+    assert_eq!(bodies.len(), 1);
+    let system = &bodies[0]["messages"][0];
+    assert_eq!(system["role"], "system");
+    let prompt = system["content"].as_str().unwrap();
+    // Memory: the project's file, then the root's, last in the prompt and without comments.
+    let project = prompt
+        .find("### /.deepagents/AGENTS.md\nProject memory: run cargo fmt.")
+        .unwrap_or_else(|| panic!("{prompt}"));
+    let root_memory = prompt
+        .find("### /AGENTS.md\nRoot memory: be brief.")
+        .unwrap_or_else(|| panic!("{prompt}"));
+    assert!(project < root_memory);
+    assert!(!prompt.contains("not for the model"));
+    // Skills: both directories, `.agents/skills` overriding `.deepagents/skills` by name.
+    let skills = &prompt[prompt.find("## Skills").unwrap()..prompt.find("## Memory").unwrap()];
+    assert!(
+        skills.contains(
+            "- deploy: Deploy with the release script. (/.agents/skills/deploy/SKILL.md)"
+        ),
+        "{skills}"
+    );
+    assert!(!skills.contains("The old way"), "{skills}");
+    assert!(
+        skills.contains("- lint: Lint the code. (/.deepagents/skills/lint/SKILL.md)"),
+        "{skills}"
+    );
+    // A skill breaking the naming rules is listed, and the user is told on stderr.
+    assert!(
+        skills.contains("- Odd_Name: Listed despite its name."),
+        "{skills}"
+    );
+    let progress = stderr(&output);
+    let warning = progress
+        .lines()
+        .find(|l| l.contains("⚠ skill `Odd_Name`") && l.contains("[name_format]"))
+        .unwrap_or_else(|| panic!("{progress}"));
+    assert!(
+        warning.contains("/.agents/skills/odd/SKILL.md"),
+        "{warning}"
+    );
+    assert!(
+        progress.contains("[name_mismatch]"),
+        "the folder differs too: {progress}"
+    );
+}
+
+/// Eight reads of a file, then an answer; the summarizer gets its own turn.
+fn reading_script(dir: &Path) -> String {
+    let mut turns: Vec<Value> = (0..8)
+        .map(|i| json!({"text": format!("reading {i}"), "tool_calls": [{"id": format!("r{i}"), "name": "read_file", "args": {"file_path": "/big.txt"}}]}))
+        .collect();
+    turns.push(json!({"text": "read it all"}));
+    let script = json!({
+        "turns": turns,
+        "conversations": [{"when_task_contains": "Conversation to summarize", "turns": [
+            {"text": "## Goal\nRead big.txt.\n## Decisions\nnone\n## Files and artifacts\n/big.txt\n## Open items\nnone\n## Next step\nread on"}
+        ]}]
+    });
+    let path = dir.join("reading.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    format!("scripted:{}", path.display())
+}
+
+fn events(output: &Output) -> Vec<Value> {
+    String::from_utf8(output.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_small_max_input_tokens_makes_the_run_summarize() {
+    let root = tempfile::tempdir().unwrap();
+    let line = "a line of the big file, long enough to count\n";
+    // About 350 tokens a read: the tail kept (a tenth of the window) holds the latest one.
+    std::fs::write(root.path().join("big.txt"), line.repeat(1_200 / line.len())).unwrap();
+    let model = reading_script(root.path());
+    let run = |extra: &[&str], json: bool| {
+        let mut command = bin();
+        command.args(["run", "--model", &model]).args(extra);
+        if json {
+            command.arg("--json");
+        }
+        let output = command
+            .arg("--root")
+            .arg(root.path())
+            .arg("read big.txt")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        output
+    };
+    // With the default window nothing is summarized.
+    let roomy = events(&run(&[], true));
+    assert!(roomy.iter().all(|e| e["type"] != "summarized"));
+    assert!(!root.path().join("conversation_history").exists());
+
+    let tight = events(&run(&["--max-input-tokens", "4000"], true));
+    assert_eq!(tight.last().unwrap()["text"], "read it all");
+    let summarized: Vec<&Value> = tight.iter().filter(|e| e["type"] == "summarized").collect();
+    assert!(!summarized.is_empty(), "{tight:?}");
+    let event = summarized[0];
+    assert_eq!(event["trigger"], "threshold");
+    assert!(event["replaced"].as_u64().unwrap() > 0);
+    assert!(event["kept_from"].as_u64().unwrap() > 0);
+    // The transcript is on disk, in the workspace, where the event says.
+    let file = event["history_file"].as_str().unwrap();
+    assert!(file.starts_with("/conversation_history/"), "{file}");
+    let history = std::fs::read_to_string(root.path().join(&file[1..])).unwrap();
+    assert!(history.contains("### [0] user\nread big.txt"), "{history}");
+
+    // Without --json, progress shows one line for it.
+    let progress = stderr(&run(&["--max-input-tokens", "4000"], false));
+    let lines: Vec<&str> = progress
+        .lines()
+        .filter(|l| l.contains("⋯ summarized"))
+        .collect();
+    assert_eq!(lines.len(), summarized.len(), "{progress}");
+    assert!(lines[0].contains("earlier messages (transcript in /conversation_history/"));
+}
+
+#[test]
+fn compact_tool_offers_compact_conversation() {
+    let root = tempfile::tempdir().unwrap();
+    let model = script(
+        root.path(),
+        json!([
+            {"tool_calls": [{"id": "k", "name": "compact_conversation", "args": {}}]},
+            {"text": "done"}
+        ]),
+    );
+    let result = |extra: &[&str]| {
+        let output = bin()
+            .args(["run", "--json", "--model", &model])
+            .args(extra)
+            .arg("--root")
+            .arg(root.path())
+            .arg("go")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        events(&output)
+            .into_iter()
+            .find(|e| e["type"] == "tool_call_finished")
+            .unwrap()["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let offered = result(&["--compact-tool"]);
+    // Offered, and sensibly refused in a conversation this small.
+    assert!(
+        offered.contains("compacting now would save little"),
+        "{offered}"
+    );
+    let absent = result(&[]);
+    assert!(
+        absent.contains("Unknown tool `compact_conversation`"),
+        "{absent}"
+    );
 }

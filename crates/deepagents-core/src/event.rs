@@ -98,6 +98,21 @@ pub enum EventKind {
         /// The pending actions (call id, tool, arguments, description, allowed decisions).
         actions: Vec<Value>,
     },
+    /// Older messages were replaced by a summary in what the model sees. The run still holds
+    /// them all, and their transcript was appended to `history_file`.
+    Summarized {
+        /// How many messages this summarization replaced.
+        replaced: usize,
+        /// Index in the conversation of the first message still sent verbatim (everything
+        /// before it is summarized), when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kept_from: Option<usize>,
+        /// The file holding the replaced transcripts.
+        history_file: String,
+        /// What caused it: `threshold` (the context filled up), `requested` (the model called
+        /// `compact_conversation`) or `context_overflow` (the provider refused the request).
+        trigger: String,
+    },
     /// The run ended with an answer.
     Final {
         /// The answer: the text of the last assistant message.

@@ -39,7 +39,13 @@ pub(crate) async fn drive(
         model: agent.model.id().to_owned(),
     });
     let mut journal = Journal::new(options.checkpoint.clone(), &run);
-    let outcome = advance(agent, &mut run, options, events, &mut journal).await;
+    let thread = options.checkpoint.as_ref().map(|c| c.thread_id.clone());
+    let outcome = crate::context::THREAD_ID
+        .scope(
+            thread,
+            advance(agent, &mut run, options, events, &mut journal),
+        )
+        .await;
     // Whatever happened, what the run did so far is kept.
     let outcome = match (outcome, journal.save(&run).await) {
         (Ok(_), Err(error)) => Err(error),

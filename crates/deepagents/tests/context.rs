@@ -149,6 +149,137 @@ async fn skills_are_listed_with_later_sources_winning() {
     );
 }
 
+/// The warnings of `output`'s skills, as (skill, rule, skipped) with their messages.
+fn skill_warnings(state: &deepagents::AgentState) -> Vec<(String, String, bool, String)> {
+    state
+        .custom
+        .get("skill_warnings")
+        .and_then(|w| w.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|w| {
+            (
+                w["skill"].as_str().unwrap().to_owned(),
+                w["rule"].as_str().unwrap().to_owned(),
+                w["skipped"].as_bool().unwrap(),
+                w["message"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn broken_skill_rules_become_warnings_in_the_event_stream() {
+    let long = "d".repeat(1_100);
+    let compatibility = "c".repeat(600);
+    let files = [
+        (
+            "/skills/odd/SKILL.md",
+            "---\nname: Bad_Name\ndescription: Still listed.\n---\nbody\n".to_owned(),
+        ),
+        (
+            "/skills/wordy/SKILL.md",
+            format!("---\nname: wordy\ndescription: {long}\ncompatibility: {compatibility}\n---\n"),
+        ),
+        (
+            "/skills/nodesc/SKILL.md",
+            "---\nname: nodesc\n---\nbody\n".to_owned(),
+        ),
+        (
+            "/skills/clean/SKILL.md",
+            "---\nname: clean\ndescription: Fine.\n---\n".to_owned(),
+        ),
+    ];
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let agent = Agent::builder(scripted(json!([{"text": "ok"}])))
+        .middleware(Capture {
+            requests: requests.clone(),
+        })
+        .skills(["/skills"])
+        .build()
+        .unwrap();
+    let mut run = Run::from_task("go");
+    for (path, text) in &files {
+        run.state.files.insert((*path).into(), file(text));
+    }
+    let (sink, mut events) = deepagents::EventSink::channel();
+    let output = agent.run(run, Default::default(), sink).await.unwrap();
+
+    let warnings = skill_warnings(&output.run.state);
+    let has = |skill: &str, rule: &str, skipped: bool| {
+        warnings
+            .iter()
+            .any(|(s, r, k, _)| s == skill && r == rule && *k == skipped)
+    };
+    assert!(has("Bad_Name", "name_format", false), "{warnings:?}");
+    assert!(has("Bad_Name", "name_mismatch", false), "{warnings:?}");
+    assert!(has("wordy", "description_length", false), "{warnings:?}");
+    assert!(has("wordy", "compatibility_length", false), "{warnings:?}");
+    assert!(has("nodesc", "description_missing", true), "{warnings:?}");
+    assert!(
+        warnings.iter().all(|(s, ..)| s != "clean"),
+        "a good skill has no warning"
+    );
+    let (_, _, _, message) = warnings.iter().find(|w| w.1 == "name_format").unwrap();
+    assert!(message.contains("lowercase"), "{message}");
+    // Warned about, and still listed (the description cut to its limit).
+    let prompt = requests.lock().unwrap()[0].system_prompt.clone().unwrap();
+    assert!(
+        prompt.contains("- Bad_Name: Still listed. (/skills/odd/SKILL.md)"),
+        "{prompt}"
+    );
+    assert!(prompt.contains(&format!("- wordy: {} (", &long[..1_024])));
+    assert!(!prompt.contains("nodesc"));
+    // The warnings reach the event stream with the listing.
+    let mut seen = false;
+    while let Ok(event) = events.try_recv() {
+        if let deepagents::EventKind::StateUpdated { custom, .. } = &event.kind
+            && let Some(value) = custom.get("skill_warnings")
+        {
+            assert_eq!(value, &output.run.state.custom["skill_warnings"]);
+            seen = true;
+        }
+    }
+    assert!(seen, "a state_updated event carries the skill warnings");
+}
+
+#[tokio::test]
+async fn a_skill_file_over_the_size_limit_is_a_warning_on_disk_too() {
+    let root = tempfile::tempdir().unwrap();
+    for (name, size) in [("huge", 5_000), ("small", 0)] {
+        let dir = root.path().join("skills").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = format!(
+            "---\nname: {name}\ndescription: The {name} one.\n---\n{}",
+            "x".repeat(size)
+        );
+        std::fs::write(dir.join("SKILL.md"), text).unwrap();
+    }
+    // A folder without SKILL.md is not a skill, and not worth a warning.
+    std::fs::create_dir_all(root.path().join("skills/assets")).unwrap();
+    let backend = deepagents::backends::FilesystemBackend::builder(root.path())
+        .max_file_size(1_000)
+        .build()
+        .unwrap();
+    let agent = Agent::builder(scripted(json!([{"text": "ok"}])))
+        .backend(Arc::new(backend))
+        .skills(["/skills"])
+        .build()
+        .unwrap();
+    let output = agent.invoke("go").await.unwrap();
+    let warnings = skill_warnings(&output.run.state);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let (skill, rule, skipped, message) = &warnings[0];
+    assert_eq!(
+        (skill.as_str(), rule.as_str(), *skipped),
+        ("huge", "file_size", true)
+    );
+    assert!(message.contains("skipped"), "{message}");
+    let listed = &output.run.state.custom["skills"];
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["name"], "small");
+}
+
 #[test]
 fn invalid_memory_paths_are_refused_at_build_time() {
     let error = Agent::builder(scripted(json!([])))

@@ -1,7 +1,12 @@
 //! Snapshots of what the model is told: system prompts and tool schemas per configuration.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use deepagents::backends::{
+    CompositeBackend, FilesystemBackend, InMemoryStore, LocalShellBackend, StateBackend,
+    StoreBackend,
+};
 use deepagents::{Agent, AgentBuilder, ModelRequest};
 use serde_json::json;
 
@@ -54,15 +59,80 @@ async fn tool_schemas() {
     insta::assert_json_snapshot!(request.tools);
 }
 
+/// The prompt with every host directory replaced by a stable name.
+fn redacted(prompt: &str, dirs: &[(&Path, &str)]) -> String {
+    dirs.iter().fold(prompt.to_owned(), |prompt, (dir, name)| {
+        prompt.replace(&dir.canonicalize().unwrap().display().to_string(), name)
+    })
+}
+
+fn shell(root: &Path) -> LocalShellBackend {
+    LocalShellBackend::new(FilesystemBackend::new(root).unwrap())
+}
+
 #[tokio::test]
-async fn shell_and_routed_paths_are_explained() {
-    use deepagents::backends::{
-        CompositeBackend, FilesystemBackend, InMemoryStore, LocalShellBackend, StoreBackend,
-    };
+async fn bare_prompt() {
+    // No user prompt and no base guidance: only the sections of the tools on offer.
+    let request = first_request(|b| b.base_prompt(false)).await;
+    insta::assert_snapshot!(request.system_prompt.unwrap());
+}
+
+#[tokio::test]
+async fn shell_prompt() {
+    let root = tempfile::tempdir().unwrap();
+    let request = first_request(|b| b.backend(Arc::new(shell(root.path())))).await;
+    let prompt = request.system_prompt.unwrap();
+    insta::assert_snapshot!(redacted(&prompt, &[(root.path(), "[ROOT]")]));
+}
+
+#[tokio::test]
+async fn shell_paths_prompt() {
     let root = tempfile::tempdir().unwrap();
     let docs = tempfile::tempdir().unwrap();
-    let shell = LocalShellBackend::new(FilesystemBackend::new(root.path()).unwrap());
-    let composite = CompositeBackend::new(Arc::new(shell))
+    let composite = CompositeBackend::new(Arc::new(shell(root.path())))
+        .route(
+            "/memories/",
+            Arc::new(StoreBackend::new(Arc::new(InMemoryStore::new()))),
+        )
+        .unwrap()
+        .route("/scratch", Arc::new(StateBackend))
+        .unwrap()
+        .route(
+            "/docs",
+            Arc::new(FilesystemBackend::new(docs.path()).unwrap()),
+        )
+        .unwrap()
+        .route(
+            "/host",
+            Arc::new(
+                FilesystemBackend::builder(docs.path())
+                    .virtual_mode(false)
+                    .build()
+                    .unwrap(),
+            ),
+        )
+        .unwrap();
+    let request = first_request(|b| b.backend(Arc::new(composite))).await;
+    let prompt = request.system_prompt.unwrap();
+    insta::assert_snapshot!(redacted(
+        &prompt,
+        &[(root.path(), "[ROOT]"), (docs.path(), "[DOCS]")]
+    ));
+}
+
+#[tokio::test]
+async fn execute_tool_schema() {
+    let root = tempfile::tempdir().unwrap();
+    let request = first_request(|b| b.backend(Arc::new(shell(root.path())))).await;
+    let execute = request.tools.iter().find(|t| t.name == "execute").unwrap();
+    insta::assert_json_snapshot!(execute);
+}
+
+#[tokio::test]
+async fn shell_and_routed_paths_are_explained() {
+    let root = tempfile::tempdir().unwrap();
+    let docs = tempfile::tempdir().unwrap();
+    let composite = CompositeBackend::new(Arc::new(shell(root.path())))
         .route(
             "/memories/",
             Arc::new(StoreBackend::new(Arc::new(InMemoryStore::new()))),
@@ -71,6 +141,16 @@ async fn shell_and_routed_paths_are_explained() {
         .route(
             "/docs",
             Arc::new(FilesystemBackend::new(docs.path()).unwrap()),
+        )
+        .unwrap()
+        .route(
+            "/host",
+            Arc::new(
+                FilesystemBackend::builder(docs.path())
+                    .virtual_mode(false)
+                    .build()
+                    .unwrap(),
+            ),
         )
         .unwrap();
     let request = first_request(|b| b.backend(Arc::new(composite))).await;
@@ -93,18 +173,47 @@ async fn shell_and_routed_paths_are_explained() {
         "{prompt}"
     );
     assert!(
+        prompt.contains("- `/host/` is `/` in the shell"),
+        "{prompt}"
+    );
+    assert!(
         prompt.contains("- `/memories/` is not on the shell's disk; use the file tools for it"),
         "{prompt}"
     );
     assert!(request.tools.iter().any(|t| t.name == "execute"));
 
-    // A plain shell backend needs no explanation.
-    let plain = LocalShellBackend::new(FilesystemBackend::new(root.path()).unwrap());
-    let request = first_request(|b| b.backend(Arc::new(plain))).await;
+    // A shell confined to a directory: its `/` is not the file tools' `/`.
+    let request = first_request(|b| b.backend(Arc::new(shell(root.path())))).await;
+    let prompt = request.system_prompt.unwrap();
     assert!(
-        !request
-            .system_prompt
-            .unwrap()
-            .contains("Shell paths vs file paths")
+        prompt.contains(&format!(
+            "the file tools' `/src/main.rs` is `{}/src/main.rs`, or `src/main.rs`, in a command",
+            root_host.display()
+        )),
+        "{prompt}"
     );
+
+    // A shell over the host's own tree needs no explanation.
+    let host = LocalShellBackend::new(
+        FilesystemBackend::builder(root.path())
+            .virtual_mode(false)
+            .build()
+            .unwrap(),
+    );
+    let request = first_request(|b| b.backend(Arc::new(host))).await;
+    let prompt = request.system_prompt.unwrap();
+    assert!(prompt.contains("## Shell\n"), "{prompt}");
+    assert!(!prompt.contains("Shell paths vs file paths"), "{prompt}");
+
+    // Without a shell there is neither section, whatever the routes.
+    let plain = CompositeBackend::new(Arc::new(StateBackend))
+        .route(
+            "/docs",
+            Arc::new(FilesystemBackend::new(docs.path()).unwrap()),
+        )
+        .unwrap();
+    let request = first_request(|b| b.backend(Arc::new(plain))).await;
+    let prompt = request.system_prompt.unwrap();
+    assert!(!prompt.contains("## Shell"), "{prompt}");
+    assert!(!request.tools.iter().any(|t| t.name == "execute"));
 }

@@ -1,13 +1,18 @@
-//! Summarization with a small window: trigger, tail, tool pairs, history file, chaining,
-//! overflow recovery, and a long run.
+//! Summarization with a small window: trigger, tail, tool pairs, history file per thread,
+//! chaining, events, overflow recovery, the summarizer's own budget, and a long run.
 
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use deepagents::core::{ModelRequest, ModelResponse, ModelStream};
+use deepagents::backends::FilesystemBackend;
+use deepagents::context::estimate_tokens;
+use deepagents::core::{Event, EventKind, ModelRequest, ModelResponse, ModelStream};
 use deepagents::middleware::{SUMMARY_KEY, SummarizationConfig, Threshold};
 use deepagents::models::ScriptedModel;
-use deepagents::{Agent, DynamicTool, Message, Model, ModelError, ToolOutput};
+use deepagents::{
+    Agent, DynamicTool, EventSink, InMemoryCheckpointer, Message, Model, ModelError, Run,
+    RunOptions, RunOutput, ToolOutput, open_thread,
+};
 use serde_json::{Value, json};
 
 /// Records every request, then answers with the script.
@@ -57,12 +62,23 @@ fn recording(script: Value, overflow_above: Option<usize>) -> Arc<Recording> {
 
 /// A tool whose output is 1,200 characters, to fill the window quickly.
 fn blob() -> Arc<DynamicTool> {
+    blob_of(1_200)
+}
+
+/// A tool whose output is `size` characters, each call's different from the others'.
+fn blob_of(size: usize) -> Arc<DynamicTool> {
     Arc::new(
         DynamicTool::new(
             "blob",
             "Bulk output",
             json!({"type": "object"}),
-            |_, _| async { Ok(ToolOutput::text("x".repeat(1_200))) },
+            move |_, ctx| async move {
+                let id = ctx.call_id.clone();
+                Ok(ToolOutput::text(format!(
+                    "{id}:{}",
+                    "x".repeat(size.saturating_sub(id.len() + 1))
+                )))
+            },
         )
         .unwrap(),
     )
@@ -117,11 +133,88 @@ fn summarizer_requests(model: &Recording) -> Vec<ModelRequest> {
         .collect()
 }
 
-fn history(output: &deepagents::RunOutput) -> String {
-    match &output.run.state.files["/conversation_history/session.md"].content {
+fn text_of(file: &deepagents::core::FileData) -> String {
+    match &file.content {
         deepagents::core::FileContent::Text { text } => text.clone(),
         other => panic!("{other:?}"),
     }
+}
+
+/// The run's history file and its text: exactly one, and the one its marker names.
+fn history(output: &RunOutput) -> (String, String) {
+    let files: Vec<_> = output
+        .run
+        .state
+        .files
+        .iter()
+        .filter(|(path, _)| path.starts_with("/conversation_history/"))
+        .collect();
+    assert_eq!(
+        files.len(),
+        1,
+        "one history file per run: {:?}",
+        files.iter().map(|(p, _)| p).collect::<Vec<_>>()
+    );
+    let (path, file) = files[0];
+    assert_eq!(output.run.state.custom[SUMMARY_KEY]["history_file"], **path);
+    assert!(path.ends_with(".md"), "{path}");
+    (path.clone(), text_of(file))
+}
+
+/// Asserts that every message before `upto` can be read back from `history`: its header
+/// appears once, and its section holds its text, its tool calls and their arguments.
+fn assert_recoverable(history: &str, messages: &[Message], upto: usize) {
+    for (index, message) in messages[..upto].iter().enumerate() {
+        let header = format!("### [{index}] ");
+        assert_eq!(
+            history.matches(&header).count(),
+            1,
+            "message {index} is in the history once"
+        );
+        let start = history.find(&header).unwrap();
+        let rest = &history[start + header.len()..];
+        let section = &rest[..rest.find("\n### [").unwrap_or(rest.len())];
+        assert!(
+            section.contains(&message.text()),
+            "message {index}'s text is in its section: {section}"
+        );
+        match message {
+            Message::Assistant(assistant) => {
+                for call in &assistant.tool_calls {
+                    assert!(section.contains(&format!(
+                        "`{}` ({}): {}",
+                        call.name, call.id, call.arguments
+                    )));
+                }
+            }
+            Message::Tool(result) => {
+                assert!(section.contains(&result.tool_call_id));
+                assert!(section.contains(&format!("tool `{}`", result.name)));
+            }
+            Message::User { .. } => assert!(section.starts_with("user\n")),
+            Message::System { .. } => assert!(section.starts_with("system\n")),
+        }
+    }
+}
+
+/// Runs `run` and returns its output with every event it emitted.
+async fn run_with_events(agent: &Agent, run: Run, options: RunOptions) -> (RunOutput, Vec<Event>) {
+    let (sink, mut receiver) = EventSink::channel();
+    let output = agent.run(run, options, sink).await.unwrap();
+    let mut events = Vec::new();
+    while let Ok(event) = receiver.try_recv() {
+        events.push(event);
+    }
+    (output, events)
+}
+
+/// The `summarized` events among `events`, as JSON.
+fn summarized(events: &[Event]) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Summarized { .. }))
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect()
 }
 
 #[tokio::test]
@@ -133,7 +226,12 @@ async fn older_messages_are_summarized_with_the_tail_and_tool_pairs_intact() {
         .general_purpose_subagent(false)
         .build()
         .unwrap();
-    let output = agent.invoke("fill the window").await.unwrap();
+    let (output, events) = run_with_events(
+        &agent,
+        Run::from_task("fill the window"),
+        RunOptions::default(),
+    )
+    .await;
     assert_eq!(output.text, "finished");
     let marker = &output.run.state.custom[SUMMARY_KEY];
     let upto = marker["upto"].as_u64().unwrap() as usize;
@@ -148,9 +246,10 @@ async fn older_messages_are_summarized_with_the_tail_and_tool_pairs_intact() {
     let Message::User { .. } = &last.messages[0] else {
         panic!("the summary leads the request");
     };
-    assert!(last.messages[0].text().starts_with(
-        "[Earlier conversation, summarized. The full transcript is in /conversation_history/session.md"
-    ));
+    let (history_file, history) = history(&output);
+    assert!(last.messages[0].text().starts_with(&format!(
+        "[Earlier conversation, summarized. The full transcript is in {history_file};"
+    )));
     assert!(last.messages[0].text().contains("## Next step"));
     // The first kept message is never a tool result cut off from its call.
     assert!(!matches!(last.messages[1], Message::Tool(_)));
@@ -158,12 +257,30 @@ async fn older_messages_are_summarized_with_the_tail_and_tool_pairs_intact() {
     assert_eq!(output.run.state.messages.len(), 1 + 20 * 2 + 1);
     assert!(last.messages.len() < output.run.state.messages.len() / 2);
     // Every replaced message is in the history file.
-    let history = history(&output);
-    for index in 0..upto {
-        assert!(
-            history.contains(&format!("### [{index}] ")),
-            "message {index} missing"
-        );
+    assert_recoverable(&history, &output.run.state.messages, upto);
+    // Each summarization was announced once, saying what it replaced and where it went.
+    let announced = summarized(&events);
+    assert_eq!(announced.len() as u64, marker["count"].as_u64().unwrap());
+    let mut kept_from = 0;
+    for event in &announced {
+        assert_eq!(event["path"], json!([]));
+        assert_eq!(event["trigger"], "threshold");
+        assert_eq!(event["history_file"], history_file);
+        let replaced = event["replaced"].as_u64().unwrap();
+        assert!(replaced > 0);
+        assert_eq!(event["kept_from"].as_u64().unwrap(), kept_from + replaced);
+        kept_from += replaced;
+    }
+    assert_eq!(kept_from as usize, upto);
+    // Each is announced with the model call whose request it shortened.
+    let kinds: Vec<&EventKind> = events.iter().map(|e| &e.kind).collect();
+    for (index, kind) in kinds.iter().enumerate() {
+        if matches!(kind, EventKind::Summarized { .. }) {
+            assert!(matches!(
+                kinds[index - 1],
+                EventKind::ModelCallStarted { .. }
+            ));
+        }
     }
     // The second summary was written from the first.
     let summarizer = summarizer_requests(&model);
@@ -213,18 +330,34 @@ async fn a_provider_overflow_is_summarized_and_retried_once() {
         .general_purpose_subagent(false)
         .build()
         .unwrap();
-    let output = agent.invoke("go").await.unwrap();
+    let (output, events) =
+        run_with_events(&agent, Run::from_task("go"), RunOptions::default()).await;
     assert_eq!(output.text, "finished");
-    let overflow_file = output
-        .run
-        .state
-        .files
-        .keys()
-        .find(|k| k.starts_with("/conversation_history/overflow-"))
-        .expect("the transcript replaced on overflow is kept");
-    assert!(overflow_file.ends_with(".md"));
-    // After the overflow the run summarizes on its own, before the provider complains again.
-    assert!(output.run.state.custom.contains_key(SUMMARY_KEY));
+    // The overflow's summary is the run's: recorded in the marker, its transcript in the
+    // run's one history file, numbered as in the run.
+    let (history_file, history) = history(&output);
+    let marker = &output.run.state.custom[SUMMARY_KEY];
+    let upto = marker["upto"].as_u64().unwrap() as usize;
+    assert_eq!(
+        upto, 5,
+        "all but the latest exchange of the 7 messages sent"
+    );
+    assert_recoverable(&history, &output.run.state.messages, upto);
+    let announced = summarized(&events);
+    assert_eq!(announced.len(), 1, "{announced:?}");
+    assert_eq!(announced[0]["trigger"], "context_overflow");
+    assert_eq!(announced[0]["replaced"], 5);
+    assert_eq!(announced[0]["kept_from"], 5);
+    assert_eq!(announced[0]["history_file"], history_file);
+    // After the retry the requests carry the recorded summary; none overflowed again.
+    let requests = main_requests(&model);
+    let overflowed = requests.iter().filter(|r| r.messages.len() > 6).count();
+    assert_eq!(overflowed, 1);
+    assert!(
+        requests.last().unwrap().messages[0]
+            .text()
+            .starts_with("[Earlier")
+    );
 
     // When even the retry overflows, the run fails clearly.
     let model = recording(script(4, true), Some(1));
@@ -237,6 +370,183 @@ async fn a_provider_overflow_is_summarized_and_retried_once() {
     assert!(
         failure.to_string().contains("even after summarizing"),
         "{failure}"
+    );
+}
+
+#[tokio::test]
+async fn each_thread_appends_to_its_own_history_file() {
+    let root = tempfile::tempdir().unwrap();
+    let backend = Arc::new(FilesystemBackend::builder(root.path()).build().unwrap());
+    // Twelve blobs, an answer, then twelve more and another answer for the thread's next turn.
+    let mut turns: Vec<Value> = Vec::new();
+    for round in 0..2 {
+        for i in 0..12 {
+            turns.push(json!({"text": format!("step {round}.{i}"), "tool_calls": [{"id": format!("c{round}_{i}"), "name": "blob", "args": {}}]}));
+        }
+        turns.push(json!({"text": format!("finished {round}")}));
+    }
+    let mut script = script(0, true);
+    script["turns"] = json!(turns);
+    let agent = Agent::builder(recording(script, None))
+        .dyn_tool(blob())
+        .backend(backend)
+        .context_window(4_000)
+        .general_purpose_subagent(false)
+        .build()
+        .unwrap();
+    let store = Arc::new(InMemoryCheckpointer::new());
+    let turn = |thread: &'static str, input: &'static str| {
+        let agent = agent.clone();
+        let store = store.clone();
+        async move {
+            let (run, checkpoint) = open_thread(store, thread, Some(input.to_owned()))
+                .await
+                .unwrap();
+            let options = RunOptions {
+                checkpoint: Some(checkpoint),
+                ..RunOptions::default()
+            };
+            agent.run(run, options, EventSink::discard()).await.unwrap()
+        }
+    };
+    let marker = |output: &RunOutput| output.run.state.custom[SUMMARY_KEY].clone();
+    let on_disk = |file: &Value| {
+        let path = file.as_str().unwrap().trim_start_matches('/');
+        std::fs::read_to_string(root.path().join(path)).unwrap()
+    };
+
+    let alpha = turn("alpha", "the alpha task").await;
+    let beta = turn("beta", "the beta task").await;
+    let (alpha_file, beta_file) = (
+        marker(&alpha)["history_file"].clone(),
+        marker(&beta)["history_file"].clone(),
+    );
+    assert_ne!(alpha_file, beta_file, "two threads, two files");
+    assert_eq!(alpha_file, "/conversation_history/alpha.md");
+    assert_eq!(beta_file, "/conversation_history/beta.md");
+    let alpha_history = on_disk(&alpha_file);
+    assert!(alpha_history.contains("the alpha task") && !alpha_history.contains("the beta task"));
+    let beta_history = on_disk(&beta_file);
+    assert!(beta_history.contains("the beta task") && !beta_history.contains("the alpha task"));
+    let first_upto = marker(&alpha)["upto"].as_u64().unwrap() as usize;
+    assert_recoverable(&alpha_history, &alpha.run.state.messages, first_upto);
+
+    // The thread's next turn summarizes again, into the same file, after what it held.
+    let again = turn("alpha", "carry on").await;
+    assert_eq!(again.text, "finished 1");
+    assert_eq!(marker(&again)["history_file"], alpha_file);
+    assert!(marker(&again)["count"].as_u64() > marker(&alpha)["count"].as_u64());
+    let upto = marker(&again)["upto"].as_u64().unwrap() as usize;
+    assert!(
+        upto > alpha.run.state.messages.len(),
+        "the new turn's messages were summarized"
+    );
+    let grown = on_disk(&alpha_file);
+    assert!(grown.starts_with(&alpha_history), "appended, not rewritten");
+    assert_recoverable(&grown, &again.run.state.messages, upto);
+    let files: Vec<_> = std::fs::read_dir(root.path().join("conversation_history"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+}
+
+#[tokio::test]
+async fn the_summarizer_input_is_clipped_to_fit_the_window() {
+    // Forty messages of 4,000 characters each are ten times the window; the summarizer must
+    // still get a request that fits.
+    let window = 4_000;
+    let model = recording(script(20, true), None);
+    let agent = Agent::builder(model.clone())
+        .dyn_tool(blob_of(4_000))
+        .context_window(window)
+        .summarization_config(SummarizationConfig {
+            trigger: Threshold::Messages(40),
+            keep: Threshold::Messages(2),
+        })
+        .general_purpose_subagent(false)
+        .build()
+        .unwrap();
+    let output = agent.invoke("go").await.unwrap();
+    assert_eq!(output.text, "finished");
+    let summarizer = summarizer_requests(&model);
+    assert_eq!(summarizer.len(), 1);
+    let request = &summarizer[0];
+    let replaced: usize = output.run.state.messages[..39]
+        .iter()
+        .map(|m| m.text().len())
+        .sum();
+    assert!(
+        replaced / 4 > 4 * window as usize,
+        "the conversation is far over the window"
+    );
+    assert!(
+        estimate_tokens(request) < window,
+        "the summarizer's request is {} tokens",
+        estimate_tokens(request)
+    );
+    // Its start and its end survive; the middle is marked as left out.
+    let input = request.messages[0].text();
+    assert!(input.contains("### [0] user\ngo"));
+    assert!(input.contains("[… middle of the conversation omitted to fit …]"));
+    assert!(
+        input.contains("### [38] tool `blob`"),
+        "the latest replaced message is kept"
+    );
+    // The history file still has everything.
+    let (_, history) = history(&output);
+    assert_recoverable(&history, &output.run.state.messages, 39);
+}
+
+#[tokio::test]
+async fn the_system_prompt_and_tool_schemas_count_toward_the_trigger() {
+    let bare = |model: Arc<Recording>| {
+        Agent::builder(model)
+            .dyn_tool(blob())
+            .base_prompt(false)
+            .file_tools(false)
+            .general_purpose_subagent(false)
+            .context_window(4_000)
+    };
+    let summarizes = |builder: deepagents::AgentBuilder| async move {
+        let output = builder.build().unwrap().invoke("go").await.unwrap();
+        output.run.state.custom.contains_key(SUMMARY_KEY)
+    };
+    // Three blobs are about 1,000 tokens: far under the trigger (3,400) on their own…
+    assert!(!summarizes(bare(recording(script(3, true), None))).await);
+    // …but not next to a 2,500-token system prompt…
+    let prompt = "p".repeat(10_000);
+    assert!(summarizes(bare(recording(script(3, true), None)).system_prompt(prompt.clone())).await);
+    // …or a tool whose schema is as large.
+    let big_tool = Arc::new(
+        DynamicTool::new(
+            "documented",
+            "d".repeat(10_000),
+            json!({"type": "object"}),
+            |_, _| async { Ok(ToolOutput::text("ok")) },
+        )
+        .unwrap(),
+    );
+    assert!(summarizes(bare(recording(script(3, true), None)).dyn_tool(big_tool)).await);
+
+    // The estimate itself: system prompt and schemas at four characters a token.
+    let mut request = ModelRequest {
+        messages: vec![Message::user("hi")],
+        ..ModelRequest::default()
+    };
+    let messages_only = estimate_tokens(&request);
+    request.system_prompt = Some(prompt);
+    assert_eq!(estimate_tokens(&request), messages_only + 2_500);
+    let agent = bare(recording(script(0, true), None)).build().unwrap();
+    request.tools = agent.tool_specs().to_vec();
+    let schema_chars: usize = request
+        .tools
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+        .sum();
+    assert_eq!(
+        estimate_tokens(&request),
+        (10_000 + schema_chars as u64).div_ceil(4) + messages_only
     );
 }
 
@@ -256,13 +566,8 @@ async fn a_300_step_run_in_a_small_window_keeps_everything_recoverable() {
     let count = marker["count"].as_u64().unwrap();
     assert!(count >= 10, "summarized {count} times");
     let upto = marker["upto"].as_u64().unwrap() as usize;
-    let history = history(&output);
-    for index in 0..upto {
-        assert!(
-            history.contains(&format!("### [{index}] ")),
-            "message {index} missing"
-        );
-    }
+    let (_, history) = history(&output);
+    assert_recoverable(&history, &output.run.state.messages, upto);
     // No request ever exceeded the window by our own estimate.
     for request in main_requests(&model) {
         assert!(deepagents::context::estimate_tokens(&request) < 8_000);

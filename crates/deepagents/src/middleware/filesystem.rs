@@ -1,5 +1,6 @@
 //! The filesystem tools and their prompt section.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -19,8 +20,8 @@ and write_file for new files. Results too large to return whole are saved under 
 
 const SHELL_PROMPT: &str = "\
 ## Shell
-execute runs shell commands with the working directory at the filesystem root `/`. Use it to \
-build, test and run programs; use the file tools to read and edit files.";
+execute runs shell commands in the workspace directory. Use it to build, test and run \
+programs; use the file tools to read and edit files.";
 
 /// Offers `ls`, `read_file`, `write_file`, `edit_file`, `delete`, `glob`, `grep`, and `execute`
 /// when the backend has a shell. Its name is `filesystem`.
@@ -40,11 +41,28 @@ impl FilesystemMiddleware {
     }
 }
 
-/// When the shell and the file tools see different trees (a composite with routes), says how
-/// each virtual prefix maps to the host, and which cannot be reached from the shell.
+/// When the shell and the file tools see different trees, says how each virtual prefix maps
+/// to the host, and which cannot be reached from the shell. Nothing is said when both see the
+/// same tree (a non-virtual disk, or a sandbox whose files are its own).
 fn shell_paths_section(backend: &dyn Backend) -> Option<String> {
     backend.as_sandbox()?;
     let mappings = backend.path_mappings();
+    if let [only] = mappings.as_slice() {
+        let host = only
+            .host
+            .as_ref()
+            .filter(|host| host.as_path() != Path::new("/"))?;
+        if !only.prefix.is_root() {
+            return None;
+        }
+        // A disk confined to its root: the shell's `/` is the host's, not the file tools'.
+        let host = host.display();
+        return Some(format!(
+            "## Shell paths vs file paths\nThe shell sees the host's disk, where file path `/` is \
+             `{host}`, the shell's working directory: the file tools' `/src/main.rs` is \
+             `{host}/src/main.rs`, or `src/main.rs`, in a command."
+        ));
+    }
     if mappings.len() < 2 {
         return None;
     }

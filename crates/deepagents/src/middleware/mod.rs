@@ -55,7 +55,7 @@ pub use remote::{ASYNC_TASKS_KEY, RemoteSetupError, RemoteSubAgent, RemoteSubAge
 pub use response_format::{FINAL_ANSWER_TOOL, ResponseFormatMiddleware, STRUCTURED_RESPONSE_KEY};
 pub(crate) use response_format::{answered_in_latest_step, final_structured_answer};
 pub use shorten::ShortenOldEditsMiddleware;
-pub use skills::{SKILLS_KEY, SkillInfo, SkillsMiddleware};
+pub use skills::{SKILL_WARNINGS_KEY, SKILLS_KEY, SkillInfo, SkillWarning, SkillsMiddleware};
 pub(crate) use subagents::Registered;
 pub use subagents::SubAgentsMiddleware;
 pub use summarization::{

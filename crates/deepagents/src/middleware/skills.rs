@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use deepagents_backends::{Backend, BackendContext, VPath};
+use deepagents_backends::{Backend, BackendContext, BackendError, VPath};
 use deepagents_core::{AgentState, ModelRequest, Reducer, StateUpdate};
 use serde::{Deserialize, Serialize};
 
@@ -18,7 +18,8 @@ pub const SKILLS_KEY: &str = "skills";
 const MAX_NAME: usize = 64;
 const MAX_DESCRIPTION: usize = 1_024;
 const MAX_COMPATIBILITY: usize = 500;
-const MAX_FILE_BYTES: usize = 10 * 1024 * 1024;
+const MAX_FILE_MB: usize = 10;
+const MAX_FILE_BYTES: usize = MAX_FILE_MB * 1024 * 1024;
 
 const PROMPT_HEAD: &str = "\
 ## Skills
@@ -48,10 +49,34 @@ struct SkillMeta {
     compatibility: Option<String>,
 }
 
+/// The custom state key holding the problems found while loading the skills; absent when
+/// there were none. Set once per thread with the listing, so they reach the event stream as
+/// part of that state update.
+pub const SKILL_WARNINGS_KEY: &str = "skill_warnings";
+
+/// A problem with a skill. Breaking a naming or length rule only warns, and the skill is still
+/// listed; a skill that cannot be read or has no description is left out (`skipped`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkillWarning {
+    /// The skill's name, or its folder's when it has no usable name.
+    pub skill: String,
+    /// Its SKILL.md.
+    pub path: String,
+    /// The rule broken: `name_length`, `name_format`, `name_mismatch`, `name_missing`,
+    /// `description_missing`, `description_length`, `compatibility_length`, `file_size`,
+    /// `encoding`, `frontmatter` or `unreadable`.
+    pub rule: String,
+    /// What is wrong, in a sentence.
+    pub message: String,
+    /// Whether the skill was left out of the listing.
+    pub skipped: bool,
+}
+
 /// Lists the skills found in source directories (each skill a folder with a `SKILL.md`) in the
 /// system prompt: name, description and path only; the model reads a skill when it needs it.
-/// A later source overrides an earlier one's skill of the same name. Problems with a skill are
-/// logged as warnings and never stop the run. Its name is `skills`.
+/// A later source overrides an earlier one's skill of the same name. Problems with a skill
+/// become [`SkillWarning`]s in the state ([`SKILL_WARNINGS_KEY`]) and never stop the run. Its
+/// name is `skills`.
 pub struct SkillsMiddleware {
     backend: Arc<dyn Backend>,
     sources: Vec<VPath>,
@@ -63,10 +88,11 @@ impl SkillsMiddleware {
         Self { backend, sources }
     }
 
-    async fn load(&self, cx: &BackendContext) -> (Vec<SkillInfo>, Vec<String>) {
+    async fn load(&self, cx: &BackendContext) -> (Vec<SkillInfo>, Vec<SkillWarning>) {
         let mut skills: BTreeMap<String, SkillInfo> = BTreeMap::new();
         let mut warnings = Vec::new();
         for source in &self.sources {
+            // A missing source directory is normal: most locations are optional.
             let Ok(entries) = self.backend.ls(cx, source).await else {
                 continue;
             };
@@ -77,18 +103,51 @@ impl SkillsMiddleware {
                 let Ok(skill_file) = dir_path.join("SKILL.md") else {
                     continue;
                 };
-                let Ok(raw) = self.backend.read_raw(cx, &skill_file).await else {
-                    continue;
-                };
-                match parse_skill(&dir_path, &skill_file, &raw.data, &mut warnings) {
-                    Some(skill) => {
-                        skills.insert(skill.name.clone(), skill);
+                let folder = dir_path.file_name().unwrap_or_default().to_owned();
+                let raw = match self.backend.read_raw(cx, &skill_file).await {
+                    Ok(raw) => raw,
+                    // A folder without SKILL.md is not a skill (shared scripts, assets).
+                    Err(BackendError::NotFound { .. } | BackendError::IsDirectory { .. }) => {
+                        continue;
                     }
-                    None => continue,
+                    // The backend's own limit (the disk backend's) can be below the format's.
+                    Err(BackendError::TooLarge { size, max, .. }) => {
+                        warnings.push(warning(
+                            &folder,
+                            &skill_file,
+                            "file_size",
+                            format!("SKILL.md is {size} bytes, over the {max}-byte limit; skipped"),
+                            true,
+                        ));
+                        continue;
+                    }
+                    Err(error) => {
+                        warnings.push(warning(
+                            &folder,
+                            &skill_file,
+                            "unreadable",
+                            format!("SKILL.md cannot be read ({error}); skipped"),
+                            true,
+                        ));
+                        continue;
+                    }
+                };
+                if let Some(skill) = parse_skill(&folder, &skill_file, &raw.data, &mut warnings) {
+                    skills.insert(skill.name.clone(), skill);
                 }
             }
         }
         (skills.into_values().collect(), warnings)
+    }
+}
+
+fn warning(skill: &str, file: &VPath, rule: &str, message: String, skipped: bool) -> SkillWarning {
+    SkillWarning {
+        skill: skill.to_owned(),
+        path: file.to_string(),
+        rule: rule.to_owned(),
+        message,
+        skipped,
     }
 }
 
@@ -109,65 +168,109 @@ fn clip(text: &str, max: usize) -> String {
 
 /// Reads one skill; `None` (with a warning) when it cannot be listed.
 fn parse_skill(
-    dir: &VPath,
+    folder: &str,
     file: &VPath,
     data: &[u8],
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<SkillWarning>,
 ) -> Option<SkillInfo> {
-    let folder = dir.file_name().unwrap_or_default().to_owned();
+    let mut warn = |skill: &str, rule: &str, message: String, skipped: bool| {
+        warnings.push(warning(skill, file, rule, message, skipped));
+    };
     if data.len() > MAX_FILE_BYTES {
-        warnings.push(format!("{file} is larger than 10 MB; skipped"));
+        warn(
+            folder,
+            "file_size",
+            format!("SKILL.md is over the {MAX_FILE_MB} MB limit; skipped"),
+            true,
+        );
         return None;
     }
     let Ok(text) = std::str::from_utf8(data) else {
-        warnings.push(format!("{file} is not UTF-8 text; skipped"));
+        warn(
+            folder,
+            "encoding",
+            "SKILL.md is not UTF-8 text; skipped".to_owned(),
+            true,
+        );
         return None;
     };
     let meta: SkillMeta = match frontmatter::parse(file.as_str(), text) {
         Ok((meta, _body)) => meta,
         Err(error) => {
-            warnings.push(format!("{error}; skipped"));
+            warn(
+                folder,
+                "frontmatter",
+                format!("{}; skipped", error.message),
+                true,
+            );
             return None;
         }
-    };
-    let Some(description) = meta.description.filter(|d| !d.trim().is_empty()) else {
-        warnings.push(format!("{file} has no description; skipped"));
-        return None;
     };
     let name = match meta.name.filter(|n| !n.trim().is_empty()) {
         Some(name) => name,
         None => {
-            warnings.push(format!(
-                "{file} has no name; using the folder name `{folder}`"
-            ));
-            folder.clone()
+            warn(
+                folder,
+                "name_missing",
+                format!("no name; the folder name `{folder}` is used"),
+                false,
+            );
+            folder.to_owned()
         }
     };
+    let Some(description) = meta.description.filter(|d| !d.trim().is_empty()) else {
+        warn(
+            &name,
+            "description_missing",
+            "no description, so the model could not tell when to use it; skipped".to_owned(),
+            true,
+        );
+        return None;
+    };
     if name.chars().count() > MAX_NAME {
-        warnings.push(format!("{file}: the name is over {MAX_NAME} characters"));
+        warn(
+            &name,
+            "name_length",
+            format!("the name is over {MAX_NAME} characters; it is cut in the listing"),
+            false,
+        );
     }
     if !well_formed(&name) {
-        warnings.push(format!(
-            "{file}: the name `{name}` should be lowercase letters, digits and single hyphens"
-        ));
+        warn(
+            &name,
+            "name_format",
+            format!("the name `{name}` should be lowercase letters, digits and single hyphens"),
+            false,
+        );
     }
     if name != folder {
-        warnings.push(format!(
-            "{file}: the name `{name}` differs from its folder `{folder}`"
-        ));
+        warn(
+            &name,
+            "name_mismatch",
+            format!("the name `{name}` differs from its folder `{folder}`"),
+            false,
+        );
     }
     if description.chars().count() > MAX_DESCRIPTION {
-        warnings.push(format!(
-            "{file}: the description is over {MAX_DESCRIPTION} characters; it is cut in the listing"
-        ));
+        warn(
+            &name,
+            "description_length",
+            format!(
+                "the description is over {MAX_DESCRIPTION} characters; it is cut in the listing"
+            ),
+            false,
+        );
     }
     if meta
         .compatibility
         .is_some_and(|c| c.chars().count() > MAX_COMPATIBILITY)
     {
-        warnings.push(format!(
-            "{file}: compatibility is over {MAX_COMPATIBILITY} characters"
-        ));
+        warn(
+            &name,
+            "compatibility_length",
+            format!("compatibility is over {MAX_COMPATIBILITY} characters"),
+            false,
+        );
     }
     Some(SkillInfo {
         name: clip(&name, MAX_NAME),
@@ -183,7 +286,10 @@ impl Middleware for SkillsMiddleware {
     }
 
     fn state_values(&self) -> Vec<(String, Reducer)> {
-        vec![(SKILLS_KEY.to_owned(), Reducer::Replace)]
+        vec![
+            (SKILLS_KEY.to_owned(), Reducer::Replace),
+            (SKILL_WARNINGS_KEY.to_owned(), Reducer::Replace),
+        ]
     }
 
     async fn before_run(&self, state: &AgentState) -> Result<StateUpdate, MiddlewareError> {
@@ -192,11 +298,14 @@ impl Middleware for SkillsMiddleware {
         }
         let cx = BackendContext::with_state(Arc::new(state.clone()));
         let (skills, warnings) = self.load(&cx).await;
-        for warning in warnings {
-            tracing::warn!(target: "deepagents::skills", "{warning}");
-        }
         let value = serde_json::to_value(&skills).map_err(|e| MiddlewareError(e.to_string()))?;
-        Ok(StateUpdate::default().with_custom(SKILLS_KEY, value))
+        let mut update = StateUpdate::default().with_custom(SKILLS_KEY, value);
+        if !warnings.is_empty() {
+            let value =
+                serde_json::to_value(&warnings).map_err(|e| MiddlewareError(e.to_string()))?;
+            update = update.with_custom(SKILL_WARNINGS_KEY, value);
+        }
+        Ok(update)
     }
 
     async fn before_model(

@@ -2,26 +2,31 @@
 //! by a structured summary in what the model sees; the run keeps every message, and the
 //! replaced transcript is appended to a history file the model can read.
 
+use std::collections::hash_map::{DefaultHasher, RandomState};
 use std::fmt::Write as _;
+use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use deepagents_backends::{Backend, BackendContext, VPath};
 use deepagents_core::{
-    AgentState, ContentBlock, DynTool, Message, Model, ModelError, ModelRequest, ModelResponse,
-    Reducer, StateUpdate, Tool, ToolContext, ToolError, ToolOutput, TypedTool,
+    AgentState, ContentBlock, DynTool, EventKind, Message, Model, ModelError, ModelRequest,
+    ModelResponse, Reducer, StateUpdate, Tool, ToolContext, ToolError, ToolOutput, TypedTool,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{Middleware, MiddlewareError, ModelNext};
-use crate::context::{RunningEstimate, estimate_fixed, estimate_messages, estimate_tokens};
+use crate::context::{
+    RunningEstimate, current_thread_id, estimate_fixed, estimate_messages, estimate_tokens,
+};
 use crate::tools::output::truncate_chars;
 
 /// The custom state key holding the summary marker.
 pub const SUMMARY_KEY: &str = "summary";
-/// Where replaced transcripts are appended.
+/// Where replaced transcripts are appended: `<thread id>.md` for a run on a thread, else a
+/// name made at the first summarization and kept with the run.
 pub const HISTORY_DIR: &str = "/conversation_history";
 
 /// A size in tokens, in messages, or as a fraction of the context window.
@@ -97,8 +102,8 @@ pub struct SummarizationMiddleware {
     backend: Arc<dyn Backend>,
     window: u64,
     config: SummarizationConfig,
-    /// A summary made while retrying an overflowing call, to record in the state next step.
-    pending: Mutex<Option<StateUpdate>>,
+    /// What passes between the hooks of one model call, and from an overflow to the next step.
+    handoffs: Mutex<Handoffs>,
     /// A trigger learned from a provider's overflow error: the estimate was too optimistic.
     learned_trigger: Mutex<Option<u64>>,
     /// Running estimate of the visible messages, so deciding costs the same at any history
@@ -171,7 +176,7 @@ impl SummarizationMiddleware {
             backend,
             window: window.unwrap_or(crate::context::FALLBACK_CONTEXT_TOKENS),
             config: config.unwrap_or_else(|| SummarizationConfig::default_for(window)),
-            pending: Mutex::new(None),
+            handoffs: Mutex::new(Handoffs::default()),
             learned_trigger: Mutex::new(None),
             counted: RunningEstimate::default(),
             compact_tool: None,
@@ -278,22 +283,45 @@ impl SummarizationMiddleware {
         cut: usize,
         history_file: String,
     ) -> Result<(SummaryMarker, StateUpdate), String> {
-        let replaced = &state.messages[marker.upto..cut];
-        let transcript = render(replaced, marker.upto);
+        let transcript = render(&state.messages[marker.upto..cut], marker.upto);
+        let text = self.summary_of(&marker.text, &transcript).await?;
+        let update = self
+            .append_history(state, &history_file, &transcript)
+            .await?;
+        let next = SummaryMarker {
+            upto: cut,
+            text,
+            history_file,
+            count: marker.count + 1,
+        };
+        Ok((next, update))
+    }
+
+    /// Asks the model for a summary of `transcript`, continuing `previous`.
+    async fn summary_of(&self, previous: &str, transcript: &str) -> Result<String, String> {
+        // The summarizer's own input must fit the window however long the conversation got:
+        // the previous summary gets an eighth of it and the transcript half (head and tail
+        // kept), which leaves room for the instructions and the answer. A provider that counts
+        // more tokens than the estimate (see the calibration) gets proportionally less.
+        let factor = self
+            .calibration
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .factor
+            .max(1.0);
+        let chars_for = |tokens: u64| (tokens as f64 * 4.0 / factor) as usize;
         let mut input = String::new();
-        if !marker.text.is_empty() {
+        if !previous.is_empty() {
             let _ = write!(
                 input,
                 "Summary of the conversation before this part:\n{}\n\n",
-                marker.text
+                clip_middle(previous, chars_for(self.window / 8))
             );
         }
-        // The summarizer's own input must fit: half the window at most, head and tail kept.
-        let budget_chars = usize::try_from(self.window / 2 * 4).unwrap_or(usize::MAX);
         let _ = write!(
             input,
             "Conversation to summarize:\n{}",
-            clip_middle(&transcript, budget_chars)
+            clip_middle(transcript, chars_for(self.window / 2))
         );
         let request = ModelRequest {
             system_prompt: Some(SUMMARIZER_PROMPT.to_owned()),
@@ -312,16 +340,7 @@ impl SummarizationMiddleware {
         if text.is_empty() {
             return Err("the summarizer returned nothing".to_owned());
         }
-        let update = self
-            .append_history(state, &history_file, &transcript)
-            .await?;
-        let next = SummaryMarker {
-            upto: cut,
-            text,
-            history_file,
-            count: marker.count + 1,
-        };
-        Ok((next, update))
+        Ok(text)
     }
 
     async fn append_history(
@@ -347,6 +366,261 @@ impl SummarizationMiddleware {
             .map_err(|e| format!("cannot write the history file: {e}"))?;
         Ok(changed.update)
     }
+
+    fn handoffs(&self) -> std::sync::MutexGuard<'_, Handoffs> {
+        self.handoffs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a summary made on overflow: the summarizer's answer, and where the transcript
+    /// goes. `prepare_model_call` writes it down at the run's next step, where the state (and
+    /// so the current history file) is at hand.
+    async fn recover(
+        &self,
+        request: ModelRequest,
+        message: String,
+        view: Option<CallView>,
+        next: ModelNext<'_>,
+    ) -> Result<ModelResponse, ModelError> {
+        // The estimate undercounted: summarize earlier from now on.
+        *self
+            .learned_trigger
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(estimate_tokens(&request) * 4 / 5);
+        let (marker, anchor) = match &view {
+            Some(view) => (view.marker.clone(), Some(view.anchor)),
+            None => (SummaryMarker::default(), None),
+        };
+        let messages = &request.messages;
+        // The run's own messages follow our summary when one leads the request.
+        let summarized = marker.upto > 0 && !marker.text.is_empty();
+        let start = usize::from(summarized).min(messages.len());
+        let base = if summarized { marker.upto } else { 0 };
+        // Keep at most the latest exchange: the provider has already said no once.
+        let mut cut = self
+            .cut(messages, start)
+            .max(messages.len().saturating_sub(2));
+        while cut > start && matches!(messages.get(cut), Some(Message::Tool(_))) {
+            cut -= 1;
+        }
+        if cut <= start {
+            return Err(ModelError::ContextWindowExceeded {
+                message: format!(
+                    "{message} (nothing older is left to summarize; raise the window or shorten the task)"
+                ),
+            });
+        }
+        // Request positions are the run's only when no other middleware added messages.
+        let maps = anchor.is_some_and(|a| a.len == base + messages.len() - start);
+        let transcript = if maps {
+            render(&messages[start..cut], base)
+        } else {
+            format!(
+                "(Replaced after a context overflow; numbered within the request that overflowed.)\n\n{}",
+                render(&messages[start..cut], start)
+            )
+        };
+        // Without a view of the run the current file is unknown; a fresh one avoids mixing.
+        let history_file = if anchor.is_some() {
+            history_file_for(&marker)
+        } else {
+            format!("{HISTORY_DIR}/{}.md", fresh_id())
+        };
+        let text = self
+            .summary_of(&marker.text, &transcript)
+            .await
+            .map_err(|reason| ModelError::ContextWindowExceeded {
+                message: format!("{message}; summarizing to make room failed: {reason}"),
+            })?;
+        let next_marker = SummaryMarker {
+            upto: base + cut - start,
+            text,
+            history_file: history_file.clone(),
+            count: marker.count + 1,
+        };
+        let mut retried_messages = Vec::with_capacity(messages.len() - cut + 1);
+        retried_messages.push(summary_message(&next_marker));
+        retried_messages.extend(messages[cut..].iter().cloned());
+        next.events.emit(EventKind::Summarized {
+            replaced: cut - start,
+            kept_from: maps.then_some(next_marker.upto),
+            history_file: history_file.clone(),
+            trigger: "context_overflow".to_owned(),
+        });
+        match anchor {
+            Some(anchor) => push_bounded(
+                &mut self.handoffs().pending,
+                Pending {
+                    anchor,
+                    base_upto: marker.upto,
+                    history_file,
+                    transcript,
+                    marker: maps.then_some(next_marker),
+                },
+            ),
+            // Best effort: a disk or store backend keeps it; the state backend's change has
+            // no run to go to.
+            None => {
+                if let Err(reason) = self
+                    .append_history(&AgentState::default(), &history_file, &transcript)
+                    .await
+                {
+                    tracing::warn!(target: "deepagents::summarization", "{reason}");
+                }
+            }
+        }
+        let retried = ModelRequest {
+            messages: retried_messages,
+            ..request
+        };
+        next.call(retried).await.map_err(|error| match error {
+            ModelError::ContextWindowExceeded { message } => ModelError::ContextWindowExceeded {
+                message: format!("{message} (even after summarizing the conversation; raise the window or shorten the task)"),
+            },
+            other => other,
+        })
+    }
+}
+
+/// Longest each hand-off list gets: entries of runs that never came back (cancelled, failed)
+/// are dropped oldest first.
+const MAX_HANDOFFS: usize = 32;
+
+/// What the hooks of one middleware instance, shared by every run of the agent, pass each
+/// other. Entries are matched to their run by the conversation, never by arrival order.
+#[derive(Default)]
+struct Handoffs {
+    /// Summaries made by `prepare_model_call`, announced when their request goes out.
+    announce: Vec<(Anchor, EventKind)>,
+    /// Requests on their way to the model, keyed by [`request_key`], as `before_model` saw
+    /// their run.
+    calls: Vec<(u64, CallView)>,
+    /// Summaries made on overflow, for their run's next `prepare_model_call` to record.
+    pending: Vec<Pending>,
+}
+
+/// A request's run, as `before_model` saw it.
+#[derive(Clone, Debug)]
+struct CallView {
+    anchor: Anchor,
+    marker: SummaryMarker,
+    announce: Option<EventKind>,
+}
+
+/// A summary made on overflow, not yet in the run's state.
+struct Pending {
+    /// The run's conversation when it overflowed.
+    anchor: Anchor,
+    /// The run's `marker.upto` then.
+    base_upto: usize,
+    history_file: String,
+    transcript: String,
+    /// The marker to record, when the request's messages mapped onto the run's.
+    marker: Option<SummaryMarker>,
+}
+
+fn push_bounded<T>(list: &mut Vec<T>, item: T) {
+    if list.len() >= MAX_HANDOFFS {
+        list.remove(0);
+    }
+    list.push(item);
+}
+
+/// Where a conversation stood: its length and a fingerprint of its last message. A
+/// conversation only grows, so its later states still hold that message at that place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Anchor {
+    len: usize,
+    last: u64,
+}
+
+impl Anchor {
+    fn of(messages: &[Message]) -> Self {
+        Self {
+            len: messages.len(),
+            last: messages.last().map_or(0, fingerprint),
+        }
+    }
+
+    fn reached_by(self, messages: &[Message]) -> bool {
+        self.len > 0
+            && messages.len() >= self.len
+            && fingerprint(&messages[self.len - 1]) == self.last
+    }
+}
+
+fn fingerprint(message: &Message) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    hash_message(message, &mut hasher);
+    hasher.finish()
+}
+
+fn hash_message(message: &Message, hasher: &mut DefaultHasher) {
+    std::mem::discriminant(message).hash(hasher);
+    message.text().hash(hasher);
+    match message {
+        Message::Assistant(assistant) => {
+            for call in &assistant.tool_calls {
+                call.id.hash(hasher);
+            }
+        }
+        Message::Tool(result) => result.tool_call_id.hash(hasher),
+        Message::System { .. } | Message::User { .. } => {}
+    }
+}
+
+/// A request as sent, for matching `wrap_model_call` to its `before_model`: its length and its
+/// first and last messages.
+fn request_key(messages: &[Message]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    messages.len().hash(&mut hasher);
+    for message in messages.first().into_iter().chain(messages.last()) {
+        hash_message(message, &mut hasher);
+    }
+    hasher.finish()
+}
+
+/// The file for `marker`'s run: the one it has, else one named after the thread, else a new
+/// one.
+fn history_file_for(marker: &SummaryMarker) -> String {
+    if !marker.history_file.is_empty() {
+        return marker.history_file.clone();
+    }
+    let stem = current_thread_id().map_or_else(fresh_id, |thread| file_stem(&thread));
+    format!("{HISTORY_DIR}/{stem}.md")
+}
+
+/// A name no other run uses: the time, for sorting, and a random part.
+fn fresh_id() -> String {
+    let now = deepagents_backends::memory::now_ms();
+    let random = RandomState::new().hash_one(now);
+    format!("run-{now}-{:08x}", random & 0xffff_ffff)
+}
+
+/// `thread` as a file name; ids that are not already safe ones get a hash so that two ids
+/// never share a file.
+fn file_stem(thread: &str) -> String {
+    const MAX: usize = 100;
+    let safe: String = thread
+        .chars()
+        .take(MAX)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if !safe.is_empty() && safe == thread && !safe.starts_with('.') {
+        return safe;
+    }
+    let mut hasher = DefaultHasher::new();
+    thread.hash(&mut hasher);
+    format!(
+        "{}-{:08x}",
+        safe.trim_start_matches('.'),
+        hasher.finish() & 0xffff_ffff
+    )
 }
 
 /// Messages as markdown, numbered by their index in the run.
@@ -419,16 +693,21 @@ fn marker_of(state: &AgentState) -> SummaryMarker {
         .unwrap_or_default()
 }
 
+/// The message standing for everything `marker` replaced.
+fn summary_message(marker: &SummaryMarker) -> Message {
+    Message::user(format!(
+        "[Earlier conversation, summarized. The full transcript is in {}; read it with read_file if you need details.]\n\n{}",
+        marker.history_file, marker.text
+    ))
+}
+
 /// The messages a request carries under `marker`: the summary, then what follows it.
 fn visible(marker: &SummaryMarker, messages: &[Message]) -> Vec<Message> {
     if marker.upto == 0 || marker.text.is_empty() {
         return messages.to_vec();
     }
     let mut out = Vec::with_capacity(messages.len().saturating_sub(marker.upto) + 1);
-    out.push(Message::user(format!(
-        "[Earlier conversation, summarized. The full transcript is in {}; read it with read_file if you need details.]\n\n{}",
-        marker.history_file, marker.text
-    )));
+    out.push(summary_message(marker));
     out.extend(messages.iter().skip(marker.upto).cloned());
     out
 }
@@ -455,14 +734,38 @@ impl Middleware for SummarizationMiddleware {
         request: &ModelRequest,
         state: &AgentState,
     ) -> Result<StateUpdate, MiddlewareError> {
-        // A summary made while retrying an overflow is recorded first.
-        let mut update = self
-            .pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-            .unwrap_or_default();
-        let marker = marker_of(state);
+        let mut update = StateUpdate::default();
+        let mut marker = marker_of(state);
+        // A summary made while recovering from an overflow is written down first.
+        let pending = {
+            let mut handoffs = self.handoffs();
+            handoffs
+                .pending
+                .iter()
+                .position(|p| p.anchor.reached_by(&state.messages) && p.base_upto == marker.upto)
+                .map(|index| handoffs.pending.remove(index))
+        };
+        if let Some(pending) = pending {
+            match self
+                .append_history(state, &pending.history_file, &pending.transcript)
+                .await
+            {
+                Ok(files) => {
+                    update.files.extend(files.files);
+                    match pending.marker {
+                        Some(next) if next.upto <= state.messages.len() => marker = next,
+                        _ if marker.history_file.is_empty() => {
+                            marker.history_file = pending.history_file;
+                        }
+                        _ => {}
+                    }
+                    let value = serde_json::to_value(&marker)
+                        .map_err(|e| MiddlewareError(e.to_string()))?;
+                    update.custom.insert(SUMMARY_KEY.to_owned(), value);
+                }
+                Err(reason) => tracing::warn!(target: "deepagents::summarization", "{reason}"),
+            }
+        }
         let estimate = estimate_fixed(request) + self.visible_tokens(&marker, &state.messages);
         let tokens = {
             let mut calibration = self
@@ -487,17 +790,23 @@ impl Middleware for SummarizationMiddleware {
         if cut <= marker.upto {
             return Ok(update);
         }
-        let history_file = if marker.history_file.is_empty() {
-            format!("{HISTORY_DIR}/session.md")
-        } else {
-            marker.history_file.clone()
-        };
+        let history_file = history_file_for(&marker);
         match self.summarize(state, &marker, cut, history_file).await {
             Ok((next, summarized)) => {
                 let value =
                     serde_json::to_value(&next).map_err(|e| MiddlewareError(e.to_string()))?;
                 update.files.extend(summarized.files);
                 update.custom.insert(SUMMARY_KEY.to_owned(), value);
+                let event = EventKind::Summarized {
+                    replaced: cut - marker.upto,
+                    kept_from: Some(cut),
+                    history_file: next.history_file,
+                    trigger: if requested { "requested" } else { "threshold" }.to_owned(),
+                };
+                push_bounded(
+                    &mut self.handoffs().announce,
+                    (Anchor::of(&state.messages), event),
+                );
                 Ok(update)
             }
             // The call may still fit; if it does not, the overflow path retries.
@@ -517,6 +826,26 @@ impl Middleware for SummarizationMiddleware {
         if marker.upto > 0 && request.messages.len() >= marker.upto {
             request.messages = visible(&marker, &request.messages);
         }
+        // `wrap_model_call` sees only the request; tell it whose run it belongs to.
+        let anchor = Anchor::of(&state.messages);
+        let mut handoffs = self.handoffs();
+        let announce = handoffs
+            .announce
+            .iter()
+            .position(|(at, _)| *at == anchor)
+            .map(|index| handoffs.announce.remove(index).1);
+        let key = request_key(&request.messages);
+        push_bounded(
+            &mut handoffs.calls,
+            (
+                key,
+                CallView {
+                    anchor,
+                    marker,
+                    announce,
+                },
+            ),
+        );
         Ok(())
     }
 
@@ -542,52 +871,104 @@ impl Middleware for SummarizationMiddleware {
         request: ModelRequest,
         next: ModelNext<'_>,
     ) -> Result<ModelResponse, ModelError> {
+        let view = {
+            let key = request_key(&request.messages);
+            let mut handoffs = self.handoffs();
+            handoffs
+                .calls
+                .iter()
+                .position(|(k, _)| *k == key)
+                .map(|index| handoffs.calls.remove(index).1)
+        };
+        // Announced here because this is the first hook with the run's event sink; the
+        // summary was made just before, for this very request.
+        if let Some(event) = view.as_ref().and_then(|v| v.announce.clone()) {
+            next.events.emit(event);
+        }
         match next.call(request.clone()).await {
             Err(ModelError::ContextWindowExceeded { message }) => {
-                // The estimate undercounted: summarize earlier from now on.
-                let estimate = estimate_tokens(&request);
-                *self
-                    .learned_trigger
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = Some(estimate * 4 / 5);
-                // Summarize everything but the recent tail of what was sent, and retry once.
-                // The run's history file is not at hand here, so this transcript gets its own.
-                let state = AgentState {
-                    messages: request.messages.clone(),
-                    ..AgentState::default()
-                };
-                // Keep at most the latest exchange: the provider has already said no once.
-                let mut cut = self
-                    .cut(&request.messages, 0)
-                    .max(request.messages.len().saturating_sub(2));
-                while cut > 0 && matches!(request.messages.get(cut), Some(Message::Tool(_))) {
-                    cut -= 1;
-                }
-                let history_file = format!(
-                    "{HISTORY_DIR}/overflow-{}.md",
-                    deepagents_backends::memory::now_ms()
-                );
-                let (marker, update) = self
-                    .summarize(&state, &SummaryMarker::default(), cut, history_file)
-                    .await
-                    .map_err(|reason| ModelError::ContextWindowExceeded {
-                        message: format!("{message}; summarizing to make room failed: {reason}"),
-                    })?;
-                let retried = ModelRequest {
-                    messages: visible(&marker, &request.messages),
-                    ..request
-                };
-                let response = next.call(retried).await.map_err(|error| match error {
-                    ModelError::ContextWindowExceeded { message } => ModelError::ContextWindowExceeded {
-                        message: format!("{message} (even after summarizing the conversation; raise the window or shorten the task)"),
-                    },
-                    other => other,
-                })?;
-                // The history file was written; the state learns of it at the next step.
-                *self.pending.lock().unwrap_or_else(PoisonError::into_inner) = Some(update);
-                Ok(response)
+                self.recover(request, message, view, next).await
             }
             other => other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use deepagents_backends::StateBackend;
+    use deepagents_core::message::AssistantMessage;
+    use deepagents_models::ScriptedModel;
+
+    use super::*;
+    use crate::context::THREAD_ID;
+
+    fn middleware() -> SummarizationMiddleware {
+        let script = r#"{"turns": [{"text": "Goal: keep going."}]}"#;
+        let model = ScriptedModel::from_json(script).unwrap();
+        SummarizationMiddleware::new(
+            Arc::new(model),
+            Arc::new(StateBackend),
+            None,
+            Some(SummarizationConfig {
+                trigger: Threshold::Messages(2),
+                keep: Threshold::Messages(1),
+            }),
+        )
+    }
+
+    fn state() -> AgentState {
+        AgentState {
+            messages: vec![
+                Message::user("task"),
+                Message::Assistant(AssistantMessage::text("working")),
+                Message::user("more"),
+            ],
+            ..AgentState::default()
+        }
+    }
+
+    async fn history_file(thread: Option<&str>) -> String {
+        let mw = middleware();
+        let (request, state) = (ModelRequest::default(), state());
+        let prepare = mw.prepare_model_call(&request, &state);
+        let update = THREAD_ID
+            .scope(thread.map(str::to_owned), prepare)
+            .await
+            .unwrap();
+        let file = update.custom[SUMMARY_KEY]["history_file"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(update.files.contains_key(&file), "{file} was written");
+        file
+    }
+
+    #[tokio::test]
+    async fn a_run_on_a_thread_keeps_its_history_in_a_file_named_after_the_thread() {
+        assert_eq!(
+            history_file(Some("alpha")).await,
+            "/conversation_history/alpha.md"
+        );
+        // Without a thread, each run gets a file of its own.
+        let first = history_file(None).await;
+        let second = history_file(None).await;
+        assert!(first.starts_with("/conversation_history/run-"), "{first}");
+        assert_ne!(first, second);
+    }
+
+    #[test]
+    fn thread_ids_become_distinct_valid_file_names() {
+        assert_eq!(file_stem("alpha-1.2_b"), "alpha-1.2_b");
+        let odd = ["a/b", "a_b", "../x", ".hidden", "", "spaced out", "ü"];
+        let stems: Vec<String> = odd.iter().map(|t| file_stem(t)).collect();
+        for (thread, stem) in odd.iter().zip(&stems) {
+            let path = format!("{HISTORY_DIR}/{stem}.md");
+            assert!(VPath::parse(&path).is_ok(), "{thread:?} gave {path}");
+            assert!(!stem.starts_with('.'), "{thread:?} gave a hidden file");
+        }
+        let unique: std::collections::HashSet<&String> = stems.iter().collect();
+        assert_eq!(unique.len(), stems.len(), "{stems:?}");
+        assert!(file_stem(&"t".repeat(500)).len() < 120);
     }
 }

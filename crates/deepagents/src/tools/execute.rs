@@ -20,10 +20,11 @@ pub(crate) struct Execute(pub(crate) Arc<dyn Backend>);
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ExecuteArgs {
-    /// Shell command, run with the working directory at the filesystem root.
+    /// Shell command, run in the workspace directory.
     command: String,
     /// Seconds before the command is killed (default 120, at most 3600).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 3600))]
     timeout: Option<u64>,
 }
 
@@ -35,10 +36,10 @@ impl Tool for Execute {
     }
 
     fn description(&self) -> String {
-        "Run a shell command (`sh -c`) in the workspace root and get its output and exit code. \
-         stdin is closed, stderr lines are marked, output over 100,000 bytes is cut, and the \
-         command is killed after `timeout` seconds (default 120, max 3600). Prefer the file tools \
-         for reading and editing files."
+        "Run a shell command (`sh -c`) in the workspace directory and get its output and exit \
+         code. stdin is closed, stderr lines are marked, output over 100,000 bytes is cut, and \
+         the command is killed after `timeout` seconds (default 120, max 3600). Prefer the file \
+         tools for reading and editing files."
             .to_owned()
     }
 

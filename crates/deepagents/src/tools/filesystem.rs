@@ -104,6 +104,9 @@ pub(crate) struct ReadFileArgs {
     /// Lines to return (default 500).
     #[serde(default)]
     limit: Option<usize>,
+    /// Continuation row of the line at `offset` to start at (`N.K` is row K), when a note says so.
+    #[serde(default)]
+    row: usize,
 }
 
 impl Tool for ReadFile {
@@ -118,7 +121,8 @@ impl Tool for ReadFile {
             "Read a file. Text comes back as numbered lines (`N<TAB>text`), {DEFAULT_READ_LIMIT} \
              lines from `offset` (0-based) unless `limit` says otherwise, at most {OUTPUT_CAP} \
              characters per call; lines over {LINE_ROW_CHARS} characters continue on rows `N.1`, \
-             `N.2`. A note gives the offset to continue from. Images and PDFs come back as \
+             `N.2`. A note gives the `offset` (and inside a long line the `row`) to continue \
+             from; paging that way reaches every character. Images and PDFs come back as \
              content you can see."
         )
     }
@@ -146,12 +150,7 @@ impl Tool for ReadFile {
                         "offset {offset} is past the end of {path}, which has {total_lines} lines; use an offset below {total_lines}."
                     )));
                 }
-                Ok(ToolOutput::text(numbered(
-                    &path,
-                    &lines,
-                    offset,
-                    total_lines,
-                )))
+                numbered(&path, &lines, offset, args.row, total_lines).map(ToolOutput::text)
             }
         }
     }
@@ -179,61 +178,85 @@ fn binary_output(path: &VPath, mime_type: String, data: Vec<u8>) -> ToolOutput {
     }
 }
 
-/// Numbered rows of a page, capped, with a note on what remains.
-fn numbered(path: &VPath, lines: &[String], offset: usize, total_lines: usize) -> String {
+/// The rows a line is shown on: pieces of at most [`LINE_ROW_CHARS`] characters (one empty row
+/// for an empty line).
+fn rows(line: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(line);
+    std::iter::from_fn(move || {
+        let current = rest?;
+        let chunk = truncate_chars(current, LINE_ROW_CHARS);
+        let remainder = &current[chunk.len()..];
+        rest = (!remainder.is_empty()).then_some(remainder);
+        Some(chunk)
+    })
+}
+
+/// Numbered rows of a page, starting at continuation row `first_row` of the first line, capped
+/// at [`OUTPUT_CAP`], with a note giving the exact position to continue from: paging by the
+/// notes reaches every character of the file.
+fn numbered(
+    path: &VPath,
+    lines: &[String],
+    offset: usize,
+    first_row: usize,
+    total_lines: usize,
+) -> Result<String, ToolError> {
+    if first_row > 0 {
+        let available = lines.first().map_or(1, |line| rows(line).count());
+        if first_row >= available {
+            let number = offset + 1;
+            let last = match available {
+                1 => format!("only row {number}"),
+                n => format!("rows {number} to {number}.{}", n - 1),
+            };
+            return Err(ToolError::RespondToModel(format!(
+                "row {first_row} is past the end of line {number} of {path}, which has {last}; use a row below {available}, or row 0."
+            )));
+        }
+    }
     let width = (offset + lines.len()).to_string().len().max(6);
     let mut out = String::new();
-    let mut next = offset + lines.len();
-    let mut cut_inside_first = false;
+    // Where the next page starts when this one is full: (0-based line, row).
+    let mut resume = None;
     'lines: for (i, line) in lines.iter().enumerate() {
         let number = offset + i + 1;
-        let mut rows = Vec::new();
-        let mut rest = line.as_str();
-        loop {
-            let chunk = truncate_chars(rest, LINE_ROW_CHARS);
-            rows.push(chunk);
-            rest = &rest[chunk.len()..];
-            if rest.is_empty() {
-                break;
-            }
-        }
-        for (row, chunk) in rows.iter().enumerate() {
+        let skip = if i == 0 { first_row } else { 0 };
+        for (row, chunk) in rows(line).enumerate().skip(skip) {
             let label = if row == 0 {
                 number.to_string()
             } else {
                 format!("{number}.{row}")
             };
             let entry = format!("{label:>width$}\t{chunk}\n");
-            if out.len() + entry.len() > OUTPUT_CAP {
-                if i == 0 {
-                    // One line larger than a page: show what fits and move past it, saying so.
-                    cut_inside_first = true;
-                    next = offset + 1;
-                } else {
-                    next = offset + i;
-                }
+            // A row is far smaller than the cap, so every page shows at least one.
+            if !out.is_empty() && out.len() + entry.len() > OUTPUT_CAP {
+                resume = Some((offset + i, row));
                 break 'lines;
             }
             out.push_str(&entry);
         }
     }
-    let shown_last = next.min(offset + lines.len());
-    if cut_inside_first {
-        let _ = write!(
-            out,
-            "\n[Line {} is longer than one page; only its start is shown. Inspect it with grep, or continue with offset={next}.]",
-            offset + 1
-        );
+    let first = offset + 1;
+    match resume {
+        Some((line, row)) if row > 0 => {
+            let number = line + 1;
+            let _ = write!(
+                out,
+                "\n[Lines {first}-{number} of {total_lines} shown from {path}; line {number} goes on at row {number}.{row}. Continue with offset={line} and row={row}.]"
+            );
+        }
+        _ => {
+            let next = resume.map_or(offset + lines.len(), |(line, _)| line);
+            if next < total_lines {
+                let _ = write!(
+                    out,
+                    "\n[Lines {first}-{next} of {total_lines} shown from {path}; {} more. Continue with offset={next}.]",
+                    total_lines - next
+                );
+            }
+        }
     }
-    if next < total_lines {
-        let _ = write!(
-            out,
-            "\n[Lines {}-{shown_last} of {total_lines} shown from {path}; {} more. Continue with offset={next}.]",
-            offset + 1,
-            total_lines - next
-        );
-    }
-    out
+    Ok(out)
 }
 
 /// `write_file`.
