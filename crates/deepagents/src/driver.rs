@@ -289,26 +289,51 @@ async fn execute_tools(
     // cost independent of the conversation's length. It is moved back once every tool is done.
     let shared = Arc::new(std::mem::take(&mut run.state));
     let step_cancel = options.cancel.child_token();
-    let start_call = |index: usize| {
+    let start_call = |index: usize, state: Arc<AgentState>| {
         let call = calls[index].clone();
         let ctx = ToolContext {
             call_id: call.id.clone(),
             events: events.clone(),
             runtime: options.runtime.clone(),
-            state: Arc::clone(&shared),
+            state,
             cancel: step_cancel.clone(),
         };
         run_one(agent, call, ctx, events).map(move |outcome| (index, outcome))
     };
     let (mutating, concurrent): (Vec<usize>, Vec<usize>) =
         (0..calls.len()).partition(|&i| agent.tools.is_mutating(&calls[i].name));
+    let sequential_calls = mutating.clone();
     let mut outcomes: Vec<Option<CallOutcome>> = calls.iter().map(|_| None).collect();
     let mut cancelled = false;
     {
         // Scoped so that every tool future, and its handle on the shared state, is dropped
         // before the state is taken back.
-        let concurrent: FuturesUnordered<_> = concurrent.into_iter().map(start_call).collect();
-        let sequential = stream::iter(mutating).then(start_call);
+        let concurrent: FuturesUnordered<_> = concurrent
+            .into_iter()
+            .map(|index| start_call(index, Arc::clone(&shared)))
+            .collect();
+        // Mutating calls run one after another, each seeing what the earlier ones changed (a
+        // write then an edit of the same file in one turn works). The state is copied only
+        // when a call changed something and another mutating call follows.
+        let sequential = stream::unfold(
+            (mutating.into_iter(), Arc::clone(&shared)),
+            move |(mut rest, view)| async move {
+                let index = rest.next()?;
+                let (index, outcome) = start_call(index, Arc::clone(&view)).await;
+                let view = match &outcome {
+                    CallOutcome::Done(_, update) if !update.is_empty() && rest.len() > 0 => {
+                        let mut next = AgentState::clone(&view);
+                        // A failing merge is reported when the step's updates are applied.
+                        match agent.schema.apply_all(&mut next, [update.clone()]) {
+                            Ok(()) => Arc::new(next),
+                            Err(_) => view,
+                        }
+                    }
+                    _ => view,
+                };
+                Some(((index, outcome), (rest, view)))
+            },
+        );
         let finished = stream::select(concurrent, sequential);
         let grace = tokio::time::sleep(options.cancel_grace);
         tokio::pin!(finished, grace);
@@ -346,7 +371,7 @@ async fn execute_tools(
         }
     }
 
-    note_file_conflicts(&mut results);
+    note_file_conflicts(&mut results, &sequential_calls);
     run.state = Arc::try_unwrap(shared).unwrap_or_else(|leaked| AgentState::clone(&leaked));
     let updates: Vec<StateUpdate> = results
         .iter()
@@ -381,12 +406,17 @@ async fn execute_tools(
 
 /// When several calls of one step change the same file, the last in call order wins (the merge
 /// rule); each of them is told, so no agent believes its version survived when it did not.
-fn note_file_conflicts(results: &mut [(ToolResult, StateUpdate)]) {
+/// Two mutating calls (`sequential`, in call order) do not conflict: the later one saw the
+/// earlier one's change.
+fn note_file_conflicts(results: &mut [(ToolResult, StateUpdate)], sequential: &[usize]) {
     let mut last_writer: BTreeMap<String, usize> = BTreeMap::new();
     let mut notes: Vec<(usize, String)> = Vec::new();
     for (index, (_, update)) in results.iter().enumerate() {
         for path in update.files.keys() {
             if let Some(previous) = last_writer.insert(path.clone(), index) {
+                if sequential.contains(&previous) && sequential.contains(&index) {
+                    continue;
+                }
                 let earlier = &results[previous].0.tool_call_id;
                 let later = &results[index].0.tool_call_id;
                 notes.push((
@@ -431,6 +461,8 @@ async fn run_one(
                 // The call has not finished: no `tool_call_finished` until it does.
                 return CallOutcome::Paused(subagent);
             }
+            // A failed subagent's result is an error that still carries its file changes.
+            let failed = crate::subagents::take_failed(&mut output.artifact);
             let ToolOutput {
                 mut content,
                 artifact,
@@ -444,7 +476,11 @@ async fn run_one(
                 tool_call_id: call.id.clone(),
                 name: call.name.clone(),
                 content,
-                status: ToolStatus::Ok,
+                status: if failed {
+                    ToolStatus::Error
+                } else {
+                    ToolStatus::Ok
+                },
                 artifact,
             };
             CallOutcome::Done(result, update)
@@ -490,7 +526,7 @@ fn finish_event(events: &EventSink, result: &ToolResult, duration_ms: u64) {
     });
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())

@@ -831,13 +831,9 @@ async fn mutating_calls_in_one_turn_see_each_other_on_disk() {
     mutating_calls_in_one_turn_see_each_other(Kind::Disk).await;
 }
 
-/// Known gap: the driver hands every call of a step the state as it was when the step began
-/// (`execute_tools` in driver.rs shares one `Arc<AgentState>`), so on the state backend the edit
-/// does not see the file the write before it created and fails with "does not exist". Fixing
-/// it belongs in the driver: give each mutating call the state with the updates of the
-/// mutating calls before it applied.
+/// On the state backend, file changes are state updates merged at the end of the step; the
+/// driver hands each mutating call the state with the earlier mutating calls' updates applied.
 #[tokio::test]
-#[ignore = "driver: mutating calls of one step read the state from the start of the step"]
 async fn mutating_calls_in_one_turn_see_each_other_in_state() {
     mutating_calls_in_one_turn_see_each_other(Kind::State).await;
 }
