@@ -268,6 +268,15 @@ impl SummarizationMiddleware {
                 }
             }
         }
+        // The latest exchange (the newest assistant turn, its tool results and anything after)
+        // always stays verbatim: a model that sees only a summary of the result it just asked
+        // for would ask again.
+        if let Some(latest) = messages[from.min(messages.len())..]
+            .iter()
+            .rposition(|m| matches!(m, Message::Assistant(_)))
+        {
+            cut = cut.min(from + latest);
+        }
         while cut > from && matches!(messages.get(cut), Some(Message::Tool(_))) {
             cut -= 1;
         }
