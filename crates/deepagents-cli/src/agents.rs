@@ -7,12 +7,13 @@ use anyhow::Context as _;
 use deepagents::SubAgent;
 
 /// Where subagent definitions are looked up, lowest precedence first: the project's
-/// `.deepagents/agents/` (when it exists), then each `--agents DIR` in order.
-pub fn sources(explicit: &[PathBuf]) -> Vec<PathBuf> {
+/// `.deepagents/agents/` under `root` (`--root`, else the current directory) when it exists,
+/// then each `--agents DIR` in order.
+pub fn sources(root: Option<&Path>, explicit: &[PathBuf]) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    let project = Path::new(".deepagents/agents");
+    let project = root.unwrap_or(Path::new(".")).join(".deepagents/agents");
     if project.is_dir() {
-        dirs.push(project.to_owned());
+        dirs.push(project);
     }
     dirs.extend(explicit.iter().cloned());
     dirs

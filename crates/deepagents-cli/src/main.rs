@@ -73,7 +73,8 @@ struct RunArgs {
     #[arg(long, value_name = "FILE")]
     permissions: Option<std::path::PathBuf>,
     /// A directory of subagent definitions (markdown with name/description/model frontmatter);
-    /// repeatable, later ones win. `.deepagents/agents/` is read first when it exists.
+    /// repeatable, later ones win. `.deepagents/agents/` in --root (default: the current
+    /// directory) is read first when it exists.
     #[arg(long = "agents", value_name = "DIR")]
     agent_dirs: Vec<std::path::PathBuf>,
     /// A directory of skills (folders with SKILL.md); repeatable, later ones win over earlier
@@ -178,6 +179,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .todos(args.todos)
         .compact_tool(args.compact_tool)
         .max_turns(args.max_turns);
+    let agent_dirs = agents::sources(args.root.as_deref(), &args.agent_dirs);
     let workspace = workspace::open(args.backend, args.root, &args.skill_dirs).await?;
     builder = builder
         .backend(workspace.backend.clone())
@@ -192,7 +194,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(tokens) = args.max_input_tokens {
         builder = builder.context_window(tokens);
     }
-    for subagent in agents::load(&agents::sources(&args.agent_dirs))? {
+    for subagent in agents::load(&agent_dirs)? {
         builder = builder.subagent(subagent);
     }
     if let Some(prompt) = args.system_prompt {

@@ -102,3 +102,169 @@ fn a_broken_subagent_file_is_a_clear_error() {
     assert!(stderr.contains("bad.md"), "{stderr}");
     assert!(stderr.contains("description"), "{stderr}");
 }
+
+fn events_of(output: &std::process::Output) -> Vec<Value> {
+    String::from_utf8(output.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn subagents_load_from_the_roots_deepagents_agents_with_their_own_model() {
+    let root = tempfile::tempdir().unwrap();
+    let agents = root.path().join(".deepagents/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let scout_model = scratch.path().join("scout.json");
+    std::fs::write(
+        &scout_model,
+        json!({"turns": [{"text": "scouted the root"}]}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        agents.join("scout.md"),
+        format!(
+            "---\nname: scout\ndescription: Looks around.\nmodel: scripted:{}\n---\nYou scout.\n",
+            scout_model.display()
+        ),
+    )
+    .unwrap();
+    // The current directory has definitions of its own, broken ones: with --root given they
+    // must not be read.
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(cwd.path().join(".deepagents/agents")).unwrap();
+    std::fs::write(
+        cwd.path().join(".deepagents/agents/broken.md"),
+        "---\nname: broken\n---\nno description\n",
+    )
+    .unwrap();
+    let model = write_script(
+        scratch.path(),
+        json!({"turns": [
+            {"tool_calls": [{"id": "t1", "name": "task", "args": {"subagent_type": "scout", "description": "look around"}}]},
+            {"text": "The scout reported back."}
+        ]}),
+    );
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "filesystem",
+            "--model",
+            &model,
+            "--root",
+        ])
+        .arg(root.path())
+        .arg("go")
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let events = events_of(&output);
+    let started = events
+        .iter()
+        .find(|e| e["type"] == "run_started" && e["path"] == json!(["t1", "scout"]))
+        .expect("the scout ran");
+    assert_eq!(
+        started["model"],
+        format!("scripted:{}", scout_model.display()),
+        "the frontmatter `model` drives the subagent"
+    );
+    let task_done = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_finished" && e["name"] == "task")
+        .unwrap();
+    assert_eq!(task_done["status"], "ok");
+    assert_eq!(task_done["content"][0]["text"], "scouted the root");
+    assert_eq!(events.last().unwrap()["text"], "The scout reported back.");
+
+    // Without --root the current directory is the root, and its broken definition is read.
+    let output = bin()
+        .args(["run", "--backend", "state", "--model", &model, "go"])
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("broken.md"), "{stderr}");
+}
+
+#[test]
+fn the_demo_hands_the_review_to_the_general_purpose_subagent() {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scripts/demo.json");
+    let model = format!("scripted:{}", demo.display());
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--todos",
+            "--backend",
+            "state",
+            "--model",
+            &model,
+            "Prepare",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let events = events_of(&output);
+    let task_started = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_started" && e["name"] == "task")
+        .expect("the demo starts a subagent");
+    assert_eq!(task_started["path"], json!([]));
+    assert_eq!(
+        task_started["arguments"]["subagent_type"],
+        "general-purpose"
+    );
+    let id = task_started["call_id"].as_str().unwrap();
+    let path = json!([id, "general-purpose"]);
+    let nested: Vec<&Value> = events.iter().filter(|e| e["path"] == path).collect();
+    assert!(
+        nested.iter().any(|e| e["type"] == "run_started"),
+        "{nested:?}"
+    );
+    let read = nested
+        .iter()
+        .find(|e| e["type"] == "tool_call_finished" && e["name"] == "read_file")
+        .expect("the subagent reads the notes");
+    assert_eq!(read["status"], "ok");
+    assert!(
+        read["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Status: ready"),
+        "the subagent sees the parent's files: {read}"
+    );
+    let answer = "Reviewed: status is ready and one highlight is listed.";
+    assert!(
+        nested
+            .iter()
+            .any(|e| e["type"] == "final" && e["text"] == answer),
+        "{nested:?}"
+    );
+    let task_done = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_finished" && e["call_id"] == id)
+        .unwrap();
+    assert_eq!(task_done["path"], json!([]));
+    assert_eq!(task_done["status"], "ok");
+    assert_eq!(
+        task_done["content"][0]["text"], answer,
+        "the subagent's answer is the main agent's task result"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "final");
+    assert_eq!(last["path"], json!([]));
+}

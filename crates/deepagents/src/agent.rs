@@ -29,7 +29,7 @@ use crate::subagents::{
 };
 use deepagents_backends::{Backend, PermissionedBackend, Permissions, StateBackend};
 use deepagents_core::EventSink;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Model calls a run may make per user input unless [`AgentBuilder::max_turns`] says otherwise.
 pub const DEFAULT_MAX_TURNS: u32 = 100;
@@ -53,6 +53,9 @@ pub(crate) struct AgentInner {
     pub(crate) response_format: bool,
     /// Tools whose calls wait for approval.
     pub(crate) interrupts: BTreeMap<String, InterruptConfig>,
+    /// Custom keys declared with [`AgentBuilder::state_value`] (not private): the values a
+    /// subagent run receives from its parent.
+    pub(crate) shared_keys: BTreeSet<String>,
 }
 
 /// Per-run options.
@@ -168,6 +171,7 @@ pub struct AgentBuilder {
     tools: Vec<Arc<dyn DynTool>>,
     middleware: Vec<Arc<dyn Middleware>>,
     state_values: Vec<(String, Reducer)>,
+    private_keys: BTreeSet<String>,
     todos: bool,
     max_turns: u32,
     backend: Option<Arc<dyn Backend>>,
@@ -201,6 +205,7 @@ impl Agent {
             tools: Vec::new(),
             middleware: Vec::new(),
             state_values: Vec::new(),
+            private_keys: BTreeSet::new(),
             todos: false,
             max_turns: DEFAULT_MAX_TURNS,
             backend: None,
@@ -318,8 +323,24 @@ impl AgentBuilder {
     }
 
     /// Declares a custom state key and how its updates merge.
+    ///
+    /// A subagent run starts with the values of these keys (those it declares too; subagents
+    /// built from a spec inherit the declarations). What a subagent changes in them stays in
+    /// its run: only file changes and its answer come back, so parallel subagents never
+    /// collide on custom state. Keys declared only by middleware are private to each agent
+    /// (skills, memory, the summary marker), as are those of
+    /// [`private_state_value`](Self::private_state_value).
     pub fn state_value(mut self, key: impl Into<String>, reducer: Reducer) -> Self {
         self.state_values.push((key.into(), reducer));
+        self
+    }
+
+    /// Declares a custom state key that never reaches a subagent: subagent runs start without
+    /// it, even when they declare it too.
+    pub fn private_state_value(mut self, key: impl Into<String>, reducer: Reducer) -> Self {
+        let key = key.into();
+        self.private_keys.insert(key.clone());
+        self.state_values.push((key, reducer));
         self
     }
 
@@ -448,8 +469,15 @@ impl AgentBuilder {
         self
     }
 
-    /// How deep subagents may nest (default 3) and how many of this agent's may run at once
-    /// (default 8; more wait their turn).
+    /// How deep subagents may nest (default 3) and how many may work at once (default 8; more
+    /// wait their turn).
+    ///
+    /// Both hold across nesting. The strictest depth limit along a chain of agents applies, so a
+    /// pre-built subagent with looser limits cannot nest deeper than its parent allows. The
+    /// concurrency limit of the agent a run starts from bounds every subagent of that run's
+    /// tree; a nested agent's own limit additionally bounds its own `task` calls. A subagent
+    /// waiting for its own subagents lends its place to one of them at a time, so nesting never
+    /// deadlocks on the limit.
     pub fn subagent_limits(mut self, max_depth: usize, max_concurrent: usize) -> Self {
         self.max_subagent_depth = max_depth;
         self.max_concurrent_subagents = max_concurrent;
@@ -464,8 +492,9 @@ impl AgentBuilder {
             .collect()
     }
 
-    /// Builds the subagents: each inherits the model, tools, backend, permissions, settings and
-    /// planning of this builder unless its spec says otherwise.
+    /// Builds the subagents: each inherits the model, tools, backend, permissions, interrupt
+    /// configuration, custom state declarations, settings and planning of this builder unless
+    /// its spec says otherwise. Skills, memory, middleware and subagents are not inherited.
     fn build_subagents(
         &self,
         raw_backend: &Arc<dyn Backend>,
@@ -503,7 +532,11 @@ impl AgentBuilder {
                     builder.middleware = spec.middleware;
                     builder.permissions = spec.permissions.or_else(|| self.permissions.clone());
                     builder.response_format = spec.response_format;
-                    builder.interrupts = self.interrupts.clone();
+                    builder.interrupts = spec.interrupts.unwrap_or_else(|| self.interrupts.clone());
+                    builder.skills = spec.skills;
+                    // Inherited tools may update the parent's custom keys.
+                    builder.state_values = self.state_values.clone();
+                    builder.private_keys = self.private_keys.clone();
                     builder.build().map_err(|e| BuildError::Subagent {
                         name: subagent.name.clone(),
                         message: e.to_string(),
@@ -577,9 +610,16 @@ impl AgentBuilder {
                 Self::parse_paths(&self.skills)?,
             )));
         }
+        let shared_keys: BTreeSet<String> = self
+            .state_values
+            .iter()
+            .map(|(key, _)| key.clone())
+            .filter(|key| !self.private_keys.contains(key))
+            .collect();
         if let Some(subagents) = subagents {
             built_ins.push(Arc::new(SubAgentsMiddleware::new(
                 subagents,
+                shared_keys.clone(),
                 self.max_subagent_depth,
                 self.max_concurrent_subagents,
             )));
@@ -663,6 +703,7 @@ impl AgentBuilder {
                 max_turns: self.max_turns,
                 response_format,
                 interrupts,
+                shared_keys,
             }),
         })
     }

@@ -1,5 +1,6 @@
 //! Subagents: agents the main agent hands self-contained work to through the `task` tool.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use deepagents_backends::Permissions;
@@ -7,6 +8,7 @@ use deepagents_core::{DynTool, Model, Tool, TypedTool};
 use serde_json::Value;
 
 use crate::agent::Agent;
+use crate::approval::InterruptConfig;
 use crate::frontmatter::{self, FrontmatterError};
 use crate::middleware::Middleware;
 
@@ -14,8 +16,11 @@ use crate::middleware::Middleware;
 pub const GENERAL_PURPOSE: &str = "general-purpose";
 
 /// Subagents may nest this deep unless [`AgentBuilder::subagent_limits`](crate::AgentBuilder::subagent_limits) says otherwise.
+/// Along a chain of nested agents the strictest depth limit applies.
 pub const DEFAULT_MAX_DEPTH: usize = 3;
-/// Subagents of one agent that may run at once unless configured otherwise; more wait.
+/// Subagents that may work at once unless configured otherwise; more wait their turn. The
+/// limit of the agent a run starts from bounds its whole tree of subagents, nested ones
+/// included (see [`AgentBuilder::subagent_limits`](crate::AgentBuilder::subagent_limits)).
 pub const DEFAULT_MAX_CONCURRENT: usize = 8;
 
 /// A subagent the `task` tool can start.
@@ -43,12 +48,18 @@ pub(crate) struct SubAgentSpec {
     pub(crate) middleware: Vec<Arc<dyn Middleware>>,
     pub(crate) permissions: Option<Permissions>,
     pub(crate) response_format: Option<Value>,
+    /// Its own skill sources; the parent's are never inherited.
+    pub(crate) skills: Vec<String>,
+    /// Its own interrupt configuration, replacing the parent's; `None` inherits it.
+    pub(crate) interrupts: Option<BTreeMap<String, InterruptConfig>>,
 }
 
 impl SubAgent {
     /// A subagent named `name` (what the model passes as `subagent_type`), described by
     /// `description` (when to use it, shown in the `task` tool), driven by `system_prompt`.
-    /// It inherits the parent's model, tools, backend and permissions unless set here.
+    /// It inherits the parent's model, tools, backend, permissions, interrupt configuration
+    /// and custom state declarations unless set here; it never inherits the parent's skills,
+    /// memory, middleware or subagents.
     pub fn new(
         name: impl Into<String>,
         description: impl Into<String>,
@@ -64,7 +75,8 @@ impl SubAgent {
         }
     }
 
-    /// A ready-made agent as a subagent: it runs exactly as built.
+    /// A ready-made agent as a subagent: it runs exactly as built (the settings of a spec have
+    /// no effect on it), except that the parent's depth and concurrency limits still bound it.
     pub fn from_agent(
         name: impl Into<String>,
         description: impl Into<String>,
@@ -123,6 +135,38 @@ impl SubAgent {
     pub fn permissions(mut self, permissions: Permissions) -> Self {
         if let Some(spec) = self.spec() {
             spec.permissions = Some(permissions);
+        }
+        self
+    }
+
+    /// Makes calls to `tool` inside this subagent pause for a human decision (see
+    /// [`AgentBuilder::interrupt_on`](crate::AgentBuilder::interrupt_on)). The first call
+    /// replaces the parent's whole configuration, which the subagent otherwise inherits.
+    /// Interrupt-mode permission rules still ask for approval; set
+    /// [`permissions`](Self::permissions) to change those.
+    pub fn interrupt_on(mut self, tool: impl Into<String>, config: InterruptConfig) -> Self {
+        if let Some(spec) = self.spec() {
+            spec.interrupts
+                .get_or_insert_with(BTreeMap::new)
+                .insert(tool.into(), config);
+        }
+        self
+    }
+
+    /// Drops the parent's interrupt configuration: none of this subagent's calls pause
+    /// (except those of interrupt-mode permission rules; see [`interrupt_on`](Self::interrupt_on)).
+    pub fn no_interrupts(mut self) -> Self {
+        if let Some(spec) = self.spec() {
+            spec.interrupts = Some(BTreeMap::new());
+        }
+        self
+    }
+
+    /// Skill directories (absolute backend paths, lowest precedence first) listed in this
+    /// subagent's prompt. The parent's skills are not inherited.
+    pub fn skills<S: Into<String>>(mut self, dirs: impl IntoIterator<Item = S>) -> Self {
+        if let Some(spec) = self.spec() {
+            spec.skills.extend(dirs.into_iter().map(Into::into));
         }
         self
     }
@@ -189,3 +233,24 @@ needs: the result, the files you changed, and anything left undone. Be concise."
 pub(crate) const GENERAL_PURPOSE_DESCRIPTION: &str = "\
 An agent with the same tools as you, for any self-contained piece of work (research across many \
 files, a multi-step change) whose details you do not need in your own context.";
+
+/// The artifact key by which the `task` tool marks a result as an error while still handing
+/// back the failed subagent's file changes (an error of the tool itself carries no update).
+const FAILED_ARTIFACT_KEY: &str = "deepagents.failed_subagent";
+
+/// The artifact marking a `task` result as a failure.
+pub(crate) fn failed_artifact() -> Value {
+    serde_json::json!({ FAILED_ARTIFACT_KEY: true })
+}
+
+/// Whether a tool's artifact marks its result as a failure; the marker is removed.
+pub(crate) fn take_failed(artifact: &mut Option<Value>) -> bool {
+    let failed = matches!(
+        artifact,
+        Some(Value::Object(map)) if map.len() == 1 && map.get(FAILED_ARTIFACT_KEY) == Some(&Value::Bool(true))
+    );
+    if failed {
+        *artifact = None;
+    }
+    failed
+}

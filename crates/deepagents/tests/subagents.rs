@@ -626,3 +626,946 @@ mod approvals_inside_subagents {
         );
     }
 }
+
+/// Shared helpers of the tests below.
+mod fixtures {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use deepagents::core::{FileContent, FileData};
+    use deepagents::{DynamicTool, EventKind, Run, ToolOutput, ToolStatus};
+    use serde_json::{Value, json};
+
+    /// A tool that counts its calls.
+    pub fn counting(name: &str, count: &Arc<AtomicUsize>) -> Arc<DynamicTool> {
+        let count = Arc::clone(count);
+        Arc::new(
+            DynamicTool::new(
+                name,
+                "Counts its calls",
+                json!({"type": "object"}),
+                move |_, _| {
+                    let count = Arc::clone(&count);
+                    async move {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        Ok(ToolOutput::text("counted"))
+                    }
+                },
+            )
+            .unwrap(),
+        )
+    }
+
+    /// How many `work` calls ran at once, at most, and how many finished.
+    #[derive(Clone, Default)]
+    pub struct Overlap {
+        running: Arc<AtomicUsize>,
+        pub max: Arc<AtomicUsize>,
+        pub done: Arc<AtomicUsize>,
+    }
+
+    impl Overlap {
+        /// A `work` tool that takes a while and records how many of its calls overlap.
+        pub fn tool(&self) -> Arc<DynamicTool> {
+            let me = self.clone();
+            Arc::new(
+                DynamicTool::new(
+                    "work",
+                    "Works a while",
+                    json!({"type": "object"}),
+                    move |_, _| {
+                        let me = me.clone();
+                        async move {
+                            let now = me.running.fetch_add(1, Ordering::SeqCst) + 1;
+                            me.max.fetch_max(now, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(40)).await;
+                            me.running.fetch_sub(1, Ordering::SeqCst);
+                            me.done.fetch_add(1, Ordering::SeqCst);
+                            Ok(ToolOutput::text("worked"))
+                        }
+                    },
+                )
+                .unwrap(),
+            )
+        }
+
+        pub fn max(&self) -> usize {
+            self.max.load(Ordering::SeqCst)
+        }
+
+        pub fn done(&self) -> usize {
+            self.done.load(Ordering::SeqCst)
+        }
+    }
+
+    /// A subagent conversation that calls `work` once, then answers `answer`.
+    pub fn working(marker: &str, answer: &str) -> Value {
+        json!({"when_task_contains": marker, "turns": [
+            {"tool_calls": [{"name": "work", "args": {}}]},
+            {"text": answer}
+        ]})
+    }
+
+    /// A run of `task` whose state already holds `files`.
+    pub fn run_with_files(task: &str, files: &[(&str, &str)]) -> Run {
+        let mut run = Run::from_task(task);
+        for (path, text) in files {
+            run.state.files.insert(
+                (*path).to_owned(),
+                FileData {
+                    content: FileContent::Text {
+                        text: (*text).to_owned(),
+                    },
+                    modified_at_ms: 0,
+                },
+            );
+        }
+        run
+    }
+
+    /// The `tool_call_finished` events of subagents: (path, tool, status, text).
+    pub fn nested_results(
+        events: &mut tokio::sync::mpsc::UnboundedReceiver<deepagents::Event>,
+    ) -> Vec<(Vec<String>, String, ToolStatus, String)> {
+        let mut found = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            if let EventKind::ToolCallFinished {
+                name,
+                status,
+                content,
+                ..
+            } = &event.kind
+                && !event.path.is_empty()
+            {
+                let text = content
+                    .iter()
+                    .filter_map(|c| c.as_text())
+                    .collect::<Vec<_>>()
+                    .join("");
+                found.push((event.path.to_vec(), name.clone(), *status, text));
+            }
+        }
+        found
+    }
+}
+
+mod configuration {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use async_trait::async_trait;
+    use deepagents::middleware::Middleware;
+    use deepagents::{
+        Agent, AgentState, Decision, DynamicTool, EventSink, InterruptConfig, ModelRequest,
+        RunError, RunOptions, RuntimeContext, SubAgent, ToolOutput, ToolStatus, decide,
+    };
+    use serde_json::json;
+
+    use super::fixtures::{counting, nested_results, run_with_files};
+    use super::{model, task};
+    use crate::middleware_capture::Capture;
+    use crate::support::{text, tool_results};
+
+    #[tokio::test]
+    async fn subagents_inherit_the_interrupt_configuration_unless_they_set_their_own() {
+        let guarded = Arc::new(AtomicUsize::new(0));
+        let ticks = Arc::new(AtomicUsize::new(0));
+        let guarded_call = json!({"tool_calls": [{"id": "g", "name": "guarded", "args": {}}]});
+        let shared = model(json!({
+            "turns": [
+                {"tool_calls": [
+                    task("t_i", "inherit: work", "inheritor"),
+                    task("t_f", "free: work", "free"),
+                    task("t_s", "strict: work", "strict")
+                ]},
+                {"text": "all done"}
+            ],
+            "conversations": [
+                {"when_task_contains": "inherit:", "turns": [guarded_call, {"text": "inheritor done"}]},
+                {"when_task_contains": "free:", "turns": [guarded_call, {"text": "free done"}]},
+                {"when_task_contains": "strict:", "turns": [
+                    guarded_call,
+                    {"tool_calls": [{"id": "k", "name": "tick", "args": {}}]},
+                    {"text": "strict done"}
+                ]}
+            ]
+        }));
+        let agent = Agent::builder(shared)
+            .dyn_tool(counting("guarded", &guarded))
+            .dyn_tool(counting("tick", &ticks))
+            .interrupt_on("guarded", InterruptConfig::default())
+            .general_purpose_subagent(false)
+            .subagent(SubAgent::new("inheritor", "Inherits.", "You work."))
+            .subagent(SubAgent::new("free", "Never asks.", "You work.").no_interrupts())
+            .subagent(
+                SubAgent::new("strict", "Asks about ticks.", "You work.")
+                    .interrupt_on("tick", InterruptConfig::default()),
+            )
+            .build()
+            .unwrap();
+        let failure = agent.invoke("go").await.unwrap_err();
+        let RunError::Interrupted(actions) = &failure.error else {
+            panic!("expected a pause, got {:?}", failure.error);
+        };
+        let waiting: Vec<(&str, Vec<String>)> = actions
+            .iter()
+            .map(|a| (a.name.as_str(), a.path.clone()))
+            .collect();
+        assert_eq!(
+            waiting,
+            [
+                ("guarded", vec!["t_i".to_owned(), "inheritor".to_owned()]),
+                ("tick", vec!["t_s".to_owned(), "strict".to_owned()]),
+            ],
+            "the inheritor asks about `guarded`; `strict` asks only about `tick`; `free` never asks"
+        );
+        assert_eq!(
+            guarded.load(Ordering::SeqCst),
+            2,
+            "free and strict ran `guarded` without asking"
+        );
+        assert_eq!(ticks.load(Ordering::SeqCst), 0);
+        let mut run = *failure.run;
+        assert_eq!(
+            text(tool_results(&run.state.messages)[0]),
+            "free done",
+            "the subagent without interrupts finished"
+        );
+        decide(&mut run, vec![Decision::Approve, Decision::Approve]).unwrap();
+        let output = agent
+            .run(run, RunOptions::default(), EventSink::discard())
+            .await
+            .unwrap();
+        assert_eq!(output.text, "all done");
+        assert_eq!(guarded.load(Ordering::SeqCst), 3);
+        assert_eq!(ticks.load(Ordering::SeqCst), 1);
+    }
+
+    fn skill(name: &str, description: &str) -> String {
+        format!("---\nname: {name}\ndescription: {description}\n---\nSteps.\n")
+    }
+
+    #[tokio::test]
+    async fn a_subagent_lists_its_own_skills_and_not_the_parents() {
+        let parent_requests = Arc::new(Mutex::new(Vec::new()));
+        let child_requests = Arc::new(Mutex::new(Vec::new()));
+        let skilled = SubAgent::new("skilled", "Has skills.", "You use skills.")
+            .skills(["/skills/child"])
+            .middleware(Capture {
+                requests: Arc::clone(&child_requests),
+            });
+        let agent = Agent::builder(model(json!({
+            "turns": [
+                {"tool_calls": [task("t1", "skill: do it", "skilled")]},
+                {"text": "done"}
+            ],
+            "conversations": [{"when_task_contains": "skill:", "turns": [{"text": "did it"}]}]
+        })))
+        .skills(["/skills/parent"])
+        .subagent(skilled)
+        .middleware(Capture {
+            requests: Arc::clone(&parent_requests),
+        })
+        .build()
+        .unwrap();
+        let run = run_with_files(
+            "go",
+            &[
+                (
+                    "/skills/parent/release-notes/SKILL.md",
+                    &skill("release-notes", "Writes release notes."),
+                ),
+                (
+                    "/skills/child/code-review/SKILL.md",
+                    &skill("code-review", "Reviews code."),
+                ),
+            ],
+        );
+        let output = agent
+            .run(run, RunOptions::default(), EventSink::discard())
+            .await
+            .unwrap();
+        assert_eq!(text(tool_results(&output.run.state.messages)[0]), "did it");
+        let prompt = |requests: &Arc<Mutex<Vec<ModelRequest>>>| {
+            requests.lock().unwrap()[0]
+                .system_prompt
+                .clone()
+                .unwrap_or_default()
+        };
+        let child = prompt(&child_requests);
+        assert!(child.contains("code-review"), "{child}");
+        assert!(
+            child.contains("/skills/child/code-review/SKILL.md"),
+            "{child}"
+        );
+        assert!(!child.contains("release-notes"), "{child}");
+        let parent = prompt(&parent_requests);
+        assert!(parent.contains("release-notes"), "{parent}");
+        assert!(!parent.contains("code-review"), "{parent}");
+    }
+
+    #[tokio::test]
+    async fn a_subagent_named_general_purpose_replaces_the_default_one() {
+        let own = SubAgent::new("general-purpose", "My own helper.", "You help.")
+            .model(model(json!({"turns": [{"text": "from my own helper"}]})));
+        let agent = Agent::builder(model(json!({"turns": [
+            {"tool_calls": [task("t1", "anything", "general-purpose")]},
+            {"text": "done"}
+        ]})))
+        .subagent(own)
+        .build()
+        .unwrap();
+        let description = &agent
+            .tool_specs()
+            .iter()
+            .find(|t| t.name == "task")
+            .unwrap()
+            .description;
+        assert_eq!(
+            description.matches("- general-purpose:").count(),
+            1,
+            "{description}"
+        );
+        assert!(description.contains("- general-purpose: My own helper."));
+        assert!(!description.contains("An agent with the same tools as you"));
+        let output = agent.invoke("go").await.unwrap();
+        assert_eq!(
+            text(tool_results(&output.run.state.messages)[0]),
+            "from my own helper"
+        );
+    }
+
+    fn shout() -> Arc<DynamicTool> {
+        Arc::new(
+            DynamicTool::new(
+                "shout",
+                "Upper-case text",
+                json!({"type": "object", "properties": {"text": {"type": "string"}}}),
+                |args, _| async move {
+                    Ok(ToolOutput::text(
+                        args["text"].as_str().unwrap_or("").to_uppercase(),
+                    ))
+                },
+            )
+            .unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn subagents_inherit_the_parents_tools_unless_they_set_their_own() {
+        let shout_call = json!({"tool_calls": [{"name": "shout", "args": {"text": "hi"}}]});
+        let whisper = DynamicTool::new(
+            "whisper",
+            "Lower-case text",
+            json!({"type": "object"}),
+            |_, _| async move { Ok(ToolOutput::text("psst")) },
+        )
+        .unwrap();
+        let agent = Agent::builder(model(json!({
+            "turns": [
+                {"tool_calls": [
+                    task("t_g", "inherit: shout", "general-purpose"),
+                    task("t_o", "own: shout", "own-tools")
+                ]},
+                {"text": "done"}
+            ],
+            "conversations": [
+                {"when_task_contains": "inherit:", "turns": [shout_call, {"text": "shouted"}]},
+                {"when_task_contains": "own:", "turns": [shout_call, {"text": "could not shout"}]}
+            ]
+        })))
+        .dyn_tool(shout())
+        .subagent(
+            SubAgent::new("own-tools", "Has its own tools.", "You whisper.")
+                .dyn_tool(Arc::new(whisper)),
+        )
+        .build()
+        .unwrap();
+        let (sink, mut events) = EventSink::channel();
+        agent
+            .run(
+                deepagents::Run::from_task("go"),
+                RunOptions::default(),
+                sink,
+            )
+            .await
+            .unwrap();
+        let results = nested_results(&mut events);
+        let shouts: Vec<(String, ToolStatus, String)> = results
+            .into_iter()
+            .filter(|(_, name, _, _)| name == "shout")
+            .map(|(path, _, status, text)| (path[1].clone(), status, text))
+            .collect();
+        assert_eq!(shouts.len(), 2, "{shouts:?}");
+        assert!(
+            shouts.contains(&("general-purpose".into(), ToolStatus::Ok, "HI".into())),
+            "{shouts:?}"
+        );
+        let own = shouts.iter().find(|(who, ..)| who == "own-tools").unwrap();
+        assert_eq!(own.1, ToolStatus::Error);
+        assert!(own.2.contains("Unknown tool `shout`"), "{}", own.2);
+        assert!(own.2.contains("whisper"), "{}", own.2);
+    }
+
+    /// Adds a line to the system prompt.
+    struct Pirate;
+
+    #[async_trait]
+    impl Middleware for Pirate {
+        fn name(&self) -> &str {
+            "pirate"
+        }
+        async fn before_model(
+            &self,
+            request: &mut ModelRequest,
+            _state: &AgentState,
+        ) -> Result<(), deepagents::middleware::MiddlewareError> {
+            request.push_system_section("Speak like a pirate.");
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_subagents_own_middleware_shapes_only_its_requests() {
+        let parent_requests = Arc::new(Mutex::new(Vec::new()));
+        let child_requests = Arc::new(Mutex::new(Vec::new()));
+        let pirate = SubAgent::new("pirate", "Talks like a pirate.", "You are a pirate.")
+            .middleware(Pirate)
+            .middleware(Capture {
+                requests: Arc::clone(&child_requests),
+            });
+        let agent = Agent::builder(model(json!({
+            "turns": [
+                {"tool_calls": [
+                    task("t_p", "arr: greet", "pirate"),
+                    task("t_g", "plain: greet", "general-purpose")
+                ]},
+                {"text": "done"}
+            ],
+            "conversations": [
+                {"when_task_contains": "arr:", "turns": [{"text": "Ahoy"}]},
+                {"when_task_contains": "plain:", "turns": [{"text": "Hello"}]}
+            ]
+        })))
+        .subagent(pirate)
+        .middleware(Capture {
+            requests: Arc::clone(&parent_requests),
+        })
+        .build()
+        .unwrap();
+        let output = agent.invoke("go").await.unwrap();
+        let results = tool_results(&output.run.state.messages);
+        assert_eq!(text(results[0]), "Ahoy");
+        assert_eq!(text(results[1]), "Hello");
+        let child = child_requests.lock().unwrap();
+        assert_eq!(
+            child.len(),
+            1,
+            "the middleware saw only the pirate's request"
+        );
+        assert_eq!(child[0].messages[0].text(), "arr: greet");
+        let prompt = child[0].system_prompt.clone().unwrap_or_default();
+        assert!(prompt.starts_with("You are a pirate."), "{prompt}");
+        assert!(prompt.contains("Speak like a pirate."), "{prompt}");
+        let parent = parent_requests.lock().unwrap();
+        assert_eq!(parent.len(), 2);
+        assert!(
+            parent.iter().all(|r| !r
+                .system_prompt
+                .clone()
+                .unwrap_or_default()
+                .contains("pirate.")),
+            "the parent's requests are not touched"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_runtime_context_reaches_the_tools_of_subagents() {
+        let whoami = DynamicTool::new(
+            "whoami",
+            "The current user",
+            json!({"type": "object"}),
+            |_, ctx| async move {
+                let user = ctx
+                    .runtime
+                    .get::<String>()
+                    .cloned()
+                    .unwrap_or_else(|| "nobody".to_owned());
+                Ok(ToolOutput::text(user))
+            },
+        )
+        .unwrap();
+        let agent = Agent::builder(model(json!({
+            "turns": [
+                {"tool_calls": [task("t1", "who: ask", "general-purpose")]},
+                {"text": "done"}
+            ],
+            "conversations": [{"when_task_contains": "who:", "turns": [
+                {"tool_calls": [{"name": "whoami", "args": {}}]},
+                {"text": "asked"}
+            ]}]
+        })))
+        .dyn_tool(Arc::new(whoami))
+        .build()
+        .unwrap();
+        let (sink, mut events) = EventSink::channel();
+        let options = RunOptions {
+            runtime: RuntimeContext::new("user-42".to_owned()),
+            ..RunOptions::default()
+        };
+        agent
+            .run(deepagents::Run::from_task("go"), options, sink)
+            .await
+            .unwrap();
+        let results = nested_results(&mut events);
+        let whoami = results
+            .iter()
+            .find(|(_, name, ..)| name == "whoami")
+            .unwrap();
+        assert_eq!(whoami.0, ["t1", "general-purpose"]);
+        assert_eq!(whoami.3, "user-42");
+    }
+
+    #[tokio::test]
+    async fn the_answer_is_the_last_non_empty_assistant_text() {
+        let agent = Agent::builder(model(json!({
+            "turns": [
+                {"tool_calls": [
+                    task("t_a", "alpha: look", "general-purpose"),
+                    task("t_b", "beta: say nothing", "general-purpose")
+                ]},
+                {"text": "done"}
+            ],
+            "conversations": [
+                {"when_task_contains": "alpha:", "turns": [
+                    {"text": "Found it: 42.", "tool_calls": [{"name": "ls", "args": {}}]},
+                    {"text": "  \n"}
+                ]},
+                {"when_task_contains": "beta:", "turns": [{"text": ""}]}
+            ]
+        })))
+        .build()
+        .unwrap();
+        let output = agent.invoke("go").await.unwrap();
+        let results = tool_results(&output.run.state.messages);
+        assert_eq!(text(results[0]), "Found it: 42.");
+        assert_eq!(
+            text(results[1]),
+            "(the subagent finished without an answer)"
+        );
+    }
+}
+
+mod state_and_failures {
+    use std::sync::{Arc, Mutex};
+
+    use async_trait::async_trait;
+    use deepagents::core::{FileContent, ModelResponse};
+    use deepagents::{
+        Agent, DynamicTool, EventSink, Model, ModelError, ModelRequest, Reducer, RunOptions,
+        StateUpdate, SubAgent, ToolOutput, ToolStatus,
+    };
+    use serde_json::{Value, json};
+
+    use super::fixtures::run_with_files;
+    use super::{model, task, write};
+    use crate::support::{assert_error_containing, text, tool_results};
+
+    /// A tool that records the custom state it sees and proposes new values for every key.
+    fn peek(seen: &Arc<Mutex<Vec<(String, Value)>>>, who: &str) -> Arc<DynamicTool> {
+        let seen = Arc::clone(seen);
+        let who = who.to_owned();
+        Arc::new(
+            DynamicTool::new(
+                "peek",
+                "Looks at the state",
+                json!({"type": "object"}),
+                move |_, ctx| {
+                    let seen = Arc::clone(&seen);
+                    let who = who.clone();
+                    async move {
+                        let custom = serde_json::to_value(&ctx.state.custom).unwrap();
+                        seen.lock().unwrap().push((who.clone(), custom));
+                        let mut update = StateUpdate::default();
+                        for key in ["project", "secret", "child_only"] {
+                            update = update.with_custom(key, json!(format!("changed by {who}")));
+                        }
+                        Ok(ToolOutput::text("peeked").with_update(update))
+                    }
+                },
+            )
+            .unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn shared_custom_values_reach_subagents_and_private_ones_never_leak() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let peek_turns = json!([
+            {"tool_calls": [{"name": "peek", "args": {}}]},
+            {"text": "peeked"}
+        ]);
+        let shared = model(json!({
+            "turns": [
+                {"tool_calls": [
+                    task("t_g", "spec: peek", "general-purpose"),
+                    task("t_in", "insider: peek", "insider"),
+                    task("t_out", "outsider: peek", "outsider")
+                ]},
+                {"text": "done"}
+            ],
+            "conversations": [
+                {"when_task_contains": "spec:", "turns": peek_turns},
+                {"when_task_contains": "insider:", "turns": peek_turns},
+                {"when_task_contains": "outsider:", "turns": peek_turns}
+            ]
+        }));
+        // Pre-built subagents receive only the keys they declare as shared too.
+        let insider = Agent::builder(Arc::clone(&shared))
+            .dyn_tool(peek(&seen, "insider"))
+            .state_value("project", Reducer::Replace)
+            .private_state_value("secret", Reducer::Replace)
+            .private_state_value("child_only", Reducer::Replace)
+            .general_purpose_subagent(false)
+            .build()
+            .unwrap();
+        let outsider = Agent::builder(Arc::clone(&shared))
+            .dyn_tool(peek(&seen, "outsider"))
+            .private_state_value("project", Reducer::Replace)
+            .state_value("secret", Reducer::Replace)
+            .state_value("child_only", Reducer::Replace)
+            .general_purpose_subagent(false)
+            .build()
+            .unwrap();
+        let agent = Agent::builder(shared)
+            .dyn_tool(peek(&seen, "spec"))
+            .state_value("project", Reducer::Replace)
+            .private_state_value("secret", Reducer::Replace)
+            .state_value("child_only", Reducer::Replace)
+            .skills(["/skills"])
+            .subagent(SubAgent::from_agent(
+                "insider",
+                "Shares the project.",
+                insider,
+            ))
+            .subagent(SubAgent::from_agent(
+                "outsider",
+                "Keeps the project private.",
+                outsider,
+            ))
+            .build()
+            .unwrap();
+        let mut run = run_with_files(
+            "go",
+            &[(
+                "/skills/notes/SKILL.md",
+                "---\nname: notes\ndescription: Notes.\n---\nx\n",
+            )],
+        );
+        run.state.custom.insert("project".into(), json!("apollo"));
+        run.state.custom.insert("secret".into(), json!("hunter2"));
+        let output = agent
+            .run(run, RunOptions::default(), EventSink::discard())
+            .await
+            .unwrap();
+        let results = tool_results(&output.run.state.messages);
+        assert!(
+            results.iter().all(|r| r.status == ToolStatus::Ok),
+            "{results:?}"
+        );
+
+        let seen = seen.lock().unwrap();
+        let custom_of = |who: &str| {
+            seen.iter()
+                .find(|(name, _)| name == who)
+                .map(|(_, custom)| custom.clone())
+                .unwrap()
+        };
+        // The spec subagent inherits the declarations: the shared key arrives, the private
+        // one and the parent's middleware state (its skill listing) do not.
+        let spec = custom_of("spec");
+        assert_eq!(spec["project"], "apollo", "{spec}");
+        assert!(spec.get("secret").is_none(), "{spec}");
+        assert!(spec.get("skills").is_none(), "{spec}");
+        let insider = custom_of("insider");
+        assert_eq!(insider["project"], "apollo", "{insider}");
+        assert!(insider.get("secret").is_none(), "{insider}");
+        let outsider = custom_of("outsider");
+        assert!(
+            outsider.get("project").is_none(),
+            "a key the subagent keeps private is not handed to it: {outsider}"
+        );
+        assert!(
+            outsider.get("secret").is_none(),
+            "a key the parent keeps private is not handed down: {outsider}"
+        );
+
+        // Nothing a subagent changed in custom state comes back: only files and the answer do.
+        let custom = &output.run.state.custom;
+        assert_eq!(custom["project"], "apollo");
+        assert_eq!(custom["secret"], "hunter2");
+        assert!(custom.get("child_only").is_none(), "{custom:?}");
+        assert!(
+            custom.contains_key("skills"),
+            "the parent keeps its own listing"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_subagent_keeps_its_file_changes_and_its_result_says_it_failed() {
+        let agent = Agent::builder(model(json!({
+            "turns": [
+                {"tool_calls": [task("t1", "draft: then break", "general-purpose")]},
+                {"text": "noted"}
+            ],
+            "conversations": [{"when_task_contains": "draft:", "turns": [
+                {"tool_calls": [write("/draft.md", "half done\n"), {"name": "delete", "args": {"path": "/old.md"}}]},
+                {"error": {"kind": "authentication", "message": "key revoked"}}
+            ]}]
+        })))
+        .build()
+        .unwrap();
+        let run = run_with_files("go", &[("/old.md", "old\n")]);
+        let output = agent
+            .run(run, RunOptions::default(), EventSink::discard())
+            .await
+            .unwrap();
+        let result = tool_results(&output.run.state.messages)[0];
+        assert_error_containing(
+            result,
+            "The general-purpose subagent failed: model call failed: authentication failed: key revoked.",
+        );
+        assert!(
+            text(result).contains("Its file changes are kept: /draft.md, /old.md."),
+            "{}",
+            text(result)
+        );
+        assert_eq!(
+            output.run.state.files["/draft.md"].content,
+            FileContent::Text {
+                text: "half done\n".into()
+            },
+            "on the state backend, as on disk, what it wrote before failing stays"
+        );
+        assert!(!output.run.state.files.contains_key("/old.md"));
+    }
+
+    /// A model that panics.
+    struct Exploding;
+
+    #[async_trait]
+    impl Model for Exploding {
+        fn id(&self) -> &str {
+            "exploding"
+        }
+        async fn generate(&self, _request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+            panic!("model exploded");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_subagent_fails_only_its_own_call() {
+        let agent = Agent::builder(model(json!({
+            "turns": [
+                {"tool_calls": [
+                    task("t_a", "alpha: work", "general-purpose"),
+                    task("t_b", "boom", "crasher"),
+                    task("t_c", "gamma: work", "general-purpose")
+                ]},
+                {"text": "two of three"}
+            ],
+            "conversations": [
+                {"when_task_contains": "alpha:", "turns": [
+                    {"tool_calls": [write("/a.txt", "a\n")]},
+                    {"text": "alpha ok"}
+                ]},
+                {"when_task_contains": "gamma:", "turns": [{"text": "gamma ok"}]}
+            ]
+        })))
+        .subagent(SubAgent::new("crasher", "Crashes.", "You crash.").model(Arc::new(Exploding)))
+        .build()
+        .unwrap();
+        let output = agent.invoke("go").await.unwrap();
+        let results = tool_results(&output.run.state.messages);
+        assert_eq!(results.len(), 3);
+        assert_eq!(text(results[0]), "alpha ok");
+        assert_error_containing(
+            results[1],
+            "The crasher subagent crashed (panic: model exploded)",
+        );
+        assert_eq!(text(results[2]), "gamma ok");
+        assert!(output.run.state.files.contains_key("/a.txt"));
+        assert_eq!(output.text, "two of three");
+    }
+}
+
+mod limits {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use deepagents::{Agent, EventKind, SubAgent};
+    use futures::StreamExt;
+    use serde_json::json;
+
+    use super::fixtures::{Overlap, working};
+    use super::{model, task};
+    use crate::support::{text, tool_results};
+
+    /// A parent that starts three subagents in one step, each calling `work` once.
+    fn three_workers() -> serde_json::Value {
+        json!({
+            "turns": [
+                {"tool_calls": [
+                    task("t_a", "alpha: work", "general-purpose"),
+                    task("t_b", "beta: work", "general-purpose"),
+                    task("t_c", "gamma: work", "general-purpose")
+                ]},
+                {"text": "all done"}
+            ],
+            "conversations": [
+                working("alpha:", "alpha done"),
+                working("beta:", "beta done"),
+                working("gamma:", "gamma done")
+            ]
+        })
+    }
+
+    async fn run_three(agent: Agent) {
+        let output = tokio::time::timeout(Duration::from_secs(20), agent.invoke("go"))
+            .await
+            .expect("the subagents finished")
+            .unwrap();
+        let answers: Vec<String> = tool_results(&output.run.state.messages)
+            .into_iter()
+            .map(text)
+            .collect();
+        assert_eq!(answers, ["alpha done", "beta done", "gamma done"]);
+    }
+
+    #[tokio::test]
+    async fn parallel_subagents_really_overlap() {
+        let overlap = Overlap::default();
+        let agent = Agent::builder(model(three_workers()))
+            .dyn_tool(overlap.tool())
+            .build()
+            .unwrap();
+        run_three(agent).await;
+        assert_eq!(overlap.done(), 3);
+        assert_eq!(overlap.max(), 3, "all three worked at the same time");
+    }
+
+    #[tokio::test]
+    async fn with_a_limit_of_two_three_subagents_never_run_more_than_two_at_once() {
+        let overlap = Overlap::default();
+        let agent = Agent::builder(model(three_workers()))
+            .dyn_tool(overlap.tool())
+            .subagent_limits(3, 2)
+            .build()
+            .unwrap();
+        run_three(agent).await;
+        assert_eq!(overlap.done(), 3, "the third waited its turn, then ran");
+        assert_eq!(overlap.max(), 2);
+    }
+
+    #[tokio::test]
+    async fn the_concurrency_limit_of_the_top_agent_bounds_nested_agents() {
+        let overlap = Overlap::default();
+        let shared = model(json!({
+            "turns": [
+                {"tool_calls": [task("outer", "delegate: three at once", "delegator")]},
+                {"text": "top done"}
+            ],
+            "conversations": [
+                {"when_task_contains": "delegate:", "turns": [
+                    {"tool_calls": [
+                        task("t_a", "alpha: work", "general-purpose"),
+                        task("t_b", "beta: work", "general-purpose"),
+                        task("t_c", "gamma: work", "general-purpose")
+                    ]},
+                    {"text": "delegated"}
+                ]},
+                working("alpha:", "alpha done"),
+                working("beta:", "beta done"),
+                working("gamma:", "gamma done")
+            ]
+        }));
+        // The delegator on its own would run all three at once (its limit is 8).
+        let delegator = Agent::builder(Arc::clone(&shared))
+            .dyn_tool(overlap.tool())
+            .build()
+            .unwrap();
+        let agent = Agent::builder(shared)
+            .general_purpose_subagent(false)
+            .subagent(SubAgent::from_agent("delegator", "Delegates.", delegator))
+            .subagent_limits(3, 1)
+            .build()
+            .unwrap();
+        let output = tokio::time::timeout(Duration::from_secs(20), agent.invoke("go"))
+            .await
+            .expect("nesting under a limit of one does not deadlock")
+            .unwrap();
+        assert_eq!(output.text, "top done");
+        assert_eq!(
+            text(tool_results(&output.run.state.messages)[0]),
+            "delegated"
+        );
+        assert_eq!(overlap.done(), 3);
+        assert_eq!(
+            overlap.max(),
+            1,
+            "the top agent's limit of one holds inside the delegator"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_strictest_depth_limit_along_the_chain_applies() {
+        let shared = model(json!({
+            "turns": [
+                {"tool_calls": [task("outer", "level one: delegate", "delegator")]},
+                {"text": "done"}
+            ],
+            "conversations": [
+                {"when_task_contains": "level one:", "turns": [
+                    {"tool_calls": [task("inner", "level two: work", "general-purpose")]},
+                    {"text": "delegation refused"}
+                ]},
+                {"when_task_contains": "level two:", "turns": [{"text": "should not run"}]}
+            ]
+        }));
+        // The child on default limits (depth 3) under a parent that allows one level.
+        let delegator = Agent::builder(Arc::clone(&shared)).build().unwrap();
+        let agent = Agent::builder(shared)
+            .general_purpose_subagent(false)
+            .subagent(SubAgent::from_agent("delegator", "Delegates.", delegator))
+            .subagent_limits(1, 4)
+            .build()
+            .unwrap();
+        let mut events = agent.stream("go");
+        let mut inner_error = None;
+        let mut level_two_ran = false;
+        while let Some(event) = events.next().await {
+            if event.path.len() > 2 {
+                level_two_ran = true;
+            }
+            if let EventKind::ToolCallFinished {
+                call_id, content, ..
+            } = &event.kind
+                && call_id == "inner"
+            {
+                inner_error = content.first().and_then(|c| c.as_text()).map(str::to_owned);
+            }
+        }
+        let output = events.outcome().await.unwrap();
+        let inner_error = inner_error.unwrap();
+        assert!(
+            inner_error.contains("nest at most 1 levels deep and this would be level 2"),
+            "{inner_error}"
+        );
+        assert!(!level_two_ran, "no second-level subagent started");
+        assert_eq!(
+            text(tool_results(&output.run.state.messages)[0]),
+            "delegation refused"
+        );
+    }
+}

@@ -1,6 +1,7 @@
 //! The `task` tool: hand work to a subagent with a fresh context.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -8,9 +9,10 @@ use deepagents_core::{
     AgentState, DynTool, Message, ModelRequest, Run, StateUpdate, Tool, ToolContext, ToolError,
     ToolOutput, TypedTool,
 };
+use futures::FutureExt as _;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{Middleware, MiddlewareError};
 use crate::agent::{Agent, RunOptions};
@@ -38,11 +40,13 @@ pub(crate) struct Registered {
 impl SubAgentsMiddleware {
     pub(crate) fn new(
         agents: BTreeMap<String, Registered>,
+        shared_keys: BTreeSet<String>,
         max_depth: usize,
         max_concurrent: usize,
     ) -> Self {
         let tool = Task {
             agents: Arc::new(agents),
+            shared_keys,
             max_depth,
             permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
         };
@@ -74,8 +78,29 @@ impl Middleware for SubAgentsMiddleware {
 
 struct Task {
     agents: Arc<BTreeMap<String, Registered>>,
+    /// The owning agent's custom keys that subagent runs may receive.
+    shared_keys: BTreeSet<String>,
     max_depth: usize,
+    /// Bounds this agent's own `task` calls; for a run started from this agent, its whole tree.
     permits: Arc<Semaphore>,
+}
+
+/// What a subagent run inherits from the chain of agents above it. The subagent's `task`
+/// calls run inside its run's future, so a task-local reaches them without passing through
+/// the run's data (and never ends up in a checkpoint).
+#[derive(Clone)]
+struct Chain {
+    /// The strictest depth limit along the chain.
+    max_depth: usize,
+    /// The concurrency limit of the agent the tree started from.
+    budget: Arc<Semaphore>,
+    /// The place the running subagent holds, lent to one of its own subagents at a time: it
+    /// only waits while they work, and lending keeps nesting from deadlocking on `budget`.
+    lendable: Arc<Semaphore>,
+}
+
+tokio::task_local! {
+    static CHAIN: Chain;
 }
 
 /// Arguments of `task`.
@@ -102,6 +127,30 @@ fn file_changes(before: &AgentState, after: &AgentState) -> StateUpdate {
         }
     }
     update
+}
+
+/// The custom values a subagent run starts with: those both sides share, never private ones.
+fn shared_custom(
+    parent: &AgentState,
+    parent_keys: &BTreeSet<String>,
+    child: &Agent,
+) -> BTreeMap<String, serde_json::Value> {
+    parent
+        .custom
+        .iter()
+        .filter(|(key, _)| parent_keys.contains(*key) && child.inner.shared_keys.contains(*key))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect()
+}
+
+/// The files a child run changed since `start`, plus those it changed before pausing.
+fn changes_since(start: &AgentState, end: &AgentState, changed_before: Vec<String>) -> StateUpdate {
+    let mut changes = file_changes(start, end);
+    for path in changed_before {
+        let file = end.files.get(&path).cloned();
+        changes.files.entry(path).or_insert(file);
+    }
+    changes
 }
 
 /// The last non-empty assistant text of a run.
@@ -144,11 +193,14 @@ impl Tool for Task {
                 valid.join(", ")
             )));
         };
+        let chain = CHAIN.try_with(Clone::clone).ok();
+        let max_depth = chain
+            .as_ref()
+            .map_or(self.max_depth, |c| c.max_depth.min(self.max_depth));
         let depth = ctx.agent_path().len() / 2 + 1;
-        if depth > self.max_depth {
+        if depth > max_depth {
             return Err(ToolError::RespondToModel(format!(
-                "Subagents may nest at most {} levels deep and this would be level {depth}; do this part yourself.",
-                self.max_depth
+                "Subagents may nest at most {max_depth} levels deep and this would be level {depth}; do this part yourself."
             )));
         }
         if args.description.trim().is_empty() {
@@ -157,11 +209,7 @@ impl Tool for Task {
                     .to_owned(),
             ));
         }
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| ToolError::Fatal("the subagent limiter was closed".to_owned()))?;
+        let _permits = self.acquire(chain.as_ref()).await?;
         // A subagent that paused for approval inside this call continues its stored run (the
         // decisions are in it) instead of starting over.
         let (run, start, changed_before) =
@@ -174,10 +222,11 @@ impl Tool for Task {
                     (paused.run, start, paused.changed_files)
                 }
                 None => {
-                    // Only the files travel: messages, the plan and custom values stay private
-                    // to each side.
+                    // The parent's files and shared custom values travel; its messages, plan,
+                    // structured answer and private values do not.
                     let start = AgentState {
                         files: ctx.state.files.clone(),
+                        custom: shared_custom(&ctx.state, &self.shared_keys, &registered.agent),
                         ..AgentState::default()
                     };
                     let run = Run::from_task(args.description);
@@ -199,7 +248,27 @@ impl Tool for Task {
         let events = ctx
             .events
             .nested([ctx.call_id.clone(), args.subagent_type.clone()]);
-        match registered.agent.run(run, options, events).await {
+        let inner = Chain {
+            max_depth,
+            budget: chain.map_or_else(|| Arc::clone(&self.permits), |c| c.budget),
+            lendable: Arc::new(Semaphore::new(1)),
+        };
+        let outcome =
+            AssertUnwindSafe(CHAIN.scope(inner, registered.agent.run(run, options, events)))
+                .catch_unwind()
+                .await;
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(panic) => {
+                return Err(ToolError::RespondToModel(format!(
+                    "The {} subagent crashed ({}); whatever it changed in the agent state is lost \
+                     (files on disk stay as it left them). Check before retrying, or do it yourself.",
+                    args.subagent_type,
+                    crate::driver::panic_message(panic.as_ref())
+                )));
+            }
+        };
+        match outcome {
             Ok(output) => {
                 let answer = match &output.structured {
                     Some(json) => json.to_string(),
@@ -210,11 +279,7 @@ impl Tool for Task {
                 } else {
                     answer
                 };
-                let mut changes = file_changes(&start, &output.run.state);
-                for path in changed_before {
-                    let file = output.run.state.files.get(&path).cloned();
-                    changes.files.entry(path).or_insert(file);
-                }
+                let changes = changes_since(&start, &output.run.state, changed_before);
                 let mut result = ToolOutput::text(answer).with_update(changes);
                 result.artifact = output.structured;
                 Ok(result)
@@ -236,10 +301,57 @@ impl Tool for Task {
                 Ok(ToolOutput::text("The subagent is waiting for approval.")
                     .with_artifact(artifact))
             }
-            Err(failure) => Err(ToolError::RespondToModel(format!(
-                "The {} subagent failed: {}. Retry with a clearer or smaller task, or do it yourself.",
-                args.subagent_type, failure.error
-            ))),
+            Err(failure) => {
+                // What it wrote before failing is kept, as it would be on disk.
+                let changes = changes_since(&start, &failure.run.state, changed_before);
+                let kept = if changes.files.is_empty() {
+                    String::new()
+                } else {
+                    let paths: Vec<&str> = changes.files.keys().map(String::as_str).collect();
+                    format!(" Its file changes are kept: {}.", paths.join(", "))
+                };
+                Ok(ToolOutput::text(format!(
+                    "The {} subagent failed: {}.{kept} Retry with a clearer or smaller task, or do it yourself.",
+                    args.subagent_type, failure.error
+                ))
+                .with_update(changes)
+                .with_artifact(crate::subagents::failed_artifact()))
+            }
         }
+    }
+}
+
+impl Task {
+    /// Waits for a place to run a subagent: one of this agent's own, and for a nested call also
+    /// one of the tree's (or the place of the subagent making the call, lent to it).
+    async fn acquire(&self, chain: Option<&Chain>) -> Result<Vec<OwnedSemaphorePermit>, ToolError> {
+        let closed = |_| ToolError::Fatal("the subagent limiter was closed".to_owned());
+        let mut permits = Vec::with_capacity(2);
+        let Some(chain) = chain else {
+            permits.push(
+                Arc::clone(&self.permits)
+                    .acquire_owned()
+                    .await
+                    .map_err(closed)?,
+            );
+            return Ok(permits);
+        };
+        // The tree's root agent can run again inside its own tree (a tool that invokes it);
+        // its permits are then the budget itself.
+        if !Arc::ptr_eq(&chain.budget, &self.permits) {
+            permits.push(
+                Arc::clone(&self.permits)
+                    .acquire_owned()
+                    .await
+                    .map_err(closed)?,
+            );
+        }
+        let shared = tokio::select! {
+            biased;
+            permit = Arc::clone(&chain.budget).acquire_owned() => permit,
+            permit = Arc::clone(&chain.lendable).acquire_owned() => permit,
+        };
+        permits.push(shared.map_err(closed)?);
+        Ok(permits)
     }
 }
