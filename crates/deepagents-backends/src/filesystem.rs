@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use grep_matcher::LineTerminator;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, MmapChoice, Searcher, SearcherBuilder, Sink, SinkMatch};
-use ignore::{WalkBuilder, WalkState};
+use ignore::{DirEntry, WalkBuilder, WalkState};
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, Stat};
 use rustix::io::Errno;
 
@@ -21,13 +21,10 @@ use crate::glob::GlobPattern;
 use crate::mime::{self, Classified, TEXT_MIME};
 use crate::path::VPath;
 use crate::protocol::{
-    Backend, BackendContext, BackendError, Changed, FileInfo, FileOpError, GlobResult, GrepMatch,
-    GrepQuery, GrepResult, PathMapping, RawFile, ReadResult,
+    Backend, BackendContext, BackendError, Changed, DEFAULT_MAX_FILE_SIZE, FileInfo, FileOpError,
+    GlobResult, GrepMatch, GrepQuery, GrepResult, PathMapping, RawFile, ReadResult,
 };
 use crate::text;
-
-/// Files over this size are refused by read, edit and download unless configured otherwise.
-pub const DEFAULT_MAX_FILE_SIZE: u64 = 10 * 1024 * 1024;
 
 /// How long glob and grep may run before returning partial results, unless configured.
 pub const DEFAULT_SEARCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -81,7 +78,9 @@ const EAGAIN_RETRIES: usize = 16;
 /// with ls and with the other backends; turn it on with
 /// [`FilesystemBackendBuilder::respect_gitignore`] for large repositories. grep skips `.git`
 /// directories and binary files (the same classification as [`crate::mime::classify`]). Both
-/// stop at the search time budget and return what they found, marked `truncated`.
+/// stop at the search time budget and return what they found, marked `truncated`; the budget
+/// is checked after each entry and after each match, so even a spent budget returns the results
+/// of the entries the walk held.
 #[derive(Clone, Debug)]
 pub struct FilesystemBackend {
     inner: Arc<Inner>,
@@ -107,7 +106,8 @@ impl FilesystemBackendBuilder {
         self
     }
 
-    /// The largest file read, edit and download accept, in bytes (default 10 MiB).
+    /// The largest file read, write, edit, upload and download accept, in bytes (default
+    /// [`DEFAULT_MAX_FILE_SIZE`], 10 MiB). grep searches larger files all the same.
     pub fn max_file_size(mut self, bytes: u64) -> Self {
         self.max_file_size = bytes;
         self
@@ -599,6 +599,19 @@ impl Inner {
         Ok(())
     }
 
+    /// Refuses a write that would leave `path` over the size limit.
+    fn check_size_to_write(&self, path: &VPath, size: usize) -> Result<(), BackendError> {
+        let size = u64::try_from(size).unwrap_or(u64::MAX);
+        if size > self.max_file_size {
+            return Err(BackendError::TooLargeToWrite {
+                path: path.to_string(),
+                size,
+                max: self.max_file_size,
+            });
+        }
+        Ok(())
+    }
+
     fn write_bytes(&self, path: &VPath, data: &[u8]) -> Result<(), BackendError> {
         let shown = path.as_str();
         if path.is_root() {
@@ -606,6 +619,8 @@ impl Inner {
                 path: shown.to_owned(),
             });
         }
+        // Before anything is created, so a refused write leaves no parent directories behind.
+        self.check_size_to_write(path, data.len())?;
         self.ensure_parents(path)?;
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK | OFlags::NOCTTY;
         let fd = self
@@ -647,6 +662,7 @@ impl Inner {
             }
         };
         let (updated, count) = text::replace(shown, &text, old, new, replace_all)?;
+        self.check_size_to_write(path, updated.len())?;
         file.seek(SeekFrom::Start(0))
             .map_err(|e| io_error(&e, "edit", shown))?;
         file.set_len(0).map_err(|e| io_error(&e, "edit", shown))?;
@@ -799,37 +815,16 @@ impl Inner {
             };
             let (timed_out, pattern, base_rel) = (&timed_out, &pattern, &base_rel);
             Box::new(move |entry| {
-                if Instant::now() > deadline {
-                    timed_out.store(true, Ordering::Relaxed);
-                    return WalkState::Quit;
-                }
                 let Ok(entry) = entry else {
-                    return WalkState::Continue;
+                    return within_budget(deadline, timed_out);
                 };
-                if entry.depth() == 0 || entry.file_type().is_none_or(|t| t.is_dir()) {
+                if entry.depth() == 0 {
                     return WalkState::Continue;
                 }
-                let Some(root_rel) = self.virtual_of(entry.path()) else {
-                    return WalkState::Continue;
-                };
-                let relative = if base_rel == "." {
-                    root_rel
-                } else {
-                    root_rel
-                        .strip_prefix(base_rel.as_str())
-                        .map_or("", |r| r.trim_start_matches('/'))
-                };
-                if relative.is_empty() || !pattern.matches(relative) {
-                    return WalkState::Continue;
+                if let Some(found) = self.glob_entry(&mut cache, &entry, pattern, base_rel) {
+                    local.items.push(found);
                 }
-                // Re-resolve beneath the root: what is reported is what the root holds now.
-                if addressable(root_rel)
-                    && let Ok(stat) = self.stat_entry(&mut cache, root_rel)
-                    && is_file(&stat)
-                {
-                    local.items.push(info(format!("/{root_rel}"), &stat));
-                }
-                WalkState::Continue
+                within_budget(deadline, timed_out)
             })
         });
         let mut files = found.into_inner().unwrap_or_else(PoisonError::into_inner);
@@ -838,6 +833,33 @@ impl Inner {
             files,
             truncated: timed_out.into_inner(),
         })
+    }
+
+    /// The file a glob walk reports for `entry`, if it matches.
+    fn glob_entry(
+        &self,
+        cache: &mut DirCache,
+        entry: &DirEntry,
+        pattern: &GlobPattern,
+        base_rel: &str,
+    ) -> Option<FileInfo> {
+        if entry.file_type().is_none_or(|t| t.is_dir()) {
+            return None;
+        }
+        let root_rel = self.virtual_of(entry.path())?;
+        let relative = if base_rel == "." {
+            root_rel
+        } else {
+            root_rel
+                .strip_prefix(base_rel)
+                .map_or("", |r| r.trim_start_matches('/'))
+        };
+        if relative.is_empty() || !pattern.matches(relative) || !addressable(root_rel) {
+            return None;
+        }
+        // Re-resolve beneath the root: what is reported is what the root holds now.
+        let stat = self.stat_entry(cache, root_rel).ok()?;
+        is_file(&stat).then(|| info(format!("/{root_rel}"), &stat))
     }
 
     fn grep(&self, query: &GrepQuery) -> Result<GrepResult, BackendError> {
@@ -878,6 +900,14 @@ impl Inner {
         });
         let collector = Collector::new(query.max_count);
         let timed_out = AtomicBool::new(false);
+        let walk = GrepWalk {
+            matcher: &matcher,
+            include: include.as_ref(),
+            collector: &collector,
+            base_rel: base_rel.as_str(),
+            deadline,
+            timed_out: &timed_out,
+        };
         builder.build_parallel().run(|| {
             let mut worker = GrepWorker {
                 searcher: SearcherBuilder::new()
@@ -889,62 +919,17 @@ impl Inner {
                 buffer: Vec::new(),
                 cache: DirCache::default(),
             };
-            let matcher = &matcher;
-            let include = include.as_ref();
-            let collector = &collector;
-            let timed_out = &timed_out;
-            let base_rel = base_rel.as_str();
+            let walk = &walk;
             Box::new(move |entry| {
-                if Instant::now() > deadline {
-                    timed_out.store(true, Ordering::Relaxed);
-                    return WalkState::Quit;
-                }
                 let Ok(entry) = entry else {
-                    return WalkState::Continue;
+                    return within_budget(deadline, walk.timed_out);
                 };
-                if entry.file_type().is_none_or(|t| t.is_dir()) {
+                self.grep_entry(walk, &mut worker, &entry);
+                // The base itself is a directory (nothing was searched) or the one file asked for.
+                if entry.depth() == 0 {
                     return WalkState::Continue;
                 }
-                let Some(root_rel) = self.virtual_of(entry.path()).filter(|r| addressable(r))
-                else {
-                    return WalkState::Continue;
-                };
-                let shown = format!("/{root_rel}");
-                if let Some(include) = include {
-                    let relative = if base_rel == "." {
-                        root_rel
-                    } else {
-                        root_rel
-                            .strip_prefix(base_rel)
-                            .map_or("", |r| r.trim_start_matches('/'))
-                    };
-                    let name = root_rel.rsplit('/').next().unwrap_or(root_rel);
-                    let target = if relative.is_empty() { name } else { relative };
-                    if !include.matches(target) {
-                        return WalkState::Continue;
-                    }
-                }
-                if collector.skips(&shown) {
-                    return WalkState::Continue;
-                }
-                let mut sink = LineSink {
-                    lines: Vec::new(),
-                    cap: collector.cap,
-                    invalid: false,
-                    deadline,
-                    timed_out,
-                };
-                if self.search_file(&mut worker, root_rel, &shown, matcher, &mut sink)
-                    && !sink.invalid
-                    && !sink.lines.is_empty()
-                {
-                    collector.add(&shown, sink.lines);
-                }
-                if timed_out.load(Ordering::Relaxed) {
-                    WalkState::Quit
-                } else {
-                    WalkState::Continue
-                }
+                within_budget(deadline, walk.timed_out)
             })
         });
         let (matches, truncated) = collector.finish(query.max_count);
@@ -952,6 +937,47 @@ impl Inner {
             matches,
             truncated: truncated || timed_out.into_inner(),
         })
+    }
+
+    /// Searches `entry` when it is a file the query covers, adding its matches to the collector.
+    fn grep_entry(&self, walk: &GrepWalk<'_>, worker: &mut GrepWorker, entry: &DirEntry) {
+        if entry.file_type().is_none_or(|t| t.is_dir()) {
+            return;
+        }
+        let Some(root_rel) = self.virtual_of(entry.path()).filter(|r| addressable(r)) else {
+            return;
+        };
+        let shown = format!("/{root_rel}");
+        if let Some(include) = walk.include {
+            let relative = if walk.base_rel == "." {
+                root_rel
+            } else {
+                root_rel
+                    .strip_prefix(walk.base_rel)
+                    .map_or("", |r| r.trim_start_matches('/'))
+            };
+            let name = root_rel.rsplit('/').next().unwrap_or(root_rel);
+            let target = if relative.is_empty() { name } else { relative };
+            if !include.matches(target) {
+                return;
+            }
+        }
+        if walk.collector.skips(&shown) {
+            return;
+        }
+        let mut sink = LineSink {
+            lines: Vec::new(),
+            cap: walk.collector.cap,
+            invalid: false,
+            deadline: walk.deadline,
+            timed_out: walk.timed_out,
+        };
+        if self.search_file(worker, root_rel, &shown, walk.matcher, &mut sink)
+            && !sink.invalid
+            && !sink.lines.is_empty()
+        {
+            walk.collector.add(&shown, sink.lines);
+        }
     }
 
     /// Searches one file found by a walk; `false` when it was skipped (binary, gone, outside).
@@ -1025,6 +1051,29 @@ impl<T> Drop for Batch<'_, T> {
 /// empty, `.` or `..` segments, so only backslashes and control characters can spoil it.
 fn addressable(root_rel: &str) -> bool {
     !root_rel.contains('\\') && !root_rel.chars().any(char::is_control)
+}
+
+/// Checks the search budget after a walk handled an entry. Checking after rather than before
+/// means the entry in hand is always finished, so a budget spent before the walk reached its
+/// first file (a slow disk, a busy machine) still yields that file's results; the cost is at
+/// most one entry per walk thread past the deadline.
+fn within_budget(deadline: Instant, timed_out: &AtomicBool) -> WalkState {
+    if timed_out.load(Ordering::Relaxed) || Instant::now() >= deadline {
+        timed_out.store(true, Ordering::Relaxed);
+        WalkState::Quit
+    } else {
+        WalkState::Continue
+    }
+}
+
+/// What every grep thread shares.
+struct GrepWalk<'a> {
+    matcher: &'a RegexMatcher,
+    include: Option<&'a GlobPattern>,
+    collector: &'a Collector,
+    base_rel: &'a str,
+    deadline: Instant,
+    timed_out: &'a AtomicBool,
 }
 
 /// What one grep thread reuses from file to file.
@@ -1177,7 +1226,7 @@ impl Sink for LineSink<'_> {
                 return Ok(false);
             }
         }
-        if Instant::now() > self.deadline {
+        if Instant::now() >= self.deadline {
             self.timed_out.store(true, Ordering::Relaxed);
             return Ok(false);
         }

@@ -30,9 +30,9 @@ pub use path::{PathError, VPath};
 pub use permissions::{Mode, Operation, PermissionRule, PermissionedBackend, Permissions};
 pub use policy::{BackendOp, BackendPolicy, PolicyBackend};
 pub use protocol::{
-    Backend, BackendContext, BackendError, Changed, DEFAULT_GREP_MAX_COUNT, ExecuteResult,
-    FileInfo, FileOpError, GlobResult, GrepMatch, GrepQuery, GrepResult, PathMapping, RawFile,
-    ReadResult, Sandbox,
+    Backend, BackendContext, BackendError, Changed, DEFAULT_GREP_MAX_COUNT, DEFAULT_MAX_FILE_SIZE,
+    ExecuteResult, FileInfo, FileOpError, GlobResult, GrepMatch, GrepQuery, GrepResult,
+    PathMapping, RawFile, ReadResult, Sandbox,
 };
 pub use state::StateBackend;
 pub use store::{InMemoryStore, Store, StoreBackend};

@@ -11,7 +11,8 @@ use crate::glob::GlobPattern;
 use crate::mime::{self, Classified};
 use crate::path::VPath;
 use crate::protocol::{
-    BackendError, FileInfo, FileOpError, GlobResult, GrepQuery, GrepResult, RawFile, ReadResult,
+    BackendError, DEFAULT_MAX_FILE_SIZE, FileInfo, FileOpError, GlobResult, GrepQuery, GrepResult,
+    RawFile, ReadResult,
 };
 use crate::text::{self, LineMatcher};
 
@@ -19,6 +20,27 @@ use crate::text::{self, LineMatcher};
 #[derive(Debug)]
 pub struct MemoryTree<F> {
     files: BTreeMap<VPath, F>,
+    max_file_size: u64,
+}
+
+/// A file as the agent sees it. Text kept as a string is still binary when its name or content
+/// says so (see [`mime`]), so these backends answer as the disk backend does for the same bytes.
+enum View<'a> {
+    Text(&'a str),
+    Binary { mime_type: &'a str, data: &'a [u8] },
+}
+
+fn view<'a>(path: &VPath, file: &'a FileData) -> View<'a> {
+    match &file.content {
+        FileContent::Text { text } => match mime::binary_type_of_text(path.as_str(), text) {
+            None => View::Text(text),
+            Some(mime_type) => View::Binary {
+                mime_type,
+                data: text.as_bytes(),
+            },
+        },
+        FileContent::Binary { mime_type, data } => View::Binary { mime_type, data },
+    }
 }
 
 fn size_of(file: &FileData) -> u64 {
@@ -38,9 +60,51 @@ fn info(path: &VPath, file: &FileData) -> FileInfo {
 }
 
 impl<F: Borrow<FileData>> MemoryTree<F> {
-    /// A tree over `files`.
+    /// A tree over `files` that refuses files over [`DEFAULT_MAX_FILE_SIZE`].
     pub fn new(files: BTreeMap<VPath, F>) -> Self {
-        Self { files }
+        Self {
+            files,
+            max_file_size: DEFAULT_MAX_FILE_SIZE,
+        }
+    }
+
+    /// The largest file read, edited, downloaded or written, in bytes.
+    pub fn with_max_file_size(mut self, bytes: u64) -> Self {
+        self.max_file_size = bytes;
+        self
+    }
+
+    /// Checks that a file of `size` bytes may be written at `path`: it is within the size limit,
+    /// it is not a directory, and no ancestor is a file.
+    pub fn check_write(&self, path: &VPath, size: usize) -> Result<(), BackendError> {
+        self.check_size_to_write(path, size)?;
+        self.check_writable(path)
+    }
+
+    fn check_size_to_write(&self, path: &VPath, size: usize) -> Result<(), BackendError> {
+        let size = u64::try_from(size).unwrap_or(u64::MAX);
+        if size > self.max_file_size {
+            return Err(BackendError::TooLargeToWrite {
+                path: path.to_string(),
+                size,
+                max: self.max_file_size,
+            });
+        }
+        Ok(())
+    }
+
+    /// The file at `path` if it is within the size limit.
+    fn within_limit(&self, path: &VPath) -> Result<&FileData, BackendError> {
+        let file = self.existing(path)?;
+        let size = size_of(file);
+        if size > self.max_file_size {
+            return Err(BackendError::TooLarge {
+                path: path.to_string(),
+                size,
+                max: self.max_file_size,
+            });
+        }
+        Ok(file)
     }
 
     /// The file at `path`, if it is one.
@@ -161,27 +225,51 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
         offset: usize,
         limit: usize,
     ) -> Result<ReadResult, BackendError> {
-        Ok(match &self.existing(path)?.content {
-            FileContent::Text { text } => text::page(text, offset, limit),
-            FileContent::Binary { mime_type, data } => ReadResult::Binary {
-                mime_type: mime_type.clone(),
-                data: data.clone(),
+        Ok(match view(path, self.within_limit(path)?) {
+            View::Text(text) => text::page(text, offset, limit),
+            View::Binary { mime_type, data } => ReadResult::Binary {
+                mime_type: mime_type.to_owned(),
+                data: data.to_vec(),
             },
         })
     }
 
     /// The bytes of the file at `path`.
     pub fn read_raw(&self, path: &VPath) -> Result<RawFile, BackendError> {
-        Ok(match &self.existing(path)?.content {
-            FileContent::Text { text } => RawFile {
-                mime_type: mime::mime_type(path.as_str(), text.as_bytes()),
+        Ok(match view(path, self.within_limit(path)?) {
+            View::Text(text) => RawFile {
+                mime_type: mime::TEXT_MIME.to_owned(),
                 data: text.as_bytes().to_vec(),
             },
-            FileContent::Binary { mime_type, data } => RawFile {
-                mime_type: mime_type.clone(),
-                data: data.clone(),
+            View::Binary { mime_type, data } => RawFile {
+                mime_type: mime_type.to_owned(),
+                data: data.to_vec(),
             },
         })
+    }
+
+    /// The new text of the file at `path` with `old` replaced by `new` (see
+    /// [`text::replace`]), and the number of replacements. Refuses binary files and results over
+    /// the size limit.
+    pub fn edit(
+        &self,
+        path: &VPath,
+        old: &str,
+        new: &str,
+        replace_all: bool,
+    ) -> Result<(String, usize), BackendError> {
+        let current = match view(path, self.within_limit(path)?) {
+            View::Text(text) => text,
+            View::Binary { mime_type, .. } => {
+                return Err(BackendError::Binary {
+                    path: path.to_string(),
+                    mime_type: mime_type.to_owned(),
+                });
+            }
+        };
+        let (updated, count) = text::replace(path.as_str(), current, old, new, replace_all)?;
+        self.check_size_to_write(path, updated.len())?;
+        Ok((updated, count))
     }
 
     /// Files under `base` matching `pattern`.
@@ -212,7 +300,7 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
             });
         }
         for (path, file) in self.below(&query.path) {
-            let FileContent::Text { text } = &file.content else {
+            let View::Text(text) = view(path, file) else {
                 continue;
             };
             if let Some(include) = &include {

@@ -161,6 +161,10 @@ impl GrepQuery {
     }
 }
 
+/// The largest file backends read, write, edit, upload or download unless configured
+/// otherwise (10 MiB).
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 10 * 1024 * 1024;
+
 /// Matches returned by grep unless the query says otherwise.
 pub const DEFAULT_GREP_MAX_COUNT: usize = 1_000;
 
@@ -266,6 +270,18 @@ pub enum BackendError {
         /// The limit.
         max: u64,
     },
+    /// A write or edit would leave the file over the backend's size limit; nothing was changed.
+    #[error(
+        "{path} would be {size} bytes, over the {max}-byte file size limit; nothing was written. Split the content into several smaller files"
+    )]
+    TooLargeToWrite {
+        /// The path.
+        path: String,
+        /// The size the file would have had.
+        size: u64,
+        /// The limit.
+        max: u64,
+    },
     /// A text operation was given a binary file.
     #[error("{path} is a binary file ({mime_type}); it cannot be edited as text")]
     Binary {
@@ -337,6 +353,11 @@ impl BackendError {
                 reason,
             },
             Self::TooLarge { path, size, max } => Self::TooLarge {
+                path: map(&path),
+                size,
+                max,
+            },
+            Self::TooLargeToWrite { path, size, max } => Self::TooLargeToWrite {
                 path: map(&path),
                 size,
                 max,

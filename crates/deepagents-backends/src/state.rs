@@ -8,8 +8,8 @@ use deepagents_core::{FileContent, FileData, StateUpdate};
 use crate::memory::{MemoryTree, file_data, now_ms};
 use crate::path::VPath;
 use crate::protocol::{
-    Backend, BackendContext, BackendError, Changed, FileInfo, FileOpError, GlobResult, GrepQuery,
-    GrepResult, RawFile, ReadResult,
+    Backend, BackendContext, BackendError, Changed, DEFAULT_MAX_FILE_SIZE, FileInfo, FileOpError,
+    GlobResult, GrepQuery, GrepResult, RawFile, ReadResult,
 };
 
 /// Files in the agent state: scratch space per thread, checkpointed with the run and shared by
@@ -19,12 +19,45 @@ use crate::protocol::{
 /// virtual path the agent sees (mount point included). Writes do not change the state directly:
 /// they return a [`StateUpdate`] that the tool hands back and the run merges after the step, so
 /// calls in the same step all read the state as it was when the step began.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct StateBackend;
+///
+/// Files over the size limit ([`DEFAULT_MAX_FILE_SIZE`] unless set with
+/// [`StateBackend::with_max_file_size`]) are neither written nor read, as on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateBackend {
+    max_file_size: u64,
+}
+
+/// The state backend with the default options.
+///
+/// `StateBackend` was a unit struct before it had options, and code names it as a value
+/// (`Arc::new(StateBackend)`); this constant, in the value namespace beside the type, keeps that
+/// code working.
+#[allow(non_upper_case_globals)]
+pub const StateBackend: StateBackend = StateBackend::new();
+
+impl Default for StateBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl StateBackend {
+    /// A state backend with the default options.
+    pub const fn new() -> Self {
+        Self {
+            max_file_size: DEFAULT_MAX_FILE_SIZE,
+        }
+    }
+
+    /// The largest file read, written, edited, uploaded or downloaded, in bytes (default
+    /// [`DEFAULT_MAX_FILE_SIZE`]).
+    pub const fn with_max_file_size(mut self, bytes: u64) -> Self {
+        self.max_file_size = bytes;
+        self
+    }
+
     /// The files visible through this backend, keyed by backend-relative path.
-    fn tree(cx: &BackendContext) -> MemoryTree<&FileData> {
+    fn tree<'a>(&self, cx: &'a BackendContext) -> MemoryTree<&'a FileData> {
         let mount = cx.mount.clone().unwrap_or_else(VPath::root);
         let files = cx
             .state
@@ -35,7 +68,7 @@ impl StateBackend {
                 Some((full.strip_prefix(&mount)?, file))
             })
             .collect();
-        MemoryTree::new(files)
+        MemoryTree::new(files).with_max_file_size(self.max_file_size)
     }
 
     fn put(cx: &BackendContext, update: &mut StateUpdate, path: &VPath, file: FileData) {
@@ -52,7 +85,7 @@ impl Backend for StateBackend {
     }
 
     async fn ls(&self, cx: &BackendContext, path: &VPath) -> Result<Vec<FileInfo>, BackendError> {
-        Self::tree(cx).ls(path)
+        self.tree(cx).ls(path)
     }
 
     async fn read(
@@ -62,11 +95,11 @@ impl Backend for StateBackend {
         offset: usize,
         limit: usize,
     ) -> Result<ReadResult, BackendError> {
-        Self::tree(cx).read(path, offset, limit)
+        self.tree(cx).read(path, offset, limit)
     }
 
     async fn read_raw(&self, cx: &BackendContext, path: &VPath) -> Result<RawFile, BackendError> {
-        Self::tree(cx).read_raw(path)
+        self.tree(cx).read_raw(path)
     }
 
     async fn write(
@@ -75,7 +108,7 @@ impl Backend for StateBackend {
         path: &VPath,
         content: &str,
     ) -> Result<Changed<()>, BackendError> {
-        Self::tree(cx).check_writable(path)?;
+        self.tree(cx).check_write(path, content.len())?;
         let mut update = StateUpdate::default();
         let file = FileData {
             content: FileContent::Text {
@@ -95,15 +128,7 @@ impl Backend for StateBackend {
         new: &str,
         replace_all: bool,
     ) -> Result<Changed<usize>, BackendError> {
-        let tree = Self::tree(cx);
-        let FileContent::Text { text } = &tree.existing(path)?.content else {
-            let mime_type = tree.read_raw(path)?.mime_type;
-            return Err(BackendError::Binary {
-                path: path.to_string(),
-                mime_type,
-            });
-        };
-        let (text, count) = crate::text::replace(path.as_str(), text, old, new, replace_all)?;
+        let (text, count) = self.tree(cx).edit(path, old, new, replace_all)?;
         let mut update = StateUpdate::default();
         let file = FileData {
             content: FileContent::Text { text },
@@ -121,7 +146,7 @@ impl Backend for StateBackend {
         cx: &BackendContext,
         path: &VPath,
     ) -> Result<Changed<usize>, BackendError> {
-        let doomed = Self::tree(cx).delete_set(path)?;
+        let doomed = self.tree(cx).delete_set(path)?;
         let files: BTreeMap<String, Option<FileData>> = doomed
             .iter()
             .map(|p| (cx.full_path(p).to_string(), None))
@@ -141,7 +166,7 @@ impl Backend for StateBackend {
         pattern: &str,
         base: &VPath,
     ) -> Result<GlobResult, BackendError> {
-        Self::tree(cx).glob(pattern, base)
+        self.tree(cx).glob(pattern, base)
     }
 
     async fn grep(
@@ -149,7 +174,7 @@ impl Backend for StateBackend {
         cx: &BackendContext,
         query: &GrepQuery,
     ) -> Result<GrepResult, BackendError> {
-        Self::tree(cx).grep(query)
+        self.tree(cx).grep(query)
     }
 
     async fn upload_files(
@@ -157,13 +182,14 @@ impl Backend for StateBackend {
         cx: &BackendContext,
         files: Vec<(String, Vec<u8>)>,
     ) -> Changed<Vec<Result<(), FileOpError>>> {
-        let tree = Self::tree(cx);
+        let tree = self.tree(cx);
         let mut update = StateUpdate::default();
         let answers = files
             .into_iter()
             .map(|(raw, bytes)| {
                 let path = VPath::parse(&raw).map_err(|_| FileOpError::InvalidPath)?;
-                tree.check_writable(&path).map_err(|e| e.file_op_code())?;
+                tree.check_write(&path, bytes.len())
+                    .map_err(|e| e.file_op_code())?;
                 let file = file_data(&path, bytes, now_ms());
                 Self::put(cx, &mut update, &path, file);
                 Ok(())
@@ -180,7 +206,7 @@ impl Backend for StateBackend {
         cx: &BackendContext,
         paths: Vec<String>,
     ) -> Vec<Result<Vec<u8>, FileOpError>> {
-        let tree = Self::tree(cx);
+        let tree = self.tree(cx);
         tree.download_files(paths)
     }
 }

@@ -6,6 +6,7 @@ mod conformance;
 mod escape;
 mod filesystem;
 mod memory_backends;
+mod mime;
 mod paths;
 mod permissions;
 mod postgres;

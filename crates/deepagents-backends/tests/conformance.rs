@@ -30,6 +30,7 @@ pub fn error_path(error: &BackendError) -> Option<&str> {
         | BackendError::NotADirectory { path }
         | BackendError::PermissionDenied { path, .. }
         | BackendError::TooLarge { path, .. }
+        | BackendError::TooLargeToWrite { path, .. }
         | BackendError::Binary { path, .. }
         | BackendError::StringNotFound { path }
         | BackendError::NotUnique { path, .. }
@@ -231,6 +232,8 @@ async fn run_cases(mut h: Harness) {
     globbing(&mut h).await;
     grepping(&mut h).await;
     binary_and_batches(&mut h).await;
+    multimodal_types(&mut h).await;
+    text_under_binary_names(&mut h).await;
     deleting(&mut h).await;
     siblings_that_sort_between_a_directory_and_its_files(&mut h).await;
     eprintln!("conformance passed: {name} at {}", h.root);
@@ -593,4 +596,103 @@ async fn siblings_that_sort_between_a_directory_and_its_files(h: &mut Harness) {
         "the siblings survive the delete"
     );
     assert_eq!(h.delete("/s").await.unwrap(), 5);
+}
+
+/// Every multimodal signature comes back as binary with its media type, whatever backend holds
+/// the bytes; so does content without a signature under a media extension.
+async fn multimodal_types(h: &mut Harness) {
+    let mut samples: Vec<(String, Vec<u8>, &str)> = crate::mime::signatures()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (_, bytes, mime))| (format!("/media/sniffed-{i}"), bytes, mime))
+        .collect();
+    samples.push((
+        "/media/clip.MOV".into(),
+        b"\x01\x02 no signature".to_vec(),
+        "video/quicktime",
+    ));
+    samples.push(("/media/voice.aac".into(), b"\x00\x01".to_vec(), "audio/aac"));
+    let uploads = samples
+        .iter()
+        .map(|(path, bytes, _)| (path.as_str(), bytes.clone()))
+        .collect();
+    let answers = h.upload(uploads).await;
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    for (path, bytes, mime) in &samples {
+        match h.read(path, 0, 10).await.unwrap() {
+            ReadResult::Binary { mime_type, data } => {
+                assert_eq!(mime_type, *mime, "{path}");
+                assert_eq!(&data, bytes, "{path}");
+            }
+            other => panic!("{path} ({mime}) read as {other:?}"),
+        }
+        assert_eq!(h.read_raw(path).await.unwrap().mime_type, *mime, "{path}");
+    }
+    let paths: Vec<&str> = samples.iter().map(|(path, ..)| path.as_str()).collect();
+    let downloads = h.download(&paths).await;
+    let expected: Vec<_> = samples
+        .iter()
+        .map(|(_, bytes, _)| Ok(bytes.clone()))
+        .collect();
+    assert_eq!(downloads, expected);
+    assert_eq!(h.delete("/media").await.unwrap(), samples.len());
+}
+
+/// Text written under a binary name (an SVG, or text that starts with a PDF signature) is
+/// binary on every backend, exactly as the same bytes on disk: read returns the bytes with the
+/// media type, edit refuses, grep skips. Invalid UTF-8 under a text name is binary the same way.
+async fn text_under_binary_names(h: &mut Harness) {
+    let svg = "<svg xmlns=\"http://www.w3.org/2000/svg\"><text>needle</text></svg>\n";
+    let pdf = "%PDF-1.4 needle\n";
+    h.write("/pic.svg", svg).await;
+    h.write("/looks-like.txt", pdf).await;
+    for (path, mime, content) in [
+        ("/pic.svg", "image/svg+xml", svg),
+        ("/looks-like.txt", "application/pdf", pdf),
+    ] {
+        assert_eq!(
+            h.read(path, 0, 10).await.unwrap(),
+            ReadResult::Binary {
+                mime_type: mime.into(),
+                data: content.as_bytes().to_vec()
+            },
+            "{path}"
+        );
+        let raw = h.read_raw(path).await.unwrap();
+        assert_eq!(
+            (raw.mime_type.as_str(), &raw.data[..]),
+            (mime, content.as_bytes())
+        );
+        let error = h.edit(path, "needle", "pin", false).await.unwrap_err();
+        assert_eq!(
+            error,
+            BackendError::Binary {
+                path: h.at(path).to_string(),
+                mime_type: mime.into()
+            }
+        );
+        assert_eq!(h.download(&[path]).await, [Ok(content.as_bytes().to_vec())]);
+    }
+    let latin1 = h
+        .edit("/img/latin1.txt", "caf", "x", false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&latin1, BackendError::Binary { mime_type, .. } if mime_type == "application/octet-stream"),
+        "{latin1:?}"
+    );
+    let (found, _) = h.grep(GrepQuery::literal("needle", p("/"))).await;
+    assert!(
+        !found
+            .iter()
+            .any(|m| m.starts_with("/pic.svg") || m.starts_with("/looks-like")),
+        "binary files are not searched: {found:?}"
+    );
+    let (found, _) = h.grep(GrepQuery::literal("caf", p("/img"))).await;
+    assert!(found.is_empty(), "{found:?}");
+    // Overwriting with text is always allowed: the agent can still replace the file.
+    h.write("/pic.svg", "<svg/>").await;
+    assert_eq!(h.read_raw("/pic.svg").await.unwrap().data, b"<svg/>");
+    assert_eq!(h.delete("/pic.svg").await.unwrap(), 1);
+    assert_eq!(h.delete("/looks-like.txt").await.unwrap(), 1);
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use deepagents_backends::{
-    Backend, BackendContext, BackendError, FileOpError, FilesystemBackend, GrepQuery, ReadResult,
-    VPath,
+    Backend, BackendContext, BackendError, CompositeBackend, FileOpError, FilesystemBackend,
+    GrepQuery, ReadResult, StateBackend, VPath,
 };
 use tempfile::TempDir;
 
@@ -540,4 +540,179 @@ async fn swapping_a_directory_for_a_symlink_never_escapes_in(follow: bool) {
     eprintln!("swaps: {swaps}, refused reads: {refused}");
     assert_eq!(world.outside_snapshot(), before, "the outside was modified");
     assert!(!world.outside().join("new").exists());
+}
+
+/// A process beside the agent swaps the file the agent writes for a symlink to an outside file
+/// (the last path component, which `O_NOFOLLOW` or `RESOLVE_BENEATH` must catch at the moment of
+/// the open, not at some check before it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn swapping_a_file_for_a_symlink_never_escapes() {
+    swapping_a_file_for_a_symlink_never_escapes_in(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn swapping_a_file_for_a_symlink_never_escapes_without_following() {
+    swapping_a_file_for_a_symlink_never_escapes_in(false).await;
+}
+
+async fn swapping_a_file_for_a_symlink_never_escapes_in(follow: bool) {
+    let world = World::with(follow);
+    let before = world.outside_snapshot();
+    let root = world.root().to_path_buf();
+    std::fs::create_dir_all(root.join("race")).unwrap();
+    std::fs::write(root.join("race/target.txt"), "inside copy\n").unwrap();
+    // One relative and one absolute link, exchanged with the file in turn.
+    symlink("../../outside/canary.txt", root.join("race/rel")).unwrap();
+    symlink(world.outside().join("canary.txt"), root.join("race/abs")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let stop = Arc::clone(&stop);
+        let race = root.join("race");
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let link = if swaps % 4 < 2 { "rel" } else { "abs" };
+                // Each exchange flips `target.txt` between the regular file and a link.
+                rustix::fs::renameat_with(
+                    rustix::fs::CWD,
+                    race.join("target.txt"),
+                    rustix::fs::CWD,
+                    race.join(link),
+                    rustix::fs::RenameFlags::EXCHANGE,
+                )
+                .unwrap();
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let b = &world.backend;
+    let target = p("/race/target.txt");
+    let (mut refused_writes, mut refused_edits) = (0u32, 0u32);
+    for _ in 0..600u32 {
+        let written = b.write(&cx(), &target, "PWNED inside copy\n").await;
+        refused_writes += u32::from(written.is_err());
+        // "do-not-leak" and "SECRET" occur only in the canary.
+        let edited = b.edit(&cx(), &target, "do-not-leak", "PWNED", true).await;
+        assert!(
+            edited.is_err(),
+            "the inside file never holds the canary's text"
+        );
+        refused_edits += u32::from(matches!(edited, Err(BackendError::PermissionDenied { .. })));
+        let _ = b.edit(&cx(), &target, "SECRET", "PWNED", false).await;
+        let _ = b
+            .upload_files(&cx(), vec![(target.to_string(), b"PWNED".to_vec())])
+            .await;
+        assert_no_leak("race read", &b.read(&cx(), &target, 0, 10).await);
+        assert_no_leak("race raw", &b.read_raw(&cx(), &target).await);
+        assert_no_leak(
+            "race download",
+            &b.download_files(&cx(), vec![target.to_string()]).await,
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    assert!(swaps > 0);
+    eprintln!("swaps: {swaps}, refused writes: {refused_writes}, refused edits: {refused_edits}");
+    assert_eq!(world.outside_snapshot(), before, "the outside was modified");
+    // Whichever way the last exchange left it, the links are still links to the canary and
+    // the file is still a file inside the root.
+    let canary = std::fs::read_to_string(world.outside().join("canary.txt")).unwrap();
+    assert_eq!(canary, CANARY);
+    let kinds: Vec<bool> = ["target.txt", "rel", "abs"]
+        .iter()
+        .map(|name| {
+            std::fs::symlink_metadata(root.join("race").join(name))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        })
+        .collect();
+    assert_eq!(kinds.iter().filter(|link| **link).count(), 2, "{kinds:?}");
+}
+
+/// The same refusals hold when the disk backend is a route of a composite: routing strips the
+/// prefix but the backend still resolves beneath its own root, and errors name the full path.
+#[tokio::test]
+async fn escapes_are_refused_through_a_composite_mount() {
+    let world = World::new();
+    let before = world.outside_snapshot();
+    world.plant_links();
+    std::fs::write(world.root().join("inside.txt"), "inside needle\n").unwrap();
+    let composite = CompositeBackend::new(Arc::new(StateBackend))
+        .route("/disk/", Arc::new(world.backend.clone()))
+        .unwrap();
+    let b: &dyn Backend = &composite;
+    for path in [
+        "/disk/to_outside_file",
+        "/disk/to_outside_abs/canary.txt",
+        "/disk/to_sibling/secret.txt",
+        "/disk/chain/canary.txt",
+        "/disk/sub/up/canary.txt",
+        "/disk/deep_escape/canary.txt",
+        "/disk/proc_root/etc/passwd",
+        "/disk/loop_a",
+    ] {
+        let read = b.read(&cx(), &p(path), 0, 100).await;
+        assert_no_leak(path, &read);
+        let error = read.unwrap_err();
+        assert!(is_refusal(&error), "{path}: {error:?}");
+        assert_eq!(
+            crate::conformance::error_path(&error),
+            Some(path),
+            "the error names the path the agent used"
+        );
+        assert_no_leak(path, &b.read_raw(&cx(), &p(path)).await);
+        assert_no_leak(path, &b.download_files(&cx(), vec![path.into()]).await);
+        assert!(b.write(&cx(), &p(path), "PWNED").await.is_err(), "{path}");
+        assert!(
+            b.edit(&cx(), &p(path), "CANARY", "PWNED", true)
+                .await
+                .is_err(),
+            "{path}"
+        );
+        let uploaded = b
+            .upload_files(&cx(), vec![(path.into(), b"PWNED".to_vec())])
+            .await
+            .value;
+        assert!(uploaded[0].is_err(), "{path}: {uploaded:?}");
+        let _ = b.delete(&cx(), &p(&format!("{path}/x"))).await;
+        assert_eq!(world.outside_snapshot(), before, "after {path}");
+    }
+    // `..` never gets as far as the route.
+    for raw in ["/disk/../outside/canary.txt", "/disk/.."] {
+        let uploaded = b
+            .upload_files(&cx(), vec![(raw.into(), b"PWNED".to_vec())])
+            .await
+            .value;
+        assert_eq!(uploaded, [Err(FileOpError::InvalidPath)], "{raw}");
+        let downloaded = b.download_files(&cx(), vec![raw.into()]).await;
+        assert_eq!(downloaded, [Err(FileOpError::InvalidPath)], "{raw}");
+    }
+    // Searches from above the mount fan out into the route and still stay inside its root.
+    let globbed = b.glob(&cx(), "**/*", &p("/")).await.unwrap();
+    assert_no_leak("glob /", &globbed);
+    let paths: Vec<&str> = globbed.files.iter().map(|f| f.path.as_str()).collect();
+    assert!(paths.contains(&"/disk/inside.txt"), "{paths:?}");
+    assert!(
+        !paths
+            .iter()
+            .any(|p| p.contains("canary") || p.contains("secret")),
+        "{paths:?}"
+    );
+    for needle in ["CANARY", "SIBLING", "root:"] {
+        let found = b
+            .grep(&cx(), &GrepQuery::literal(needle, p("/")))
+            .await
+            .unwrap();
+        assert!(found.matches.is_empty(), "{needle}: {found:?}");
+    }
+    let found = b
+        .grep(&cx(), &GrepQuery::literal("needle", p("/disk")))
+        .await
+        .unwrap();
+    assert_eq!(found.matches.len(), 1);
+    assert_eq!(found.matches[0].path, "/disk/inside.txt");
+    assert_no_leak("ls", &b.ls(&cx(), &p("/disk")).await);
+    assert_eq!(world.outside_snapshot(), before);
 }

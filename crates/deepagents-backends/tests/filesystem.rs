@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deepagents_backends::{
-    Backend, BackendContext, BackendError, FileOpError, FilesystemBackend, GrepQuery, ReadResult,
-    VPath,
+    Backend, BackendContext, BackendError, FileOpError, FilesystemBackend, GrepQuery,
+    InMemoryStore, ReadResult, StateBackend, StoreBackend, VPath,
 };
 use proptest::prelude::*;
 use tempfile::TempDir;
 
-use crate::conformance::{check_backend, check_mounted};
+use crate::conformance::{Harness, check_backend, check_mounted};
 
 fn p(path: &str) -> VPath {
     VPath::parse(path).unwrap()
@@ -291,6 +291,108 @@ async fn max_file_size_is_enforced() {
     assert_eq!(found, ["/big.txt:1:0123456789A"]);
     let downloads = b.download_files(&cx(), vec!["/big.txt".into()]).await;
     assert_eq!(downloads, [Err(FileOpError::PermissionDenied)]);
+}
+
+#[tokio::test]
+async fn writes_edits_and_uploads_respect_the_size_limit() {
+    let tmp = TempDir::new().unwrap();
+    let b = FilesystemBackend::builder(tmp.path().join("root"))
+        .max_file_size(10)
+        .build()
+        .unwrap();
+    b.write(&cx(), &p("/exact.txt"), "0123456789")
+        .await
+        .unwrap();
+    assert_eq!(text(&b, "/exact.txt").await, ["0123456789"]);
+    let error = b
+        .write(&cx(), &p("/new/big.txt"), "0123456789A")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error,
+        BackendError::TooLargeToWrite {
+            path: "/new/big.txt".into(),
+            size: 11,
+            max: 10
+        }
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("10-byte") && message.contains("11 bytes"),
+        "{message}"
+    );
+    assert!(
+        !b.root().join("new").exists(),
+        "a refused write creates nothing, not even its parents"
+    );
+    // Overwriting with too much leaves the old content.
+    assert!(matches!(
+        b.write(&cx(), &p("/exact.txt"), "0123456789AB").await,
+        Err(BackendError::TooLargeToWrite { size: 12, .. })
+    ));
+    assert_eq!(
+        std::fs::read_to_string(b.root().join("exact.txt")).unwrap(),
+        "0123456789"
+    );
+    // An edit that would grow the file past the limit changes nothing.
+    let error = b
+        .edit(&cx(), &p("/exact.txt"), "9", "9ABC", false)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error,
+        BackendError::TooLargeToWrite {
+            path: "/exact.txt".into(),
+            size: 13,
+            max: 10
+        }
+    );
+    assert_eq!(
+        std::fs::read_to_string(b.root().join("exact.txt")).unwrap(),
+        "0123456789"
+    );
+    assert_eq!(
+        b.edit(&cx(), &p("/exact.txt"), "0123", "x", false)
+            .await
+            .unwrap()
+            .value,
+        1
+    );
+    let answers = b
+        .upload_files(
+            &cx(),
+            vec![
+                ("/up/big.bin".into(), vec![7; 11]),
+                ("/up/ok.bin".into(), vec![7; 10]),
+            ],
+        )
+        .await
+        .value;
+    assert_eq!(answers, [Err(FileOpError::PermissionDenied), Ok(())]);
+    assert!(!b.root().join("up/big.bin").exists());
+    assert_eq!(std::fs::read(b.root().join("up/ok.bin")).unwrap(), [7; 10]);
+}
+
+#[tokio::test]
+async fn the_default_size_limit_is_ten_mebibytes() {
+    let (_tmp, b) = setup();
+    assert_eq!(deepagents_backends::DEFAULT_MAX_FILE_SIZE, 10 * 1024 * 1024);
+    let limit = usize::try_from(deepagents_backends::DEFAULT_MAX_FILE_SIZE).unwrap();
+    let fits = "x".repeat(limit);
+    b.write(&cx(), &p("/fits.txt"), &fits).await.unwrap();
+    let over = b
+        .write(&cx(), &p("/over.txt"), &format!("{fits}x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(over, BackendError::TooLargeToWrite { max, .. } if max == deepagents_backends::DEFAULT_MAX_FILE_SIZE),
+        "{over:?}"
+    );
+    let uploaded = b
+        .upload_files(&cx(), vec![("/over.bin".into(), vec![0; limit + 1])])
+        .await
+        .value;
+    assert_eq!(uploaded, [Err(FileOpError::PermissionDenied)]);
 }
 
 #[tokio::test]
@@ -640,21 +742,75 @@ async fn in_root_symlinks_are_followed() {
     assert!(b.root().join("real/file.txt").exists());
 }
 
+/// A spent budget still returns what the walk had in hand: with a zero budget every walk
+/// thread finishes the entry it holds, and a file being searched stops after the match that
+/// found the budget spent. So the result is non-empty, marked truncated, and a strict subset of
+/// the full answer — deterministically, whatever the machine's speed.
 #[tokio::test]
 async fn search_time_budget_returns_partial_results() {
     let tmp = TempDir::new().unwrap();
-    let b = FilesystemBackend::builder(tmp.path().join("root"))
+    let root = tmp.path().join("root");
+    // A flat tree: every entry below the base is a file that matches, so whichever entry a
+    // walk thread holds when the budget is found spent contributes.
+    for i in 0..200 {
+        put(
+            &root,
+            &format!("f{i:03}.txt"),
+            format!("needle {i} first\nneedle {i} second\nneedle {i} third\n"),
+        );
+    }
+    let full = FilesystemBackend::new(&root).unwrap();
+    let all_files = glob(&full, "*.txt", "/").await;
+    assert_eq!(all_files.len(), 200);
+    let query = GrepQuery {
+        max_count: usize::MAX,
+        ..GrepQuery::literal("needle", p("/"))
+    };
+    let (all_matches, truncated) = grep(&full, query.clone()).await;
+    assert_eq!(all_matches.len(), 600);
+    assert!(!truncated);
+    let spent = FilesystemBackend::builder(&root)
         .search_timeout(Duration::ZERO)
         .build()
         .unwrap();
-    tree(b.root());
-    let globbed = b.glob(&cx(), "*", &p("/")).await.unwrap();
-    assert!(globbed.truncated);
-    let grepped = b
-        .grep(&cx(), &GrepQuery::literal("needle", p("/")))
-        .await
-        .unwrap();
-    assert!(grepped.truncated);
+    for _ in 0..5 {
+        let globbed = spent.glob(&cx(), "*.txt", &p("/")).await.unwrap();
+        assert!(globbed.truncated);
+        assert!(
+            !globbed.files.is_empty(),
+            "a spent budget still returns results"
+        );
+        assert!(
+            globbed.files.len() < all_files.len(),
+            "{}",
+            globbed.files.len()
+        );
+        for file in &globbed.files {
+            assert!(all_files.contains(&file.path), "{file:?}");
+        }
+        let (found, truncated) = grep(&spent, query.clone()).await;
+        assert!(truncated);
+        assert!(!found.is_empty(), "a spent budget still returns results");
+        for line in &found {
+            assert!(all_matches.contains(line), "{line}");
+            // The budget was spent at the first match of each file searched.
+            assert!(line.ends_with(" first"), "{line}");
+        }
+        let mut sorted = found.clone();
+        sorted.sort();
+        assert_eq!(found, sorted, "partial results keep path then line order");
+    }
+    // Searching a single file checks the budget only after its first match as well.
+    let (found, truncated) = grep(
+        &spent,
+        GrepQuery {
+            path: p("/f007.txt"),
+            ..query
+        },
+    )
+    .await;
+    assert_eq!(found, ["/f007.txt:1:needle 7 first"]);
+    assert!(truncated);
 }
 
 #[tokio::test]
@@ -713,34 +869,134 @@ proptest! {
         })?;
     }
 
+    /// Every backend edits like the model: same count, same errors, same resulting file, and
+    /// a failed edit leaves the file as it was.
     #[test]
-    fn edit_matches_the_text_helper(
-        text in "[ab\n]{0,40}",
-        old in "[ab]{1,3}",
-        new in "[abc]{0,3}",
+    fn edit_agrees_with_a_reference_model_on_every_backend(
+        (text, old) in text_and_needle(),
+        new in "[abcé]{0,3}",
         all in any::<bool>(),
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
-            let (_tmp, b) = setup();
-            let path = p("/e.txt");
-            b.write(&cx(), &path, &text).await.unwrap();
-            let expected = deepagents_backends::text::replace("/e.txt", &text, &old, &new, all);
-            let got = b.edit(&cx(), &path, &old, &new, all).await.map(|c| c.value);
-            let on_disk = std::fs::read_to_string(b.root().join("e.txt")).unwrap();
-            match expected {
-                Ok((updated, count)) => {
-                    prop_assert_eq!(got, Ok(count));
-                    prop_assert_eq!(on_disk, updated);
-                }
-                Err(error) => {
-                    prop_assert_eq!(got, Err(error));
-                    prop_assert_eq!(on_disk, text);
+            let expected = model_edit(&text, &old, &new, all);
+            let (_tmp, disk) = setup();
+            let backends: [Arc<dyn Backend>; 3] = [
+                Arc::new(StateBackend),
+                Arc::new(StoreBackend::new(Arc::new(InMemoryStore::new()))),
+                Arc::new(disk),
+            ];
+            for backend in backends {
+                let name = backend.name();
+                let mut h = Harness::new(backend);
+                h.write("/e.txt", &text).await;
+                let got = h.edit("/e.txt", &old, &new, all).await;
+                let after = String::from_utf8(h.read_raw("/e.txt").await.unwrap().data).unwrap();
+                match &expected {
+                    Ok((updated, count)) => {
+                        prop_assert_eq!(got, Ok(*count), "{}", name);
+                        prop_assert_eq!(&after, updated, "{}", name);
+                    }
+                    Err(Refusal::NotFound) => {
+                        prop_assert_eq!(
+                            got,
+                            Err(BackendError::StringNotFound { path: "/e.txt".into() }),
+                            "{}", name
+                        );
+                        prop_assert_eq!(&after, &text, "{}", name);
+                    }
+                    Err(Refusal::NotUnique(count)) => {
+                        prop_assert_eq!(
+                            got,
+                            Err(BackendError::NotUnique { path: "/e.txt".into(), count: *count }),
+                            "{}", name
+                        );
+                        prop_assert_eq!(&after, &text, "{}", name);
+                    }
                 }
             }
             Ok(())
         })?;
     }
+}
+
+#[test]
+fn the_edit_model_matches_known_answers() {
+    assert_eq!(
+        model_edit("aaa", "aa", "b", false).unwrap(),
+        ("ba".into(), 1)
+    );
+    assert_eq!(
+        model_edit("aaaa", "aa", "b", true).unwrap(),
+        ("bb".into(), 2)
+    );
+    assert!(matches!(
+        model_edit("abab", "ab", "", false),
+        Err(Refusal::NotUnique(2))
+    ));
+    assert!(matches!(
+        model_edit("abc", "d", "", true),
+        Err(Refusal::NotFound)
+    ));
+    assert_eq!(
+        model_edit("éaé", "é", "e", true).unwrap(),
+        ("eae".into(), 2)
+    );
+}
+
+/// Why the model refuses an edit.
+#[derive(Debug)]
+enum Refusal {
+    NotFound,
+    NotUnique(usize),
+}
+
+/// Exact-string replacement written out by hand, independent of `text::replace`: occurrences
+/// are found left to right and do not overlap (`aa` occurs once in `aaa`), as in the reference
+/// implementation's `str.count` and `str.replace`.
+fn model_edit(text: &str, old: &str, new: &str, all: bool) -> Result<(String, usize), Refusal> {
+    let mut starts = Vec::new();
+    let mut from = 0;
+    while let Some(found) = text[from..].find(old) {
+        starts.push(from + found);
+        from += found + old.len();
+    }
+    match starts.len() {
+        0 => return Err(Refusal::NotFound),
+        n if n > 1 && !all => return Err(Refusal::NotUnique(n)),
+        _ => {}
+    }
+    let mut updated = String::new();
+    let mut copied = 0;
+    for start in &starts {
+        updated.push_str(&text[copied..*start]);
+        updated.push_str(new);
+        copied = start + old.len();
+    }
+    updated.push_str(&text[copied..]);
+    Ok((updated, starts.len()))
+}
+
+/// A text and a needle that is, half of the time, cut from the text (so it occurs at least
+/// once), else drawn independently (so it often does not occur).
+fn text_and_needle() -> impl Strategy<Value = (String, String)> {
+    (
+        "[abé\n]{0,40}",
+        "[abé]{1,3}",
+        any::<proptest::sample::Index>(),
+        1..4usize,
+        any::<bool>(),
+    )
+        .prop_map(|(text, random, at, len, cut)| {
+            let chars: Vec<char> = text.chars().collect();
+            if !cut || chars.is_empty() {
+                return (text, random);
+            }
+            let start = at.index(chars.len());
+            let end = (start + len).min(chars.len());
+            let needle: String = chars[start..end].iter().collect();
+            (text, needle)
+        })
 }
 
 #[tokio::test]

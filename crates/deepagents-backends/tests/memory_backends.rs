@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use deepagents_backends::store::{SearchQuery, StoreError};
 use deepagents_backends::{
-    Backend, BackendContext, BackendError, CompositeBackend, GrepQuery, InMemoryStore, SqliteStore,
-    StateBackend, Store, StoreBackend,
+    Backend, BackendContext, BackendError, CompositeBackend, DEFAULT_MAX_FILE_SIZE, FileOpError,
+    GrepQuery, InMemoryStore, ReadResult, SqliteStore, StateBackend, Store, StoreBackend,
 };
-use deepagents_core::RuntimeContext;
+use deepagents_core::{FileContent, FileData, RuntimeContext};
 use serde_json::json;
 
 use crate::conformance::{Harness, check_backend, check_mounted, p};
@@ -88,6 +88,163 @@ async fn state_writes_are_updates_not_mutations() {
     assert_eq!(
         deleted.update.files["/a.txt"], None,
         "a deletion is a tombstone"
+    );
+}
+
+/// Checks a backend configured with a 10-byte limit whose storage already holds a 12-byte
+/// `/planted.txt`, put there behind the backend's back (as older data or another writer would).
+async fn check_size_limit(mut h: Harness) {
+    h.write("/exact.txt", "0123456789").await;
+    let error = h.try_write("/big.txt", "0123456789A").await.unwrap_err();
+    assert_eq!(
+        error,
+        BackendError::TooLargeToWrite {
+            path: "/big.txt".into(),
+            size: 11,
+            max: 10
+        }
+    );
+    assert!(error.to_string().contains("10-byte"), "{error}");
+    assert!(matches!(
+        h.read("/big.txt", 0, 1).await,
+        Err(BackendError::NotFound { .. })
+    ));
+    let error = h.edit("/exact.txt", "9", "9AB", false).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BackendError::TooLargeToWrite {
+                size: 12,
+                max: 10,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(h.text("/exact.txt").await, ["0123456789"]);
+    assert_eq!(
+        h.upload(vec![("/up.bin", vec![1; 11]), ("/ok.bin", vec![1; 10])])
+            .await,
+        [Err(FileOpError::PermissionDenied), Ok(())]
+    );
+    assert!(matches!(
+        h.read("/up.bin", 0, 1).await,
+        Err(BackendError::NotFound { .. })
+    ));
+    // A file over the limit that got there some other way is not read whole, as on disk…
+    for error in [
+        h.read("/planted.txt", 0, 1).await.unwrap_err(),
+        h.read_raw("/planted.txt").await.unwrap_err(),
+        h.edit("/planted.txt", "0", "1", false).await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(
+                error,
+                BackendError::TooLarge {
+                    size: 12,
+                    max: 10,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+    }
+    assert_eq!(
+        h.download(&["/planted.txt"]).await,
+        [Err(FileOpError::PermissionDenied)]
+    );
+    // …but grep still searches it, which is how the agent reads it in parts.
+    let (found, _) = h.grep(GrepQuery::literal("AB", p("/"))).await;
+    assert_eq!(found, ["/planted.txt:1:0123456789AB"]);
+}
+
+fn planted() -> FileData {
+    FileData {
+        content: FileContent::Text {
+            text: "0123456789AB".into(),
+        },
+        modified_at_ms: 0,
+    }
+}
+
+#[tokio::test]
+async fn state_backend_applies_its_size_limit() {
+    let mut h = Harness::new(Arc::new(StateBackend::new().with_max_file_size(10)));
+    let mut state = (*h.cx.state).clone();
+    state.files.insert("/planted.txt".into(), planted());
+    h.cx.state = Arc::new(state);
+    check_size_limit(h).await;
+}
+
+#[tokio::test]
+async fn store_backend_applies_its_size_limit() {
+    let store = Arc::new(InMemoryStore::new());
+    store
+        .put(
+            &["filesystem".to_owned()],
+            "/planted.txt",
+            serde_json::to_value(planted()).unwrap(),
+        )
+        .await
+        .unwrap();
+    let backend = StoreBackend::new(store).with_max_file_size(10);
+    check_size_limit(Harness::new(Arc::new(backend))).await;
+}
+
+#[tokio::test]
+async fn memory_backends_default_to_the_disk_limit() {
+    assert_eq!(StateBackend, StateBackend::default());
+    assert_eq!(StateBackend, StateBackend::new());
+    let limit = usize::try_from(DEFAULT_MAX_FILE_SIZE).unwrap();
+    let fits = "x".repeat(limit);
+    let over = format!("{fits}x");
+    let backends: [Arc<dyn Backend>; 2] = [
+        Arc::new(StateBackend),
+        Arc::new(StoreBackend::new(Arc::new(InMemoryStore::new()))),
+    ];
+    for backend in backends {
+        let name = backend.name();
+        let mut h = Harness::new(backend);
+        h.write("/fits.txt", &fits).await;
+        assert!(
+            matches!(
+                h.read("/fits.txt", 0, 1).await,
+                Ok(ReadResult::Text { total_lines: 1, .. })
+            ),
+            "{name}"
+        );
+        let error = h.try_write("/over.txt", &over).await.unwrap_err();
+        assert!(
+            matches!(error, BackendError::TooLargeToWrite { max, .. } if max == DEFAULT_MAX_FILE_SIZE),
+            "{name}: {error:?}"
+        );
+        assert_eq!(
+            h.upload(vec![("/over.bin", over.clone().into_bytes())])
+                .await,
+            [Err(FileOpError::PermissionDenied)],
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn size_errors_through_a_composite_name_the_full_path() {
+    let composite = CompositeBackend::new(Arc::new(StateBackend))
+        .route(
+            "/small/",
+            Arc::new(StateBackend::new().with_max_file_size(4)),
+        )
+        .unwrap();
+    let mut h = Harness::new(Arc::new(composite));
+    h.write("/big.txt", "12345").await;
+    let error = h.try_write("/small/big.txt", "12345").await.unwrap_err();
+    assert_eq!(
+        error,
+        BackendError::TooLargeToWrite {
+            path: "/small/big.txt".into(),
+            size: 5,
+            max: 4
+        }
     );
 }
 

@@ -11,8 +11,8 @@ use super::{SearchQuery, Store, StoreError};
 use crate::memory::{MemoryTree, file_data, now_ms};
 use crate::path::VPath;
 use crate::protocol::{
-    Backend, BackendContext, BackendError, Changed, FileInfo, FileOpError, GlobResult, GrepQuery,
-    GrepResult, RawFile, ReadResult,
+    Backend, BackendContext, BackendError, Changed, DEFAULT_MAX_FILE_SIZE, FileInfo, FileOpError,
+    GlobResult, GrepQuery, GrepResult, RawFile, ReadResult,
 };
 
 /// Computes the namespace of a call from its context (user, assistant, thread…).
@@ -21,15 +21,21 @@ pub type NamespaceFn = Arc<dyn Fn(&BackendContext) -> Vec<String> + Send + Sync>
 /// Files as items of a [`Store`]: one item per file, keyed by its backend-relative path, in a
 /// namespace computed per call. Mount it under a prefix such as `/memories/` in a
 /// [`CompositeBackend`](crate::CompositeBackend) for long-term memory that outlives threads.
+///
+/// Files over the size limit ([`DEFAULT_MAX_FILE_SIZE`] unless set with
+/// [`StoreBackend::with_max_file_size`]) are neither written nor read, as on disk.
 #[derive(Clone)]
 pub struct StoreBackend {
     store: Arc<dyn Store>,
     namespace: NamespaceFn,
+    max_file_size: u64,
 }
 
 impl fmt::Debug for StoreBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StoreBackend").finish_non_exhaustive()
+        f.debug_struct("StoreBackend")
+            .field("max_file_size", &self.max_file_size)
+            .finish_non_exhaustive()
     }
 }
 
@@ -50,7 +56,15 @@ impl StoreBackend {
         Self {
             store,
             namespace: Arc::new(|_| vec!["filesystem".to_owned()]),
+            max_file_size: DEFAULT_MAX_FILE_SIZE,
         }
+    }
+
+    /// The largest file read, written, edited, uploaded or downloaded, in bytes (default
+    /// [`DEFAULT_MAX_FILE_SIZE`]).
+    pub fn with_max_file_size(mut self, bytes: u64) -> Self {
+        self.max_file_size = bytes;
+        self
     }
 
     /// Chooses the namespace per call, e.g. per user from the runtime context. Components must
@@ -97,7 +111,7 @@ impl StoreBackend {
                 }
             }
             if done {
-                return Ok(MemoryTree::new(files));
+                return Ok(MemoryTree::new(files).with_max_file_size(self.max_file_size));
             }
             query.offset += PAGE;
         }
@@ -152,7 +166,7 @@ impl Backend for StoreBackend {
         path: &VPath,
         content: &str,
     ) -> Result<Changed<()>, BackendError> {
-        self.tree(cx).await?.check_writable(path)?;
+        self.tree(cx).await?.check_write(path, content.len())?;
         let file = FileData {
             content: FileContent::Text {
                 text: content.to_owned(),
@@ -171,14 +185,7 @@ impl Backend for StoreBackend {
         new: &str,
         replace_all: bool,
     ) -> Result<Changed<usize>, BackendError> {
-        let tree = self.tree(cx).await?;
-        let FileContent::Text { text } = &tree.existing(path)?.content else {
-            return Err(BackendError::Binary {
-                path: path.to_string(),
-                mime_type: tree.read_raw(path)?.mime_type,
-            });
-        };
-        let (text, count) = crate::text::replace(path.as_str(), text, old, new, replace_all)?;
+        let (text, count) = self.tree(cx).await?.edit(path, old, new, replace_all)?;
         let file = FileData {
             content: FileContent::Text { text },
             modified_at_ms: now_ms(),
@@ -235,7 +242,7 @@ impl Backend for StoreBackend {
         for (raw, bytes) in files {
             let answer = match VPath::parse(&raw) {
                 Err(_) => Err(FileOpError::InvalidPath),
-                Ok(path) => match tree.check_writable(&path) {
+                Ok(path) => match tree.check_write(&path, bytes.len()) {
                     Err(error) => Err(error.file_op_code()),
                     Ok(()) => self
                         .put(cx, &path, &file_data(&path, bytes, now_ms()))

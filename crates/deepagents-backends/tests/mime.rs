@@ -1,0 +1,370 @@
+//! Media types: every multimodal type by extension and by signature, text look-alikes, and
+//! the rule that invalid UTF-8 is binary.
+
+use deepagents_backends::mime::{Classified, TEXT_MIME, binary_type_of_text, classify, mime_type};
+use proptest::prelude::*;
+
+const PPT: &str = "application/vnd.ms-powerpoint";
+const PPTX: &str = "application/vnd.openxmlformats-officedocument.presentationml.presentation";
+const OLE2: &[u8] = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1\0\0\0\0\0\0\0\0";
+const ASF: &[u8] = b"\x30\x26\xb2\x75\x8e\x66\xcf\x11\xa6\xd9\x00\xaa\x00\x62\xce\x6c\0\0";
+
+fn utf16le(text: &str) -> Vec<u8> {
+    text.encode_utf16().flat_map(u16::to_le_bytes).collect()
+}
+
+/// An OLE2 compound file whose directory names `stream`.
+fn ole2_with(stream: &str) -> Vec<u8> {
+    let mut bytes = OLE2.to_vec();
+    bytes.resize(512, 0);
+    bytes.extend(utf16le(stream));
+    bytes
+}
+
+/// The start of a zip archive holding `names` (local file headers, stored, empty).
+fn zip_with(names: &[&str]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for name in names {
+        // Signature, version needed, then flags, method, time, date, CRC and sizes, all zero.
+        bytes.extend_from_slice(b"PK\x03\x04\x14\0");
+        bytes.extend_from_slice(&[0; 20]);
+        let len = u16::try_from(name.len()).unwrap();
+        bytes.extend_from_slice(&len.to_le_bytes());
+        bytes.extend_from_slice(&[0, 0]);
+        bytes.extend_from_slice(name.as_bytes());
+    }
+    bytes
+}
+
+/// Tiny synthetic headers: just enough bytes for each format's signature.
+pub fn signatures() -> Vec<(&'static str, Vec<u8>, &'static str)> {
+    let pptx = zip_with(&["[Content_Types].xml", "_rels/.rels", "ppt/presentation.xml"]);
+    vec![
+        (
+            "png",
+            b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR".to_vec(),
+            "image/png",
+        ),
+        (
+            "jpeg",
+            b"\xff\xd8\xff\xe0\0\x10JFIF\0".to_vec(),
+            "image/jpeg",
+        ),
+        (
+            "gif89a",
+            b"GIF89a\x01\0\x01\0\x80\0\0".to_vec(),
+            "image/gif",
+        ),
+        ("gif87a", b"GIF87a\x01\0\x01\0\0\0\0".to_vec(), "image/gif"),
+        ("webp", b"RIFF\x24\0\0\0WEBPVP8 ".to_vec(), "image/webp"),
+        (
+            "heic",
+            b"\0\0\0\x18ftypheic\0\0\0\0mif1heic".to_vec(),
+            "image/heic",
+        ),
+        (
+            "heif",
+            b"\0\0\0\x18ftypmif1\0\0\0\0mif1heic".to_vec(),
+            "image/heif",
+        ),
+        ("wav", b"RIFF\x24\0\0\0WAVEfmt ".to_vec(), "audio/wav"),
+        ("mp3 id3", b"ID3\x04\0\0\0\0\0\x21".to_vec(), "audio/mpeg"),
+        (
+            "mp3 frame",
+            b"\xff\xfb\x90\x64\0\0\0\0".to_vec(),
+            "audio/mpeg",
+        ),
+        (
+            "mp3 mpeg2 frame",
+            b"\xff\xf3\x48\xc4\0\0".to_vec(),
+            "audio/mpeg",
+        ),
+        ("aiff", b"FORM\0\0\0\x2eAIFFCOMM".to_vec(), "audio/aiff"),
+        ("aifc", b"FORM\0\0\0\x2eAIFCFVER".to_vec(), "audio/aiff"),
+        (
+            "aac adts",
+            b"\xff\xf1\x50\x80\x02\x1f\xfc".to_vec(),
+            "audio/aac",
+        ),
+        (
+            "aac adts mpeg2",
+            b"\xff\xf9\x50\x80\x02\x1f\xfc".to_vec(),
+            "audio/aac",
+        ),
+        ("ogg", b"OggS\0\x02\0\0\0\0".to_vec(), "audio/ogg"),
+        ("flac", b"fLaC\0\0\0\x22".to_vec(), "audio/flac"),
+        (
+            "mp4",
+            b"\0\0\0\x20ftypisom\0\0\x02\0isomiso2".to_vec(),
+            "video/mp4",
+        ),
+        (
+            "webm",
+            b"\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01".to_vec(),
+            "video/webm",
+        ),
+        (
+            "mpeg ps",
+            b"\0\0\x01\xba\x44\0\x04\0".to_vec(),
+            "video/mpeg",
+        ),
+        (
+            "mpeg es",
+            b"\0\0\x01\xb3\x16\0\xf0\x15".to_vec(),
+            "video/mpeg",
+        ),
+        (
+            "mov",
+            b"\0\0\0\x14ftypqt  \0\0\0\0qt  ".to_vec(),
+            "video/quicktime",
+        ),
+        ("avi", b"RIFF\x24\0\0\0AVI LIST".to_vec(), "video/x-msvideo"),
+        ("flv", b"FLV\x01\x05\0\0\0\x09".to_vec(), "video/x-flv"),
+        ("3gpp", b"\0\0\0\x14ftyp3gp5\0\0\0\0".to_vec(), "video/3gpp"),
+        ("asf", ASF.to_vec(), "video/x-ms-asf"),
+        (
+            "pdf",
+            b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n".to_vec(),
+            "application/pdf",
+        ),
+        ("ppt", ole2_with("PowerPoint Document"), PPT),
+        ("pptx", pptx, PPTX),
+    ]
+}
+
+#[test]
+fn every_signature_is_sniffed_whatever_the_name() {
+    for (what, bytes, expected) in signatures() {
+        // No extension, a text extension, and an extension naming another format: the
+        // signature decides each time.
+        for path in ["/blob", "/notes.txt", "/dir.v2/README", "/photo.jpg"] {
+            assert_eq!(mime_type(path, &bytes), expected, "{what} at {path}");
+            assert_eq!(
+                classify(path, bytes.clone()),
+                Classified::Binary {
+                    mime_type: expected.to_owned()
+                },
+                "{what} at {path}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_extension_names_its_type() {
+    let cases = [
+        ("png", "image/png"),
+        ("jpg", "image/jpeg"),
+        ("jpeg", "image/jpeg"),
+        ("gif", "image/gif"),
+        ("webp", "image/webp"),
+        ("svg", "image/svg+xml"),
+        ("heic", "image/heic"),
+        ("heif", "image/heif"),
+        ("wav", "audio/wav"),
+        ("mp3", "audio/mpeg"),
+        ("aif", "audio/aiff"),
+        ("aiff", "audio/aiff"),
+        ("aac", "audio/aac"),
+        ("ogg", "audio/ogg"),
+        ("flac", "audio/flac"),
+        ("mp4", "video/mp4"),
+        ("webm", "video/webm"),
+        ("mpeg", "video/mpeg"),
+        ("mpg", "video/mpeg"),
+        ("mov", "video/quicktime"),
+        ("avi", "video/x-msvideo"),
+        ("flv", "video/x-flv"),
+        ("wmv", "video/x-ms-wmv"),
+        ("3gp", "video/3gpp"),
+        ("3gpp", "video/3gpp"),
+        ("pdf", "application/pdf"),
+        ("ppt", PPT),
+        ("pptx", PPTX),
+    ];
+    for (extension, expected) in cases {
+        for name in [
+            format!("/media/file.{extension}"),
+            format!("/media/FILE.{}", extension.to_uppercase()),
+        ] {
+            // Content without a signature (here, plain text) is typed by its name.
+            for bytes in [&b"no signature here"[..], &[0x00, 0x9f, 0x00][..], &[][..]] {
+                assert_eq!(mime_type(&name, bytes), expected, "{name}");
+                assert!(
+                    matches!(classify(&name, bytes.to_vec()), Classified::Binary { mime_type } if mime_type == expected),
+                    "{name}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn containers_are_told_apart_by_extension_or_content() {
+    // An extension naming a format of the container decides without looking inside.
+    assert_eq!(mime_type("/deck.ppt", OLE2), PPT);
+    assert_eq!(mime_type("/deck.pptx", &zip_with(&["a.xml"])), PPTX);
+    assert_eq!(mime_type("/clip.wmv", ASF), "video/x-ms-wmv");
+    // Otherwise the content does, and unknown members stay generic (but binary).
+    assert_eq!(mime_type("/deck", &ole2_with("PowerPoint Document")), PPT);
+    assert_eq!(
+        mime_type("/letter", &ole2_with("WordDocument")),
+        "application/x-ole-storage"
+    );
+    assert_eq!(mime_type("/letter.txt", OLE2), "application/x-ole-storage");
+    let docx = zip_with(&["[Content_Types].xml", "word/document.xml"]);
+    assert_eq!(mime_type("/letter", &docx), "application/zip");
+    // `ppt/` without a content-types part is just a zip that has such a folder.
+    assert_eq!(
+        mime_type("/x", &zip_with(&["ppt/slide.xml"])),
+        "application/zip"
+    );
+    assert_eq!(
+        mime_type("/archive.zip", &zip_with(&["a"])),
+        "application/zip"
+    );
+}
+
+#[test]
+fn text_that_resembles_a_signature_stays_text() {
+    for text in [
+        "ID3 tags explained\n",
+        "ID3\n",
+        "FORMAT: json\n",
+        "RIFF raff\n",
+        "PK is a prefix\n",
+        "GIF is a format\n",
+        "ftyp\n",
+        "1234ftyp\n",
+        "",
+        "<svg xmlns=\"http://www.w3.org/2000/svg\"/>\n",
+    ] {
+        assert_eq!(mime_type("/notes", text.as_bytes()), TEXT_MIME, "{text:?}");
+        assert_eq!(
+            classify("/notes.md", text.as_bytes().to_vec()),
+            Classified::Text(text.to_owned())
+        );
+        assert_eq!(binary_type_of_text("/notes.md", text), None, "{text:?}");
+    }
+}
+
+#[test]
+fn frame_sync_needs_a_valid_header() {
+    // 0xFF then garbage: binary (not UTF-8), but not audio.
+    for bytes in [
+        &b"\xff\x00\x00"[..],
+        b"\xff\xfb\xf0\x00", // bitrate index 15 is reserved
+        b"\xff\xfb\x9c\x00", // sample rate index 3 is reserved
+        b"\xff\xeb\x90\x00", // MPEG version 01 is reserved
+        b"\xff\xf1\x3c\x80", // ADTS sampling index 15 is not a rate
+        b"\xff\xfb",         // too short to hold a header
+    ] {
+        assert_eq!(
+            mime_type("/x", bytes),
+            "application/octet-stream",
+            "{bytes:?}"
+        );
+    }
+}
+
+#[test]
+fn invalid_utf8_under_a_text_extension_is_binary() {
+    for path in ["/a.txt", "/src/main.rs", "/README.md", "/noext"] {
+        for bytes in [
+            &b"caf\xe9\n"[..],
+            b"\xc3",
+            b"\xed\xa0\x80", // an encoded surrogate
+            b"ok\0nul",
+            b"\xf4\x90\x80\x80", // past U+10FFFF
+        ] {
+            assert_eq!(
+                classify(path, bytes.to_vec()),
+                Classified::Binary {
+                    mime_type: "application/octet-stream".into()
+                },
+                "{path} {bytes:?}"
+            );
+            assert_eq!(mime_type(path, bytes), "application/octet-stream");
+        }
+    }
+}
+
+#[test]
+fn text_kept_as_a_string_is_binary_by_the_same_rule() {
+    assert_eq!(
+        binary_type_of_text("/a.svg", "<svg/>"),
+        Some("image/svg+xml")
+    );
+    assert_eq!(
+        binary_type_of_text("/doc.txt", "%PDF-1.4\n"),
+        Some("application/pdf")
+    );
+    assert_eq!(
+        binary_type_of_text("/a.txt", "a\0b"),
+        Some("application/octet-stream")
+    );
+    assert_eq!(binary_type_of_text("/a.txt", "plain"), None);
+}
+
+fn any_path() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("/a.txt".to_owned()),
+        Just("/a.svg".to_owned()),
+        Just("/a".to_owned()),
+        Just("/a.PPT".to_owned()),
+        Just("/.mp3".to_owned()),
+        "/[a-z.]{0,8}",
+    ]
+}
+
+fn any_bytes() -> impl Strategy<Value = Vec<u8>> {
+    let prefixes: Vec<Vec<u8>> = signatures().into_iter().map(|(_, b, _)| b).collect();
+    (
+        proptest::sample::select(prefixes),
+        0..24usize,
+        proptest::collection::vec(any::<u8>(), 0..48),
+        any::<bool>(),
+    )
+        .prop_map(|(prefix, cut, tail, keep)| {
+            // Whole signatures, truncated ones, and plain noise.
+            let mut bytes = if keep {
+                prefix[..cut.min(prefix.len())].to_vec()
+            } else {
+                Vec::new()
+            };
+            bytes.extend(tail);
+            bytes
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Never panics, and the three entry points agree: text exactly when `mime_type` says so,
+    /// and then the text is the bytes.
+    #[test]
+    fn classification_is_total_and_consistent(path in any_path(), bytes in any_bytes()) {
+        let mime = mime_type(&path, &bytes);
+        match classify(&path, bytes.clone()) {
+            Classified::Text(text) => {
+                prop_assert_eq!(&mime, TEXT_MIME);
+                prop_assert_eq!(text.as_bytes(), &bytes[..]);
+                prop_assert_eq!(binary_type_of_text(&path, &text), None);
+            }
+            Classified::Binary { mime_type } => {
+                prop_assert_eq!(&mime_type, &mime);
+                prop_assert_ne!(&mime, TEXT_MIME);
+                if let Ok(text) = std::str::from_utf8(&bytes) {
+                    prop_assert_eq!(binary_type_of_text(&path, text), Some(mime.as_str()));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn text_under_text_names_is_text(text in "[^\0]{0,64}") {
+        let sniffs = mime_type("/x", text.as_bytes()) != TEXT_MIME;
+        prop_assume!(!sniffs);
+        prop_assert_eq!(classify("/x.txt", text.clone().into_bytes()), Classified::Text(text));
+    }
+}
