@@ -17,8 +17,8 @@ use crate::protocol::{
 ///
 /// Files are keyed in [`AgentState::files`](deepagents_core::AgentState::files) by the full
 /// virtual path the agent sees (mount point included). Writes do not change the state directly:
-/// they return a [`StateUpdate`] that the tool hands back and the run merges after the step, so
-/// calls in the same step all read the state as it was when the step began.
+/// they return a [`StateUpdate`] that the tool hands back and the run merges after the step
+/// (the harness shows each mutating call the updates of the mutating calls before it).
 ///
 /// Files over the size limit ([`DEFAULT_MAX_FILE_SIZE`] unless set with
 /// [`StateBackend::with_max_file_size`]) are neither written nor read, as on disk.
@@ -26,14 +26,6 @@ use crate::protocol::{
 pub struct StateBackend {
     max_file_size: u64,
 }
-
-/// The state backend with the default options.
-///
-/// `StateBackend` was a unit struct before it had options, and code names it as a value
-/// (`Arc::new(StateBackend)`); this constant, in the value namespace beside the type, keeps that
-/// code working.
-#[allow(non_upper_case_globals)]
-pub const StateBackend: StateBackend = StateBackend::new();
 
 impl Default for StateBackend {
     fn default() -> Self {

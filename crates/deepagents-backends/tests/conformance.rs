@@ -212,7 +212,7 @@ pub async fn check_backend(backend: Arc<dyn Backend>) {
 /// is a state backend already holding a file, so each call goes through prefix routing and
 /// every path (results and errors) must come back with the prefix.
 pub async fn check_mounted(backend: Arc<dyn Backend>) {
-    let composite = CompositeBackend::new(Arc::new(StateBackend))
+    let composite = CompositeBackend::new(Arc::new(StateBackend::default()))
         .route("/work/", backend)
         .unwrap();
     let mut outside = Harness::new(Arc::new(composite));

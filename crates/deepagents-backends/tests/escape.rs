@@ -639,7 +639,7 @@ async fn escapes_are_refused_through_a_composite_mount() {
     let before = world.outside_snapshot();
     world.plant_links();
     std::fs::write(world.root().join("inside.txt"), "inside needle\n").unwrap();
-    let composite = CompositeBackend::new(Arc::new(StateBackend))
+    let composite = CompositeBackend::new(Arc::new(StateBackend::default()))
         .route("/disk/", Arc::new(world.backend.clone()))
         .unwrap();
     let b: &dyn Backend = &composite;

@@ -882,7 +882,7 @@ proptest! {
             let expected = model_edit(&text, &old, &new, all);
             let (_tmp, disk) = setup();
             let backends: [Arc<dyn Backend>; 3] = [
-                Arc::new(StateBackend),
+                Arc::new(StateBackend::default()),
                 Arc::new(StoreBackend::new(Arc::new(InMemoryStore::new()))),
                 Arc::new(disk),
             ];

@@ -14,7 +14,7 @@ use crate::conformance::{Harness, check_backend, check_mounted, p};
 
 #[tokio::test]
 async fn state_backend_conforms() {
-    check_backend(Arc::new(StateBackend)).await;
+    check_backend(Arc::new(StateBackend::default())).await;
 }
 
 #[tokio::test]
@@ -29,10 +29,10 @@ async fn store_backend_conforms_on_sqlite() {
 }
 
 fn mixed_composite(store: Arc<dyn Store>) -> CompositeBackend {
-    CompositeBackend::new(Arc::new(StateBackend))
+    CompositeBackend::new(Arc::new(StateBackend::default()))
         .route("/img/", Arc::new(StoreBackend::new(store)))
         .unwrap()
-        .route("/archive", Arc::new(StateBackend))
+        .route("/archive", Arc::new(StateBackend::default()))
         .unwrap()
 }
 
@@ -43,7 +43,7 @@ async fn composite_with_mixed_routes_conforms() {
 
 #[tokio::test]
 async fn state_backend_conforms_mounted() {
-    check_mounted(Arc::new(StateBackend)).await;
+    check_mounted(Arc::new(StateBackend::default())).await;
 }
 
 #[tokio::test]
@@ -74,16 +74,16 @@ async fn state_files_are_keyed_by_the_path_the_agent_sees() {
 #[tokio::test]
 async fn state_writes_are_updates_not_mutations() {
     let cx = BackendContext::default();
-    let changed = StateBackend.write(&cx, &p("/a.txt"), "x").await.unwrap();
+    let changed = StateBackend::default().write(&cx, &p("/a.txt"), "x").await.unwrap();
     assert!(
         cx.state.files.is_empty(),
         "the backend never mutates the state it was given"
     );
     assert!(changed.update.files["/a.txt"].is_some());
     let deleted = {
-        let mut h = Harness::new(Arc::new(StateBackend));
+        let mut h = Harness::new(Arc::new(StateBackend::default()));
         h.write("/a.txt", "x").await;
-        StateBackend.delete(&h.cx, &p("/a.txt")).await.unwrap()
+        StateBackend::default().delete(&h.cx, &p("/a.txt")).await.unwrap()
     };
     assert_eq!(
         deleted.update.files["/a.txt"], None,
@@ -193,13 +193,12 @@ async fn store_backend_applies_its_size_limit() {
 
 #[tokio::test]
 async fn memory_backends_default_to_the_disk_limit() {
-    assert_eq!(StateBackend, StateBackend::default());
-    assert_eq!(StateBackend, StateBackend::new());
+    assert_eq!(StateBackend::default(), StateBackend::new());
     let limit = usize::try_from(DEFAULT_MAX_FILE_SIZE).unwrap();
     let fits = "x".repeat(limit);
     let over = format!("{fits}x");
     let backends: [Arc<dyn Backend>; 2] = [
-        Arc::new(StateBackend),
+        Arc::new(StateBackend::default()),
         Arc::new(StoreBackend::new(Arc::new(InMemoryStore::new()))),
     ];
     for backend in backends {
@@ -229,7 +228,7 @@ async fn memory_backends_default_to_the_disk_limit() {
 
 #[tokio::test]
 async fn size_errors_through_a_composite_name_the_full_path() {
-    let composite = CompositeBackend::new(Arc::new(StateBackend))
+    let composite = CompositeBackend::new(Arc::new(StateBackend::default()))
         .route(
             "/small/",
             Arc::new(StateBackend::new().with_max_file_size(4)),
@@ -252,7 +251,7 @@ async fn size_errors_through_a_composite_name_the_full_path() {
 async fn routes_match_the_longest_prefix_on_segment_boundaries() {
     let memories = Arc::new(InMemoryStore::new());
     let mut h = Harness::new(Arc::new(
-        CompositeBackend::new(Arc::new(StateBackend))
+        CompositeBackend::new(Arc::new(StateBackend::default()))
             .route(
                 "/mem",
                 Arc::new(StoreBackend::new(Arc::new(InMemoryStore::new()))),
@@ -260,7 +259,7 @@ async fn routes_match_the_longest_prefix_on_segment_boundaries() {
             .unwrap()
             .route("/memories/", Arc::new(StoreBackend::new(memories.clone())))
             .unwrap()
-            .route("/memories/deep", Arc::new(StateBackend))
+            .route("/memories/deep", Arc::new(StateBackend::default()))
             .unwrap(),
     ));
     h.write("/memories/x.md", "memory\n").await;
@@ -387,7 +386,7 @@ async fn composite_grep_filters_each_route_before_its_cap() {
 async fn composite_grep_hides_default_files_under_mounts_before_the_cap() {
     // The default backend holds files under a mount point, which the mount hides; they sort
     // before the visible match and must not use up the cap.
-    let mut plain = Harness::new(Arc::new(StateBackend));
+    let mut plain = Harness::new(Arc::new(StateBackend::default()));
     for i in 0..5 {
         plain.write(&format!("/img/hidden{i}.txt"), "x\n").await;
     }
@@ -509,7 +508,7 @@ async fn long_term_memory_outlives_the_thread() {
 }
 
 fn mixed_composite_memories(store: Arc<dyn Store>) -> CompositeBackend {
-    CompositeBackend::new(Arc::new(StateBackend))
+    CompositeBackend::new(Arc::new(StateBackend::default()))
         .route("/memories/", Arc::new(StoreBackend::new(store)))
         .unwrap()
 }

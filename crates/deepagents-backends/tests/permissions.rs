@@ -19,7 +19,7 @@ fn rule(operations: &[Operation], paths: &[&str], mode: Mode) -> PermissionRule 
 }
 
 async fn seeded(rules: Vec<PermissionRule>) -> Harness {
-    let mut plain = Harness::new(Arc::new(StateBackend));
+    let mut plain = Harness::new(Arc::new(StateBackend::default()));
     for path in [
         "/public/a.md",
         "/secrets/key.txt",
@@ -30,7 +30,7 @@ async fn seeded(rules: Vec<PermissionRule>) -> Harness {
         plain.write(path, "token\n").await;
     }
     let backend =
-        PermissionedBackend::new(Arc::new(StateBackend), Permissions::new(rules).unwrap());
+        PermissionedBackend::new(Arc::new(StateBackend::default()), Permissions::new(rules).unwrap());
     Harness {
         backend: Arc::new(backend),
         ..plain
@@ -95,7 +95,7 @@ async fn bulk_results_drop_denied_paths() {
 
 #[tokio::test]
 async fn grep_finds_allowed_matches_behind_denied_ones() {
-    let mut plain = Harness::new(Arc::new(StateBackend));
+    let mut plain = Harness::new(Arc::new(StateBackend::default()));
     // Denied matches sort first, so they fill the inner backend's cap.
     for i in 0..10 {
         plain.write(&format!("/a/secret{i}.txt"), "token\n").await;
@@ -104,7 +104,7 @@ async fn grep_finds_allowed_matches_behind_denied_ones() {
     let rules = vec![rule(&[Operation::Read], &["/a/**"], Mode::Deny)];
     let h = Harness {
         backend: Arc::new(PermissionedBackend::new(
-            Arc::new(StateBackend),
+            Arc::new(StateBackend::default()),
             Permissions::new(rules).unwrap(),
         )),
         ..plain
@@ -246,7 +246,7 @@ impl BackendPolicy for Audit {
 async fn a_policy_wraps_any_backend() {
     let audit = Arc::new(Audit::default());
     let mut h = Harness::new(Arc::new(PolicyBackend::new(
-        Arc::new(StateBackend),
+        Arc::new(StateBackend::default()),
         audit.clone(),
     )));
     h.write("/ok.txt", "fine").await;

@@ -93,7 +93,7 @@ pub async fn open(
     skill_dirs: &[PathBuf],
 ) -> anyhow::Result<Workspace> {
     let base: Arc<dyn Backend> = match kind {
-        BackendKind::State => Arc::new(StateBackend),
+        BackendKind::State => Arc::new(StateBackend::default()),
         BackendKind::Filesystem | BackendKind::Shell => {
             let root = match root {
                 Some(root) => root,

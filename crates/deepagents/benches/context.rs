@@ -81,7 +81,7 @@ fn main() {
     println!("history  decision per step (window never reached)");
     let middleware = SummarizationMiddleware::new(
         Arc::new(Unused),
-        Arc::new(StateBackend),
+        Arc::new(StateBackend::default()),
         Some(100_000_000),
         None,
     );

@@ -584,7 +584,7 @@ impl AgentBuilder {
         let raw_backend: Arc<dyn Backend> = self
             .backend
             .clone()
-            .unwrap_or_else(|| Arc::new(StateBackend));
+            .unwrap_or_else(|| Arc::new(StateBackend::default()));
         let subagents = if self.general_purpose || !self.subagents.is_empty() {
             Some(self.build_subagents(&raw_backend)?)
         } else {

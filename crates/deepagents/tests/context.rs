@@ -79,7 +79,7 @@ async fn memory_in_a_store_route_is_shared_across_threads() {
     let store = Arc::new(InMemoryStore::new());
     let backend = || {
         Arc::new(
-            CompositeBackend::new(Arc::new(StateBackend))
+            CompositeBackend::new(Arc::new(StateBackend::default()))
                 .route("/memories/", Arc::new(StoreBackend::new(store.clone())))
                 .unwrap(),
         )

@@ -95,7 +95,7 @@ async fn shell_paths_prompt() {
             Arc::new(StoreBackend::new(Arc::new(InMemoryStore::new()))),
         )
         .unwrap()
-        .route("/scratch", Arc::new(StateBackend))
+        .route("/scratch", Arc::new(StateBackend::default()))
         .unwrap()
         .route(
             "/docs",
@@ -206,7 +206,7 @@ async fn shell_and_routed_paths_are_explained() {
     assert!(!prompt.contains("Shell paths vs file paths"), "{prompt}");
 
     // Without a shell there is neither section, whatever the routes.
-    let plain = CompositeBackend::new(Arc::new(StateBackend))
+    let plain = CompositeBackend::new(Arc::new(StateBackend::default()))
         .route(
             "/docs",
             Arc::new(FilesystemBackend::new(docs.path()).unwrap()),

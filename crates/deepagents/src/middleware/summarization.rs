@@ -917,7 +917,7 @@ mod tests {
         let model = ScriptedModel::from_json(script).unwrap();
         SummarizationMiddleware::new(
             Arc::new(model),
-            Arc::new(StateBackend),
+            Arc::new(StateBackend::default()),
             None,
             Some(SummarizationConfig {
                 trigger: Threshold::Messages(2),
