@@ -1,7 +1,10 @@
 //! Checkpoints in SQLite (and, through [`exercise_checkpointer`], every other checkpointer).
 
-use deepagents_backends::SqliteStore;
-use deepagents_core::{Checkpointer, Message, Run, RunDelta};
+use deepagents_backends::{SqliteStore, Store as _};
+use deepagents_core::{
+    CheckpointError, CheckpointInfo, Checkpointer, InMemoryCheckpointer, Message, Run, RunDelta,
+    ThreadInfo,
+};
 use serde_json::json;
 
 fn step(run: &mut Run, i: usize) -> RunDelta {
@@ -62,6 +65,254 @@ pub async fn exercise_checkpointer<C: Checkpointer>(open: impl AsyncFn() -> C) {
         checkpointer.load("branch", None).await.unwrap().unwrap(),
         history[59]
     );
+    // A fork never writes into an existing thread: not the branch, not another, not itself.
+    for taken in ["branch", "other", "t"] {
+        let error = checkpointer.fork("t", 10, taken).await.unwrap_err();
+        assert_eq!(
+            error,
+            CheckpointError::AlreadyExists {
+                thread_id: taken.to_owned()
+            },
+            "fork into {taken}"
+        );
+        assert!(error.to_string().contains("new thread id"), "{error}");
+    }
+    assert_eq!(checkpointer.checkpoints("branch").await.unwrap().len(), 1);
+    assert_eq!(
+        checkpointer.load("branch", None).await.unwrap().unwrap(),
+        history[59]
+    );
+    assert_eq!(checkpointer.checkpoints("other").await.unwrap().len(), 1);
+    assert_eq!(checkpointer.checkpoints("t").await.unwrap().len(), 120);
+    assert!(matches!(
+        checkpointer.fork("t", 999, "new").await,
+        Err(CheckpointError::NotFound { .. })
+    ));
+    assert!(checkpointer.load("new", None).await.unwrap().is_none());
     assert!(checkpointer.delete_thread("t").await.unwrap());
     assert!(checkpointer.load("t", None).await.unwrap().is_none());
+}
+
+/// The in-memory checkpointer behind a shared handle, so `exercise_checkpointer` can "reopen"
+/// it; it keeps the trait's default `fork`.
+struct SharedMemory(std::sync::Arc<InMemoryCheckpointer>);
+
+#[async_trait::async_trait]
+impl Checkpointer for SharedMemory {
+    async fn append(&self, t: &str, d: &RunDelta, r: &Run) -> Result<u64, CheckpointError> {
+        self.0.append(t, d, r).await
+    }
+    async fn load(&self, t: &str, at: Option<u64>) -> Result<Option<Run>, CheckpointError> {
+        self.0.load(t, at).await
+    }
+    async fn checkpoints(&self, t: &str) -> Result<Vec<CheckpointInfo>, CheckpointError> {
+        self.0.checkpoints(t).await
+    }
+    async fn threads(&self) -> Result<Vec<ThreadInfo>, CheckpointError> {
+        self.0.threads().await
+    }
+    async fn delete_thread(&self, t: &str) -> Result<bool, CheckpointError> {
+        self.0.delete_thread(t).await
+    }
+}
+
+#[tokio::test]
+async fn the_in_memory_checkpointer_passes_the_same_checks() {
+    let shared = std::sync::Arc::new(InMemoryCheckpointer::new());
+    exercise_checkpointer(async || SharedMemory(shared.clone())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_forks_into_one_id_on_sqlite_let_exactly_one_win() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("data.db")).await.unwrap();
+    let mut run = Run::default();
+    for i in 1..=3 {
+        let delta = step(&mut run, i);
+        store
+            .checkpointer()
+            .append("t", &delta, &run)
+            .await
+            .unwrap();
+    }
+    let forks = (1..=3).map(|at| {
+        let checkpointer = store.checkpointer();
+        tokio::spawn(async move { checkpointer.fork("t", at, "branch").await })
+    });
+    let results: Vec<_> = futures::future::join_all(forks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        results.iter().filter(|r| r.is_ok()).count(),
+        1,
+        "{results:?}"
+    );
+    assert!(
+        results
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .all(|e| matches!(e, CheckpointError::AlreadyExists { .. })),
+        "{results:?}"
+    );
+    assert_eq!(
+        store
+            .checkpointer()
+            .checkpoints("branch")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+/// `PRAGMA user_version` of the database at `path`, read without the store.
+async fn user_version(path: &std::path::Path) -> i64 {
+    use sqlx::Connection as _;
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    sqlx::query_scalar("PRAGMA user_version")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// Runs `statements` on the database at `path` (created if missing), without the store.
+async fn raw_sqlite(path: &std::path::Path, statements: &[&str]) {
+    use sqlx::Connection as _;
+    let mut conn =
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
+            .await
+            .unwrap();
+    for statement in statements {
+        sqlx::query(statement).execute(&mut conn).await.unwrap();
+    }
+    conn.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn sqlite_records_its_schema_version_and_reopening_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let run = Run::from_task("kept");
+    store
+        .checkpointer()
+        .append("t", &RunDelta::full(&run), &run)
+        .await
+        .unwrap();
+    store.put(&["n".to_owned()], "k", json!(1)).await.unwrap();
+    drop(store);
+    assert_eq!(
+        user_version(&path).await,
+        i64::from(SqliteStore::SCHEMA_VERSION)
+    );
+    for _ in 0..2 {
+        let again = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(
+            again.checkpointer().load("t", None).await.unwrap().unwrap(),
+            run
+        );
+        assert_eq!(
+            again
+                .get(&["n".to_owned()], "k")
+                .await
+                .unwrap()
+                .unwrap()
+                .value,
+            json!(1)
+        );
+        drop(again);
+        assert_eq!(
+            user_version(&path).await,
+            i64::from(SqliteStore::SCHEMA_VERSION)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_version_1_sqlite_database_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    // What the first release wrote: the store table only, user_version 1.
+    raw_sqlite(
+        &path,
+        &[
+            "CREATE TABLE store_items (
+                namespace TEXT NOT NULL,
+                key TEXT NOT NULL,
+                value TEXT NOT NULL,
+                created_at_ms INTEGER NOT NULL,
+                updated_at_ms INTEGER NOT NULL,
+                PRIMARY KEY (namespace, key)
+            ) WITHOUT ROWID",
+            "INSERT INTO store_items VALUES ('agents/agent', 'AGENTS.md', '\"old memory\"', 1, 2)",
+            "PRAGMA user_version = 1",
+        ],
+    )
+    .await;
+    let store = SqliteStore::open(&path).await.unwrap();
+    let item = store
+        .get(&["agents".to_owned(), "agent".to_owned()], "AGENTS.md")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(item.value, json!("old memory"), "existing data survives");
+    assert_eq!((item.created_at_ms, item.updated_at_ms), (1, 2));
+    // The table the upgrade added works.
+    let run = Run::from_task("new thread");
+    store
+        .checkpointer()
+        .append("t", &RunDelta::full(&run), &run)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.checkpointer().load("t", None).await.unwrap().unwrap(),
+        run
+    );
+    drop(store);
+    assert_eq!(
+        user_version(&path).await,
+        i64::from(SqliteStore::SCHEMA_VERSION)
+    );
+}
+
+#[tokio::test]
+async fn a_sqlite_database_from_a_newer_build_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("future.db");
+    let newer = i64::from(SqliteStore::SCHEMA_VERSION) + 1;
+    raw_sqlite(
+        &path,
+        &[
+            "CREATE TABLE future (x INTEGER)",
+            &format!("PRAGMA user_version = {newer}"),
+        ],
+    )
+    .await;
+    let error = SqliteStore::open(&path).await.unwrap_err().to_string();
+    assert!(
+        error.contains(&format!("schema version {newer}")),
+        "{error}"
+    );
+    assert!(error.contains(&path.display().to_string()), "{error}");
+    assert!(error.contains("Upgrade deepagents"), "{error}");
+    assert_eq!(
+        user_version(&path).await,
+        newer,
+        "the version was not rewritten"
+    );
+    // Nothing was created in it either.
+    use sqlx::Connection as _;
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(tables, ["future"]);
 }

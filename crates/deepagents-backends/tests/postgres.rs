@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use deepagents_backends::store::{SearchQuery, StoreError};
 use deepagents_backends::{PostgresStore, Store, StoreBackend};
-use deepagents_core::{Checkpointer, Message, Run, RunDelta};
+use deepagents_core::{CheckpointError, Checkpointer, Message, Run, RunDelta};
 use serde_json::json;
 
 use crate::checkpoints::exercise_checkpointer;
@@ -159,4 +159,249 @@ async fn bad_urls_and_schema_names_are_refused_with_a_hint() {
         .await
         .unwrap_err();
     assert!(error.to_string().contains("schema"), "{error}");
+}
+
+/// A connection of its own to `schema` (created if missing), without the store.
+async fn raw_connection(url: &str, schema: &str) -> sqlx::PgConnection {
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query(&format!("SET search_path TO \"{schema}\""))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn
+}
+
+/// The rows of `deepagents_schema` in `schema`.
+async fn recorded_versions(url: &str, schema: &str) -> Vec<i64> {
+    let mut conn = raw_connection(url, schema).await;
+    sqlx::query_scalar("SELECT version FROM deepagents_schema ORDER BY version")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn postgres_records_its_schema_version_and_reconnecting_changes_nothing() {
+    let Some(url) = server_url() else { return };
+    let schema = fresh_schema("version");
+    let current = i64::from(PostgresStore::SCHEMA_VERSION);
+    let store = PostgresStore::connect_in_schema(&url, &schema)
+        .await
+        .unwrap();
+    let run = Run::from_task("kept");
+    store
+        .checkpointer()
+        .append("t", &RunDelta::full(&run), &run)
+        .await
+        .unwrap();
+    drop(store);
+    assert_eq!(recorded_versions(&url, &schema).await, [current]);
+    for _ in 0..2 {
+        let again = PostgresStore::connect_in_schema(&url, &schema)
+            .await
+            .unwrap();
+        assert_eq!(
+            again.checkpointer().load("t", None).await.unwrap().unwrap(),
+            run
+        );
+        drop(again);
+        assert_eq!(recorded_versions(&url, &schema).await, [current]);
+    }
+}
+
+#[tokio::test]
+async fn a_version_1_postgres_schema_is_upgraded_in_place() {
+    let Some(url) = server_url() else { return };
+    let schema = fresh_schema("upgrade");
+    {
+        // What the first release wrote: the store table only, version 1.
+        let mut conn = raw_connection(&url, &schema).await;
+        for statement in [
+            "CREATE TABLE store_items (
+                namespace TEXT COLLATE \"C\" NOT NULL,
+                key TEXT COLLATE \"C\" NOT NULL,
+                value TEXT NOT NULL,
+                created_at_ms BIGINT NOT NULL,
+                updated_at_ms BIGINT NOT NULL,
+                PRIMARY KEY (namespace, key)
+            )",
+            "INSERT INTO store_items VALUES ('agents/agent', 'AGENTS.md', '\"old memory\"', 1, 2)",
+            "CREATE TABLE deepagents_schema (version BIGINT NOT NULL)",
+            "INSERT INTO deepagents_schema (version) VALUES (1)",
+        ] {
+            sqlx::query(statement).execute(&mut conn).await.unwrap();
+        }
+    }
+    let store = PostgresStore::connect_in_schema(&url, &schema)
+        .await
+        .unwrap();
+    let item = store
+        .get(&["agents".to_owned(), "agent".to_owned()], "AGENTS.md")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(item.value, json!("old memory"), "existing data survives");
+    let run = Run::from_task("new thread");
+    store
+        .checkpointer()
+        .append("t", &RunDelta::full(&run), &run)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.checkpointer().load("t", None).await.unwrap().unwrap(),
+        run
+    );
+    assert_eq!(
+        recorded_versions(&url, &schema).await,
+        [i64::from(PostgresStore::SCHEMA_VERSION)]
+    );
+}
+
+#[tokio::test]
+async fn a_postgres_schema_from_a_newer_build_is_refused_and_left_alone() {
+    let Some(url) = server_url() else { return };
+    let schema = fresh_schema("future");
+    let newer = i64::from(PostgresStore::SCHEMA_VERSION) + 1;
+    {
+        let mut conn = raw_connection(&url, &schema).await;
+        sqlx::query("CREATE TABLE deepagents_schema (version BIGINT NOT NULL)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO deepagents_schema (version) VALUES ($1)")
+            .bind(newer)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let error = PostgresStore::connect_in_schema(&url, &schema)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(&format!("schema version {newer}")),
+        "{error}"
+    );
+    assert!(error.contains(&schema), "names the schema: {error}");
+    assert!(error.contains("Upgrade deepagents"), "{error}");
+    assert_eq!(recorded_versions(&url, &schema).await, [newer]);
+    let mut conn = raw_connection(&url, &schema).await;
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1",
+    )
+    .bind(&schema)
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(tables, ["deepagents_schema"], "nothing was created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_forks_into_one_id_on_postgres_let_exactly_one_win() {
+    let Some(url) = server_url() else { return };
+    let store = PostgresStore::connect_in_schema(&url, &fresh_schema("forks"))
+        .await
+        .unwrap();
+    let mut run = Run::default();
+    for i in 1..=3 {
+        run.state.messages.push(Message::user(format!("m{i}")));
+        let delta = RunDelta {
+            messages: vec![Message::user(format!("m{i}"))],
+            ..RunDelta::default()
+        };
+        store
+            .checkpointer()
+            .append("t", &delta, &run)
+            .await
+            .unwrap();
+    }
+    let forks = (1..=3).map(|at| {
+        let checkpointer = store.checkpointer();
+        tokio::spawn(async move { checkpointer.fork("t", at, "branch").await })
+    });
+    let results: Vec<_> = futures::future::join_all(forks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        results.iter().filter(|r| r.is_ok()).count(),
+        1,
+        "{results:?}"
+    );
+    assert!(
+        results
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .all(|e| matches!(e, CheckpointError::AlreadyExists { .. })),
+        "{results:?}"
+    );
+    assert_eq!(
+        store
+            .checkpointer()
+            .checkpoints("branch")
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_waits_for_an_append_that_is_still_committing() {
+    let Some(url) = server_url() else { return };
+    let schema = fresh_schema("committing");
+    let store = PostgresStore::connect_in_schema(&url, &schema)
+        .await
+        .unwrap();
+    let mut run = Run::from_task("first");
+    store
+        .checkpointer()
+        .append("t", &RunDelta::full(&run), &run)
+        .await
+        .unwrap();
+    // An append whose commit has not landed yet, as when its process was killed right after
+    // sending COMMIT and the server is slow to finish it: it holds the thread's append lock
+    // (class "dack", key hashtext(thread)) and its row is not yet visible.
+    let mut writer = raw_connection(&url, &schema).await;
+    sqlx::query("BEGIN").execute(&mut writer).await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+        .bind(0x6461_636b_i32)
+        .bind("t")
+        .execute(&mut writer)
+        .await
+        .unwrap();
+    let late = Message::user("late");
+    run.state.messages.push(late.clone());
+    let delta = RunDelta {
+        messages: vec![late],
+        ..RunDelta::default()
+    };
+    sqlx::query(
+        "INSERT INTO checkpoints (thread_id, id, delta, snapshot, created_at_ms, messages)
+         VALUES ('t', 2, $1, NULL, 0, 2)",
+    )
+    .bind(serde_json::to_string(&delta).unwrap())
+    .execute(&mut writer)
+    .await
+    .unwrap();
+
+    let checkpointer = store.checkpointer();
+    let load = tokio::spawn(async move { checkpointer.load("t", None).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        !load.is_finished(),
+        "the load must not read the thread while an append to it is committing"
+    );
+    sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
+    let loaded = load.await.unwrap().unwrap().unwrap();
+    assert_eq!(
+        loaded.state.messages, run.state.messages,
+        "the load sees the append"
+    );
 }

@@ -1,6 +1,6 @@
 //! Asking the person at the terminal to approve tool calls.
 
-use std::io::{BufRead as _, IsTerminal as _, Write as _};
+use std::io::{BufRead, IsTerminal as _, Write};
 
 use deepagents::{Decision, DecisionKind, InterruptConfig, PendingAction};
 
@@ -9,6 +9,7 @@ pub fn execute_config() -> InterruptConfig {
     InterruptConfig {
         allowed: vec![
             DecisionKind::Approve,
+            DecisionKind::Edit,
             DecisionKind::Reject,
             DecisionKind::Respond,
         ],
@@ -19,61 +20,187 @@ pub fn execute_config() -> InterruptConfig {
 
 const NOT_INTERACTIVE: &str = "This call needs approval and nobody can approve it here (the run is not interactive). Do without it, or ask the user to rerun interactively or with --auto-approve.";
 
+const NOT_APPROVABLE: &str =
+    "This call may not be approved (its approval rule does not allow it), so it did not run.";
+
 /// One decision per action: asked on the terminal, or refused when stdin is not a terminal.
 pub fn ask(actions: &[PendingAction]) -> anyhow::Result<Vec<Decision>> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
-        return Ok(actions
-            .iter()
-            .map(|_| Decision::Reject {
-                message: Some(NOT_INTERACTIVE.to_owned()),
-            })
-            .collect());
+        return Ok(actions.iter().map(|_| not_interactive()).collect());
     }
+    Ok(prompt(actions, &mut stdin.lock(), &mut std::io::stderr())?)
+}
+
+/// `--auto-approve`: every action approved, whatever paused it (the shell, a permission rule
+/// in `interrupt` mode, a subagent's call). An action whose rule does not allow approval is
+/// rejected with a note, as nobody is there to choose otherwise.
+pub fn approve_all(actions: &[PendingAction]) -> Vec<Decision> {
+    actions
+        .iter()
+        .map(|action| {
+            if action.allowed.contains(&DecisionKind::Approve) {
+                Decision::Approve
+            } else {
+                Decision::Reject {
+                    message: Some(NOT_APPROVABLE.to_owned()),
+                }
+            }
+        })
+        .collect()
+}
+
+fn not_interactive() -> Decision {
+    Decision::Reject {
+        message: Some(NOT_INTERACTIVE.to_owned()),
+    }
+}
+
+/// A line from `input` without its line ending; `None` at the end of input.
+fn read_line(input: &mut impl BufRead) -> std::io::Result<Option<String>> {
+    let mut line = String::new();
+    if input.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    Ok(Some(line.trim_end_matches(['\r', '\n']).to_owned()))
+}
+
+/// Asks about each action on `out`, reading the answers from `input`: approve, edit (the
+/// arguments as one line of JSON), reject (with an optional reason) or respond (an answer in
+/// place of the call), offering only what the action allows. The end of input rejects the
+/// actions still open.
+pub fn prompt(
+    actions: &[PendingAction],
+    input: &mut impl BufRead,
+    out: &mut impl Write,
+) -> std::io::Result<Vec<Decision>> {
     let mut decisions = Vec::with_capacity(actions.len());
-    let mut stderr = std::io::stderr();
     for action in actions {
         let shown = describe(action);
-        writeln!(stderr, "\n{}{}: {shown}", origin(action), action.name)?;
+        writeln!(out, "\n{}{}: {shown}", origin(action), action.name)?;
         if let Some(description) = &action.description {
-            writeln!(stderr, "  {description}")?;
+            writeln!(out, "  {description}")?;
         }
-        let decision = loop {
-            write!(stderr, "  approve? [y]es / [n]o / [r]espond instead: ")?;
-            stderr.flush()?;
-            let mut line = String::new();
-            if stdin.lock().read_line(&mut line)? == 0 {
-                break Decision::Reject {
-                    message: Some(NOT_INTERACTIVE.to_owned()),
-                };
-            }
-            match line.trim() {
-                "y" | "yes" | "" => break Decision::Approve,
-                "n" | "no" => {
-                    write!(stderr, "  reason (optional): ")?;
-                    stderr.flush()?;
-                    let mut reason = String::new();
-                    stdin.lock().read_line(&mut reason)?;
-                    let reason = reason.trim();
-                    break Decision::Reject {
-                        message: (!reason.is_empty()).then(|| reason.to_owned()),
-                    };
-                }
-                "r" | "respond" => {
-                    write!(stderr, "  answer for the agent: ")?;
-                    stderr.flush()?;
-                    let mut answer = String::new();
-                    stdin.lock().read_line(&mut answer)?;
-                    break Decision::Respond {
-                        message: answer.trim().to_owned(),
-                    };
-                }
-                _ => continue,
-            }
-        };
-        decisions.push(decision);
+        match decide_one(action, input, out)? {
+            Some(decision) => decisions.push(decision),
+            None => break,
+        }
+    }
+    // Input ended: nobody is left to answer.
+    while decisions.len() < actions.len() {
+        decisions.push(not_interactive());
     }
     Ok(decisions)
+}
+
+/// The decision about one action; `None` when the input ended first.
+fn decide_one(
+    action: &PendingAction,
+    input: &mut impl BufRead,
+    out: &mut impl Write,
+) -> std::io::Result<Option<Decision>> {
+    let allows = |kind| action.allowed.contains(&kind);
+    let choices: Vec<&str> = [
+        (DecisionKind::Approve, "[y]es"),
+        (DecisionKind::Edit, "[e]dit"),
+        (DecisionKind::Reject, "[n]o"),
+        (DecisionKind::Respond, "[r]espond instead"),
+    ]
+    .into_iter()
+    .filter(|(kind, _)| allows(*kind))
+    .map(|(_, label)| label)
+    .collect();
+    if choices.is_empty() {
+        // A rule that allows nothing: the run reports it when the decision is applied.
+        return Ok(Some(Decision::Reject { message: None }));
+    }
+    loop {
+        write!(out, "  approve? {}: ", choices.join(" / "))?;
+        out.flush()?;
+        let Some(line) = read_line(input)? else {
+            return Ok(None);
+        };
+        let kind = match line.trim() {
+            "y" | "yes" | "" => DecisionKind::Approve,
+            "e" | "edit" => DecisionKind::Edit,
+            "n" | "no" => DecisionKind::Reject,
+            "r" | "respond" => DecisionKind::Respond,
+            _ => continue,
+        };
+        if !allows(kind) {
+            writeln!(out, "  not allowed for this call")?;
+            continue;
+        }
+        let decision = match kind {
+            DecisionKind::Approve => Some(Decision::Approve),
+            DecisionKind::Edit => match edit(action, input, out)? {
+                Edited::Arguments(arguments) => Some(Decision::Edit { arguments }),
+                Edited::Cancelled => continue,
+                Edited::EndOfInput => None,
+            },
+            DecisionKind::Reject => {
+                write!(out, "  reason (optional): ")?;
+                out.flush()?;
+                let reason = read_line(input)?.unwrap_or_default();
+                let reason = reason.trim();
+                Some(Decision::Reject {
+                    message: (!reason.is_empty()).then(|| reason.to_owned()),
+                })
+            }
+            DecisionKind::Respond => loop {
+                write!(out, "  answer for the agent: ")?;
+                out.flush()?;
+                match read_line(input)? {
+                    None => break None,
+                    Some(answer) if answer.trim().is_empty() => continue,
+                    Some(answer) => {
+                        break Some(Decision::Respond {
+                            message: answer.trim().to_owned(),
+                        });
+                    }
+                }
+            },
+        };
+        return Ok(decision);
+    }
+}
+
+enum Edited {
+    Arguments(serde_json::Value),
+    /// An empty line: back to the choice.
+    Cancelled,
+    EndOfInput,
+}
+
+/// Shows the call's arguments as one line of JSON and reads their replacement, asking again
+/// until it is a valid JSON object.
+fn edit(
+    action: &PendingAction,
+    input: &mut impl BufRead,
+    out: &mut impl Write,
+) -> std::io::Result<Edited> {
+    writeln!(out, "  arguments: {}", action.arguments)?;
+    loop {
+        write!(
+            out,
+            "  new arguments (one line of JSON; empty to go back): "
+        )?;
+        out.flush()?;
+        let Some(line) = read_line(input)? else {
+            return Ok(Edited::EndOfInput);
+        };
+        if line.trim().is_empty() {
+            return Ok(Edited::Cancelled);
+        }
+        match serde_json::from_str::<serde_json::Value>(&line) {
+            Ok(arguments) if arguments.is_object() => return Ok(Edited::Arguments(arguments)),
+            Ok(_) => writeln!(
+                out,
+                "  the arguments must be a JSON object, like {{\"command\": \"ls\"}}; try again"
+            )?,
+            Err(error) => writeln!(out, "  not valid JSON ({error}); try again")?,
+        }
+    }
 }
 
 /// Which subagent asks, for calls made inside one: "[general-purpose] ", nested ones joined
@@ -123,5 +250,132 @@ fn describe(action: &PendingAction) -> String {
             out
         }
         _ => action.arguments.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn action(allowed: &[DecisionKind]) -> PendingAction {
+        PendingAction {
+            call_id: "c1".into(),
+            name: "execute".into(),
+            arguments: json!({"command": "rm -rf build"}),
+            description: Some("A shell command wants to run.".into()),
+            allowed: allowed.to_vec(),
+            path: vec![],
+        }
+    }
+
+    fn all() -> PendingAction {
+        action(&execute_config().allowed)
+    }
+
+    /// The decisions for `actions` given the typed `input`, and what the prompt printed.
+    fn run(actions: &[PendingAction], input: &str) -> (Vec<Decision>, String) {
+        let mut out = Vec::new();
+        let decisions = prompt(actions, &mut input.as_bytes(), &mut out).unwrap();
+        (decisions, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn approve_with_y_or_enter() {
+        let (decisions, out) = run(&[all(), all()], "y\n\n");
+        assert_eq!(decisions, [Decision::Approve, Decision::Approve]);
+        assert!(out.contains("$ rm -rf build"), "{out}");
+        assert!(
+            out.contains("[y]es / [e]dit / [n]o / [r]espond instead"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn edit_takes_a_json_line_and_asks_again_until_it_is_a_valid_object() {
+        let (decisions, out) = run(
+            &[all()],
+            "e\n{\"command\": \"rm -rf build\n[1, 2]\n{\"command\": \"rm -rf build/tmp\"}\n",
+        );
+        assert_eq!(
+            decisions,
+            [Decision::Edit {
+                arguments: json!({"command": "rm -rf build/tmp"})
+            }]
+        );
+        assert!(
+            out.contains(r#"arguments: {"command":"rm -rf build"}"#),
+            "shows the arguments as JSON: {out}"
+        );
+        assert!(out.contains("not valid JSON"), "{out}");
+        assert!(out.contains("must be a JSON object"), "{out}");
+        assert_eq!(out.matches("new arguments").count(), 3, "{out}");
+    }
+
+    #[test]
+    fn an_empty_edit_goes_back_to_the_choice() {
+        let (decisions, _) = run(&[all()], "e\n\nn\n\n");
+        assert_eq!(decisions, [Decision::Reject { message: None }]);
+    }
+
+    #[test]
+    fn reject_with_and_without_a_reason() {
+        let (decisions, _) = run(&[all(), all()], "n\ntoo risky\nno\n\n");
+        assert_eq!(
+            decisions,
+            [
+                Decision::Reject {
+                    message: Some("too risky".into())
+                },
+                Decision::Reject { message: None }
+            ]
+        );
+    }
+
+    #[test]
+    fn respond_answers_in_place_of_the_call_and_needs_an_answer() {
+        let (decisions, out) = run(&[all()], "r\n\nuse the file tools instead\n");
+        assert_eq!(
+            decisions,
+            [Decision::Respond {
+                message: "use the file tools instead".into()
+            }]
+        );
+        assert_eq!(out.matches("answer for the agent").count(), 2, "{out}");
+    }
+
+    #[test]
+    fn unknown_and_disallowed_answers_ask_again() {
+        let limited = action(&[DecisionKind::Approve, DecisionKind::Reject]);
+        let (decisions, out) = run(&[limited], "maybe\ne\nr\ny\n");
+        assert_eq!(decisions, [Decision::Approve]);
+        assert!(out.contains("approve? [y]es / [n]o: "), "{out}");
+        assert_eq!(out.matches("not allowed for this call").count(), 2, "{out}");
+        assert_eq!(out.matches("approve?").count(), 4, "{out}");
+    }
+
+    #[test]
+    fn the_end_of_input_rejects_what_is_still_open() {
+        let (decisions, _) = run(&[all(), all(), all()], "y\ne\n");
+        assert_eq!(decisions[0], Decision::Approve);
+        for decision in &decisions[1..] {
+            let Decision::Reject {
+                message: Some(message),
+            } = decision
+            else {
+                panic!("{decision:?}");
+            };
+            assert!(message.contains("nobody can approve it"), "{message}");
+        }
+        assert_eq!(decisions.len(), 3);
+    }
+
+    #[test]
+    fn auto_approve_approves_everything_it_may() {
+        let decisions = approve_all(&[all(), action(&[DecisionKind::Reject])]);
+        assert_eq!(decisions[0], Decision::Approve);
+        assert!(
+            matches!(&decisions[1], Decision::Reject { message: Some(m) } if m.contains("may not be approved"))
+        );
     }
 }

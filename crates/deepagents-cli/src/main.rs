@@ -2,6 +2,7 @@
 
 mod agents;
 mod approvals;
+mod config;
 mod progress;
 mod threads;
 mod workspace;
@@ -34,17 +35,26 @@ enum Command {
 #[derive(Args)]
 struct RunArgs {
     /// The model as provider:model, e.g. `anthropic:claude-sonnet-4-5`, `openai:gpt-5`,
-    /// `replay:session.json` or `scripted:examples/scripts/plan.json`.
+    /// `replay:session.json` or `scripted:examples/scripts/plan.json`. Beats
+    /// DEEPAGENTS_MODEL, which beats `model` in the config file.
     #[arg(long, env = "DEEPAGENTS_MODEL")]
     model: Option<String>,
-    /// The provider's endpoint, e.g. `http://127.0.0.1:8000/v1`; beats `*_BASE_URL` variables.
+    /// The config file (TOML: `model`, `[providers.NAME]` base_url and max_retries,
+    /// `[models."provider:model"]` context_window and max_output_tokens). Default:
+    /// ~/.deepagents/config.toml, skipped when missing; a file named here must exist.
+    /// Flags beat environment variables, which beat the file, which beats built-in defaults.
+    #[arg(long, value_name = "FILE", env = "DEEPAGENTS_CONFIG")]
+    config: Option<std::path::PathBuf>,
+    /// The provider's endpoint, e.g. `http://127.0.0.1:8000/v1`. Beats the provider's
+    /// `*_BASE_URL` variable, which beats `base_url` in the config file.
     #[arg(long, value_name = "URL")]
     base_url: Option<String>,
     /// Record every request and response exchanged with the provider to this cassette file
     /// (API keys are never written); play it back with `--model replay:PATH`.
     #[arg(long, value_name = "PATH")]
     record: Option<std::path::PathBuf>,
-    /// Retries of a failed model request (rate limits, server errors, broken connections).
+    /// Retries of a failed model request (rate limits, server errors, broken connections);
+    /// beats `max_retries` in the config file (default 2).
     #[arg(long, value_name = "N")]
     max_retries: Option<u32>,
     /// Ask the model to reason (think) first, at this effort: low, medium or high.
@@ -81,15 +91,16 @@ struct RunArgs {
     /// ones and over ~/.deepagents/agent/skills, .deepagents/skills and .agents/skills.
     #[arg(long = "skills", value_name = "DIR")]
     skill_dirs: Vec<std::path::PathBuf>,
-    /// The model's context window in tokens, overriding its profile (try a small window on any
-    /// model).
+    /// The model's context window in tokens, overriding its profile and `context_window` in
+    /// the config file (try a small window on any model).
     #[arg(long, value_name = "N")]
     max_input_tokens: Option<u64>,
     /// Offer the compact_conversation tool, so the model can summarize its history on demand.
     #[arg(long)]
     compact_tool: bool,
-    /// Run shell commands without asking. Otherwise each `execute` call asks on a terminal, and
-    /// is refused (with a message the model sees) when nobody can answer.
+    /// Approve every call that would wait for approval: shell commands, calls that permission
+    /// rules in `interrupt` mode hold, and those of subagents. Otherwise each asks on a
+    /// terminal, and is refused (with a message the model sees) when nobody can answer.
     #[arg(long)]
     auto_approve: bool,
     /// Continue (or, after a crash or Ctrl-C, resume) this conversation thread; it is
@@ -158,12 +169,13 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if task.as_deref().is_none_or(|t| t.trim().is_empty()) && args.thread.is_none() {
         bail!("the task is empty; pass it as an argument or on stdin with `-`");
     }
-    let Some(spec) = args.model else {
+    let config = config::load(args.config.as_deref())?;
+    let Some(spec) = args.model.or_else(|| config.model.clone()) else {
         bail!(
-            "no model given; pass --model provider:model or set DEEPAGENTS_MODEL (offline: --model scripted:PATH)"
+            "no model given; pass --model provider:model, set DEEPAGENTS_MODEL or `model` in ~/.deepagents/config.toml (offline: --model scripted:PATH)"
         );
     };
-    let options = models::ModelOptions {
+    let mut options = models::ModelOptions {
         base_url: args.base_url,
         record: args.record,
         max_retries: args.max_retries,
@@ -174,6 +186,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }),
         ..models::ModelOptions::default()
     };
+    config.apply(&spec, &mut options);
     let model = models::from_spec_with(&spec, &options)?;
     let mut builder = Agent::builder(model)
         .todos(args.todos)
@@ -188,7 +201,9 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.permissions {
         builder = builder.permissions(workspace::permissions(path)?);
     }
-    if !args.auto_approve {
+    // `execute` is offered only by a backend with a shell; the builder refuses interrupts
+    // for tools that are not offered.
+    if !args.auto_approve && workspace.backend.as_sandbox().is_some() {
         builder = builder.interrupt_on("execute", approvals::execute_config());
     }
     if let Some(tokens) = args.max_input_tokens {
@@ -255,7 +270,11 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
             return Ok(ExitCode::FAILURE);
         };
-        let decisions = approvals::ask(actions)?;
+        let decisions = if args.auto_approve {
+            approvals::approve_all(actions)
+        } else {
+            approvals::ask(actions)?
+        };
         // A checkpointed run continues from what the store holds, so nothing is written twice.
         let mut next = match &options.checkpoint {
             Some(checkpoint) => {

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod backends;
+mod config;
 mod providers;
 mod run;
 mod subagents;
@@ -12,6 +13,7 @@ mod threads;
 pub fn bin() -> std::process::Command {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_deepagents"));
     command.env_remove("DEEPAGENTS_MODEL");
+    command.env_remove("DEEPAGENTS_CONFIG");
     command.env(
         "DEEPAGENTS_DATA_DIR",
         std::env::temp_dir().join("deepagents-cli-tests"),

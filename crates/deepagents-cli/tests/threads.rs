@@ -167,7 +167,6 @@ fn sigkill_at_random_moments_never_corrupts_a_thread_on_postgres() {
 
 fn kill_loop(database: &Database, prefix: &str) {
     let work = tempfile::tempdir().unwrap();
-    let root = tempfile::tempdir().unwrap();
     let steps = 12;
     let mut turns: Vec<Value> = (0..steps)
         .map(|i| {
@@ -185,6 +184,8 @@ fn kill_loop(database: &Database, prefix: &str) {
     while kills < 50 {
         threads += 1;
         let thread = format!("{prefix}-crash-{threads}");
+        // Each thread's commands append to the log.txt of its own workspace.
+        let root = tempfile::tempdir().unwrap();
         let mut first = true;
         loop {
             let mut command = bin();
@@ -229,13 +230,60 @@ fn kill_loop(database: &Database, prefix: &str) {
             );
             break;
         }
-        check_consistent(database, &thread);
+        let run = check_consistent(database, &thread);
+        check_side_effects(&run, &thread, &root.path().join("log.txt"), steps);
     }
     assert!(kills >= 50);
 }
 
+/// Every command that reported success wrote its line exactly once; a command reported as
+/// interrupted by a kill wrote it at most once; no command ran twice.
+fn check_side_effects(run: &deepagents::Run, thread: &str, log: &Path, steps: usize) {
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    let mut written = vec![0usize; steps];
+    for line in log.lines() {
+        let step: usize = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{thread}: stray line {line:?} in log.txt:\n{log}"));
+        assert!(step < steps, "{thread}: stray line {line:?} in log.txt");
+        written[step] += 1;
+    }
+    for (step, times) in written.iter().enumerate() {
+        let id = format!("x{step}");
+        let results: Vec<&deepagents::ToolResult> = run
+            .state
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool(result) if result.tool_call_id == id => Some(result),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(results.len(), 1, "{thread}: call {id} has one result");
+        let text = Message::Tool(results[0].clone()).text();
+        if text.starts_with("Interrupted") {
+            assert!(
+                *times <= 1,
+                "{thread}: interrupted step {step} wrote {times} lines:\n{log}"
+            );
+        } else {
+            assert_eq!(
+                results[0].status,
+                deepagents::ToolStatus::Ok,
+                "{thread}: {id}: {text}"
+            );
+            assert!(text.contains("[Exit code 0]"), "{thread}: {id}: {text}");
+            assert_eq!(
+                *times, 1,
+                "{thread}: step {step} succeeded, so its line is in log.txt exactly once:\n{log}"
+            );
+        }
+    }
+}
+
 /// Every tool call has exactly one result, results follow their call, and the run ended.
-fn check_consistent(database: &Database, thread: &str) {
+fn check_consistent(database: &Database, thread: &str) -> deepagents::Run {
     let run = database.load(thread).unwrap();
     let messages = &run.state.messages;
     let mut open: Vec<String> = Vec::new();
@@ -270,5 +318,93 @@ fn check_consistent(database: &Database, thread: &str) {
         messages.last().unwrap().text(),
         "all steps done",
         "{thread} did not finish"
+    );
+    run
+}
+
+/// `--auto-approve` approves every pause, not only shell commands: calls held by permission
+/// rules in `interrupt` mode run too, with and without a thread; without the flag a
+/// non-interactive run refuses them.
+#[test]
+fn auto_approve_approves_permission_rule_interrupts_too() {
+    let data = tempfile::tempdir().unwrap();
+    let model = write_script(
+        data.path(),
+        &json!({"turns": [
+            {"tool_calls": [
+                {"id": "w", "name": "write_file", "args": {"file_path": "/guarded/plan.md", "content": "v1\n"}},
+                {"id": "x", "name": "execute", "args": {"command": "echo ran > ran.txt"}}
+            ]},
+            {"text": "done"}
+        ]}),
+    );
+    let rules = data.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[[rules]]\noperations = [\"write\"]\npaths = [\"/guarded/**\"]\nmode = \"interrupt\"\n",
+    )
+    .unwrap();
+    let run = |root: &Path, extra: &[&str]| {
+        let output = bin()
+            .args(["run", "--json", "--backend", "shell", "--model", &model])
+            .arg("--permissions")
+            .arg(&rules)
+            .arg("--root")
+            .arg(root)
+            .args(extra)
+            .arg("go")
+            .env("DEEPAGENTS_DATA_DIR", data.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        assert!(
+            output.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        assert_eq!(last["type"], "final", "{stdout}");
+        assert_eq!(last["text"], "done", "{stdout}");
+        stdout
+    };
+
+    let refused = tempfile::tempdir().unwrap();
+    let stdout = run(refused.path(), &[]);
+    assert!(stdout.contains("nobody can approve it here"), "{stdout}");
+    assert!(!refused.path().join("guarded/plan.md").exists());
+    assert!(!refused.path().join("ran.txt").exists());
+
+    for extra in [
+        &["--auto-approve"][..],
+        &["--auto-approve", "--thread", "auto"],
+    ] {
+        let root = tempfile::tempdir().unwrap();
+        let stdout = run(root.path(), extra);
+        assert!(!stdout.contains("nobody can approve it here"), "{stdout}");
+        assert_eq!(
+            std::fs::read_to_string(root.path().join("guarded/plan.md")).unwrap(),
+            "v1\n",
+            "{extra:?}: the held write ran"
+        );
+        assert!(root.path().join("ran.txt").exists(), "{extra:?}: {stdout}");
+    }
+    let stored = Database::Sqlite(data.path().to_owned())
+        .load("auto")
+        .unwrap();
+    let results: Vec<_> = stored
+        .state
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(result) => Some(result),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "each call answered once in the thread");
+    assert!(
+        results
+            .iter()
+            .all(|r| r.status == deepagents::ToolStatus::Ok),
+        "{results:?}"
     );
 }

@@ -113,6 +113,15 @@ pub enum CheckpointError {
         /// What was asked for.
         what: String,
     },
+    /// A fork's target thread already exists: forking never writes into a thread that has
+    /// checkpoints.
+    #[error(
+        "thread `{thread_id}` already exists; fork into a new thread id, or delete `{thread_id}` first"
+    )]
+    AlreadyExists {
+        /// The existing thread.
+        thread_id: String,
+    },
     /// The storage failed or holds data this build cannot read.
     #[error("checkpoint storage error: {0}")]
     Storage(String),
@@ -142,22 +151,42 @@ pub trait Checkpointer: Send + Sync {
     /// Removes a thread; returns whether it existed.
     async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError>;
 
-    /// Starts `new_thread` from checkpoint `at` of `thread_id`.
+    /// Starts `new_thread` from checkpoint `at` of `thread_id`. Refuses
+    /// ([`CheckpointError::AlreadyExists`]) when `new_thread` already has checkpoints, so a
+    /// fork never appends onto another conversation.
+    ///
+    /// The default checks and then appends, which leaves a window in which a concurrent writer
+    /// could create `new_thread`; stores shared between processes override it to check and
+    /// write in one transaction.
     async fn fork(
         &self,
         thread_id: &str,
         at: u64,
         new_thread: &str,
     ) -> Result<(), CheckpointError> {
-        let run =
-            self.load(thread_id, Some(at))
-                .await?
-                .ok_or_else(|| CheckpointError::NotFound {
-                    what: format!("{at} in thread `{thread_id}`"),
-                })?;
+        let run = load_at(self, thread_id, at).await?;
+        if !self.checkpoints(new_thread).await?.is_empty() {
+            return Err(CheckpointError::AlreadyExists {
+                thread_id: new_thread.to_owned(),
+            });
+        }
         self.append(new_thread, &RunDelta::full(&run), &run).await?;
         Ok(())
     }
+}
+
+/// The run at checkpoint `at` of `thread_id`, or [`CheckpointError::NotFound`].
+async fn load_at<C: Checkpointer + ?Sized>(
+    checkpointer: &C,
+    thread_id: &str,
+    at: u64,
+) -> Result<Run, CheckpointError> {
+    checkpointer
+        .load(thread_id, Some(at))
+        .await?
+        .ok_or_else(|| CheckpointError::NotFound {
+            what: format!("{at} in thread `{thread_id}`"),
+        })
 }
 
 /// Checkpoints in process memory, for tests and short-lived programs.
@@ -249,5 +278,57 @@ impl Checkpointer for InMemoryCheckpointer {
     async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError> {
         let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(threads.remove(thread_id).is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_with(messages: &[&str]) -> Run {
+        let mut run = Run::default();
+        for text in messages {
+            run.state.messages.push(Message::user(*text));
+        }
+        run
+    }
+
+    #[tokio::test]
+    async fn fork_refuses_a_target_thread_that_exists_and_leaves_it_unchanged() {
+        let store = InMemoryCheckpointer::new();
+        let source = run_with(&["a", "b"]);
+        store
+            .append("source", &RunDelta::full(&source), &source)
+            .await
+            .unwrap();
+        let other = run_with(&["other"]);
+        store
+            .append("taken", &RunDelta::full(&other), &other)
+            .await
+            .unwrap();
+
+        let error = store.fork("source", 1, "taken").await.unwrap_err();
+        assert_eq!(
+            error,
+            CheckpointError::AlreadyExists {
+                thread_id: "taken".into()
+            }
+        );
+        assert!(error.to_string().contains("new thread id"), "{error}");
+        assert_eq!(store.checkpoints("taken").await.unwrap().len(), 1);
+        assert_eq!(store.load("taken", None).await.unwrap().unwrap(), other);
+        // Forking a thread onto itself is the same mistake.
+        assert!(matches!(
+            store.fork("source", 1, "source").await,
+            Err(CheckpointError::AlreadyExists { .. })
+        ));
+        assert_eq!(store.checkpoints("source").await.unwrap().len(), 1);
+
+        store.fork("source", 1, "fresh").await.unwrap();
+        assert_eq!(store.load("fresh", None).await.unwrap().unwrap(), source);
+        // A deleted thread's id is free again.
+        assert!(store.delete_thread("taken").await.unwrap());
+        store.fork("source", 1, "taken").await.unwrap();
+        assert_eq!(store.load("taken", None).await.unwrap().unwrap(), source);
     }
 }

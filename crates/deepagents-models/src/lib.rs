@@ -33,5 +33,7 @@ pub use profiles::profile_for;
 pub use provider::ReasoningEffort;
 pub use scripted::{ScriptError, ScriptedModel};
 #[cfg(feature = "providers")]
-pub use spec::{ModelOptions, from_spec_with};
+pub use spec::{
+    ModelOptions, ProviderVariables, from_spec_with, provider_names, provider_variables,
+};
 pub use spec::{SpecError, from_spec};

@@ -29,7 +29,8 @@ use async_trait::async_trait;
 use deepagents_core::ContentBlock;
 use deepagents_core::message::{AssistantMessage, Message, ToolCall, Usage};
 use deepagents_core::model::{
-    Model, ModelError, ModelRequest, ModelResponse, ModelStream, StopReason, StreamEvent,
+    Model, ModelError, ModelProfile, ModelRequest, ModelResponse, ModelStream, StopReason,
+    StreamEvent,
 };
 use futures::stream;
 use serde::Deserialize;
@@ -148,6 +149,7 @@ pub struct ScriptedModel {
     script: Script,
     /// Error turns already served, as (conversation, turn); the default conversation is last.
     errors_served: Mutex<HashSet<(usize, usize)>>,
+    profile: Option<ModelProfile>,
 }
 
 impl ScriptedModel {
@@ -201,7 +203,16 @@ impl ScriptedModel {
             source: path.to_owned(),
             errors_served: Mutex::new(HashSet::new()),
             script,
+            profile: None,
         })
+    }
+
+    /// Reports these limits as the model's profile (none by default), so context management
+    /// sees the window a real model would have.
+    #[must_use]
+    pub fn with_profile(mut self, profile: ModelProfile) -> Self {
+        self.profile = Some(profile);
+        self
     }
 
     fn respond(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
@@ -393,6 +404,10 @@ fn estimate_usage(request: &ModelRequest, answer: &AssistantMessage) -> Usage {
 impl Model for ScriptedModel {
     fn id(&self) -> &str {
         &self.id
+    }
+
+    fn profile(&self) -> Option<ModelProfile> {
+        self.profile
     }
 
     async fn generate(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {

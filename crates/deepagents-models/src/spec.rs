@@ -139,7 +139,8 @@ mod with_providers {
         pub max_retries: Option<u32>,
         /// Timeouts and retry policy.
         pub http: Option<HttpConfig>,
-        /// Context window and output limits, for models the built-in table does not know.
+        /// Context window and output limits, replacing the built-in table's entry (a scripted
+        /// model reports them as its profile).
         pub profile: Option<ModelProfile>,
         /// Turn Anthropic prompt caching off (on by default).
         pub disable_prompt_caching: bool,
@@ -265,6 +266,34 @@ mod with_providers {
         },
     ];
 
+    /// The environment variables a provider reads, for front ends that layer settings of
+    /// their own beneath them.
+    #[derive(Clone, Copy, Debug)]
+    #[non_exhaustive]
+    pub struct ProviderVariables {
+        /// Variables that may hold the base URL; the first one set wins.
+        pub base_url: &'static [&'static str],
+        /// Variables that may hold the API key; the first one set wins.
+        pub api_key: &'static [&'static str],
+    }
+
+    /// The environment variables of an HTTP provider (`openai`, `anthropic`, `vllm`, …), or
+    /// `None` when no such provider exists.
+    pub fn provider_variables(provider: &str) -> Option<ProviderVariables> {
+        PROVIDERS
+            .iter()
+            .find(|p| p.name == provider)
+            .map(|p| ProviderVariables {
+                base_url: p.base_url_vars,
+                api_key: p.key_vars,
+            })
+    }
+
+    /// The names of the HTTP providers `from_spec_with` resolves (not `scripted` or `replay`).
+    pub fn provider_names() -> impl Iterator<Item = &'static str> {
+        PROVIDERS.iter().map(|p| p.name)
+    }
+
     fn env(name: &str) -> Option<String> {
         std::env::var(name).ok().filter(|v| !v.trim().is_empty())
     }
@@ -277,7 +306,13 @@ mod with_providers {
             });
         };
         match name {
-            "scripted" => return Ok(Arc::new(ScriptedModel::from_file(model)?)),
+            "scripted" => {
+                let scripted = ScriptedModel::from_file(model)?;
+                return Ok(Arc::new(match options.profile {
+                    Some(profile) => scripted.with_profile(profile),
+                    None => scripted,
+                }));
+            }
             "replay" => return replay(model, options),
             _ => {}
         }

@@ -1,13 +1,16 @@
 //! Checkpoint cost as a thread grows: bytes and time per step at steps 10, 100 and 1,000
 //! (they must stay flat), and the time to load a 1,000-step thread. Runs the real driver with a
-//! SQLite checkpointer. Run with `cargo bench -p deepagents --features sqlite --bench checkpoints`.
+//! SQLite checkpointer and, when `DEEPAGENTS_BENCH_POSTGRES_URL` (or
+//! `DEEPAGENTS_TEST_POSTGRES_URL`) names a server, a PostgreSQL one (in the schema
+//! `deepagents_bench`), and prints them side by side. Run with
+//! `cargo bench -p deepagents --features sqlite --bench checkpoints`.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use deepagents::backends::SqliteStore;
+use deepagents::backends::{PostgresStore, SqliteStore};
 use deepagents::core::message::{AssistantMessage, ToolCall};
 use deepagents::core::{
     CheckpointError, CheckpointInfo, ModelResponse, RunDelta, StopReason, ThreadInfo,
@@ -91,47 +94,49 @@ impl Checkpointer for Measured {
     }
 }
 
-fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
+/// What one checkpointer measured.
+struct Measurement {
+    name: &'static str,
+    checkpoints: usize,
+    total: Duration,
+    /// Per window of steps: delta bytes and append µs per checkpoint.
+    windows: Vec<(f64, f64)>,
+    messages: usize,
+    /// Median of five loads of the whole thread.
+    load: Duration,
+}
+
+const WINDOWS: [(usize, usize); 3] = [(1, 10), (91, 100), (991, 1_000)];
+
+async fn measure(name: &'static str, store: Arc<dyn Checkpointer>) -> Measurement {
+    store.delete_thread("bench").await.unwrap();
+    let measured = Arc::new(Measured {
+        inner: store.clone(),
+        writes: Mutex::new(Vec::new()),
+    });
+    let agent = Agent::builder(Arc::new(BenchModel))
+        .max_turns(u32::MAX)
+        .summarization(false)
+        .general_purpose_subagent(false)
         .build()
         .unwrap();
-    runtime.block_on(async {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path().join("bench.db"))
-            .await
-            .unwrap();
-        let measured = Arc::new(Measured {
-            inner: Arc::new(store.checkpointer()),
-            writes: Mutex::new(Vec::new()),
-        });
-        let agent = Agent::builder(Arc::new(BenchModel))
-            .max_turns(u32::MAX)
-            .summarization(false)
-            .general_purpose_subagent(false)
-            .build()
-            .unwrap();
-        let (run, checkpoint) = open_thread(measured.clone(), "bench", Some("go".into()))
-            .await
-            .unwrap();
-        let options = RunOptions {
-            checkpoint: Some(checkpoint),
-            ..RunOptions::default()
-        };
-        let started = Instant::now();
-        agent
-            .run(run, options, deepagents::EventSink::discard())
-            .await
-            .unwrap();
-        let total = started.elapsed();
-        let writes = measured.writes.lock().unwrap().clone();
-        println!(
-            "{STEPS}-step run with SQLite checkpoints: {} checkpoints in {:.2} s",
-            writes.len(),
-            total.as_secs_f64()
-        );
-        println!("steps      delta bytes/checkpoint   append µs/checkpoint");
-        for (from, to) in [(1, 10), (91, 100), (991, 1_000)] {
+    let (run, checkpoint) = open_thread(measured.clone(), "bench", Some("go".into()))
+        .await
+        .unwrap();
+    let options = RunOptions {
+        checkpoint: Some(checkpoint),
+        ..RunOptions::default()
+    };
+    let started = Instant::now();
+    agent
+        .run(run, options, deepagents::EventSink::discard())
+        .await
+        .unwrap();
+    let total = started.elapsed();
+    let writes = measured.writes.lock().unwrap().clone();
+    let windows = WINDOWS
+        .iter()
+        .map(|&(from, to)| {
             let window: Vec<_> = writes
                 .iter()
                 .filter(|(s, _, _)| (from..=to).contains(s))
@@ -140,19 +145,90 @@ fn main() {
                 window.iter().map(|(_, b, _)| *b).sum::<usize>() as f64 / window.len() as f64;
             let micros = window.iter().map(|(_, _, d)| d.as_micros()).sum::<u128>() as f64
                 / window.len() as f64;
-            println!("{from:>4}-{to:<5}  {bytes:>21.0}   {micros:>20.0}");
-        }
+            (bytes, micros)
+        })
+        .collect();
+    let mut loads = Vec::new();
+    let mut messages = 0;
+    for _ in 0..5 {
         let start = Instant::now();
-        let loaded = store
-            .checkpointer()
-            .load("bench", None)
+        let loaded = store.load("bench", None).await.unwrap().unwrap();
+        loads.push(start.elapsed());
+        messages = loaded.state.messages.len();
+    }
+    loads.sort();
+    store.delete_thread("bench").await.unwrap();
+    Measurement {
+        name,
+        checkpoints: writes.len(),
+        total,
+        windows,
+        messages,
+        load: loads[2],
+    }
+}
+
+fn postgres_url() -> Option<String> {
+    [
+        "DEEPAGENTS_BENCH_POSTGRES_URL",
+        "DEEPAGENTS_TEST_POSTGRES_URL",
+    ]
+    .iter()
+    .find_map(|var| std::env::var(var).ok().filter(|url| !url.trim().is_empty()))
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = SqliteStore::open(dir.path().join("bench.db"))
             .await
-            .unwrap()
             .unwrap();
-        println!(
-            "load of the {}-message thread: {:.1} ms",
-            loaded.state.messages.len(),
-            start.elapsed().as_secs_f64() * 1e3
-        );
+        let mut results = vec![measure("SQLite", Arc::new(sqlite.checkpointer())).await];
+        match postgres_url() {
+            Some(url) => {
+                let postgres = PostgresStore::connect_in_schema(&url, "deepagents_bench")
+                    .await
+                    .unwrap();
+                results.push(measure("PostgreSQL", Arc::new(postgres.checkpointer())).await);
+            }
+            None => println!(
+                "PostgreSQL: skipped (set DEEPAGENTS_BENCH_POSTGRES_URL to postgres://user@host:port/db)"
+            ),
+        }
+        for m in &results {
+            println!(
+                "{STEPS}-step run with {} checkpoints: {} checkpoints in {:.2} s",
+                m.name,
+                m.checkpoints,
+                m.total.as_secs_f64()
+            );
+        }
+        let mut header = format!("{:<11}  {:>22}", "steps", "delta bytes/checkpoint");
+        for m in &results {
+            let label = format!("{} append µs/checkpoint", m.name);
+            header.push_str(&format!("  {label:>31}"));
+        }
+        println!("{header}");
+        for (i, (from, to)) in WINDOWS.iter().enumerate() {
+            let steps = format!("{from}-{to}");
+            let bytes = results[0].windows[i].0;
+            let mut line = format!("{steps:<11}  {bytes:>22.0}");
+            for m in &results {
+                line.push_str(&format!("  {:>31.0}", m.windows[i].1));
+            }
+            println!("{line}");
+        }
+        for m in &results {
+            println!(
+                "{}: load of the {}-message thread: {:.1} ms (median of 5)",
+                m.name,
+                m.messages,
+                m.load.as_secs_f64() * 1e3
+            );
+        }
     });
 }

@@ -4,14 +4,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deepagents_core::{
-    DynTool, Model, ModelSettings, Reducer, Run, RuntimeContext, StateError, StateSchema, Tool,
-    TypedTool,
+    CheckpointError, CheckpointInfo, Checkpointer, DynTool, Model, ModelSettings, Reducer, Run,
+    RuntimeContext, StateError, StateSchema, Tool, TypedTool,
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::InterruptConfig;
+use crate::approval::{Decision, InterruptConfig, PendingAction};
 use crate::context::FALLBACK_CONTEXT_TOKENS;
-use crate::error::RunFailure;
+use crate::error::{RunError, RunFailure};
 use crate::journal::Checkpointing;
 use crate::middleware::Registered;
 use crate::middleware::{
@@ -27,12 +27,22 @@ use crate::subagents::{
     DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_DEPTH, GENERAL_PURPOSE, GENERAL_PURPOSE_DESCRIPTION,
     GENERAL_PURPOSE_PROMPT, SubAgent, SubAgentKind,
 };
-use deepagents_backends::{Backend, PermissionedBackend, Permissions, StateBackend};
+use deepagents_backends::{
+    Backend, CompositeBackend, PermissionedBackend, Permissions, StateBackend, Store, StoreBackend,
+    VPath,
+};
 use deepagents_core::EventSink;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Model calls a run may make per user input unless [`AgentBuilder::max_turns`] says otherwise.
 pub const DEFAULT_MAX_TURNS: u32 = 100;
+
+/// Where [`AgentBuilder::store`] mounts long-term memory.
+pub const MEMORIES_PREFIX: &str = "/memories/";
+
+/// The [`Store`] namespace of the files under [`MEMORIES_PREFIX`] when
+/// [`AgentBuilder::store`] mounts them.
+pub const MEMORIES_NAMESPACE: &str = "memories";
 
 /// A built agent: immutable, cheap to clone, safe to share between tasks and runs.
 #[derive(Clone)]
@@ -56,6 +66,8 @@ pub(crate) struct AgentInner {
     /// Custom keys declared with [`AgentBuilder::state_value`] (not private): the values a
     /// subagent run receives from its parent.
     pub(crate) shared_keys: BTreeSet<String>,
+    /// Where threads are saved ([`AgentBuilder::checkpointer`]).
+    pub(crate) checkpointer: Option<Arc<dyn Checkpointer>>,
 }
 
 /// Per-run options.
@@ -140,6 +152,20 @@ pub enum BuildError {
     /// Custom state declarations disagree.
     #[error(transparent)]
     State(#[from] StateError),
+    /// [`AgentBuilder::interrupt_on`] names a tool the agent does not offer.
+    #[error(
+        "interrupt_on names tool `{tool}`, which this agent does not offer; offered tools: {}",
+        offered.join(", ")
+    )]
+    UnknownInterruptTool {
+        /// The tool named.
+        tool: String,
+        /// The tools the agent offers, in order.
+        offered: Vec<String>,
+    },
+    /// The long-term store could not be mounted at [`MEMORIES_PREFIX`].
+    #[error("cannot mount the store at {MEMORIES_PREFIX}: {0}")]
+    Store(String),
 }
 
 /// Configures an [`Agent`]. Every setting has a default:
@@ -163,6 +189,14 @@ pub enum BuildError {
 /// | middleware | built-ins, then the user's |
 /// | model settings | the provider's defaults |
 /// | max turns | [`DEFAULT_MAX_TURNS`] model calls per user input |
+/// | interrupts | none: no call waits for approval (permission rules in `interrupt` mode add some) |
+/// | checkpointer | none: runs are not saved and [`Agent::thread`] is refused |
+/// | store | none: `/memories/` is an ordinary path of the backend |
+///
+/// [`build`](AgentBuilder::build) refuses invalid combinations with a [`BuildError`]: duplicate
+/// tool, middleware or subagent names, `max_turns(0)`, permissions with the file tools off,
+/// `compact_tool` without summarization, an interrupt for a tool that is not offered, invalid
+/// memory or skills paths and an unusable response format.
 pub struct AgentBuilder {
     name: String,
     model: Arc<dyn Model>,
@@ -192,6 +226,11 @@ pub struct AgentBuilder {
     compact_tool: bool,
     remote_subagents: Vec<RemoteSubAgent>,
     interrupts: BTreeMap<String, InterruptConfig>,
+    /// Interrupts a subagent inherits from its parent: unlike its own, those for tools it does
+    /// not offer are dropped, not refused.
+    inherited_interrupts: BTreeMap<String, InterruptConfig>,
+    checkpointer: Option<Arc<dyn Checkpointer>>,
+    store: Option<Arc<dyn Store>>,
 }
 
 impl Agent {
@@ -226,6 +265,9 @@ impl Agent {
             compact_tool: false,
             remote_subagents: Vec::new(),
             interrupts: BTreeMap::new(),
+            inherited_interrupts: BTreeMap::new(),
+            checkpointer: None,
+            store: None,
         }
     }
 
@@ -283,6 +325,198 @@ impl Agent {
     ) -> Result<RunOutput, RunFailure> {
         crate::driver::drive(&self.inner, run, &options, &events).await
     }
+
+    /// The checkpointer threads are saved in ([`AgentBuilder::checkpointer`]).
+    pub fn checkpointer(&self) -> Option<&Arc<dyn Checkpointer>> {
+        self.inner.checkpointer.as_ref()
+    }
+
+    /// A handle on thread `thread_id` of the agent's checkpointer: a conversation that goes on
+    /// across calls (and restarts), checkpointed after every step. Nothing is read until a
+    /// method of the handle is called; an unknown thread starts empty. Fails with
+    /// [`ThreadError::NoCheckpointer`] when the agent was built without
+    /// [`AgentBuilder::checkpointer`].
+    pub fn thread(&self, thread_id: impl Into<String>) -> Result<Thread, ThreadError> {
+        let checkpointer = self
+            .inner
+            .checkpointer
+            .clone()
+            .ok_or(ThreadError::NoCheckpointer)?;
+        Ok(Thread {
+            agent: self.clone(),
+            checkpointer,
+            id: thread_id.into(),
+            options: RunOptions::default(),
+        })
+    }
+}
+
+/// Why a [`Thread`] could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ThreadError {
+    /// The agent has no checkpointer.
+    #[error(
+        "this agent has no checkpointer, so it cannot keep threads; build it with AgentBuilder::checkpointer"
+    )]
+    NoCheckpointer,
+}
+
+/// One conversation of an agent, saved in its checkpointer ([`Agent::thread`]). Every run
+/// through the handle loads the thread's latest checkpoint, continues it and checkpoints it
+/// after every step, so handles are cheap and need not be kept: two handles on one thread id
+/// see the same conversation. Runs of one thread should not overlap.
+#[derive(Clone)]
+pub struct Thread {
+    agent: Agent,
+    checkpointer: Arc<dyn Checkpointer>,
+    id: String,
+    options: RunOptions,
+}
+
+impl std::fmt::Debug for Thread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Thread")
+            .field("agent", &self.agent.name())
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A run that could not start because its thread did not load.
+fn not_loaded(error: CheckpointError) -> RunFailure {
+    RunFailure {
+        error: RunError::Checkpoint(error),
+        run: Box::default(),
+    }
+}
+
+impl Thread {
+    /// The thread id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Options for the runs of this handle: runtime context, cancellation, grace period
+    /// (default [`RunOptions::default`]). Their `checkpoint` is replaced by this thread's.
+    /// Every run of the handle shares the cancellation token, so once cancelled it stops them
+    /// all; give the handle new options to run again.
+    pub fn with_options(mut self, options: RunOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Loads the thread (appending `input` as user input, if any) under its checkpointing.
+    async fn open(&self, input: Option<String>) -> Result<(Run, RunOptions), CheckpointError> {
+        let (run, checkpoint) =
+            crate::journal::open_thread(Arc::clone(&self.checkpointer), &self.id, input).await?;
+        let options = RunOptions {
+            checkpoint: Some(checkpoint),
+            ..self.options.clone()
+        };
+        Ok((run, options))
+    }
+
+    /// Adds `input` to the conversation and runs until the final answer.
+    pub async fn invoke(&self, input: impl Into<String>) -> Result<RunOutput, RunFailure> {
+        self.invoke_with(Some(input.into()), EventSink::discard())
+            .await
+    }
+
+    /// Like [`invoke`](Self::invoke), sending events to `events`; with `input` `None`, like
+    /// [`resume`](Self::resume).
+    pub async fn invoke_with(
+        &self,
+        input: Option<String>,
+        events: EventSink,
+    ) -> Result<RunOutput, RunFailure> {
+        let (run, options) = self.open(input).await.map_err(not_loaded)?;
+        self.agent.run(run, options, events).await
+    }
+
+    /// Adds `input` to the conversation and runs it on a background task, streaming events.
+    /// Fails before the run starts when the thread cannot be loaded.
+    pub async fn stream(&self, input: impl Into<String>) -> Result<RunStream, CheckpointError> {
+        let (run, options) = self.open(Some(input.into())).await?;
+        Ok(self.agent.stream_run(run, options))
+    }
+
+    /// Continues the thread without new input: a run stopped by a crash, a cancellation or an
+    /// error goes on from its latest checkpoint (see the crash settlement of in-flight calls in
+    /// [`IN_FLIGHT_KEY`](crate::IN_FLIGHT_KEY)). A paused run stays paused until
+    /// [`decide`](Self::decide).
+    pub async fn resume(&self) -> Result<RunOutput, RunFailure> {
+        self.invoke_with(None, EventSink::discard()).await
+    }
+
+    /// Answers a pause: one decision per [`pending`](Self::pending) action, in order (see
+    /// [`crate::decide`]), then continues the run. Invalid decisions fail with
+    /// [`RunError::InvalidDecision`] and change nothing.
+    pub async fn decide(&self, decisions: Vec<Decision>) -> Result<RunOutput, RunFailure> {
+        self.decide_with(decisions, EventSink::discard()).await
+    }
+
+    /// Like [`decide`](Self::decide), sending events to `events`.
+    pub async fn decide_with(
+        &self,
+        decisions: Vec<Decision>,
+        events: EventSink,
+    ) -> Result<RunOutput, RunFailure> {
+        let (mut run, options) = self.open(None).await.map_err(not_loaded)?;
+        if let Err(error) = crate::approval::decide(&mut run, decisions) {
+            return Err(RunFailure {
+                error,
+                run: Box::new(run),
+            });
+        }
+        self.agent.run(run, options, events).await
+    }
+
+    /// The actions the thread's run waits on (empty when it is not paused or does not exist).
+    pub async fn pending(&self) -> Result<Vec<PendingAction>, CheckpointError> {
+        Ok(self
+            .state()
+            .await?
+            .map(|run| crate::approval::pending_actions(&run))
+            .unwrap_or_default())
+    }
+
+    /// The thread's latest run; `None` when it does not exist yet.
+    pub async fn state(&self) -> Result<Option<Run>, CheckpointError> {
+        self.checkpointer.load(&self.id, None).await
+    }
+
+    /// The thread's checkpoints, oldest first; load one with [`state_at`](Self::state_at).
+    pub async fn history(&self) -> Result<Vec<CheckpointInfo>, CheckpointError> {
+        self.checkpointer.checkpoints(&self.id).await
+    }
+
+    /// The run at checkpoint `checkpoint`; `None` for an unknown thread.
+    pub async fn state_at(&self, checkpoint: u64) -> Result<Option<Run>, CheckpointError> {
+        self.checkpointer.load(&self.id, Some(checkpoint)).await
+    }
+}
+
+/// Mounts a [`StoreBackend`] over `store` at [`MEMORIES_PREFIX`] on top of `backend`, unless
+/// `backend` already routes that prefix or a path below it.
+fn mount_memories(
+    backend: Arc<dyn Backend>,
+    store: &Arc<dyn Store>,
+) -> Result<Arc<dyn Backend>, BuildError> {
+    let prefix = VPath::parse(MEMORIES_PREFIX)?;
+    let routed = backend
+        .path_mappings()
+        .iter()
+        .any(|mapping| !mapping.prefix.is_root() && mapping.prefix.starts_with(&prefix));
+    if routed {
+        return Ok(backend);
+    }
+    let memories = StoreBackend::new(Arc::clone(store))
+        .with_namespace(|_| vec![MEMORIES_NAMESPACE.to_owned()]);
+    let composite = CompositeBackend::new(backend)
+        .route(MEMORIES_PREFIX, Arc::new(memories))
+        .map_err(|e| BuildError::Store(e.to_string()))?;
+    Ok(Arc::new(composite))
 }
 
 impl AgentBuilder {
@@ -451,8 +685,36 @@ impl AgentBuilder {
     /// given here wins. Subagents built from a spec inherit them; when a subagent pauses, this
     /// agent's run pauses too, with the subagent's actions marked by
     /// [`PendingAction::path`](crate::PendingAction::path), and resumes it where it stopped.
+    ///
+    /// `tool` must be a tool the agent offers (its own, a built-in one, or one of its
+    /// middleware); [`build`](Self::build) refuses any other with
+    /// [`BuildError::UnknownInterruptTool`]. `execute` is offered only when the backend has a
+    /// shell ([`Backend::as_sandbox`]).
     pub fn interrupt_on(mut self, tool: impl Into<String>, config: InterruptConfig) -> Self {
         self.interrupts.insert(tool.into(), config);
+        self
+    }
+
+    /// Where threads are saved: with it, [`Agent::thread`] gives a [`Thread`] handle that
+    /// continues a conversation, pauses and resumes it across restarts. Runs started with
+    /// [`Agent::invoke`], [`Agent::stream`] or [`Agent::run`] are still not saved unless their
+    /// [`RunOptions::checkpoint`] says so. Subagents' runs live inside their parent's, so they
+    /// need none.
+    pub fn checkpointer(mut self, checkpointer: Arc<dyn Checkpointer>) -> Self {
+        self.checkpointer = Some(checkpointer);
+        self
+    }
+
+    /// Long-term memory shared by every thread: files under [`MEMORIES_PREFIX`] (`/memories/`)
+    /// are kept in `store` (a [`StoreBackend`] in namespace `["memories"]`,
+    /// [`MEMORIES_NAMESPACE`]) mounted on top of the backend with a [`CompositeBackend`];
+    /// everything else stays on the backend. Subagents see the same mount. When the backend
+    /// already routes `/memories/` (or a path below it) somewhere of its own, as its
+    /// [`Backend::path_mappings`] show, it is left as it is and the store is not mounted.
+    /// Permission rules apply to the memories like to any other path. Combine with
+    /// [`memory`](Self::memory)(`["/memories/AGENTS.md"]`) to show a memory file in the prompt.
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
         self
     }
 
@@ -532,7 +794,14 @@ impl AgentBuilder {
                     builder.middleware = spec.middleware;
                     builder.permissions = spec.permissions.or_else(|| self.permissions.clone());
                     builder.response_format = spec.response_format;
-                    builder.interrupts = spec.interrupts.unwrap_or_else(|| self.interrupts.clone());
+                    match spec.interrupts {
+                        Some(own) => builder.interrupts = own,
+                        // Inherited interrupts for tools this subagent lacks are dropped.
+                        None => {
+                            builder.inherited_interrupts = self.inherited_interrupts.clone();
+                            builder.inherited_interrupts.extend(self.interrupts.clone());
+                        }
+                    }
                     builder.skills = spec.skills;
                     // Inherited tools may update the parent's custom keys.
                     builder.state_values = self.state_values.clone();
@@ -575,16 +844,22 @@ impl AgentBuilder {
         if self.permissions.is_some() && !self.file_tools {
             return Err(BuildError::PermissionsWithoutFiles);
         }
-        let mut interrupts = self
+        // Interrupts implied by permission rules and inherited ones apply to the tools offered;
+        // the user's own must name one.
+        let mut implied = self
             .permissions
             .as_ref()
             .map(crate::approval::from_permissions)
             .unwrap_or_default();
-        interrupts.extend(self.interrupts.clone());
-        let raw_backend: Arc<dyn Backend> = self
+        implied.extend(self.inherited_interrupts.clone());
+        let explicit = self.interrupts.clone();
+        let mut raw_backend: Arc<dyn Backend> = self
             .backend
             .clone()
             .unwrap_or_else(|| Arc::new(StateBackend::default()));
+        if let Some(store) = &self.store {
+            raw_backend = mount_memories(raw_backend, store)?;
+        }
         let subagents = if self.general_purpose || !self.subagents.is_empty() {
             Some(self.build_subagents(&raw_backend)?)
         } else {
@@ -689,8 +964,17 @@ impl AgentBuilder {
             RegistryError::Duplicate(name) => BuildError::DuplicateTool(name),
             RegistryError::InvalidName(name) => BuildError::InvalidToolName(name),
         })?;
+        let offered = |name: &str| tools.specs().iter().any(|spec| spec.name == name);
+        if let Some(tool) = explicit.keys().find(|name| !offered(name)) {
+            return Err(BuildError::UnknownInterruptTool {
+                tool: tool.clone(),
+                offered: tools.specs().iter().map(|spec| spec.name.clone()).collect(),
+            });
+        }
         // A call to a tool that is not offered is answered as unknown, never held for approval.
-        interrupts.retain(|name, _| tools.specs().iter().any(|spec| &spec.name == name));
+        implied.retain(|name, _| offered(name));
+        let mut interrupts = implied;
+        interrupts.extend(explicit);
         Ok(Agent {
             inner: Arc::new(AgentInner {
                 name: self.name,
@@ -704,6 +988,7 @@ impl AgentBuilder {
                 response_format,
                 interrupts,
                 shared_keys,
+                checkpointer: self.checkpointer,
             }),
         })
     }

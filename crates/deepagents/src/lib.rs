@@ -25,7 +25,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The run itself is [`Run`](deepagents_core::Run), plain serializable data; this crate's driver
+//! The run itself is [`Run`], plain serializable data; this crate's driver
 //! performs the model calls and tool executions it asks for. See `docs/ARCHITECTURE.md`.
 
 mod agent;
@@ -41,7 +41,10 @@ mod stream;
 pub mod subagents;
 mod tools;
 
-pub use agent::{Agent, AgentBuilder, BuildError, DEFAULT_MAX_TURNS, RunOptions, RunOutput};
+pub use agent::{
+    Agent, AgentBuilder, BuildError, DEFAULT_MAX_TURNS, MEMORIES_NAMESPACE, MEMORIES_PREFIX,
+    RunOptions, RunOutput, Thread, ThreadError,
+};
 pub use approval::{
     Decision, DecisionKind, InterruptConfig, PendingAction, decide, pending_actions,
 };

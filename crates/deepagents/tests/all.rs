@@ -4,6 +4,7 @@
 mod support;
 
 mod approval;
+mod builder;
 mod cancellation;
 mod context;
 mod errors;

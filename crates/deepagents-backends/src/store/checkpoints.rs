@@ -31,13 +31,15 @@ fn storage(error: impl std::fmt::Display) -> CheckpointError {
     CheckpointError::Storage(error.to_string())
 }
 
-#[async_trait]
-impl Checkpointer for SqliteCheckpointer {
-    async fn append(
+impl SqliteCheckpointer {
+    /// Appends `delta` as the thread's next checkpoint; with `new_thread`, refuses a thread
+    /// that already has checkpoints. One write transaction, so the check holds at the insert.
+    async fn write(
         &self,
         thread_id: &str,
         delta: &RunDelta,
         run: &Run,
+        new_thread: bool,
     ) -> Result<u64, CheckpointError> {
         let delta_json = serde_json::to_string(delta).map_err(storage)?;
         let mut conn = self.store.pool.acquire().await.map_err(storage)?;
@@ -53,6 +55,11 @@ impl Checkpointer for SqliteCheckpointer {
             .fetch_one(&mut *conn)
             .await
             .map_err(storage)?;
+            if new_thread && last > 0 {
+                return Err(CheckpointError::AlreadyExists {
+                    thread_id: thread_id.to_owned(),
+                });
+            }
             let id = last + 1;
             let snapshot = if id % SNAPSHOT_EVERY == 0 {
                 Some(serde_json::to_string(run).map_err(storage)?)
@@ -85,6 +92,37 @@ impl Checkpointer for SqliteCheckpointer {
             .await
             .map_err(storage)?;
         Ok(u64::try_from(written?).unwrap_or(0))
+    }
+}
+
+#[async_trait]
+impl Checkpointer for SqliteCheckpointer {
+    async fn append(
+        &self,
+        thread_id: &str,
+        delta: &RunDelta,
+        run: &Run,
+    ) -> Result<u64, CheckpointError> {
+        self.write(thread_id, delta, run, false).await
+    }
+
+    /// Checks that `new_thread` is absent and writes its first checkpoint in one transaction,
+    /// so two forks into the same id cannot both succeed.
+    async fn fork(
+        &self,
+        thread_id: &str,
+        at: u64,
+        new_thread: &str,
+    ) -> Result<(), CheckpointError> {
+        let run =
+            self.load(thread_id, Some(at))
+                .await?
+                .ok_or_else(|| CheckpointError::NotFound {
+                    what: format!("{at} in thread `{thread_id}`"),
+                })?;
+        self.write(new_thread, &RunDelta::full(&run), &run, true)
+            .await?;
+        Ok(())
     }
 
     async fn load(&self, thread_id: &str, at: Option<u64>) -> Result<Option<Run>, CheckpointError> {

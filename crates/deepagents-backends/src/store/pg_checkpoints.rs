@@ -34,13 +34,16 @@ fn storage(error: impl std::fmt::Display) -> CheckpointError {
     CheckpointError::Storage(error.to_string())
 }
 
-#[async_trait]
-impl Checkpointer for PostgresCheckpointer {
-    async fn append(
+impl PostgresCheckpointer {
+    /// Appends `delta` as the thread's next checkpoint; with `new_thread`, refuses a thread
+    /// that already has checkpoints. One transaction under the thread's lock, so the check
+    /// holds at the insert.
+    async fn write(
         &self,
         thread_id: &str,
         delta: &RunDelta,
         run: &Run,
+        new_thread: bool,
     ) -> Result<u64, CheckpointError> {
         let delta_json = serde_json::to_string(delta).map_err(storage)?;
         let mut tx = self.store.pool.begin().await.map_err(storage)?;
@@ -58,6 +61,11 @@ impl Checkpointer for PostgresCheckpointer {
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(storage)?;
+        if new_thread && last > 0 {
+            return Err(CheckpointError::AlreadyExists {
+                thread_id: thread_id.to_owned(),
+            });
+        }
         let id = last + 1;
         let snapshot = if id % SNAPSHOT_EVERY == 0 {
             Some(serde_json::to_string(run).map_err(storage)?)
@@ -80,13 +88,55 @@ impl Checkpointer for PostgresCheckpointer {
         tx.commit().await.map_err(storage)?;
         Ok(u64::try_from(id).unwrap_or(0))
     }
+}
+
+#[async_trait]
+impl Checkpointer for PostgresCheckpointer {
+    async fn append(
+        &self,
+        thread_id: &str,
+        delta: &RunDelta,
+        run: &Run,
+    ) -> Result<u64, CheckpointError> {
+        self.write(thread_id, delta, run, false).await
+    }
+
+    /// Checks that `new_thread` is absent and writes its first checkpoint under the thread's
+    /// append lock, so two forks into the same id cannot both succeed.
+    async fn fork(
+        &self,
+        thread_id: &str,
+        at: u64,
+        new_thread: &str,
+    ) -> Result<(), CheckpointError> {
+        let run =
+            self.load(thread_id, Some(at))
+                .await?
+                .ok_or_else(|| CheckpointError::NotFound {
+                    what: format!("{at} in thread `{thread_id}`"),
+                })?;
+        self.write(new_thread, &RunDelta::full(&run), &run, true)
+            .await?;
+        Ok(())
+    }
 
     async fn load(&self, thread_id: &str, at: Option<u64>) -> Result<Option<Run>, CheckpointError> {
-        let pool = &self.store.pool;
+        let mut tx = self.store.pool.begin().await.map_err(storage)?;
+        // The thread's lock, shared: an append still committing — typically one whose process
+        // was killed after it sent COMMIT, which the server completes on its own time — holds
+        // it until its row is visible. Reading without it could return the thread as it was
+        // before that checkpoint, and a run resumed from there would append on top of it
+        // again (duplicated turns and results). It also keeps the reads below consistent.
+        sqlx::query("SELECT pg_advisory_xact_lock_shared($1, hashtext($2))")
+            .bind(APPEND_LOCK_CLASS)
+            .bind(thread_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(storage)?;
         let last: i64 =
             sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM checkpoints WHERE thread_id = $1")
                 .bind(thread_id)
-                .fetch_one(pool)
+                .fetch_one(&mut *tx)
                 .await
                 .map_err(storage)?;
         if last == 0 {
@@ -111,7 +161,7 @@ impl Checkpointer for PostgresCheckpointer {
         )
         .bind(thread_id)
         .bind(target)
-        .fetch_optional(pool)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(storage)?;
         let (mut run, from) = match base {
@@ -128,9 +178,10 @@ impl Checkpointer for PostgresCheckpointer {
         .bind(thread_id)
         .bind(from)
         .bind(target)
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await
         .map_err(storage)?;
+        tx.commit().await.map_err(storage)?;
         for row in deltas {
             let delta: String = row.try_get("delta").map_err(storage)?;
             serde_json::from_str::<RunDelta>(&delta)

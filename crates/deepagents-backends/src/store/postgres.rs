@@ -121,14 +121,25 @@ impl PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(storage)?;
-        Self::migrate(&mut tx, schema).await?;
+        let location = format!(
+            "the PostgreSQL store at {host}:{port}/{database}{}",
+            schema
+                .map(|s| format!(" (schema `{s}`)"))
+                .unwrap_or_default()
+        );
+        Self::migrate(&mut tx, schema, &location).await?;
         tx.commit().await.map_err(storage)?;
         Ok(Self { pool })
     }
 
+    /// The schema version this build writes: the number of migrations it knows. A connected
+    /// database records it in its `deepagents_schema` table.
+    pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
     async fn migrate(
         conn: &mut sqlx::PgConnection,
         schema: Option<&str>,
+        location: &str,
     ) -> Result<(), StoreError> {
         if let Some(schema) = schema {
             // Validated by the caller: an identifier that needs no quoting beyond this.
@@ -145,17 +156,21 @@ impl PostgresStore {
             .fetch_one(&mut *conn)
             .await
             .map_err(storage)?;
-        let applied = usize::try_from(version.unwrap_or(0)).unwrap_or(0);
-        if applied > MIGRATIONS.len() {
-            return Err(StoreError::Storage(format!(
-                "the store's schema version {applied} is newer than this build knows ({}); upgrade deepagents",
-                MIGRATIONS.len()
+        let version = version.unwrap_or(0);
+        let Some(pending) = usize::try_from(version)
+            .ok()
+            .and_then(|applied| MIGRATIONS.get(applied..))
+        else {
+            return Err(StoreError::Storage(newer_schema(
+                location,
+                version,
+                MIGRATIONS.len(),
             )));
-        }
-        if applied == MIGRATIONS.len() {
+        };
+        if pending.is_empty() {
             return Ok(());
         }
-        for migration in &MIGRATIONS[applied..] {
+        for migration in pending {
             sqlx::query(migration)
                 .execute(&mut *conn)
                 .await
@@ -172,6 +187,16 @@ impl PostgresStore {
             .map_err(storage)?;
         Ok(())
     }
+}
+
+/// The refusal to open a database that a newer build migrated: this build cannot know what
+/// the newer schema means, so writing to it could corrupt it.
+fn newer_schema(what: &str, found: i64, known: usize) -> String {
+    format!(
+        "{what} has schema version {found}, but this build of deepagents knows versions up to {known}; \
+         it was written by a newer deepagents (or another program). Upgrade deepagents to use it, \
+         or point it at another database; it was left unchanged"
+    )
 }
 
 fn item(row: &PgRow) -> Result<StoreItem, StoreError> {

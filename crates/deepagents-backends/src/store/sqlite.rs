@@ -68,7 +68,7 @@ impl SqliteStore {
                     path.as_ref().display()
                 ))
             })?;
-        Self::migrated(pool).await
+        Self::migrated(pool, &path.as_ref().display().to_string()).await
     }
 
     /// A private in-memory database.
@@ -83,10 +83,14 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .map_err(storage)?;
-        Self::migrated(pool).await
+        Self::migrated(pool, ":memory:").await
     }
 
-    async fn migrated(pool: SqlitePool) -> Result<Self, StoreError> {
+    /// The schema version this build writes: the number of migrations it knows. An opened
+    /// database records it in `PRAGMA user_version`.
+    pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
+
+    async fn migrated(pool: SqlitePool, location: &str) -> Result<Self, StoreError> {
         let mut conn = pool.acquire().await.map_err(storage)?;
         // IMMEDIATE takes the write lock up front, so processes opening the store at once
         // queue on the busy timeout instead of failing on a lock upgrade.
@@ -94,7 +98,7 @@ impl SqliteStore {
             .execute(&mut *conn)
             .await
             .map_err(storage)?;
-        let migrated = Self::migrate(&mut conn).await;
+        let migrated = Self::migrate(&mut conn, location).await;
         let end = if migrated.is_ok() {
             "COMMIT"
         } else {
@@ -109,19 +113,25 @@ impl SqliteStore {
         Ok(Self { pool })
     }
 
-    async fn migrate(conn: &mut sqlx::SqliteConnection) -> Result<(), StoreError> {
+    async fn migrate(conn: &mut sqlx::SqliteConnection, location: &str) -> Result<(), StoreError> {
         let version: i64 = sqlx::query_scalar("PRAGMA user_version")
             .fetch_one(&mut *conn)
             .await
             .map_err(storage)?;
-        let applied = usize::try_from(version).unwrap_or(0);
-        if applied > MIGRATIONS.len() {
-            return Err(StoreError::Storage(format!(
-                "the store's schema version {applied} is newer than this build knows ({}); upgrade deepagents",
-                MIGRATIONS.len()
+        let Some(pending) = usize::try_from(version)
+            .ok()
+            .and_then(|applied| MIGRATIONS.get(applied..))
+        else {
+            return Err(StoreError::Storage(newer_schema(
+                &format!("the SQLite store {location}"),
+                version,
+                MIGRATIONS.len(),
             )));
+        };
+        if pending.is_empty() {
+            return Ok(());
         }
-        for migration in &MIGRATIONS[applied..] {
+        for migration in pending {
             sqlx::query(migration)
                 .execute(&mut *conn)
                 .await
@@ -133,6 +143,16 @@ impl SqliteStore {
             .map_err(storage)?;
         Ok(())
     }
+}
+
+/// The refusal to open a database that a newer build migrated: this build cannot know what
+/// the newer schema means, so writing to it could corrupt it.
+fn newer_schema(what: &str, found: i64, known: usize) -> String {
+    format!(
+        "{what} has schema version {found}, but this build of deepagents knows versions up to {known}; \
+         it was written by a newer deepagents (or another program). Upgrade deepagents to use it, \
+         or point it at another database; it was left unchanged"
+    )
 }
 
 fn item(row: &sqlx::sqlite::SqliteRow) -> Result<StoreItem, StoreError> {

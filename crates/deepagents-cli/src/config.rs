@@ -1,0 +1,288 @@
+//! The config file, `~/.deepagents/config.toml` (or `--config FILE`, `DEEPAGENTS_CONFIG`): the
+//! default model, each provider's endpoint and retries, and each model's limits.
+//!
+//! ```toml
+//! model = "anthropic:claude-sonnet-4-6"
+//!
+//! [providers.openai]
+//! base_url = "http://127.0.0.1:8000/v1"
+//! max_retries = 4
+//!
+//! [models."openai:my-finetune"]
+//! context_window = 32000
+//! max_output_tokens = 4096
+//! ```
+//!
+//! A flag beats an environment variable, which beats the file, which beats the built-in
+//! default. API keys are never read from the file, only from the environment.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, anyhow};
+use deepagents::core::ModelProfile;
+use deepagents::models::{self, ModelOptions};
+use serde::Deserialize;
+
+/// The output limit assumed when the config sets only a model's context window and the
+/// built-in table does not know the model.
+const FALLBACK_OUTPUT_TOKENS: u64 = 8_192;
+
+/// The config file, as read.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The default model spec; `--model` and `DEEPAGENTS_MODEL` beat it.
+    pub model: Option<String>,
+    /// Settings by provider name (`openai`, `anthropic`, `vllm`, …).
+    #[serde(default)]
+    providers: BTreeMap<String, toml::Spanned<ProviderConfig>>,
+    /// Limits by model spec (`openai:my-finetune`).
+    #[serde(default)]
+    models: BTreeMap<String, toml::Spanned<ModelConfig>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderConfig {
+    /// The endpoint; `--base-url` and the provider's `*_BASE_URL` variable beat it.
+    base_url: Option<String>,
+    /// Retries of a failed request; `--max-retries` beats it.
+    max_retries: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModelConfig {
+    /// The context window in tokens, replacing the profile's; `--max-input-tokens` beats it.
+    context_window: Option<u64>,
+    /// Most tokens of one answer, replacing the profile's.
+    max_output_tokens: Option<u64>,
+}
+
+/// The config file's default place: `~/.deepagents/config.toml`.
+fn default_path() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty())?;
+    Some(Path::new(&home).join(".deepagents/config.toml"))
+}
+
+/// Reads the config file: `explicit` (from `--config` or `DEEPAGENTS_CONFIG`), which must
+/// exist, else the default one, which may be missing.
+pub fn load(explicit: Option<&Path>) -> anyhow::Result<Config> {
+    let (path, text) = match explicit {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the config file {}", path.display()))?;
+            (path.to_owned(), text)
+        }
+        None => {
+            let Some(path) = default_path() else {
+                return Ok(Config::default());
+            };
+            match std::fs::read_to_string(&path) {
+                Ok(text) => (path, text),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Ok(Config::default());
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("cannot read the config file {}", path.display())));
+                }
+            }
+        }
+    };
+    parse(&text, &path)
+}
+
+/// Parses and checks a config file's text; errors name the file, the line and the key.
+fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
+    let config: Config = toml::from_str(text).map_err(|e| describe(&e, text, path))?;
+    let at = |span: std::ops::Range<usize>, message: String| {
+        let (line, key) = locate(text, span.start);
+        anyhow!("{}", located(path, line, None, key.as_deref(), &message))
+    };
+    for (name, provider) in &config.providers {
+        if models::provider_variables(name).is_none() {
+            let known: Vec<&str> = models::provider_names().collect();
+            return Err(at(
+                provider.span(),
+                format!(
+                    "unknown provider `{name}`; known providers: {}",
+                    known.join(", ")
+                ),
+            ));
+        }
+        if provider
+            .get_ref()
+            .base_url
+            .as_deref()
+            .is_some_and(|url| url.trim().is_empty())
+        {
+            return Err(at(provider.span(), "base_url is empty".to_owned()));
+        }
+    }
+    for (spec, limits) in &config.models {
+        if !spec.contains(':') {
+            return Err(at(
+                limits.span(),
+                format!("`{spec}` is not a model spec; write it as provider:model"),
+            ));
+        }
+        let limits = limits.get_ref();
+        if limits.context_window == Some(0) || limits.max_output_tokens == Some(0) {
+            return Err(at(
+                config.models[spec].span(),
+                "context_window and max_output_tokens must be above 0".to_owned(),
+            ));
+        }
+    }
+    Ok(config)
+}
+
+impl Config {
+    /// Fills in what the flags left unset: the provider's endpoint (unless its `*_BASE_URL`
+    /// variable is set, which beats the file), its retries, and the model's limits, merged
+    /// into the built-in profile.
+    pub fn apply(&self, spec: &str, options: &mut ModelOptions) {
+        let (provider, model) = spec.split_once(':').unwrap_or((spec, ""));
+        if let Some(settings) = self.providers.get(provider).map(toml::Spanned::get_ref) {
+            let env_has_url = models::provider_variables(provider).is_some_and(|vars| {
+                vars.base_url
+                    .iter()
+                    .any(|v| std::env::var(v).is_ok_and(|url| !url.trim().is_empty()))
+            });
+            if options.base_url.is_none() && !env_has_url {
+                options.base_url.clone_from(&settings.base_url);
+            }
+            if options.max_retries.is_none() {
+                options.max_retries = settings.max_retries;
+            }
+        }
+        if let Some(limits) = self.models.get(spec).map(toml::Spanned::get_ref)
+            && (limits.context_window.is_some() || limits.max_output_tokens.is_some())
+        {
+            let built_in = options.profile.or_else(|| models::profile_for(model));
+            options.profile = Some(ModelProfile {
+                max_input_tokens: limits
+                    .context_window
+                    .or(built_in.map(|p| p.max_input_tokens))
+                    .unwrap_or(deepagents::context::FALLBACK_CONTEXT_TOKENS),
+                max_output_tokens: limits
+                    .max_output_tokens
+                    .or(built_in.map(|p| p.max_output_tokens))
+                    .unwrap_or(FALLBACK_OUTPUT_TOKENS),
+            });
+        }
+    }
+}
+
+/// A TOML error as one line naming the file, the line and, when it can tell, the key.
+fn describe(error: &toml::de::Error, text: &str, path: &Path) -> anyhow::Error {
+    let message = error.message().trim();
+    let Some(span) = error.span() else {
+        return anyhow!("the config file {} is invalid: {message}", path.display());
+    };
+    let (line, key) = locate(text, span.start);
+    let column = text[..span.start]
+        .rsplit('\n')
+        .next()
+        .map_or(1, |before| before.chars().count() + 1);
+    if message.starts_with("unknown field `api_key`") {
+        let provider = key.as_deref().and_then(provider_of);
+        let variables = provider
+            .and_then(|p| models::provider_variables(&p))
+            .map(|vars| vars.api_key.join(" or "))
+            .filter(|vars| !vars.is_empty())
+            .unwrap_or_else(|| {
+                "the provider's key variable (e.g. OPENAI_API_KEY, ANTHROPIC_API_KEY)".to_owned()
+            });
+        let message = format!(
+            "API keys are never read from the config file; remove it and set {variables} in the environment"
+        );
+        return anyhow!("{}", located(path, line, None, key.as_deref(), &message));
+    }
+    anyhow!(
+        "{}",
+        located(path, line, Some(column), key.as_deref(), message)
+    )
+}
+
+fn located(
+    path: &Path,
+    line: usize,
+    column: Option<usize>,
+    key: Option<&str>,
+    message: &str,
+) -> String {
+    let mut place = format!("the config file {}, line {line}", path.display());
+    if let Some(column) = column.filter(|_| key.is_none()) {
+        place.push_str(&format!(", column {column}"));
+    }
+    if let Some(key) = key {
+        place.push_str(&format!(", key `{key}`"));
+    }
+    format!("{place}: {message}")
+}
+
+/// The 1-based line of `offset`, and the dotted key written there (with the table header
+/// above it), when the line holds one.
+fn locate(text: &str, offset: usize) -> (usize, Option<String>) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let mut lines = text
+        .lines()
+        .take(line)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev();
+    let current = lines.next().unwrap_or("").trim();
+    if let Some(header) = header(current) {
+        return (line, Some(header));
+    }
+    let key = until_unquoted(current, '=')
+        .map(str::trim)
+        .filter(|k| !k.is_empty());
+    let table = lines.find_map(|l| header(l.trim()));
+    let key = match (table, key) {
+        (Some(table), Some(key)) => Some(format!("{table}.{key}")),
+        (None, Some(key)) => Some(key.to_owned()),
+        (Some(table), None) => Some(table),
+        (None, None) => None,
+    };
+    (line, key)
+}
+
+/// `[a.b]` or `[[a.b]]` → `a.b`.
+fn header(line: &str) -> Option<String> {
+    let inner = line.strip_prefix('[')?;
+    let inner = inner.strip_prefix('[').unwrap_or(inner);
+    until_unquoted(inner, ']').map(|h| h.trim().to_owned())
+}
+
+/// The text before the first `stop` outside quotes, if there is one.
+fn until_unquoted(text: &str, stop: char) -> Option<&str> {
+    let mut quote = None;
+    for (i, c) in text.char_indices() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == '"' || c == '\'' => quote = Some(c),
+            None if c == stop => return Some(&text[..i]),
+            None if c == '#' => return None,
+            None => {}
+        }
+    }
+    None
+}
+
+/// The provider a key path belongs to: `providers.NAME.…` or `models."NAME:model".…`.
+fn provider_of(key: &str) -> Option<String> {
+    let unquote = |s: &str| s.trim().trim_matches(|c| c == '"' || c == '\'').to_owned();
+    if let Some(rest) = key.strip_prefix("providers.") {
+        return Some(unquote(until_unquoted(rest, '.').unwrap_or(rest)));
+    }
+    let rest = key.strip_prefix("models.")?;
+    let spec = unquote(until_unquoted(rest, '.').unwrap_or(rest));
+    spec.split_once(':')
+        .map(|(provider, _)| provider.to_owned())
+}

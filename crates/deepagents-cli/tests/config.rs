@@ -1,0 +1,456 @@
+//! `~/.deepagents/config.toml`, `--config` and `DEEPAGENTS_CONFIG`: the default model, provider
+//! endpoints and retries, model limits, and their precedence under flags and variables.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use crate::bin;
+
+/// A scratch home whose `.deepagents/config.toml` holds `config` (none when `None`).
+struct Home {
+    dir: tempfile::TempDir,
+}
+
+impl Home {
+    fn new(config: Option<&str>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        if let Some(config) = config {
+            std::fs::create_dir_all(dir.path().join(".deepagents")).unwrap();
+            std::fs::write(dir.path().join(".deepagents/config.toml"), config).unwrap();
+        }
+        Self { dir }
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.dir.path().join(".deepagents/config.toml")
+    }
+
+    /// `deepagents run --backend state …` with HOME here and no provider variables.
+    fn command(&self) -> Command {
+        let mut command = bin();
+        command.env("HOME", self.dir.path());
+        for var in [
+            "DEEPAGENTS_CONFIG",
+            "VLLM_BASE_URL",
+            "VLLM_API_KEY",
+            "ANTHROPIC_BASE_URL",
+        ] {
+            command.env_remove(var);
+        }
+        command.args(["run", "--backend", "state"]);
+        command
+    }
+}
+
+/// A script file answering `answer`, as a model spec.
+fn answering(dir: &Path, name: &str, answer: &str) -> String {
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, json!({"turns": [{"text": answer}]}).to_string()).unwrap();
+    format!("scripted:{}", path.display())
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).unwrap()
+}
+
+/// TOML's basic string for a path or spec.
+fn quoted(text: &str) -> String {
+    Value::String(text.to_owned()).to_string()
+}
+
+#[test]
+fn the_default_model_comes_from_the_config_file() {
+    let scripts = tempfile::tempdir().unwrap();
+    let spec = answering(scripts.path(), "config", "from the config");
+    let home = Home::new(Some(&format!("model = {}\n", quoted(&spec))));
+    let output = home.command().arg("go").output().unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(stdout(&output).trim(), "from the config");
+
+    // A missing default file is no error; the model must then come from elsewhere.
+    let empty = Home::new(None);
+    let output = empty.command().arg("go").output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("no model given"),
+        "{}",
+        stderr(&output)
+    );
+    let output = empty
+        .command()
+        .args(["--model", &spec, "go"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+}
+
+#[test]
+fn the_model_flag_beats_the_variable_which_beats_the_config_file() {
+    let scripts = tempfile::tempdir().unwrap();
+    let from_config = answering(scripts.path(), "config", "config");
+    let from_env = answering(scripts.path(), "env", "env");
+    let from_flag = answering(scripts.path(), "flag", "flag");
+    let home = Home::new(Some(&format!("model = {}\n", quoted(&from_config))));
+    let answer = |command: &mut Command| {
+        let output = command.arg("go").output().unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        stdout(&output).trim().to_owned()
+    };
+    assert_eq!(answer(&mut home.command()), "config");
+    assert_eq!(
+        answer(home.command().env("DEEPAGENTS_MODEL", &from_env)),
+        "env"
+    );
+    assert_eq!(
+        answer(
+            home.command()
+                .env("DEEPAGENTS_MODEL", &from_env)
+                .args(["--model", &from_flag])
+        ),
+        "flag"
+    );
+}
+
+#[test]
+fn config_and_deepagents_config_name_another_file_which_must_exist() {
+    let scripts = tempfile::tempdir().unwrap();
+    let spec = answering(scripts.path(), "elsewhere", "elsewhere");
+    let default = answering(scripts.path(), "default", "default");
+    let home = Home::new(Some(&format!("model = {}\n", quoted(&default))));
+    let other = scripts.path().join("other.toml");
+    std::fs::write(&other, format!("model = {}\n", quoted(&spec))).unwrap();
+
+    for command in [
+        home.command().arg("--config").arg(&other),
+        home.command().env("DEEPAGENTS_CONFIG", &other),
+    ] {
+        let output = command.arg("go").output().unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        assert_eq!(stdout(&output).trim(), "elsewhere");
+    }
+
+    let missing = scripts.path().join("missing.toml");
+    for command in [
+        home.command().arg("--config").arg(&missing),
+        home.command().env("DEEPAGENTS_CONFIG", &missing),
+    ] {
+        let output = command.arg("go").output().unwrap();
+        assert_eq!(output.status.code(), Some(1));
+        let error = stderr(&output);
+        assert!(error.contains("cannot read the config file"), "{error}");
+        assert!(error.contains(&missing.display().to_string()), "{error}");
+    }
+}
+
+/// Runs with a config file holding `config` and returns the one-line error.
+fn config_error(config: &str) -> (Home, String) {
+    let scripts = tempfile::tempdir().unwrap();
+    let spec = answering(scripts.path(), "unused", "unused");
+    let home = Home::new(Some(config));
+    let output = home
+        .command()
+        .args(["--model", &spec, "go"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+    assert!(stdout(&output).is_empty());
+    let error = stderr(&output);
+    assert!(
+        error.contains(&home.config_path().display().to_string()),
+        "{error}"
+    );
+    assert_eq!(error.lines().count(), 1, "{error}");
+    (home, error)
+}
+
+#[test]
+fn a_malformed_file_is_an_error_naming_the_file_and_line() {
+    let (_home, error) = config_error("model = \"a:b\"\n\n[providers.vllm\nbase_url = 1\n");
+    assert!(error.contains(", line 3"), "{error}");
+
+    let (_home, error) = config_error("[providers.vllm]\nmax_retries = \"four\"\n");
+    assert!(
+        error.contains("line 2, key `providers.vllm.max_retries`"),
+        "{error}"
+    );
+    assert!(error.contains("expected u32"), "{error}");
+}
+
+#[test]
+fn unknown_keys_are_refused_with_the_known_ones() {
+    let (_home, error) = config_error("model = \"a:b\"\n[providers.vllm]\nbase_ur = \"x\"\n");
+    assert!(
+        error.contains("line 3, key `providers.vllm.base_ur`: unknown field `base_ur`, expected `base_url` or `max_retries`"),
+        "{error}"
+    );
+
+    let (_home, error) = config_error("modle = \"a:b\"\n");
+    assert!(error.contains("line 1, key `modle`"), "{error}");
+    assert!(
+        error.contains("expected one of `model`, `providers`, `models`"),
+        "{error}"
+    );
+
+    let (_home, error) = config_error("[models.\"vllm:m\"]\ncontext = 1\n");
+    assert!(
+        error.contains("expected `context_window` or `max_output_tokens`"),
+        "{error}"
+    );
+
+    let (_home, error) = config_error("[providers.opanai]\nbase_url = \"x\"\n");
+    assert!(
+        error.contains("line 1, key `providers.opanai`: unknown provider `opanai`"),
+        "{error}"
+    );
+    assert!(error.contains("openai, openai_chat, anthropic"), "{error}");
+}
+
+#[test]
+fn an_api_key_in_the_file_is_refused_pointing_at_the_variable() {
+    let (_home, error) = config_error("[providers.anthropic]\napi_key = \"sk-ant-secret\"\n");
+    assert!(
+        error.contains("line 2, key `providers.anthropic.api_key`"),
+        "{error}"
+    );
+    assert!(error.contains("set ANTHROPIC_API_KEY"), "{error}");
+    assert!(!error.contains("sk-ant-secret"), "{error}");
+
+    let (_home, error) =
+        config_error("[models.\"google_genai:gemini-2.5-pro\"]\napi_key = \"k\"\n");
+    assert!(
+        error.contains("set GOOGLE_API_KEY or GEMINI_API_KEY"),
+        "{error}"
+    );
+
+    let (_home, error) = config_error("api_key = \"k\"\n");
+    assert!(error.contains("API keys are never read"), "{error}");
+}
+
+/// A tiny Chat Completions server answering `answer` to every request (or `status` with an
+/// error body when that is not 200); keeps the request bodies.
+struct Stub {
+    url: String,
+    bodies: Arc<Mutex<Vec<Value>>>,
+}
+
+fn stub(answer: &'static str, status: u16) -> Stub {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let _ = answer_one(stream, answer, status, &seen);
+        }
+    });
+    Stub { url, bodies }
+}
+
+fn answer_one(
+    stream: TcpStream,
+    answer: &str,
+    status: u16,
+    seen: &Mutex<Vec<Value>>,
+) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let streamed = body["stream"] == true;
+    seen.lock().unwrap().push(body);
+    let (content_type, payload) = if status != 200 {
+        (
+            "application/json",
+            json!({"error": {"type": "invalid_request_error", "message": "refused by the stub"}})
+                .to_string(),
+        )
+    } else if streamed {
+        let chunk = json!({"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]});
+        (
+            "text/event-stream",
+            format!("data: {chunk}\n\ndata: [DONE]\n\n"),
+        )
+    } else {
+        let body = json!({"id": "c1", "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]});
+        ("application/json", body.to_string())
+    };
+    let mut stream = stream;
+    write!(
+        stream,
+        "HTTP/1.1 {status} Stub\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+        payload.len()
+    )?;
+    stream.flush()
+}
+
+#[test]
+fn a_base_url_from_the_config_file_reaches_the_server_and_flag_and_variable_beat_it() {
+    let config = stub("config server", 200);
+    let env = stub("env server", 200);
+    let flag = stub("flag server", 200);
+    let home = Home::new(Some(&format!(
+        "model = \"vllm:tiny\"\n[providers.vllm]\nbase_url = {}\n",
+        quoted(&config.url)
+    )));
+    let answer = |command: &mut Command| {
+        let output = command.arg("hello").output().unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        stdout(&output).trim().to_owned()
+    };
+    assert_eq!(answer(&mut home.command()), "config server");
+    assert_eq!(config.bodies.lock().unwrap()[0]["model"], "tiny");
+    assert_eq!(
+        answer(home.command().env("VLLM_BASE_URL", &env.url)),
+        "env server"
+    );
+    assert_eq!(
+        answer(
+            home.command()
+                .env("VLLM_BASE_URL", &env.url)
+                .args(["--base-url", &flag.url])
+        ),
+        "flag server"
+    );
+    // A provider's settings apply to that provider only.
+    let other = home
+        .command()
+        .env("OPENAI_COMPATIBLE_BASE_URL", &env.url)
+        .args(["--model", "openai_compatible:tiny", "hello"])
+        .output()
+        .unwrap();
+    assert!(other.status.success(), "{}", stderr(&other));
+    assert_eq!(env.bodies.lock().unwrap().len(), 2);
+    assert_eq!(config.bodies.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn max_retries_from_the_config_file_yields_to_the_flag() {
+    let server = stub("", 500);
+    let home = Home::new(Some(&format!(
+        "[providers.vllm]\nbase_url = {}\nmax_retries = 1\n",
+        quoted(&server.url)
+    )));
+    let attempts = |extra: &[&str]| {
+        server.bodies.lock().unwrap().clear();
+        let output = home
+            .command()
+            .args(["--model", "vllm:tiny"])
+            .args(extra)
+            .arg("hello")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+        server.bodies.lock().unwrap().len()
+    };
+    assert_eq!(attempts(&[]), 2);
+    assert_eq!(attempts(&["--max-retries", "0"]), 1);
+}
+
+#[test]
+fn max_output_tokens_from_the_config_file_sets_the_request_limit() {
+    let server = stub("", 400);
+    let url = server.url.trim_end_matches("/v1").to_owned();
+    let sent_max_tokens = |config: &str| {
+        server.bodies.lock().unwrap().clear();
+        let home = Home::new(Some(&format!(
+            "model = \"anthropic:claude-sonnet-4-6\"\n[providers.anthropic]\nbase_url = {}\n{config}",
+            quoted(&url)
+        )));
+        let output = home
+            .command()
+            .env("ANTHROPIC_API_KEY", "test-key")
+            .arg("hello")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{}", stdout(&output));
+        let bodies = server.bodies.lock().unwrap();
+        assert_eq!(bodies.len(), 1, "{}", stderr(&output));
+        bodies[0]["max_tokens"].as_u64().unwrap()
+    };
+    let built_in = sent_max_tokens("");
+    assert_ne!(built_in, 1234);
+    let configured =
+        sent_max_tokens("[models.\"anthropic:claude-sonnet-4-6\"]\nmax_output_tokens = 1234\n");
+    assert_eq!(configured, 1234);
+}
+
+/// Eight reads of a big file, then an answer; the summarizer's conversation answers apart.
+fn reading_script(dir: &Path) -> String {
+    let mut turns: Vec<Value> = (0..8)
+        .map(|i| json!({"text": format!("reading {i}"), "tool_calls": [{"id": format!("r{i}"), "name": "read_file", "args": {"file_path": "/big.txt"}}]}))
+        .collect();
+    turns.push(json!({"text": "read it all"}));
+    let script = json!({
+        "turns": turns,
+        "conversations": [{"when_task_contains": "Conversation to summarize", "turns": [
+            {"text": "## Goal\nRead big.txt.\n## Decisions\nnone\n## Files and artifacts\n/big.txt\n## Open items\nnone\n## Next step\nread on"}
+        ]}]
+    });
+    let path = dir.join("reading.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    format!("scripted:{}", path.display())
+}
+
+#[test]
+fn a_small_context_window_in_the_config_file_makes_the_run_summarize() {
+    let root = tempfile::tempdir().unwrap();
+    let line = "a line of the big file, long enough to count\n";
+    std::fs::write(root.path().join("big.txt"), line.repeat(1_200 / line.len())).unwrap();
+    let model = reading_script(root.path());
+    let summarized = |config: &str, extra: &[&str]| {
+        let home = Home::new(Some(config));
+        let output = bin()
+            .env("HOME", home.dir.path())
+            .env_remove("DEEPAGENTS_CONFIG")
+            .args(["run", "--json", "--model", &model])
+            .args(extra)
+            .arg("--root")
+            .arg(root.path())
+            .arg("read big.txt")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        let events: Vec<Value> = stdout(&output)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(events.last().unwrap()["text"], "read it all");
+        events.iter().filter(|e| e["type"] == "summarized").count()
+    };
+    let small = format!("[models.{}]\ncontext_window = 4000\n", quoted(&model));
+    assert_eq!(summarized("", &[]), 0);
+    assert!(summarized(&small, &[]) > 0);
+    // --max-input-tokens beats the file.
+    assert_eq!(summarized(&small, &["--max-input-tokens", "1000000"]), 0);
+    // Limits are per model spec: another spec's entry changes nothing.
+    assert_eq!(
+        summarized(
+            "[models.\"scripted:other.json\"]\ncontext_window = 4000\n",
+            &[]
+        ),
+        0
+    );
+}
