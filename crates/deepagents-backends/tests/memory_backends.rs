@@ -74,7 +74,10 @@ async fn state_files_are_keyed_by_the_path_the_agent_sees() {
 #[tokio::test]
 async fn state_writes_are_updates_not_mutations() {
     let cx = BackendContext::default();
-    let changed = StateBackend::default().write(&cx, &p("/a.txt"), "x").await.unwrap();
+    let changed = StateBackend::default()
+        .write(&cx, &p("/a.txt"), "x")
+        .await
+        .unwrap();
     assert!(
         cx.state.files.is_empty(),
         "the backend never mutates the state it was given"
@@ -83,7 +86,10 @@ async fn state_writes_are_updates_not_mutations() {
     let deleted = {
         let mut h = Harness::new(Arc::new(StateBackend::default()));
         h.write("/a.txt", "x").await;
-        StateBackend::default().delete(&h.cx, &p("/a.txt")).await.unwrap()
+        StateBackend::default()
+            .delete(&h.cx, &p("/a.txt"))
+            .await
+            .unwrap()
     };
     assert_eq!(
         deleted.update.files["/a.txt"], None,

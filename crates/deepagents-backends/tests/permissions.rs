@@ -29,8 +29,10 @@ async fn seeded(rules: Vec<PermissionRule>) -> Harness {
     ] {
         plain.write(path, "token\n").await;
     }
-    let backend =
-        PermissionedBackend::new(Arc::new(StateBackend::default()), Permissions::new(rules).unwrap());
+    let backend = PermissionedBackend::new(
+        Arc::new(StateBackend::default()),
+        Permissions::new(rules).unwrap(),
+    );
     Harness {
         backend: Arc::new(backend),
         ..plain

@@ -27,9 +27,27 @@ pub fn estimate_tokens(request: &ModelRequest) -> u64 {
 pub fn estimate_fixed(request: &ModelRequest) -> u64 {
     let mut chars = request.system_prompt.as_deref().map_or(0, str::len);
     for tool in &request.tools {
-        chars += tool.name.len() + tool.description.len() + tool.parameters.to_string().len();
+        chars += tool.name.len() + tool.description.len() + json_len(&tool.parameters);
     }
     (chars as u64).div_ceil(4)
+}
+
+/// The length of `value` as compact JSON (what `to_string` gives), without building the text.
+fn json_len(value: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` to a sink that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// The estimate of `messages`.
@@ -41,7 +59,7 @@ pub fn estimate_messages(messages: &[Message]) -> u64 {
             Message::System { content } | Message::User { content } => content,
             Message::Assistant(assistant) => {
                 for call in &assistant.tool_calls {
-                    chars += call.name.len() + call.arguments.to_string().len();
+                    chars += call.name.len() + json_len(&call.arguments);
                 }
                 &assistant.content
             }
@@ -96,5 +114,23 @@ impl RunningEstimate {
         };
         *counted = (start, messages.len(), fingerprint(messages.len()), tokens);
         tokens
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::json_len;
+
+    #[test]
+    fn json_len_is_the_length_of_the_compact_text() {
+        for value in [
+            json!(null),
+            json!({"a": [1, 2.5, "x\"y\n\u{1F600}"], "b": {"c": true}}),
+            json!("é\\\t"),
+        ] {
+            assert_eq!(json_len(&value), value.to_string().len());
+        }
     }
 }

@@ -25,6 +25,9 @@ impl Middleware for DanglingToolCallsMiddleware {
         request: &mut ModelRequest,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {
+        if answered_in_place(&request.messages) {
+            return Ok(());
+        }
         let answered: HashSet<&str> = request
             .messages
             .iter()
@@ -65,5 +68,99 @@ impl Middleware for DanglingToolCallsMiddleware {
         }
         request.messages = patched;
         Ok(())
+    }
+}
+
+/// Whether every tool call is answered by one of the tool results that directly follow its
+/// turn — the shape of every history the driver builds. A linear check without hashing or
+/// allocation; when it fails, the full scan decides (a result may sit elsewhere).
+fn answered_in_place(messages: &[Message]) -> bool {
+    messages.iter().enumerate().all(|(index, message)| {
+        let Message::Assistant(assistant) = message else {
+            return true;
+        };
+        let results = messages[index + 1..]
+            .iter()
+            .take_while(|m| matches!(m, Message::Tool(_)));
+        assistant.tool_calls.iter().all(|call| {
+            results
+                .clone()
+                .any(|m| matches!(m, Message::Tool(r) if r.tool_call_id == call.id))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use deepagents_core::message::AssistantMessage;
+    use deepagents_core::{ContentBlock, ToolCall};
+    use serde_json::json;
+
+    use super::*;
+
+    fn turn(ids: &[&str]) -> Message {
+        Message::Assistant(AssistantMessage {
+            content: vec![ContentBlock::text("working")],
+            tool_calls: ids
+                .iter()
+                .map(|id| ToolCall {
+                    id: (*id).to_owned(),
+                    name: "noop".into(),
+                    arguments: json!({}),
+                })
+                .collect(),
+        })
+    }
+
+    fn result(id: &str) -> Message {
+        Message::Tool(ToolResult::error(
+            &ToolCall {
+                id: id.to_owned(),
+                name: "noop".into(),
+                arguments: json!({}),
+            },
+            "ok",
+        ))
+    }
+
+    async fn patched(messages: Vec<Message>) -> Vec<Message> {
+        let mut request = ModelRequest {
+            messages,
+            ..ModelRequest::default()
+        };
+        DanglingToolCallsMiddleware
+            .before_model(&mut request, &AgentState::default())
+            .await
+            .unwrap();
+        request.messages
+    }
+
+    #[tokio::test]
+    async fn answered_histories_pass_unchanged_in_any_result_order() {
+        let messages = vec![
+            Message::user("go"),
+            turn(&["a", "b"]),
+            result("b"),
+            result("a"),
+            turn(&[]),
+        ];
+        assert!(answered_in_place(&messages));
+        assert_eq!(patched(messages.clone()).await, messages);
+    }
+
+    #[tokio::test]
+    async fn a_result_away_from_its_turn_still_counts_and_a_missing_one_is_added() {
+        // "a" is answered later in the history: not in place, yet not dangling either.
+        let messages = vec![
+            Message::user("go"),
+            turn(&["a"]),
+            Message::user("more"),
+            result("a"),
+            turn(&["b"]),
+        ];
+        assert!(!answered_in_place(&messages));
+        let out = patched(messages.clone()).await;
+        assert_eq!(out.len(), messages.len() + 1);
+        assert!(matches!(&out[5], Message::Tool(r) if r.tool_call_id == "b"));
     }
 }
