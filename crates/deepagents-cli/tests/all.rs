@@ -5,6 +5,7 @@ mod backends;
 mod config;
 mod providers;
 mod run;
+mod stub;
 mod subagents;
 mod threads;
 

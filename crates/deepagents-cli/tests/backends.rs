@@ -1,14 +1,12 @@
 //! `deepagents run` on each backend, with permissions.
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
 use crate::bin;
+use crate::stub::stub;
 
 fn demo_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/scripts/demo.json")
@@ -351,66 +349,6 @@ fn long_term_memory_persists_across_runs() {
     assert!(stdout.contains("The user likes haiku."), "{stdout}");
 }
 
-/// A stand-in for an OpenAI-compatible chat server: answers every request with `answer` and
-/// keeps the request bodies, so a test can read the system prompt the CLI built.
-struct FakeChat {
-    url: String,
-    bodies: Arc<Mutex<Vec<Value>>>,
-}
-
-fn fake_chat(answer: &'static str) -> FakeChat {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let seen = bodies.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let _ = answer_one(stream, answer, &seen);
-        }
-    });
-    FakeChat { url, bodies }
-}
-
-fn answer_one(stream: TcpStream, answer: &str, seen: &Mutex<Vec<Value>>) -> std::io::Result<()> {
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut length = 0;
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line)?;
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body)?;
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let streamed = body["stream"] == true;
-    seen.lock().unwrap().push(body);
-    let (content_type, payload) = if streamed {
-        let chunk = json!({"id": "c1", "choices": [{"index": 0, "delta": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]});
-        (
-            "text/event-stream",
-            format!("data: {chunk}\n\ndata: [DONE]\n\n"),
-        )
-    } else {
-        let body = json!({"id": "c1", "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]});
-        ("application/json", body.to_string())
-    };
-    let mut stream = stream;
-    write!(
-        stream,
-        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
-        payload.len()
-    )?;
-    stream.flush()
-}
-
 fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();
@@ -449,7 +387,7 @@ fn workspace_memory_and_skills_reach_the_system_prompt_with_later_sources_winnin
         &root_path.join(".agents/skills/odd/SKILL.md"),
         &skill("Odd_Name", "Listed despite its name."),
     );
-    let server = fake_chat("done");
+    let server = stub("done", 200);
     let output = bin()
         .args([
             "run",
