@@ -93,6 +93,36 @@ pub async fn exercise_checkpointer<C: Checkpointer>(open: impl AsyncFn() -> C) {
     assert!(checkpointer.load("t", None).await.unwrap().is_none());
 }
 
+/// Storage grows linearly: of the periodic snapshots only the newest is kept, and the deltas
+/// hold only what each step added.
+#[tokio::test]
+async fn sqlite_keeps_only_the_newest_snapshot() {
+    use sqlx::Connection as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.db");
+    let checkpointer = SqliteStore::open(&path).await.unwrap().checkpointer();
+    let mut run = Run::default();
+    let mut history = Vec::new();
+    for i in 1..=160 {
+        let delta = step(&mut run, i);
+        checkpointer.append("t", &delta, &run).await.unwrap();
+        history.push(run.clone());
+    }
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    let snapshots: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM checkpoints WHERE snapshot IS NOT NULL")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(snapshots, [150]);
+    for at in [1u64, 50, 99, 100, 150, 160] {
+        let loaded = checkpointer.load("t", Some(at)).await.unwrap().unwrap();
+        assert_eq!(loaded, history[at as usize - 1], "checkpoint {at}");
+    }
+}
+
 /// The in-memory checkpointer behind a shared handle, so `exercise_checkpointer` can "reopen"
 /// it; it keeps the trait's default `fork`.
 struct SharedMemory(std::sync::Arc<InMemoryCheckpointer>);

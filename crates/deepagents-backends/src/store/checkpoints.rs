@@ -1,4 +1,4 @@
-//! Checkpoints in SQLite: a delta per step, a snapshot every 50.
+//! Checkpoints in SQLite: a delta per step, a snapshot every 50 (only the newest kept).
 
 use async_trait::async_trait;
 use deepagents_core::{CheckpointError, CheckpointInfo, Checkpointer, Run, RunDelta, ThreadInfo};
@@ -12,7 +12,8 @@ const SNAPSHOT_EVERY: i64 = 50;
 
 /// A [`Checkpointer`] in the database of a [`SqliteStore`]. Each step writes only its delta,
 /// so a step's cost does not grow with the conversation; every 50th checkpoint also holds the
-/// whole run, so loading replays at most 49 deltas.
+/// whole run, so loading the latest state replays at most 49 deltas. Only the newest snapshot
+/// is kept (an older checkpoint loads by replaying from the start), so storage grows linearly.
 #[derive(Clone, Debug)]
 pub struct SqliteCheckpointer {
     store: SqliteStore,
@@ -66,6 +67,7 @@ impl SqliteCheckpointer {
             } else {
                 None
             };
+            let snapshot_written = snapshot.is_some();
             sqlx::query(
                 "INSERT INTO checkpoints (thread_id, id, delta, snapshot, created_at_ms, messages)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -79,6 +81,19 @@ impl SqliteCheckpointer {
             .execute(&mut *conn)
             .await
             .map_err(storage)?;
+            if snapshot_written {
+                // Only the newest snapshot is kept: older checkpoints load by replaying deltas
+                // from the start, and storage stays linear in the conversation's length.
+                sqlx::query(
+                    "UPDATE checkpoints SET snapshot = NULL
+                     WHERE thread_id = ?1 AND id < ?2 AND snapshot IS NOT NULL",
+                )
+                .bind(thread_id)
+                .bind(id)
+                .execute(&mut *conn)
+                .await
+                .map_err(storage)?;
+            }
             Ok::<i64, CheckpointError>(id)
         }
         .await;

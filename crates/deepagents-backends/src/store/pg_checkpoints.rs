@@ -1,4 +1,4 @@
-//! Checkpoints in PostgreSQL: a delta per step, a snapshot every 50.
+//! Checkpoints in PostgreSQL: a delta per step, a snapshot every 50 (only the newest kept).
 
 use async_trait::async_trait;
 use deepagents_core::{CheckpointError, CheckpointInfo, Checkpointer, Run, RunDelta, ThreadInfo};
@@ -72,6 +72,7 @@ impl PostgresCheckpointer {
         } else {
             None
         };
+        let snapshot_written = snapshot.is_some();
         sqlx::query(
             "INSERT INTO checkpoints (thread_id, id, delta, snapshot, created_at_ms, messages)
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -85,6 +86,19 @@ impl PostgresCheckpointer {
         .execute(&mut *tx)
         .await
         .map_err(storage)?;
+        if snapshot_written {
+            // Only the newest snapshot is kept: older checkpoints load by replaying deltas from
+            // the start, and storage stays linear in the conversation's length.
+            sqlx::query(
+                "UPDATE checkpoints SET snapshot = NULL
+                 WHERE thread_id = $1 AND id < $2 AND snapshot IS NOT NULL",
+            )
+            .bind(thread_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(storage)?;
+        }
         tx.commit().await.map_err(storage)?;
         Ok(u64::try_from(id).unwrap_or(0))
     }
