@@ -215,12 +215,13 @@ fn http(method: &str, port: u16, path: &str, body: Option<&Value>) -> Value {
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     let body = body.map(Value::to_string).unwrap_or_default();
-    write!(
-        stream,
+    // One write: sent in pieces, a body could arrive after a server that ignores it (reset
+    // takes none) has answered and closed, and the kernel then resets the connection.
+    let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    )
-    .unwrap();
+    );
+    stream.write_all(request.as_bytes()).unwrap();
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).unwrap();
     let text = String::from_utf8_lossy(&raw);
