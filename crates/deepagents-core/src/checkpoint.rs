@@ -151,13 +151,23 @@ pub trait Checkpointer: Send + Sync {
     /// Removes a thread; returns whether it existed.
     async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError>;
 
-    /// Starts `new_thread` from checkpoint `at` of `thread_id`. Refuses
-    /// ([`CheckpointError::AlreadyExists`]) when `new_thread` already has checkpoints, so a
-    /// fork never appends onto another conversation.
+    /// Starts thread `thread_id` with `run` as its first checkpoint. Refuses
+    /// ([`CheckpointError::AlreadyExists`]) when the thread already has checkpoints.
     ///
     /// The default checks and then appends, which leaves a window in which a concurrent writer
-    /// could create `new_thread`; stores shared between processes override it to check and
-    /// write in one transaction.
+    /// could create the thread; stores shared between processes override it to check and write
+    /// in one transaction.
+    async fn create(&self, thread_id: &str, run: &Run) -> Result<u64, CheckpointError> {
+        if !self.checkpoints(thread_id).await?.is_empty() {
+            return Err(CheckpointError::AlreadyExists {
+                thread_id: thread_id.to_owned(),
+            });
+        }
+        self.append(thread_id, &RunDelta::full(run), run).await
+    }
+
+    /// Starts `new_thread` from checkpoint `at` of `thread_id` (through [`Self::create`], so a
+    /// fork never appends onto another conversation).
     async fn fork(
         &self,
         thread_id: &str,
@@ -165,12 +175,7 @@ pub trait Checkpointer: Send + Sync {
         new_thread: &str,
     ) -> Result<(), CheckpointError> {
         let run = load_at(self, thread_id, at).await?;
-        if !self.checkpoints(new_thread).await?.is_empty() {
-            return Err(CheckpointError::AlreadyExists {
-                thread_id: new_thread.to_owned(),
-            });
-        }
-        self.append(new_thread, &RunDelta::full(&run), &run).await?;
+        self.create(new_thread, &run).await?;
         Ok(())
     }
 }

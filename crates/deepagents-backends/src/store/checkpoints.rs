@@ -121,23 +121,10 @@ impl Checkpointer for SqliteCheckpointer {
         self.write(thread_id, delta, run, false).await
     }
 
-    /// Checks that `new_thread` is absent and writes its first checkpoint in one transaction,
-    /// so two forks into the same id cannot both succeed.
-    async fn fork(
-        &self,
-        thread_id: &str,
-        at: u64,
-        new_thread: &str,
-    ) -> Result<(), CheckpointError> {
-        let run =
-            self.load(thread_id, Some(at))
-                .await?
-                .ok_or_else(|| CheckpointError::NotFound {
-                    what: format!("{at} in thread `{thread_id}`"),
-                })?;
-        self.write(new_thread, &RunDelta::full(&run), &run, true)
-            .await?;
-        Ok(())
+    /// Checks that the thread is absent and writes its first checkpoint in one transaction,
+    /// so two creations (forks) of the same id cannot both succeed.
+    async fn create(&self, thread_id: &str, run: &Run) -> Result<u64, CheckpointError> {
+        self.write(thread_id, &RunDelta::full(run), run, true).await
     }
 
     async fn load(&self, thread_id: &str, at: Option<u64>) -> Result<Option<Run>, CheckpointError> {
