@@ -156,17 +156,21 @@ async fn the_in_memory_checkpointer_passes_the_same_checks() {
 async fn concurrent_forks_into_one_id_on_sqlite_let_exactly_one_win() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("data.db")).await.unwrap();
+    concurrent_forks_let_exactly_one_win(store.checkpointer()).await;
+}
+
+/// Three forks of thread `t` into one new id at once: exactly one wins, the others are told
+/// the thread exists, and the branch holds one checkpoint.
+pub async fn concurrent_forks_let_exactly_one_win<C: Checkpointer + Clone + 'static>(
+    checkpointer: C,
+) {
     let mut run = Run::default();
     for i in 1..=3 {
         let delta = step(&mut run, i);
-        store
-            .checkpointer()
-            .append("t", &delta, &run)
-            .await
-            .unwrap();
+        checkpointer.append("t", &delta, &run).await.unwrap();
     }
     let forks = (1..=3).map(|at| {
-        let checkpointer = store.checkpointer();
+        let checkpointer = checkpointer.clone();
         tokio::spawn(async move { checkpointer.fork("t", at, "branch").await })
     });
     let results: Vec<_> = futures::future::join_all(forks)
@@ -186,15 +190,7 @@ async fn concurrent_forks_into_one_id_on_sqlite_let_exactly_one_win() {
             .all(|e| matches!(e, CheckpointError::AlreadyExists { .. })),
         "{results:?}"
     );
-    assert_eq!(
-        store
-            .checkpointer()
-            .checkpoints("branch")
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(checkpointer.checkpoints("branch").await.unwrap().len(), 1);
 }
 
 /// `PRAGMA user_version` of the database at `path`, read without the store.

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use deepagents_backends::store::{SearchQuery, StoreError};
 use deepagents_backends::{PostgresStore, Store, StoreBackend};
-use deepagents_core::{CheckpointError, Checkpointer, Message, Run, RunDelta};
+use deepagents_core::{Checkpointer, Message, Run, RunDelta};
 use serde_json::json;
 
-use crate::checkpoints::exercise_checkpointer;
+use crate::checkpoints::{concurrent_forks_let_exactly_one_win, exercise_checkpointer};
 use crate::conformance::check_backend;
 use crate::memory_backends::exercise_store;
 
@@ -307,49 +307,7 @@ async fn concurrent_forks_into_one_id_on_postgres_let_exactly_one_win() {
     let store = PostgresStore::connect_in_schema(&url, &fresh_schema("forks"))
         .await
         .unwrap();
-    let mut run = Run::default();
-    for i in 1..=3 {
-        run.state.messages.push(Message::user(format!("m{i}")));
-        let delta = RunDelta {
-            messages: vec![Message::user(format!("m{i}"))],
-            ..RunDelta::default()
-        };
-        store
-            .checkpointer()
-            .append("t", &delta, &run)
-            .await
-            .unwrap();
-    }
-    let forks = (1..=3).map(|at| {
-        let checkpointer = store.checkpointer();
-        tokio::spawn(async move { checkpointer.fork("t", at, "branch").await })
-    });
-    let results: Vec<_> = futures::future::join_all(forks)
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
-    assert_eq!(
-        results.iter().filter(|r| r.is_ok()).count(),
-        1,
-        "{results:?}"
-    );
-    assert!(
-        results
-            .iter()
-            .filter_map(|r| r.as_ref().err())
-            .all(|e| matches!(e, CheckpointError::AlreadyExists { .. })),
-        "{results:?}"
-    );
-    assert_eq!(
-        store
-            .checkpointer()
-            .checkpoints("branch")
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    concurrent_forks_let_exactly_one_win(store.checkpointer()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -455,7 +455,7 @@ fn workspace_memory_and_skills_reach_the_system_prompt_with_later_sources_winnin
 }
 
 /// Eight reads of a file, then an answer; the summarizer gets its own turn.
-fn reading_script(dir: &Path) -> String {
+pub(crate) fn reading_script(dir: &Path) -> String {
     let mut turns: Vec<Value> = (0..8)
         .map(|i| json!({"text": format!("reading {i}"), "tool_calls": [{"id": format!("r{i}"), "name": "read_file", "args": {"file_path": "/big.txt"}}]}))
         .collect();

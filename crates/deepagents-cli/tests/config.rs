@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
+use crate::backends::reading_script;
 use crate::bin;
 use crate::stub::stub;
 
@@ -322,23 +323,6 @@ fn max_output_tokens_from_the_config_file_sets_the_request_limit() {
     let configured =
         sent_max_tokens("[models.\"anthropic:claude-sonnet-4-6\"]\nmax_output_tokens = 1234\n");
     assert_eq!(configured, 1234);
-}
-
-/// Eight reads of a big file, then an answer; the summarizer's conversation answers apart.
-fn reading_script(dir: &Path) -> String {
-    let mut turns: Vec<Value> = (0..8)
-        .map(|i| json!({"text": format!("reading {i}"), "tool_calls": [{"id": format!("r{i}"), "name": "read_file", "args": {"file_path": "/big.txt"}}]}))
-        .collect();
-    turns.push(json!({"text": "read it all"}));
-    let script = json!({
-        "turns": turns,
-        "conversations": [{"when_task_contains": "Conversation to summarize", "turns": [
-            {"text": "## Goal\nRead big.txt.\n## Decisions\nnone\n## Files and artifacts\n/big.txt\n## Open items\nnone\n## Next step\nread on"}
-        ]}]
-    });
-    let path = dir.join("reading.json");
-    std::fs::write(&path, script.to_string()).unwrap();
-    format!("scripted:{}", path.display())
 }
 
 #[test]

@@ -303,34 +303,15 @@ mod approvals_inside_subagents {
 
     use deepagents::core::{Checkpointer, InMemoryCheckpointer};
     use deepagents::{
-        Agent, Decision, DynamicTool, EventSink, InterruptConfig, Message, Run, RunError,
-        RunOptions, SubAgent, ToolOutput, decide, open_thread, pending_actions,
+        Agent, Decision, EventSink, InterruptConfig, Message, Run, RunError, RunOptions, SubAgent,
+        decide, open_thread, pending_actions,
     };
     use serde_json::{Value, json};
 
+    use super::fixtures::counting;
     use super::{model, task};
     use crate::middleware_capture::Capture;
     use crate::support::{text, tool_results};
-
-    /// A tool that counts its calls.
-    fn counting(name: &str, count: &Arc<AtomicUsize>) -> Arc<DynamicTool> {
-        let count = Arc::clone(count);
-        Arc::new(
-            DynamicTool::new(
-                name,
-                "Counts its calls",
-                json!({"type": "object"}),
-                move |_, _| {
-                    let count = Arc::clone(&count);
-                    async move {
-                        count.fetch_add(1, Ordering::SeqCst);
-                        Ok(ToolOutput::text("counted"))
-                    }
-                },
-            )
-            .unwrap(),
-        )
-    }
 
     /// The parent starts two subagents in one step: alpha ticks, then calls `guarded` (which
     /// needs approval), then answers; beta ticks and answers.
