@@ -183,7 +183,9 @@ fn anthropic_usage(u: &Value, input_from_start: u64) -> deepagents_core::Usage {
     let read = tokens(u, "/cache_read_input_tokens");
     let written = tokens(u, "/cache_creation_input_tokens");
     let input = tokens(u, "/input_tokens").max(input_from_start);
-    usage(input + read + written, tokens(u, "/output_tokens"), read)
+    // Saturating: the counts are the server's, and their sum must not overflow.
+    let input = input.saturating_add(read).saturating_add(written);
+    usage(input, tokens(u, "/output_tokens"), read)
 }
 
 fn stop_reason(reason: Option<&str>) -> StopReason {

@@ -84,11 +84,13 @@ pub struct RecordedResponse {
 #[non_exhaustive]
 pub enum CassetteError {
     /// The file cannot be read or written.
-    #[error("cannot access cassette {}: {source}", path.display())]
+    // The OS error is the `source()`, not part of this message: error reports that walk the
+    // chain (anyhow's `{:#}`) would print it twice.
+    #[error("cannot access cassette {}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// Why.
+        /// Why, as the error's `source()`.
         source: std::io::Error,
     },
     /// The file is not a cassette.
@@ -198,7 +200,11 @@ impl Recorder {
             .exchanges
             .push(exchange);
         if let Err(error) = self.write() {
-            tracing::error!(%error, "cannot write the cassette");
+            // The message leaves the OS error to `source()`; a log line needs both.
+            let cause = std::error::Error::source(&error)
+                .map(|cause| format!(": {cause}"))
+                .unwrap_or_default();
+            tracing::error!(error = %format_args!("{error}{cause}"), "cannot write the cassette");
         }
     }
 }
@@ -414,7 +420,11 @@ pub fn diff(recorded: &RecordedRequest, sent: &RecordedRequest) -> String {
         .count();
     let (mid_a, mid_b) = (&a[head..a.len() - tail], &b[head..b.len() - tail]);
     let mut lines: Vec<(char, &str)> = Vec::new();
-    if mid_a.len() * mid_b.len() <= 4_000_000 {
+    if mid_a
+        .len()
+        .checked_mul(mid_b.len())
+        .is_some_and(|cells| cells <= 4_000_000)
+    {
         let mut lcs = vec![vec![0u32; mid_b.len() + 1]; mid_a.len() + 1];
         for i in (0..mid_a.len()).rev() {
             for j in (0..mid_b.len()).rev() {

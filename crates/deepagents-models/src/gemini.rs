@@ -162,7 +162,11 @@ fn contents(request: &ModelRequest) -> Vec<Value> {
                             opaque,
                             ..
                         } => match opaque.as_ref().and_then(|o| o["gemini_call"].as_u64()) {
-                            Some(call) => call_signatures.push((call as usize, signature.clone())),
+                            // An index no call can have (too big for usize) matches no call.
+                            Some(call) => call_signatures.push((
+                                usize::try_from(call).unwrap_or(usize::MAX),
+                                signature.clone(),
+                            )),
                             None => text_signature = Some(signature.clone()),
                         },
                         _ => {}
@@ -232,7 +236,13 @@ impl Accumulator {
     /// Folds one response chunk in, collecting its deltas.
     fn chunk(&mut self, chunk: &Value, deltas: &mut Vec<StreamEvent>) -> Result<(), ModelError> {
         if let Some(error) = chunk.get("error") {
-            let status = error["code"].as_u64().unwrap_or(500) as u16;
+            // The code is the server's: anything but an HTTP error status counts as a server
+            // failure, rather than being truncated into some other status.
+            let status = error["code"]
+                .as_u64()
+                .and_then(|code| u16::try_from(code).ok())
+                .filter(|code| (400..600).contains(code))
+                .unwrap_or(500);
             return Err(crate::http::classify_error(
                 PROVIDER,
                 status,
@@ -336,7 +346,8 @@ impl Accumulator {
             },
             usage: usage(
                 tokens(u, "/promptTokenCount"),
-                tokens(u, "/candidatesTokenCount") + tokens(u, "/thoughtsTokenCount"),
+                // Saturating: the counts are the server's, and their sum must not overflow.
+                tokens(u, "/candidatesTokenCount").saturating_add(tokens(u, "/thoughtsTokenCount")),
                 tokens(u, "/cachedContentTokenCount"),
             ),
             stop_reason,

@@ -274,6 +274,8 @@ fn image_followup(images: &mut Vec<ContentBlock>) -> Value {
 
 #[derive(Debug, Default)]
 struct PartialCall {
+    /// The call's position in the turn: the order its first delta arrived in.
+    position: usize,
     id: String,
     name: String,
     arguments: String,
@@ -284,6 +286,8 @@ struct ChatDecoder {
     provider: String,
     text: String,
     reasoning: String,
+    /// Calls by the server's `index`, which is only a key: it may be any number, so it is
+    /// never used to size or index anything.
     calls: BTreeMap<u64, PartialCall>,
     finish: Option<String>,
     usage: Option<Value>,
@@ -293,8 +297,12 @@ impl Decoder for ChatDecoder {
     fn event(&mut self, event: &SseEvent) -> Result<Step, ModelError> {
         let mut step = Step::default();
         if event.data.trim() == "[DONE]" {
-            let calls: Vec<ToolCall> = std::mem::take(&mut self.calls)
-                .into_values()
+            let mut partials: Vec<PartialCall> =
+                std::mem::take(&mut self.calls).into_values().collect();
+            // In the order the deltas numbered them, so delta `index` i is call i.
+            partials.sort_by_key(|c| c.position);
+            let calls: Vec<ToolCall> = partials
+                .into_iter()
                 .map(|c| ToolCall {
                     id: c.id,
                     name: c.name,
@@ -350,13 +358,15 @@ impl Decoder for ChatDecoder {
                 });
             }
             for call in delta["tool_calls"].as_array().into_iter().flatten() {
-                let wire_index = call["index"].as_u64().unwrap_or(self.calls.len() as u64);
-                let position = self
-                    .calls
-                    .keys()
-                    .position(|k| *k == wire_index)
-                    .unwrap_or(self.calls.len());
-                let partial = self.calls.entry(wire_index).or_default();
+                let count = self.calls.len();
+                let wire_index = call["index"]
+                    .as_u64()
+                    .unwrap_or_else(|| u64::try_from(count).unwrap_or(u64::MAX));
+                let partial = self.calls.entry(wire_index).or_insert_with(|| PartialCall {
+                    position: count,
+                    ..PartialCall::default()
+                });
+                let position = partial.position;
                 let id = call["id"].as_str().filter(|s| !s.is_empty());
                 let name = call["function"]["name"].as_str().filter(|s| !s.is_empty());
                 if let Some(id) = id {

@@ -114,11 +114,13 @@ pub struct ScriptedError {
 #[non_exhaustive]
 pub enum ScriptError {
     /// The file could not be read.
-    #[error("cannot read model script {}: {source}", path.display())]
+    // The OS error is the `source()`, not part of this message: error reports that walk the
+    // chain (anyhow's `{:#}`) would print it twice.
+    #[error("cannot read model script {}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
+        /// Why, as the error's `source()`.
         source: std::io::Error,
     },
     /// The file is not a valid script.

@@ -9,6 +9,8 @@ mod aimock;
 #[cfg(feature = "providers")]
 mod common;
 #[cfg(feature = "providers")]
+mod hostile;
+#[cfg(feature = "providers")]
 mod llmock;
 #[cfg(feature = "providers")]
 mod mock_servers;

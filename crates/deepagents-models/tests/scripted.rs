@@ -152,3 +152,36 @@ fn broken_scripts_are_refused_with_the_reason() {
             .contains("cannot read model script /no/such/script.json")
     );
 }
+
+/// The whole chain the way anyhow's `{:#}` prints it: each message, then each `source()`.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[test]
+fn a_missing_script_prints_its_os_error_once() {
+    // The text this platform gives the error, e.g. "No such file or directory (os error 2)".
+    let os_error = std::fs::read("/no/such/script.json")
+        .unwrap_err()
+        .to_string();
+    let error = ScriptedModel::from_file("/no/such/script.json").unwrap_err();
+    let text = chain(&error);
+    assert_eq!(text.matches(&os_error).count(), 1, "{text}");
+    assert!(
+        text.starts_with("cannot read model script /no/such/script.json"),
+        "{text}"
+    );
+    // Through the spec resolver, as the CLI sees it.
+    let error = deepagents_models::from_spec("scripted:/no/such/script.json")
+        .err()
+        .unwrap();
+    let text = chain(&error);
+    assert_eq!(text.matches(&os_error).count(), 1, "{text}");
+}

@@ -263,14 +263,40 @@ pub async fn read_body(
     }
 }
 
+/// The most of an error body we read: its message is all we use, and a server that sends an
+/// endless error body must not fill our memory.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+/// What arrives of an error body until it ends, breaks, stalls for the idle timeout or passes
+/// about `limit` bytes (whole chunks, so possibly a little more); the rest is left unread.
+/// An error body only explains the error, so whatever part arrived is the best there is.
+async fn read_error_body(body: &mut BodyStream, idle_timeout: Duration, limit: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    while out.len() < limit {
+        match tokio::time::timeout(idle_timeout, body.next()).await {
+            Ok(Some(Ok(chunk))) => out.extend_from_slice(&chunk),
+            Ok(Some(Err(_)) | None) | Err(_) => break,
+        }
+    }
+    out
+}
+
 /// Whether a status is worth retrying: throttling, timeouts, conflicts, server errors and
 /// Anthropic's 529 "overloaded".
 pub fn is_retryable_status(status: u16) -> bool {
     matches!(status, 408 | 409 | 429) || status >= 500
 }
 
+/// The longest wait [`retry_after`] reports. Servers may send any number; beyond a year it
+/// only means "not soon", and a bounded value is safe to add to an `Instant` downstream.
+pub const RETRY_AFTER_CEILING: Duration = Duration::from_secs(366 * 86_400);
+
 /// The wait a response asks for: `retry-after-ms`, then `Retry-After` in seconds or as an
 /// HTTP date.
+///
+/// Every value a server sends is accepted without panicking: a wait too long to represent is
+/// capped at [`RETRY_AFTER_CEILING`], a date in the past is no wait, and a negative, NaN or
+/// unreadable value is ignored (`None`), as if the header were absent.
 pub fn retry_after(headers: &[(String, String)]) -> Option<Duration> {
     let find = |name: &str| {
         headers
@@ -278,17 +304,31 @@ pub fn retry_after(headers: &[(String, String)]) -> Option<Duration> {
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.trim())
     };
-    if let Some(ms) = find("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
-        && ms.is_finite()
-        && ms >= 0.0
+    if let Some(wait) = find("retry-after-ms")
+        .and_then(|v| v.parse::<f64>().ok())
+        .and_then(|ms| seconds_to_wait(ms / 1000.0))
     {
-        return Some(Duration::from_secs_f64(ms / 1000.0));
+        return Some(wait);
     }
     let value = find("retry-after")?;
     if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
+        return seconds_to_wait(seconds);
     }
     http_date_from_now(value)
+}
+
+/// A server's wait in seconds as a [`Duration`], capped at [`RETRY_AFTER_CEILING`] (infinity
+/// included: it is just the longest wait); `None` for a negative or NaN number, which advises
+/// nothing usable.
+fn seconds_to_wait(seconds: f64) -> Option<Duration> {
+    if seconds.is_nan() || seconds < 0.0 {
+        return None;
+    }
+    // Not negative, so the only failure left is overflow: a very long wait.
+    Some(
+        Duration::try_from_secs_f64(seconds)
+            .map_or(RETRY_AFTER_CEILING, |wait| wait.min(RETRY_AFTER_CEILING)),
+    )
 }
 
 /// Seconds until an IMF-fixdate such as `Wed, 21 Oct 2015 07:28:00 GMT`.
@@ -297,16 +337,26 @@ fn http_date_from_now(value: &str) -> Option<Duration> {
     let [_, day, month, year, time, "GMT"] = parts.as_slice() else {
         return None;
     };
-    let day: i64 = day.parse().ok()?;
+    let day: i128 = day.parse().ok().filter(|d| (1..=31).contains(d))?;
     let month = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ]
     .iter()
-    .position(|m| m == month)? as i64
+    .position(|m| m == month)
+    .and_then(|m| i128::try_from(m).ok())?
         + 1;
-    let year: i64 = year.parse().ok()?;
-    let mut hms = time.split(':').map(|p| p.parse::<i64>().ok());
+    // i128 throughout: the year is the server's and may be any i64, and every product
+    // below then stays far inside i128, so nothing can overflow.
+    let year = i128::from(year.parse::<i64>().ok()?);
+    let mut hms = time.split(':').map(|p| p.parse::<i128>().ok());
     let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
+    if hms.next().is_some()
+        || !(0..24).contains(&h)
+        || !(0..60).contains(&m)
+        || !(0..=60).contains(&s)
+    {
+        return None;
+    }
     // Days from the civil date (Howard Hinnant's algorithm).
     let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);
@@ -319,8 +369,56 @@ fn http_date_from_now(value: &str) -> Option<Duration> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .ok()?
-        .as_secs() as i64;
-    Some(Duration::from_secs(target.saturating_sub(now).max(0) as u64))
+        .as_secs();
+    let wait = target - i128::from(now);
+    let ceiling = i128::from(RETRY_AFTER_CEILING.as_secs());
+    // Clamped into 0..=ceiling, which fits u64.
+    let wait = u64::try_from(wait.clamp(0, ceiling)).unwrap_or(RETRY_AFTER_CEILING.as_secs());
+    Some(Duration::from_secs(wait))
+}
+
+/// The wait a Google error body advises: `retryDelay` of a `google.rpc.RetryInfo` in
+/// `error.details`, e.g. `"30s"` or `"1.5s"` (Gemini sends no `Retry-After` header).
+/// Bounded like [`retry_after`]; `None` when the body holds no usable hint.
+pub fn retry_delay_in_body(body: &str) -> Option<Duration> {
+    let value: Value = serde_json::from_str(body).ok()?;
+    let details = value.pointer("/error/details")?.as_array()?;
+    details
+        .iter()
+        .filter(|d| {
+            d.get("@type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.ends_with("google.rpc.RetryInfo"))
+        })
+        .find_map(|d| match d.get("retryDelay")? {
+            // The protobuf JSON form of a Duration: decimal seconds and an `s`.
+            Value::String(text) => seconds_to_wait(text.trim().strip_suffix('s')?.parse().ok()?),
+            // The structured form, `{"seconds": 30, "nanos": 0}`; the numbers may be anything.
+            Value::Object(parts) => {
+                let seconds = parts.get("seconds").map_or(Some(0.0), Value::as_f64)?;
+                let nanos = parts.get("nanos").map_or(Some(0.0), Value::as_f64)?;
+                seconds_to_wait(seconds + nanos / 1e9)
+            }
+            _ => None,
+        })
+}
+
+/// A wait for people: `250 ms`, `42 s`, `15 min`, `3 h` or `2 days`.
+pub fn describe_wait(wait: Duration) -> String {
+    let secs = wait.as_secs();
+    if wait >= RETRY_AFTER_CEILING {
+        format!("{} days or more", RETRY_AFTER_CEILING.as_secs() / 86_400)
+    } else if secs < 1 {
+        format!("{} ms", wait.as_millis())
+    } else if secs < 120 {
+        format!("{:.1} s", wait.as_secs_f64())
+    } else if secs < 2 * 3600 {
+        format!("{} min", secs.div_ceil(60))
+    } else if secs < 2 * 86_400 {
+        format!("{} h", secs.div_ceil(3600))
+    } else {
+        format!("{} days", secs.div_ceil(86_400))
+    }
 }
 
 /// The wait before retry number `attempt` (0-based): exponential, capped, with full jitter in
@@ -383,7 +481,7 @@ pub fn classify_error(
     let overflow = is_context_overflow(&body.to_ascii_lowercase());
     match status {
         429 => ModelError::RateLimited {
-            retry_after: retry_after(headers),
+            retry_after: retry_after(headers).or_else(|| retry_delay_in_body(body)),
             message,
         },
         401 | 403 => ModelError::Authentication {
@@ -457,7 +555,10 @@ pub async fn send_with_retry(
         }
         let delay = match advised {
             Some(advised) if advised > config.max_retry_after => {
-                return Err(with_attempts(error, attempt));
+                return Err(with_attempts(
+                    too_long_to_wait(error, advised, config.max_retry_after),
+                    attempt,
+                ));
             }
             Some(advised) => advised,
             None => backoff(config, attempt),
@@ -473,6 +574,31 @@ pub async fn send_with_retry(
             tokio::time::sleep(delay).await;
         }
         *retries += 1;
+    }
+}
+
+/// Says in the error's message that the server's advised wait is longer than we wait for, and
+/// what to do about it, since the call then fails at once instead of being retried.
+fn too_long_to_wait(error: ModelError, advised: Duration, max: Duration) -> ModelError {
+    let note = format!(
+        "; the provider asks to wait {}, longer than the {} this client waits for \
+         (HttpConfig::max_retry_after), so the request was not retried: try again later, \
+         check the account's rate limits and quota, or raise max_retry_after",
+        describe_wait(advised),
+        describe_wait(max)
+    );
+    match error {
+        ModelError::RateLimited {
+            retry_after,
+            message,
+        } => ModelError::RateLimited {
+            retry_after,
+            message: message + &note,
+        },
+        ModelError::Transient { message } => ModelError::Transient {
+            message: message + &note,
+        },
+        other => other,
     }
 }
 
@@ -534,9 +660,7 @@ async fn send_once(
     if (200..300).contains(&response.status) {
         return Ok(response);
     }
-    let body = read_body(&mut response.body, config.idle_timeout)
-        .await
-        .unwrap_or_default();
+    let body = read_error_body(&mut response.body, config.idle_timeout, ERROR_BODY_LIMIT).await;
     let body = String::from_utf8_lossy(&body);
     let mut error = classify_error(provider, response.status, &response.headers, &body);
     if is_retryable_status(response.status)
@@ -550,6 +674,6 @@ async fn send_once(
             message: error.to_string(),
         };
     }
-    let advised = retry_after(&response.headers);
+    let advised = retry_after(&response.headers).or_else(|| retry_delay_in_body(&body));
     Err((error, advised))
 }
