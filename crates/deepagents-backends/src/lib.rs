@@ -28,11 +28,11 @@ pub mod text;
 pub use composite::CompositeBackend;
 pub use path::{PathError, VPath};
 pub use permissions::{Mode, Operation, PermissionRule, PermissionedBackend, Permissions};
-pub use policy::{BackendOp, BackendPolicy, PolicyBackend};
+pub use policy::{BackendOp, BackendPolicy, PolicyBackend, ReadOnlyPolicy};
 pub use protocol::{
     Backend, BackendContext, BackendError, Changed, DEFAULT_GREP_MAX_COUNT, DEFAULT_MAX_FILE_SIZE,
     ExecuteResult, FileInfo, FileOpError, GlobResult, GrepMatch, GrepQuery, GrepResult,
-    PathMapping, RawFile, ReadResult, Sandbox,
+    PathMapping, RawFile, ReadResult, Sandbox, SkipReason, SkippedFile,
 };
 pub use state::StateBackend;
 pub use store::{InMemoryStore, Store, StoreBackend};

@@ -341,3 +341,53 @@ impl Sandbox for PolicyBackend {
         .await
     }
 }
+
+/// A [`BackendPolicy`] that makes a backend read-only: `write`, `delete`, uploads and `execute`
+/// are refused, and so are edits except of the files named by [`editable`](Self::editable).
+/// Mount directories from outside the workspace with it (skills, the user's agent directory),
+/// so the agent can read them but neither change, delete nor plant files there.
+#[derive(Clone, Debug, Default)]
+pub struct ReadOnlyPolicy {
+    editable: Vec<VPath>,
+}
+
+impl ReadOnlyPolicy {
+    /// Refuses every change.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Allows `edit` (and only `edit`) of `file`: a notes file the agent may keep up to date.
+    pub fn editable(mut self, file: VPath) -> Self {
+        self.editable.push(file);
+        self
+    }
+
+    fn refuse(path: &str, what: &str) -> BackendError {
+        BackendError::PermissionDenied {
+            path: path.to_owned(),
+            reason: format!(
+                "this directory is mounted read-only (it lies outside the workspace), so {what} is not allowed; work in the workspace instead"
+            ),
+        }
+    }
+}
+
+#[async_trait]
+impl BackendPolicy for ReadOnlyPolicy {
+    async fn check(&self, _cx: &BackendContext, op: BackendOp<'_>) -> Result<(), BackendError> {
+        match op {
+            BackendOp::Ls { .. }
+            | BackendOp::Read { .. }
+            | BackendOp::Glob { .. }
+            | BackendOp::Grep { .. }
+            | BackendOp::Download { .. } => Ok(()),
+            BackendOp::Edit { path, .. } if self.editable.contains(path) => Ok(()),
+            BackendOp::Edit { path, .. } => Err(Self::refuse(path.as_str(), "editing files")),
+            BackendOp::Write { path, .. } => Err(Self::refuse(path.as_str(), "writing files")),
+            BackendOp::Delete { path } => Err(Self::refuse(path.as_str(), "deleting")),
+            BackendOp::Upload { path, .. } => Err(Self::refuse(path, "writing files")),
+            BackendOp::Execute { .. } => Err(Self::refuse("/", "running commands")),
+        }
+    }
+}

@@ -144,6 +144,9 @@ impl Checkpointer for SharedMemory {
     async fn delete_thread(&self, t: &str) -> Result<bool, CheckpointError> {
         self.0.delete_thread(t).await
     }
+    async fn try_lease(&self, t: &str) -> Result<deepagents_core::ThreadLease, CheckpointError> {
+        self.0.try_lease(t).await
+    }
 }
 
 #[tokio::test]
@@ -341,4 +344,58 @@ async fn a_sqlite_database_from_a_newer_build_is_refused_and_left_alone() {
             .await
             .unwrap();
     assert_eq!(tables, ["future"]);
+}
+
+/// Processes opening a new database together used to fail with "database is locked" (SQLite
+/// refuses a concurrent switch to WAL at once): opening now takes turns, so every open
+/// succeeds and sees one migrated database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_opens_of_a_new_database_at_once_all_succeed() {
+    for round in 0..15 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let opens: Vec<_> = (0..8)
+            .map(|_| tokio::spawn(deepagents_backends::SqliteStore::open(path.clone())))
+            .collect();
+        for (index, open) in opens.into_iter().enumerate() {
+            let store = open
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("round {round}, open {index}: {e}"));
+            let checkpointer = store.checkpointer();
+            let thread = format!("t{index}");
+            let run = Run::default();
+            checkpointer
+                .append(&thread, &RunDelta::full(&run), &run)
+                .await
+                .unwrap();
+        }
+        let store = deepagents_backends::SqliteStore::open(&path).await.unwrap();
+        assert_eq!(store.checkpointer().threads().await.unwrap().len(), 8);
+    }
+}
+
+/// A lease file left by a deleted thread is removed, and the id can be leased again.
+#[tokio::test]
+async fn deleting_a_thread_removes_its_lease_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = deepagents_backends::SqliteStore::open(dir.path().join("store.db"))
+        .await
+        .unwrap()
+        .checkpointer();
+    let run = Run::default();
+    store
+        .append("gone", &RunDelta::full(&run), &run)
+        .await
+        .unwrap();
+    store
+        .append("gone/call_1", &RunDelta::full(&run), &run)
+        .await
+        .unwrap();
+    drop(store.try_lease("gone").await.unwrap());
+    assert!(dir.path().join("store.db.threads/gone.lock").exists());
+    assert!(store.delete_thread("gone").await.unwrap());
+    assert!(!dir.path().join("store.db.threads/gone.lock").exists());
+    assert!(store.checkpoints("gone/call_1").await.unwrap().is_empty());
+    drop(store.try_lease("gone").await.unwrap());
 }

@@ -34,6 +34,10 @@ const FALLBACK_OUTPUT_TOKENS: u64 = 8_192;
 pub struct Config {
     /// The default model spec; `--model` and `DEEPAGENTS_MODEL` beat it.
     pub model: Option<String>,
+    /// Keep the agent from changing memory: `~/.deepagents/agent/AGENTS.md` and the long-term
+    /// memory under `/memories/` become read-only (`--read-only-memory` sets it too).
+    #[serde(default)]
+    pub read_only_memory: bool,
     /// Settings by provider name (`openai`, `anthropic`, `vllm`, …).
     #[serde(default)]
     providers: BTreeMap<String, toml::Spanned<ProviderConfig>>,

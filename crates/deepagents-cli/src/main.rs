@@ -91,6 +91,11 @@ struct RunArgs {
     /// ones and over ~/.deepagents/agent/skills, .deepagents/skills and .agents/skills.
     #[arg(long = "skills", value_name = "DIR")]
     skill_dirs: Vec<std::path::PathBuf>,
+    /// Keep the agent from changing memory: ~/.deepagents/agent/AGENTS.md (otherwise
+    /// editable with edit_file) and /memories/ become read-only. Also `read_only_memory =
+    /// true` in the config file.
+    #[arg(long)]
+    read_only_memory: bool,
     /// The model's context window in tokens, overriding its profile and `context_window` in
     /// the config file (try a small window on any model).
     #[arg(long, value_name = "N")]
@@ -107,6 +112,10 @@ struct RunArgs {
     /// checkpointed after every step in the data directory. Without a task, the thread resumes.
     #[arg(long, value_name = "ID")]
     thread: Option<String>,
+    /// With --thread: when another run is using the thread, wait for it to finish instead of
+    /// failing.
+    #[arg(long, requires = "thread")]
+    wait: bool,
     /// The task; `-` reads it from stdin. Optional with --thread (resume).
     task: Option<String>,
 }
@@ -193,7 +202,13 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .compact_tool(args.compact_tool)
         .max_turns(args.max_turns);
     let agent_dirs = agents::sources(args.root.as_deref(), &args.agent_dirs);
-    let workspace = workspace::open(args.backend, args.root, &args.skill_dirs).await?;
+    let workspace = workspace::open(
+        args.backend,
+        args.root,
+        &args.skill_dirs,
+        args.read_only_memory || config.read_only_memory,
+    )
+    .await?;
     builder = builder
         .backend(workspace.backend.clone())
         .memory(workspace.memory)
@@ -219,9 +234,9 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
     let (run, checkpoint) = match &args.thread {
         Some(thread) => {
-            let checkpointer = workspace.checkpointer.clone();
             let input = task.filter(|t| !t.trim().is_empty());
-            let (run, checkpoint) = deepagents::open_thread(checkpointer, thread, input).await?;
+            let (run, checkpoint) =
+                threads::open(workspace.checkpointer.clone(), thread, input, args.wait).await?;
             if run.state.messages.is_empty() {
                 bail!("thread `{thread}` does not exist yet; start it with a task");
             }
@@ -275,18 +290,10 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         } else {
             approvals::ask(actions)?
         };
-        // A checkpointed run continues from what the store holds, so nothing is written twice.
-        let mut next = match &options.checkpoint {
-            Some(checkpoint) => {
-                let (loaded, reopened) = deepagents::open_thread(
-                    checkpoint.checkpointer.clone(),
-                    &checkpoint.thread_id,
-                    None,
-                )
-                .await?;
-                options.checkpoint = Some(reopened);
-                loaded
-            }
+        // A checkpointed run continues from what the store holds (under the lease it still
+        // holds), so nothing is written twice.
+        let mut next = match &mut options.checkpoint {
+            Some(checkpoint) => deepagents::reload(checkpoint).await?,
             None => *failure.run,
         };
         deepagents::decide(&mut next, decisions)?;

@@ -3,11 +3,34 @@
 use std::io::Write as _;
 use std::process::ExitCode;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use anyhow::bail;
-use deepagents::Message;
+use deepagents::{CheckpointError, Checkpointer, Checkpointing, Message, Run};
 
 use crate::ThreadsCommand;
 use crate::workspace::open_store;
+
+/// Opens thread `id` for a run, holding its lease: refused while another run uses it unless
+/// `wait`, which waits for that run to end.
+pub async fn open(
+    checkpointer: Arc<dyn Checkpointer>,
+    id: &str,
+    input: Option<String>,
+    wait: bool,
+) -> anyhow::Result<(Run, Checkpointing)> {
+    match deepagents::open_thread(checkpointer.clone(), id, input.clone()).await {
+        Err(error @ CheckpointError::Busy { .. }) if wait => {
+            eprintln!("waiting: {error}");
+            Ok(deepagents::open_thread_waiting(checkpointer, id, input, Duration::MAX).await?)
+        }
+        Err(error @ CheckpointError::Busy { .. }) => {
+            Err(anyhow::anyhow!("{error}; pass --wait to wait for it"))
+        }
+        outcome => Ok(outcome?),
+    }
+}
 
 /// Runs a `threads` subcommand.
 pub async fn run(command: ThreadsCommand) -> anyhow::Result<ExitCode> {
@@ -45,6 +68,9 @@ pub async fn run(command: ThreadsCommand) -> anyhow::Result<ExitCode> {
             }
         }
         ThreadsCommand::Delete { id } => {
+            deepagents::validate_thread_id(&id)?;
+            // A run in progress would write on into a thread that no longer exists.
+            drop(checkpointer.try_lease(&id).await?);
             if !checkpointer.delete_thread(&id).await? {
                 bail!("no thread `{id}`; `deepagents threads list` shows them");
             }

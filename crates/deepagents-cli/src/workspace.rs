@@ -8,7 +8,8 @@ use clap::ValueEnum;
 use deepagents::Checkpointer;
 use deepagents::backends::{
     Backend, CompositeBackend, FilesystemBackend, LocalShellBackend, PermissionRule, Permissions,
-    PostgresStore, SqliteStore, StateBackend, Store, StoreBackend,
+    PolicyBackend, PostgresStore, ReadOnlyPolicy, SqliteStore, StateBackend, Store, StoreBackend,
+    VPath,
 };
 use serde::Deserialize;
 
@@ -51,7 +52,7 @@ pub async fn open_store() -> anyhow::Result<(Arc<dyn Store>, Arc<dyn Checkpointe
     }
     let store = SqliteStore::open(data_dir()?.join("store.db"))
         .await
-        .context("cannot open the data store; set DEEPAGENTS_DATA_DIR to a writable directory")?;
+        .context("cannot open the data store (DEEPAGENTS_DATA_DIR chooses its directory)")?;
     Ok((Arc::new(store.clone()), Arc::new(store.checkpointer())))
 }
 
@@ -86,11 +87,14 @@ fn disk(root: &Path) -> anyhow::Result<FilesystemBackend> {
 /// `AGENTS.md` in the root, then `/memories/AGENTS.md` — long-term memory kept in a SQLite store
 /// in the data directory and shared by every thread; skills from `~/.deepagents/agent/skills`, `.deepagents/skills`,
 /// `.agents/skills`, then each `--skills DIR`. Directories outside the root are mounted into the
-/// agent's tree (`/.deepagents-user/`, `/.skills-1/`, …) so the file tools can read them.
+/// agent's tree (`/.deepagents-user/`, `/.skills-1/`, …) so the file tools can read them; they
+/// are read-only, except that `edit_file` may change `/.deepagents-user/AGENTS.md`. Unless
+/// `read_only_memory`, which also makes `/memories/` read-only.
 pub async fn open(
     kind: BackendKind,
     root: Option<PathBuf>,
     skill_dirs: &[PathBuf],
+    read_only_memory: bool,
 ) -> anyhow::Result<Workspace> {
     let base: Arc<dyn Backend> = match kind {
         BackendKind::State => Arc::new(StateBackend::default()),
@@ -113,7 +117,11 @@ pub async fn open(
     let mut routes: Vec<(String, Arc<dyn Backend>)> = Vec::new();
     let user_dir = std::env::var_os("HOME").map(|home| Path::new(&home).join(".deepagents/agent"));
     if let Some(user_dir) = user_dir.filter(|dir| dir.is_dir()) {
-        routes.push((USER_MOUNT.to_owned(), Arc::new(disk(&user_dir)?)));
+        let mut policy = ReadOnlyPolicy::new();
+        if !read_only_memory {
+            policy = policy.editable(VPath::parse("/AGENTS.md")?);
+        }
+        routes.push((USER_MOUNT.to_owned(), read_only(disk(&user_dir)?, policy)));
         memory.push(format!("{USER_MOUNT}/AGENTS.md"));
         skills.push(format!("{USER_MOUNT}/skills"));
     }
@@ -127,11 +135,16 @@ pub async fn open(
     let (store, checkpointer) = open_store().await?;
     let memories =
         StoreBackend::new(store).with_namespace(|_| vec!["agents".to_owned(), "agent".to_owned()]);
-    routes.push((MEMORIES_MOUNT.to_owned(), Arc::new(memories)));
+    let memories: Arc<dyn Backend> = if read_only_memory {
+        read_only(memories, ReadOnlyPolicy::new())
+    } else {
+        Arc::new(memories)
+    };
+    routes.push((MEMORIES_MOUNT.to_owned(), memories));
     memory.push(format!("{MEMORIES_MOUNT}/AGENTS.md"));
     for (index, dir) in skill_dirs.iter().enumerate() {
         let mount = format!("/.skills-{}", index + 1);
-        routes.push((mount.clone(), Arc::new(disk(dir)?)));
+        routes.push((mount.clone(), read_only(disk(dir)?, ReadOnlyPolicy::new())));
         skills.push(mount);
     }
     let mut composite = CompositeBackend::new(base);
@@ -144,6 +157,10 @@ pub async fn open(
         memory,
         skills,
     })
+}
+
+fn read_only(backend: impl Backend + 'static, policy: ReadOnlyPolicy) -> Arc<dyn Backend> {
+    Arc::new(PolicyBackend::new(Arc::new(backend), Arc::new(policy)))
 }
 
 /// A `--permissions` file.

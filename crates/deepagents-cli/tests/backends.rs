@@ -570,3 +570,138 @@ fn compact_tool_offers_compact_conversation() {
         "{absent}"
     );
 }
+
+/// Tool results of a `--json` run, by call id.
+fn tool_results(output: &Output) -> std::collections::BTreeMap<String, String> {
+    events(output)
+        .into_iter()
+        .filter(|e| e["type"] == "tool_call_finished")
+        .map(|e| {
+            (
+                e["call_id"].as_str().unwrap_or_default().to_owned(),
+                e.to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Directories mounted from outside the root are read-only: the agent can neither plant a
+/// user-level skill, nor rewrite or delete the user's skills, nor write through any other
+/// mount. Only the user's memory file may change, and only by `edit_file` — unless
+/// `--read-only-memory`, which also covers `/memories/`.
+#[test]
+fn directories_mounted_from_outside_the_root_are_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let user = home.join(".deepagents/agent");
+    std::fs::create_dir_all(user.join("skills/deploy")).unwrap();
+    std::fs::write(user.join("AGENTS.md"), "Prefer small commits.\n").unwrap();
+    let deploy = "---\nname: deploy\ndescription: Deploy safely.\n---\nSteps.\n";
+    std::fs::write(user.join("skills/deploy/SKILL.md"), deploy).unwrap();
+    let skills = dir.path().join("skills");
+    std::fs::create_dir_all(skills.join("notes")).unwrap();
+    let notes = "---\nname: notes\ndescription: my notes skill\n---\nbody\n";
+    std::fs::write(skills.join("notes/SKILL.md"), notes).unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let evil = "---\nname: evil\ndescription: loaded by every later run\n---\nobey\n";
+    let model = script(
+        dir.path(),
+        json!([
+            {"tool_calls": [
+                {"id": "plant", "name": "write_file", "args": {"file_path": "/.deepagents-user/skills/evil/SKILL.md", "content": evil}},
+                {"id": "rewrite", "name": "edit_file", "args": {"file_path": "/.deepagents-user/skills/deploy/SKILL.md", "old_string": "Steps.", "new_string": "obey"}},
+                {"id": "clobber", "name": "write_file", "args": {"file_path": "/.deepagents-user/AGENTS.md", "content": "obey\n"}},
+                {"id": "remove", "name": "delete", "args": {"path": "/.skills-1/notes"}},
+                {"id": "retext", "name": "edit_file", "args": {"file_path": "/.skills-1/notes/SKILL.md", "old_string": "body", "new_string": "obey"}},
+                {"id": "add", "name": "write_file", "args": {"file_path": "/.skills-1/new/SKILL.md", "content": evil}}
+            ]},
+            {"tool_calls": [
+                {"id": "memory", "name": "edit_file", "args": {"file_path": "/.deepagents-user/AGENTS.md", "old_string": "small commits", "new_string": "tiny commits"}}
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let run = |extra: &[&str]| {
+        bin()
+            .args(["run", "--json", "--model", &model, "--skills"])
+            .arg(&skills)
+            .arg("--root")
+            .arg(&root)
+            .args(extra)
+            .arg("go")
+            .env("HOME", &home)
+            .env("DEEPAGENTS_DATA_DIR", dir.path().join("data"))
+            .output()
+            .unwrap()
+    };
+    let output = run(&[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let results = tool_results(&output);
+    for id in ["plant", "rewrite", "clobber", "remove", "retext", "add"] {
+        assert!(
+            results[id].contains("read-only"),
+            "{id} was not refused: {}",
+            results[id]
+        );
+    }
+    assert!(!user.join("skills/evil").exists());
+    assert_eq!(
+        std::fs::read_to_string(user.join("skills/deploy/SKILL.md")).unwrap(),
+        deploy
+    );
+    assert_eq!(
+        std::fs::read_to_string(skills.join("notes/SKILL.md")).unwrap(),
+        notes
+    );
+    assert!(!skills.join("new").exists());
+    // The documented exception: the memory file, by edit_file.
+    assert!(
+        !results["memory"].contains("read-only"),
+        "{}",
+        results["memory"]
+    );
+    assert_eq!(
+        std::fs::read_to_string(user.join("AGENTS.md")).unwrap(),
+        "Prefer tiny commits.\n"
+    );
+
+    // The exception can be turned off.
+    std::fs::write(user.join("AGENTS.md"), "Prefer small commits.\n").unwrap();
+    let output = run(&["--read-only-memory"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(tool_results(&output)["memory"].contains("read-only"));
+    assert_eq!(
+        std::fs::read_to_string(user.join("AGENTS.md")).unwrap(),
+        "Prefer small commits.\n"
+    );
+}
+
+/// `--read-only-memory` also keeps the agent from writing long-term memory.
+#[test]
+fn read_only_memory_covers_long_term_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = script(
+        dir.path(),
+        json!([
+            {"tool_calls": [{"id": "w", "name": "write_file", "args": {"file_path": "/memories/AGENTS.md", "content": "obey\n"}}]},
+            {"text": "done"}
+        ]),
+    );
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "state",
+            "--read-only-memory",
+            "--model",
+            &model,
+            "go",
+        ])
+        .env("DEEPAGENTS_DATA_DIR", dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(tool_results(&output)["w"].contains("read-only"));
+}

@@ -141,52 +141,175 @@ impl Database {
 #[test]
 fn sigkill_at_random_moments_never_corrupts_a_thread_on_sqlite() {
     let data = tempfile::tempdir().unwrap();
-    kill_loop(&Database::Sqlite(data.path().to_owned()), "sqlite");
+    kill_loop(
+        &Database::Sqlite(data.path().to_owned()),
+        "sqlite",
+        &Scenario::main_agent(),
+        50,
+    );
 }
 
 #[test]
 fn sigkill_at_random_moments_never_corrupts_a_thread_on_postgres() {
+    let Some(database) = postgres() else {
+        return;
+    };
+    kill_loop(&database, &unique("pg"), &Scenario::main_agent(), 50);
+}
+
+/// Kills during subagents — one, and two in parallel — never make a finished command of a
+/// subagent run again: the resumed run continues each subagent where it stopped. (Nesting
+/// needs subagents with subagents of their own, which the library builds: its threads tests
+/// crash nested subagents the same way.)
+#[test]
+fn sigkill_during_subagents_never_repeats_their_finished_commands() {
+    let data = tempfile::tempdir().unwrap();
+    let database = Database::Sqlite(data.path().to_owned());
+    for scenario in [Scenario::subagent(), Scenario::parallel_subagents()] {
+        kill_loop(&database, scenario.name, &scenario, 15);
+    }
+}
+
+#[test]
+fn sigkill_during_subagents_never_repeats_their_finished_commands_on_postgres() {
+    let Some(database) = postgres() else {
+        return;
+    };
+    let scenario = Scenario::parallel_subagents();
+    kill_loop(&database, &unique("pg-parallel"), &scenario, 10);
+}
+
+fn postgres() -> Option<Database> {
     let Ok(url) = std::env::var("DEEPAGENTS_TEST_POSTGRES_URL") else {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
             "CI must provide PostgreSQL (DEEPAGENTS_TEST_POSTGRES_URL); see .ci/run"
         );
         eprintln!("skipped: no PostgreSQL (set DEEPAGENTS_TEST_POSTGRES_URL)");
-        return;
+        return None;
     };
-    let unique = format!(
-        "pg-{}-{}",
+    Some(Database::Postgres(url))
+}
+
+/// A thread-id prefix no other test run uses (the PostgreSQL database is shared).
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}-{}",
         std::process::id(),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos()
-    );
-    kill_loop(&Database::Postgres(url), &unique);
+    )
 }
 
-fn kill_loop(database: &Database, prefix: &str) {
-    let work = tempfile::tempdir().unwrap();
-    let steps = 12;
-    let mut turns: Vec<Value> = (0..steps)
-        .map(|i| {
-            json!({"text": format!("step {i}"), "tool_calls": [
-                {"id": format!("x{i}"), "name": "execute", "args": {"command": format!("sleep 0.02; echo {i} >> log.txt")}},
-                {"id": format!("l{i}"), "name": "ls", "args": {}}
+/// A scripted run whose shell commands each append one line to `log.txt`.
+struct Scenario {
+    name: &'static str,
+    script: Value,
+    /// The line each command writes.
+    lines: Vec<String>,
+    /// Whether the commands are the main agent's, so their results are in the thread.
+    main_agent: bool,
+    /// How long a run takes at most, to spread the kills over it.
+    span_ms: u64,
+}
+
+/// Subagent turns that run `lines` one command at a time, then answer.
+fn command_turns(lines: &[String], answer: &str) -> Vec<Value> {
+    let mut turns: Vec<Value> = lines
+        .iter()
+        .map(|line| {
+            json!({"text": format!("running {line}"), "tool_calls": [
+                {"name": "execute", "args": {"command": format!("sleep 0.02; echo {line} >> log.txt")}}
             ]})
         })
         .collect();
-    turns.push(json!({"text": "all steps done"}));
-    let model = write_script(work.path(), &json!({"turns": turns}));
+    turns.push(json!({"text": answer}));
+    turns
+}
+
+fn task(id: &str, description: &str) -> Value {
+    json!({"id": id, "name": "task", "args": {"description": description, "subagent_type": "general-purpose"}})
+}
+
+impl Scenario {
+    fn main_agent() -> Self {
+        let steps = 12;
+        let mut turns: Vec<Value> = (0..steps)
+            .map(|i| {
+                json!({"text": format!("step {i}"), "tool_calls": [
+                    {"id": format!("x{i}"), "name": "execute", "args": {"command": format!("sleep 0.02; echo {i} >> log.txt")}},
+                    {"id": format!("l{i}"), "name": "ls", "args": {}}
+                ]})
+            })
+            .collect();
+        turns.push(json!({"text": "all steps done"}));
+        Self {
+            name: "main",
+            script: json!({"turns": turns}),
+            lines: (0..steps).map(|i| i.to_string()).collect(),
+            main_agent: true,
+            span_ms: 400,
+        }
+    }
+
+    fn subagent() -> Self {
+        let lines: Vec<String> = (0..8).map(|i| format!("s{i}")).collect();
+        Self {
+            name: "one-subagent",
+            script: json!({
+                "turns": [
+                    {"text": "delegating", "tool_calls": [task("t1", "SUBTASK: run the steps")]},
+                    {"text": "all steps done"}
+                ],
+                "conversations": [{"when_task_contains": "SUBTASK", "turns": command_turns(&lines, "SUB-ANSWER")}]
+            }),
+            lines,
+            main_agent: false,
+            span_ms: 600,
+        }
+    }
+
+    fn parallel_subagents() -> Self {
+        let left: Vec<String> = (0..6).map(|i| format!("a{i}")).collect();
+        let right: Vec<String> = (0..6).map(|i| format!("b{i}")).collect();
+        let mut lines = left.clone();
+        lines.extend(right.iter().cloned());
+        Self {
+            name: "parallel-subagents",
+            script: json!({
+                "turns": [
+                    {"text": "delegating both", "tool_calls": [task("ta", "LEFT: run a"), task("tb", "RIGHT: run b")]},
+                    {"text": "all steps done"}
+                ],
+                "conversations": [
+                    {"when_task_contains": "LEFT", "turns": command_turns(&left, "LEFT-ANSWER")},
+                    {"when_task_contains": "RIGHT", "turns": command_turns(&right, "RIGHT-ANSWER")}
+                ]
+            }),
+            lines,
+            main_agent: false,
+            span_ms: 600,
+        }
+    }
+}
+
+/// Runs threads of `scenario` to the end, SIGKILLing and resuming them at random moments until
+/// `wanted` kills happened, and checks each thread and its side effects.
+fn kill_loop(database: &Database, prefix: &str, scenario: &Scenario, wanted: usize) {
+    let work = tempfile::tempdir().unwrap();
+    let model = write_script(work.path(), &scenario.script);
     let mut rng = Lcg(7);
     let mut kills = 0;
     let mut threads = 0;
-    while kills < 50 {
+    while kills < wanted {
         threads += 1;
         let thread = format!("{prefix}-crash-{threads}");
         // Each thread's commands append to the log.txt of its own workspace.
         let root = tempfile::tempdir().unwrap();
         let mut first = true;
+        let mut killed_here = 0;
         loop {
             let mut command = bin();
             command
@@ -210,12 +333,13 @@ fn kill_loop(database: &Database, prefix: &str) {
                 command.arg("work through the steps");
             }
             let mut child = command.spawn().unwrap();
-            let kill_this_one = kills < 50 && rng.next_ms(10) < 8;
+            let kill_this_one = kills < wanted && rng.next_ms(10) < 8;
             if kill_this_one {
-                std::thread::sleep(Duration::from_millis(rng.next_ms(400)));
+                std::thread::sleep(Duration::from_millis(rng.next_ms(scenario.span_ms)));
                 if child.try_wait().unwrap().is_none() {
                     child.kill().unwrap();
                     kills += 1;
+                    killed_here += 1;
                 }
                 let _ = child.wait();
                 // A kill before the first checkpoint leaves no thread; start it again.
@@ -231,24 +355,48 @@ fn kill_loop(database: &Database, prefix: &str) {
             break;
         }
         let run = check_consistent(database, &thread);
-        check_side_effects(&run, &thread, &root.path().join("log.txt"), steps);
+        let log = std::fs::read_to_string(root.path().join("log.txt")).unwrap_or_default();
+        let written = count_lines(&thread, &log, &scenario.lines);
+        if scenario.main_agent {
+            check_side_effects(&run, &thread, &log, &written);
+        } else {
+            // A finished command ran once; only a command a kill interrupted may be missing.
+            let missing = written.iter().filter(|&&times| times == 0).count();
+            assert!(
+                missing <= killed_here,
+                "{thread}: {missing} commands never ran after {killed_here} kills:\n{log}"
+            );
+            for call in ["t1", "ta", "tb"] {
+                assert!(
+                    database.load(&format!("{thread}/{call}")).is_none(),
+                    "{thread}: the finished subagent of {call} left its checkpoints behind"
+                );
+            }
+        }
     }
-    assert!(kills >= 50);
+    assert!(kills >= wanted);
+}
+
+/// How often each of `lines` is in `log`; no line twice, no stray lines.
+fn count_lines(thread: &str, log: &str, lines: &[String]) -> Vec<usize> {
+    let mut written = vec![0usize; lines.len()];
+    for line in log.lines() {
+        let index = lines
+            .iter()
+            .position(|l| l == line.trim())
+            .unwrap_or_else(|| panic!("{thread}: stray line {line:?} in log.txt:\n{log}"));
+        written[index] += 1;
+        assert!(
+            written[index] == 1,
+            "{thread}: the command writing {line:?} ran twice:\n{log}"
+        );
+    }
+    written
 }
 
 /// Every command that reported success wrote its line exactly once; a command reported as
-/// interrupted by a kill wrote it at most once; no command ran twice.
-fn check_side_effects(run: &deepagents::Run, thread: &str, log: &Path, steps: usize) {
-    let log = std::fs::read_to_string(log).unwrap_or_default();
-    let mut written = vec![0usize; steps];
-    for line in log.lines() {
-        let step: usize = line
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{thread}: stray line {line:?} in log.txt:\n{log}"));
-        assert!(step < steps, "{thread}: stray line {line:?} in log.txt");
-        written[step] += 1;
-    }
+/// interrupted by a kill wrote it at most once.
+fn check_side_effects(run: &deepagents::Run, thread: &str, log: &str, written: &[usize]) {
     for (step, times) in written.iter().enumerate() {
         let id = format!("x{step}");
         let results: Vec<&deepagents::ToolResult> = run
@@ -262,12 +410,7 @@ fn check_side_effects(run: &deepagents::Run, thread: &str, log: &Path, steps: us
             .collect();
         assert_eq!(results.len(), 1, "{thread}: call {id} has one result");
         let text = Message::Tool(results[0].clone()).text();
-        if text.starts_with("Interrupted") {
-            assert!(
-                *times <= 1,
-                "{thread}: interrupted step {step} wrote {times} lines:\n{log}"
-            );
-        } else {
+        if !text.starts_with("Interrupted") {
             assert_eq!(
                 results[0].status,
                 deepagents::ToolStatus::Ok,
@@ -407,4 +550,271 @@ fn auto_approve_approves_permission_rule_interrupts_too() {
             .all(|r| r.status == deepagents::ToolStatus::Ok),
         "{results:?}"
     );
+}
+
+/// The script: eight slow commands, an answer, eight more, another answer.
+fn two_task_script(dir: &Path) -> String {
+    let batch = |prefix: &str| -> Vec<Value> {
+        (0..8)
+            .map(|i| {
+                json!({"text": format!("{prefix}{i}"), "tool_calls": [{"name": "execute", "args": {
+                    "command": format!("sleep 0.05; echo {prefix}{i} >> log.txt")
+                }}]})
+            })
+            .collect()
+    };
+    let mut turns = batch("S");
+    turns.push(json!({"text": "DONE-1"}));
+    turns.extend(batch("T"));
+    turns.push(json!({"text": "DONE-2"}));
+    write_script(dir, &json!({ "turns": turns }))
+}
+
+fn thread_run(
+    database: &Database,
+    model: &str,
+    root: &Path,
+    thread: &str,
+    extra: &[&str],
+) -> std::process::Command {
+    let mut command = bin();
+    command
+        .args([
+            "run",
+            "--auto-approve",
+            "--backend",
+            "shell",
+            "--model",
+            model,
+            "--thread",
+            thread,
+            "--root",
+        ])
+        .arg(root)
+        .args(extra);
+    database.configure(&mut command);
+    command
+}
+
+/// Waits until the thread has its first checkpoint (the first process holds it then).
+fn wait_for_thread(database: &Database, thread: &str) {
+    for _ in 0..200 {
+        if database.load(thread).is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("thread {thread} never started");
+}
+
+/// A second process on a thread in use is refused, naming the thread and `--wait`; the first
+/// finishes untouched, and the refused task can run afterwards. Nothing is lost or repeated.
+fn second_process_is_refused(database: &Database, thread: &str) {
+    let work = tempfile::tempdir().unwrap();
+    let model = two_task_script(work.path());
+    let root = work.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let first = thread_run(database, &model, &root, thread, &["task-A"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_thread(database, thread);
+    let second = thread_run(database, &model, &root, thread, &["task-B"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("thread `{thread}` is in use by another run")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--wait"), "{stderr}");
+    let first = first.wait_with_output().unwrap();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&first.stdout).trim(), "DONE-1");
+    let log = std::fs::read_to_string(root.join("log.txt")).unwrap();
+    let expected: Vec<String> = (0..8).map(|i| format!("S{i}")).collect();
+    assert_eq!(log.lines().collect::<Vec<_>>(), expected, "{log}");
+
+    let again = thread_run(database, &model, &root, thread, &["task-B"])
+        .output()
+        .unwrap();
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "DONE-2");
+    let run = database.load(thread).unwrap();
+    let users: Vec<String> = run
+        .state
+        .messages
+        .iter()
+        .filter(|m| matches!(m, Message::User { .. }))
+        .map(Message::text)
+        .collect();
+    assert_eq!(users, ["task-A", "task-B"]);
+}
+
+/// With `--wait` the second process waits for the first and then continues the thread: both
+/// tasks run once each, in order.
+fn second_process_waits(database: &Database, thread: &str) {
+    let work = tempfile::tempdir().unwrap();
+    let model = two_task_script(work.path());
+    let root = work.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let first = thread_run(database, &model, &root, thread, &["task-A"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_thread(database, thread);
+    let second = thread_run(database, &model, &root, thread, &["--wait", "task-B"])
+        .output()
+        .unwrap();
+    let first = first.wait_with_output().unwrap();
+    assert!(first.status.success());
+    assert_eq!(String::from_utf8_lossy(&first.stdout).trim(), "DONE-1");
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert!(String::from_utf8_lossy(&second.stderr).contains("waiting:"));
+    assert_eq!(String::from_utf8_lossy(&second.stdout).trim(), "DONE-2");
+    let log = std::fs::read_to_string(root.join("log.txt")).unwrap();
+    let expected: Vec<String> = (0..8)
+        .map(|i| format!("S{i}"))
+        .chain((0..8).map(|i| format!("T{i}")))
+        .collect();
+    assert_eq!(log.lines().collect::<Vec<_>>(), expected, "{log}");
+    check_consistent_answers(database, thread, &["DONE-1", "DONE-2"]);
+}
+
+/// Two resumes of a crashed run at once: one continues it, the other is refused or finds it
+/// finished; no command runs twice.
+fn two_resumes_of_a_crash(database: &Database, thread: &str) {
+    let work = tempfile::tempdir().unwrap();
+    let model = two_task_script(work.path());
+    let root = work.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let mut first = thread_run(database, &model, &root, thread, &["task-A"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_thread(database, thread);
+    std::thread::sleep(Duration::from_millis(150));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let resumes: Vec<_> = (0..2)
+        .map(|_| {
+            thread_run(database, &model, &root, thread, &[])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs: Vec<_> = resumes
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let finished = outputs.iter().filter(|o| o.status.success()).count();
+    assert!(finished >= 1, "no resume finished");
+    for output in outputs.iter().filter(|o| !o.status.success()) {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("is in use by another run"), "{stderr}");
+    }
+    let log = std::fs::read_to_string(root.join("log.txt")).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    for line in log.lines() {
+        assert!(seen.insert(line), "{line} ran twice:\n{log}");
+    }
+    check_consistent_answers(database, thread, &["DONE-1"]);
+}
+
+/// Every call has one result right after its turn, and the answers are `answers`, in order.
+fn check_consistent_answers(database: &Database, thread: &str, answers: &[&str]) {
+    let run = database.load(thread).unwrap();
+    let mut open: Vec<String> = Vec::new();
+    let mut finals = Vec::new();
+    for message in &run.state.messages {
+        match message {
+            Message::Assistant(assistant) => {
+                assert!(
+                    open.is_empty(),
+                    "{thread}: calls {open:?} never got results"
+                );
+                open = assistant.tool_calls.iter().map(|c| c.id.clone()).collect();
+                if assistant.tool_calls.is_empty() {
+                    finals.push(message.text());
+                }
+            }
+            Message::Tool(result) => {
+                assert!(
+                    open.contains(&result.tool_call_id),
+                    "{thread}: stray result"
+                );
+                open.retain(|id| id != &result.tool_call_id);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(finals, answers, "{thread}");
+}
+
+#[test]
+fn two_processes_on_one_thread_are_refused_or_serialized_on_sqlite() {
+    let data = tempfile::tempdir().unwrap();
+    let database = Database::Sqlite(data.path().to_owned());
+    second_process_is_refused(&database, "busy");
+    second_process_waits(&database, "waits");
+    two_resumes_of_a_crash(&database, "crashed");
+}
+
+#[test]
+fn two_processes_on_one_thread_are_refused_or_serialized_on_postgres() {
+    let Some(database) = postgres() else {
+        return;
+    };
+    second_process_is_refused(&database, &unique("busy"));
+    second_process_waits(&database, &unique("waits"));
+    two_resumes_of_a_crash(&database, &unique("crashed"));
+}
+
+#[test]
+fn thread_ids_that_cannot_be_stored_are_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let model = write_script(data.path(), &json!({"turns": [{"text": "hi"}]}));
+    for id in ["", "../../x", "a/b", "..", "has space", &"x".repeat(129)] {
+        let output = bin()
+            .args([
+                "run",
+                "--backend",
+                "state",
+                "--model",
+                &model,
+                "--thread",
+                id,
+                "go",
+            ])
+            .env("DEEPAGENTS_DATA_DIR", data.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{id:?}: {stderr}");
+        assert!(stderr.contains("invalid thread id"), "{id:?}: {stderr}");
+    }
+    // Nothing was written for them, inside the data directory or beside it.
+    let leases = std::fs::read_dir(data.path().join("store.db.threads"))
+        .map(Iterator::count)
+        .unwrap_or(0);
+    assert_eq!(leases, 0);
+    assert!(!data.path().parent().unwrap().join("x.lock").exists());
 }

@@ -1,8 +1,8 @@
 //! Checkpoints: a run persisted step by step as deltas, so storage grows with what changed and
 //! a thread can be resumed, listed, or forked.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, PoisonError};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -122,9 +122,237 @@ pub enum CheckpointError {
         /// The existing thread.
         thread_id: String,
     },
+    /// Another run holds the thread's lease ([`Checkpointer::try_lease`]): two runs writing
+    /// one thread would interleave their turns.
+    #[error(
+        "thread `{thread_id}` is in use by another run{}; wait until it finishes (or wait for its lease), or continue in another thread",
+        holder.as_deref().map(|h| format!(" ({h})")).unwrap_or_default()
+    )]
+    Busy {
+        /// The thread.
+        thread_id: String,
+        /// Who holds it, when the store knows (e.g. `pid 4242`).
+        holder: Option<String>,
+    },
+    /// A thread id that cannot be stored ([`validate_thread_id`]).
+    #[error("invalid thread id {thread_id:?}: {reason}")]
+    InvalidThreadId {
+        /// The id as given.
+        thread_id: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The storage failed or holds data this build cannot read.
     #[error("checkpoint storage error: {0}")]
     Storage(String),
+}
+
+/// The longest thread id accepted, in bytes.
+pub const MAX_THREAD_ID_LEN: usize = 128;
+
+/// Separates a thread id from the ids of the child threads that checkpoint its subagent runs
+/// (`parent/call_1`); thread ids of users never contain it.
+pub const CHILD_THREAD_SEPARATOR: char = '/';
+
+/// Checks a thread id: 1 to [`MAX_THREAD_ID_LEN`] bytes of letters, digits and `- _ . @ + : ~`
+/// (the characters of store namespaces), not `.` or `..`. Ids are used as names in storage
+/// (lock files, keys), so separators and path syntax are refused.
+pub fn validate_thread_id(thread_id: &str) -> Result<(), CheckpointError> {
+    let refuse = |reason: String| CheckpointError::InvalidThreadId {
+        thread_id: thread_id.to_owned(),
+        reason,
+    };
+    if thread_id.is_empty() {
+        return Err(refuse("it is empty".to_owned()));
+    }
+    if thread_id.len() > MAX_THREAD_ID_LEN {
+        return Err(refuse(format!(
+            "it is {} bytes long; use at most {MAX_THREAD_ID_LEN}",
+            thread_id.len()
+        )));
+    }
+    if thread_id == "." || thread_id == ".." {
+        return Err(refuse("`.` and `..` are reserved".to_owned()));
+    }
+    if let Some(bad) = thread_id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "-_.@+:~".contains(*c)))
+    {
+        return Err(refuse(format!(
+            "`{}` is not allowed; use letters, digits and - _ . @ + : ~",
+            bad.escape_debug()
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `thread_id` is `parent` itself or one of its child threads, at any depth.
+pub fn is_in_thread(thread_id: &str, parent: &str) -> bool {
+    thread_id
+        .strip_prefix(parent)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(CHILD_THREAD_SEPARATOR))
+}
+
+/// The right to write a thread: while a lease is alive, no other run (in this process or
+/// another) gets one for the same thread. Dropping it releases the thread. A lease held by a
+/// process that dies is released with it (the stores use locks of the operating system or of
+/// the database session), so a crashed run's thread can be resumed at once.
+pub struct ThreadLease {
+    thread_id: String,
+    _held: Box<dyn Send + Sync>,
+}
+
+impl ThreadLease {
+    /// A lease on `thread_id` kept for as long as `held` (a lock guard) lives.
+    pub fn new(thread_id: impl Into<String>, held: impl Send + Sync + 'static) -> Self {
+        Self {
+            thread_id: thread_id.into(),
+            _held: Box::new(held),
+        }
+    }
+
+    /// The leased thread.
+    pub fn thread_id(&self) -> &str {
+        &self.thread_id
+    }
+}
+
+impl std::fmt::Debug for ThreadLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadLease")
+            .field("thread_id", &self.thread_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Leases of threads held in this process, for stores that live in one process.
+#[derive(Clone, Debug, Default)]
+pub struct LocalLeases {
+    held: Arc<Mutex<HashSet<String>>>,
+}
+
+impl LocalLeases {
+    /// No thread leased.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Leases `thread_id`, or fails with [`CheckpointError::Busy`] when it is leased already.
+    pub fn try_lease(&self, thread_id: &str) -> Result<ThreadLease, CheckpointError> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if !held.insert(thread_id.to_owned()) {
+            return Err(CheckpointError::Busy {
+                thread_id: thread_id.to_owned(),
+                holder: Some("in this process".to_owned()),
+            });
+        }
+        let release = LocalRelease {
+            held: Arc::clone(&self.held),
+            thread_id: thread_id.to_owned(),
+        };
+        Ok(ThreadLease::new(thread_id, release))
+    }
+}
+
+struct LocalRelease {
+    held: Arc<Mutex<HashSet<String>>>,
+    thread_id: String,
+}
+
+impl Drop for LocalRelease {
+    fn drop(&mut self) {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.thread_id);
+    }
+}
+
+/// Where a run is checkpointed: the store, the thread, and the lease that makes this run its
+/// only writer. Clones share the lease; the thread is released when the last clone is dropped.
+#[derive(Clone)]
+pub struct Checkpointing {
+    /// The store.
+    pub checkpointer: Arc<dyn Checkpointer>,
+    /// The thread the run belongs to.
+    pub thread_id: String,
+    /// How many of the run's messages the store already holds.
+    pub persisted_messages: usize,
+    lease: Arc<ThreadLease>,
+    /// Child threads whose runs are over; removed once this thread's next checkpoint holds
+    /// their results.
+    finished_children: Arc<Mutex<Vec<String>>>,
+    /// The parent's list, for a child thread.
+    parent_finished: Option<Arc<Mutex<Vec<String>>>>,
+}
+
+impl std::fmt::Debug for Checkpointing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpointing")
+            .field("thread_id", &self.thread_id)
+            .field("persisted_messages", &self.persisted_messages)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Checkpointing {
+    /// Checkpointing of `lease`'s thread in `checkpointer`, which holds `persisted_messages`
+    /// of the run already.
+    pub fn new(
+        checkpointer: Arc<dyn Checkpointer>,
+        lease: ThreadLease,
+        persisted_messages: usize,
+    ) -> Self {
+        Self {
+            checkpointer,
+            thread_id: lease.thread_id().to_owned(),
+            persisted_messages,
+            lease: Arc::new(lease),
+            finished_children: Arc::default(),
+            parent_finished: None,
+        }
+    }
+
+    /// The lease this run writes under.
+    pub fn lease(&self) -> &ThreadLease {
+        &self.lease
+    }
+
+    /// The child thread that checkpoints the run a tool call starts (a subagent), under the
+    /// same lease: `<thread>/<call id>`. Its store holds nothing yet as far as this value
+    /// knows; set [`persisted_messages`](Self::persisted_messages) after loading it.
+    pub fn child(&self, call_id: &str) -> Self {
+        Self {
+            checkpointer: Arc::clone(&self.checkpointer),
+            thread_id: format!("{}{CHILD_THREAD_SEPARATOR}{call_id}", self.thread_id),
+            persisted_messages: 0,
+            lease: Arc::clone(&self.lease),
+            finished_children: Arc::default(),
+            parent_finished: Some(Arc::clone(&self.finished_children)),
+        }
+    }
+
+    /// Marks this child thread's run as over: the parent removes the thread after its next
+    /// checkpoint, which records the call's result. Until then a crash resumes the run from
+    /// the child thread (a finished run answers at once), so finished work never repeats.
+    pub fn finish_child(&self) {
+        if let Some(parent) = &self.parent_finished {
+            parent
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(self.thread_id.clone());
+        }
+    }
+
+    /// Takes the child threads that finished since the last call.
+    pub fn take_finished_children(&self) -> Vec<String> {
+        std::mem::take(
+            &mut *self
+                .finished_children
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
 }
 
 /// Stores runs per thread as a sequence of deltas.
@@ -145,10 +373,16 @@ pub trait Checkpointer: Send + Sync {
     /// The checkpoints of a thread, oldest first.
     async fn checkpoints(&self, thread_id: &str) -> Result<Vec<CheckpointInfo>, CheckpointError>;
 
-    /// Every thread, most recently changed first.
+    /// Every thread, most recently changed first; child threads (subagent runs, with
+    /// [`CHILD_THREAD_SEPARATOR`] in their ids) are not listed.
     async fn threads(&self) -> Result<Vec<ThreadInfo>, CheckpointError>;
 
-    /// Removes a thread; returns whether it existed.
+    /// Takes the lease of `thread_id` without waiting, or fails with
+    /// [`CheckpointError::Busy`] while another run holds it. Stores shared between processes
+    /// lease across them; a lease dies with the process holding it.
+    async fn try_lease(&self, thread_id: &str) -> Result<ThreadLease, CheckpointError>;
+
+    /// Removes a thread and its child threads; returns whether it existed.
     async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError>;
 
     /// Starts thread `thread_id` with `run` as its first checkpoint. Refuses
@@ -198,6 +432,7 @@ async fn load_at<C: Checkpointer + ?Sized>(
 #[derive(Debug, Default)]
 pub struct InMemoryCheckpointer {
     threads: Mutex<HashMap<String, Vec<(CheckpointInfo, RunDelta)>>>,
+    leases: LocalLeases,
 }
 
 impl InMemoryCheckpointer {
@@ -266,6 +501,7 @@ impl Checkpointer for InMemoryCheckpointer {
         let threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out: Vec<ThreadInfo> = threads
             .iter()
+            .filter(|(id, _)| !id.contains(CHILD_THREAD_SEPARATOR))
             .map(|(id, entries)| ThreadInfo {
                 thread_id: id.clone(),
                 checkpoints: entries.len() as u64,
@@ -280,9 +516,15 @@ impl Checkpointer for InMemoryCheckpointer {
         Ok(out)
     }
 
+    async fn try_lease(&self, thread_id: &str) -> Result<ThreadLease, CheckpointError> {
+        self.leases.try_lease(thread_id)
+    }
+
     async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError> {
         let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(threads.remove(thread_id).is_some())
+        let existed = threads.contains_key(thread_id);
+        threads.retain(|id, _| !is_in_thread(id, thread_id));
+        Ok(existed)
     }
 }
 

@@ -15,7 +15,8 @@ pub mod state;
 pub mod tool;
 
 pub use checkpoint::{
-    CheckpointError, CheckpointInfo, Checkpointer, InMemoryCheckpointer, RunDelta, ThreadInfo,
+    CheckpointError, CheckpointInfo, Checkpointer, Checkpointing, InMemoryCheckpointer,
+    LocalLeases, RunDelta, ThreadInfo, ThreadLease, validate_thread_id,
 };
 pub use content::ContentBlock;
 pub use event::{AgentPath, Event, EventKind, EventSink};

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::checkpoint::Checkpointing;
 use crate::content::ContentBlock;
 use crate::event::{AgentPath, EventSink};
 use crate::state::{AgentState, StateUpdate};
@@ -123,6 +124,10 @@ pub struct ToolContext {
     pub state: Arc<AgentState>,
     /// Cancelled when the run is cancelled; long tools should watch it and stop early.
     pub cancel: CancellationToken,
+    /// Where the run is checkpointed, if it is. A tool that runs an agent of its own (a
+    /// subagent) checkpoints that run in [`Checkpointing::child`] of this, so a crash resumes
+    /// it where it stopped.
+    pub checkpoint: Option<Checkpointing>,
 }
 
 /// A tool whose arguments are a typed struct; the JSON schema comes from [`JsonSchema`].
@@ -176,14 +181,55 @@ pub trait DynTool: Send + Sync {
 pub struct TypedTool<T: Tool> {
     tool: T,
     parameters: Value,
+    /// Checks arguments first, so a bad call is told the JSON path and the expected type of
+    /// each wrong field (serde names neither). `None` if the generated schema does not compile.
+    validator: Option<jsonschema::Validator>,
 }
 
 impl<T: Tool> TypedTool<T> {
     /// Wraps `tool`, generating its schema once.
     pub fn new(tool: T) -> Self {
         let parameters = parameters_schema::<T::Args>();
-        Self { tool, parameters }
+        let validator = jsonschema::validator_for(&parameters).ok();
+        Self {
+            tool,
+            parameters,
+            validator,
+        }
     }
+}
+
+/// What is wrong with `args` by `validator`, for the model: up to five problems, each with
+/// the JSON path of the field it concerns (`/todos/0/status`), or `None` when they are valid.
+fn schema_problems(tool: &str, validator: &jsonschema::Validator, args: &Value) -> Option<String> {
+    let problems: Vec<String> = validator
+        .iter_errors(args)
+        .take(5)
+        .map(|e| {
+            let mut text = e.to_string();
+            // The message quotes the offending value, which may be a whole file.
+            if text.len() > 300 {
+                let cut = (0..=300)
+                    .rev()
+                    .find(|&i| text.is_char_boundary(i))
+                    .unwrap_or(0);
+                text.truncate(cut);
+                text.push('…');
+            }
+            let at = e.instance_path().to_string();
+            if at.is_empty() {
+                text
+            } else {
+                format!("at {at}: {text}")
+            }
+        })
+        .collect();
+    (!problems.is_empty()).then(|| {
+        format!(
+            "Invalid arguments for `{tool}`: {}. Call it again with arguments that match its parameters schema.",
+            problems.join("; ")
+        )
+    })
 }
 
 /// The JSON schema of `T` as a model expects it: self-contained, without `$schema` or `title`.
@@ -214,6 +260,11 @@ impl<T: Tool> DynTool for TypedTool<T> {
     }
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        if let Some(validator) = &self.validator
+            && let Some(problems) = schema_problems(self.tool.name(), validator, &args)
+        {
+            return Err(ToolError::RespondToModel(problems));
+        }
         let args: T::Args = serde_json::from_value(args).map_err(|e| {
             ToolError::RespondToModel(format!(
                 "Invalid arguments for `{}`: {e}. Call it again with arguments that match its parameters schema.",
@@ -294,25 +345,8 @@ impl DynTool for DynamicTool {
     }
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let problems: Vec<String> = self
-            .validator
-            .iter_errors(&args)
-            .take(5)
-            .map(|e| {
-                let at = e.instance_path().to_string();
-                if at.is_empty() {
-                    e.to_string()
-                } else {
-                    format!("at {at}: {e}")
-                }
-            })
-            .collect();
-        if !problems.is_empty() {
-            return Err(ToolError::RespondToModel(format!(
-                "Invalid arguments for `{}`: {}. Call it again with arguments that match its parameters schema.",
-                self.spec.name,
-                problems.join("; ")
-            )));
+        if let Some(problems) = schema_problems(&self.spec.name, &self.validator, &args) {
+            return Err(ToolError::RespondToModel(problems));
         }
         (self.handler)(args, ctx).await
     }

@@ -92,6 +92,13 @@ impl Checkpointer for Measured {
     async fn delete_thread(&self, thread: &str) -> Result<bool, CheckpointError> {
         self.inner.delete_thread(thread).await
     }
+
+    async fn try_lease(
+        &self,
+        thread: &str,
+    ) -> Result<deepagents::core::ThreadLease, CheckpointError> {
+        self.inner.try_lease(thread).await
+    }
 }
 
 /// What one checkpointer measured.

@@ -113,6 +113,7 @@ fn dummy_context() -> ToolContext {
         runtime: deepagents::RuntimeContext::default(),
         state: Arc::default(),
         cancel: Default::default(),
+        checkpoint: None,
     }
 }
 

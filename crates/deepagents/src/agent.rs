@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 use crate::approval::{Decision, InterruptConfig, PendingAction};
 use crate::context::FALLBACK_CONTEXT_TOKENS;
 use crate::error::{RunError, RunFailure};
-use crate::journal::Checkpointing;
 use crate::middleware::Registered;
 use crate::middleware::{
     DEFAULT_OFFLOAD_THRESHOLD, DanglingToolCallsMiddleware, FilesystemMiddleware,
@@ -31,6 +30,7 @@ use deepagents_backends::{
     Backend, CompositeBackend, PermissionedBackend, Permissions, StateBackend, Store, StoreBackend,
     VPath,
 };
+use deepagents_core::Checkpointing;
 use deepagents_core::EventSink;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -336,17 +336,24 @@ impl Agent {
     /// method of the handle is called; an unknown thread starts empty. Fails with
     /// [`ThreadError::NoCheckpointer`] when the agent was built without
     /// [`AgentBuilder::checkpointer`].
+    ///
+    /// Thread ids are 1 to 128 letters, digits and `- _ . @ + : ~`
+    /// ([`validate_thread_id`](crate::validate_thread_id)); others fail with
+    /// [`ThreadError::InvalidId`].
     pub fn thread(&self, thread_id: impl Into<String>) -> Result<Thread, ThreadError> {
         let checkpointer = self
             .inner
             .checkpointer
             .clone()
             .ok_or(ThreadError::NoCheckpointer)?;
+        let id = thread_id.into();
+        deepagents_core::validate_thread_id(&id).map_err(ThreadError::InvalidId)?;
         Ok(Thread {
             agent: self.clone(),
             checkpointer,
-            id: thread_id.into(),
+            id,
             options: RunOptions::default(),
+            lease_wait: Duration::ZERO,
         })
     }
 }
@@ -360,18 +367,24 @@ pub enum ThreadError {
         "this agent has no checkpointer, so it cannot keep threads; build it with AgentBuilder::checkpointer"
     )]
     NoCheckpointer,
+    /// The thread id cannot be stored.
+    #[error(transparent)]
+    InvalidId(CheckpointError),
 }
 
 /// One conversation of an agent, saved in its checkpointer ([`Agent::thread`]). Every run
 /// through the handle loads the thread's latest checkpoint, continues it and checkpoints it
 /// after every step, so handles are cheap and need not be kept: two handles on one thread id
-/// see the same conversation. Runs of one thread should not overlap.
+/// see the same conversation. A run holds the thread's lease from loading to its end, so runs
+/// of one thread never overlap, in one process or across processes: a second one fails with
+/// [`CheckpointError::Busy`], or waits ([`with_lease_wait`](Self::with_lease_wait)).
 #[derive(Clone)]
 pub struct Thread {
     agent: Agent,
     checkpointer: Arc<dyn Checkpointer>,
     id: String,
     options: RunOptions,
+    lease_wait: Duration,
 }
 
 impl std::fmt::Debug for Thread {
@@ -406,10 +419,22 @@ impl Thread {
         self
     }
 
+    /// How long a run of this handle waits for another run of the thread to end before it
+    /// fails with [`CheckpointError::Busy`] (default: it does not wait).
+    pub fn with_lease_wait(mut self, wait: Duration) -> Self {
+        self.lease_wait = wait;
+        self
+    }
+
     /// Loads the thread (appending `input` as user input, if any) under its checkpointing.
     async fn open(&self, input: Option<String>) -> Result<(Run, RunOptions), CheckpointError> {
-        let (run, checkpoint) =
-            crate::journal::open_thread(Arc::clone(&self.checkpointer), &self.id, input).await?;
+        let (run, checkpoint) = crate::journal::open_thread_waiting(
+            Arc::clone(&self.checkpointer),
+            &self.id,
+            input,
+            self.lease_wait,
+        )
+        .await?;
         let options = RunOptions {
             checkpoint: Some(checkpoint),
             ..self.options.clone()

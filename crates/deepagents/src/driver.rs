@@ -90,6 +90,7 @@ async fn advance(
     journal: &mut Journal,
 ) -> Result<String, RunError> {
     journal.settle_interrupted(run, &agent.tools);
+    journal.remove_settled_children(run).await;
     for key in approval::drop_stale(run) {
         journal.touched_custom(key);
     }
@@ -297,6 +298,7 @@ async fn execute_tools(
             runtime: options.runtime.clone(),
             state,
             cancel: step_cancel.clone(),
+            checkpoint: options.checkpoint.clone(),
         };
         run_one(agent, call, ctx, events).map(move |outcome| (index, outcome))
     };

@@ -2,9 +2,11 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use deepagents_core::{
-    AgentState, Checkpointer, EventSink, Message, Run, RunDelta, StateUpdate, ToolResult,
+    AgentState, CheckpointError, Checkpointer, Checkpointing, EventSink, Message, Run, RunDelta,
+    StateUpdate, ThreadLease, ToolResult, validate_thread_id,
 };
 use serde_json::Value;
 
@@ -14,49 +16,65 @@ use crate::registry::ToolRegistry;
 /// The custom key naming the tool calls of a step that started but has not finished.
 pub const IN_FLIGHT_KEY: &str = "deepagents.in_flight";
 
-/// Where a run is checkpointed.
-#[derive(Clone)]
-pub struct Checkpointing {
-    /// The store.
-    pub checkpointer: Arc<dyn Checkpointer>,
-    /// The thread the run belongs to.
-    pub thread_id: String,
-    /// How many of the run's messages the store already holds.
-    pub persisted_messages: usize,
-}
-
-impl std::fmt::Debug for Checkpointing {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Checkpointing")
-            .field("thread_id", &self.thread_id)
-            .field("persisted_messages", &self.persisted_messages)
-            .finish_non_exhaustive()
-    }
-}
-
 /// Loads thread `thread_id` (a new, empty run when it does not exist), appends `input` as user
-/// input, and returns the run with the checkpointing to continue it under.
+/// input, and returns the run with the checkpointing to continue it under. The checkpointing
+/// holds the thread's lease, so no other run writes the thread until it is dropped; a thread
+/// another run holds is refused with [`CheckpointError::Busy`].
 pub async fn open_thread(
     checkpointer: Arc<dyn Checkpointer>,
     thread_id: &str,
     input: Option<String>,
-) -> Result<(Run, Checkpointing), deepagents_core::CheckpointError> {
-    let mut run = checkpointer
-        .load(thread_id, None)
-        .await?
-        .unwrap_or_default();
-    let persisted_messages = run.state.messages.len();
+) -> Result<(Run, Checkpointing), CheckpointError> {
+    open_thread_waiting(checkpointer, thread_id, input, Duration::ZERO).await
+}
+
+/// Like [`open_thread`], but waits up to `wait` for another run to release the thread
+/// (`Duration::MAX`: for as long as it takes).
+pub async fn open_thread_waiting(
+    checkpointer: Arc<dyn Checkpointer>,
+    thread_id: &str,
+    input: Option<String>,
+    wait: Duration,
+) -> Result<(Run, Checkpointing), CheckpointError> {
+    validate_thread_id(thread_id)?;
+    let lease = lease_thread(checkpointer.as_ref(), thread_id, wait).await?;
+    let mut checkpointing = Checkpointing::new(checkpointer, lease, 0);
+    let mut run = reload(&mut checkpointing).await?;
     if let Some(input) = input {
         run.push_user_input(vec![deepagents_core::ContentBlock::text(input)]);
     }
-    Ok((
-        run,
-        Checkpointing {
-            checkpointer,
-            thread_id: thread_id.to_owned(),
-            persisted_messages,
-        },
-    ))
+    Ok((run, checkpointing))
+}
+
+/// The thread's latest run as the store holds it (empty when it has none), with
+/// `checkpointing` set to continue it: what a run under an already held lease resumes from.
+pub async fn reload(checkpointing: &mut Checkpointing) -> Result<Run, CheckpointError> {
+    let run = checkpointing
+        .checkpointer
+        .load(&checkpointing.thread_id, None)
+        .await?
+        .unwrap_or_default();
+    checkpointing.persisted_messages = run.state.messages.len();
+    Ok(run)
+}
+
+/// Takes the lease of `thread_id`, retrying for up to `wait` while another run holds it.
+async fn lease_thread(
+    checkpointer: &dyn Checkpointer,
+    thread_id: &str,
+    wait: Duration,
+) -> Result<ThreadLease, CheckpointError> {
+    let deadline = tokio::time::Instant::now().checked_add(wait);
+    loop {
+        match checkpointer.try_lease(thread_id).await {
+            Err(CheckpointError::Busy { .. })
+                if deadline.is_none_or(|deadline| tokio::time::Instant::now() < deadline) =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            outcome => return outcome,
+        }
+    }
 }
 
 /// Tracks what a run changed since it was last saved.
@@ -172,12 +190,46 @@ impl Journal {
             .await
             .map_err(RunError::Checkpoint)?;
         target.persisted_messages = run.state.messages.len();
+        // The results of finished subagent runs are stored now; their child threads can go.
+        for child in target.take_finished_children() {
+            if let Err(error) = target.checkpointer.delete_thread(&child).await {
+                tracing::warn!(%child, %error, "a finished subagent's checkpoints stay behind");
+            }
+        }
         self.rewritten_from = None;
         self.todos = false;
         self.files.clear();
         self.custom.clear();
         self.saved_progress = progress;
         Ok(())
+    }
+
+    /// Removes the child threads of the latest turn's calls that have their results: a crash
+    /// after a step's results were stored and before its finished subagents' checkpoints were
+    /// removed leaves those behind.
+    pub(crate) async fn remove_settled_children(&self, run: &Run) {
+        let Some(target) = &self.target else {
+            return;
+        };
+        if target.persisted_messages == 0 {
+            return;
+        }
+        let Some(turn) = run
+            .state
+            .messages
+            .iter()
+            .rposition(|m| matches!(m, Message::Assistant(_)))
+        else {
+            return;
+        };
+        for message in &run.state.messages[turn..] {
+            if let Message::Tool(result) = message {
+                let child = target.child(&result.tool_call_id);
+                if let Err(error) = target.checkpointer.delete_thread(&child.thread_id).await {
+                    tracing::warn!(child = %child.thread_id, %error, "a finished subagent's checkpoints stay behind");
+                }
+            }
+        }
     }
 
     /// Marks the calls of a step as started (and saves), so a crash during the step is seen on

@@ -49,7 +49,7 @@ pub use approval::{
     Decision, DecisionKind, InterruptConfig, PendingAction, decide, pending_actions,
 };
 pub use error::{RunError, RunFailure};
-pub use journal::{Checkpointing, IN_FLIGHT_KEY, open_thread};
+pub use journal::{IN_FLIGHT_KEY, open_thread, open_thread_waiting, reload};
 pub use stream::RunStream;
 pub use subagents::SubAgent;
 
@@ -58,10 +58,10 @@ pub use deepagents_backends as backends;
 /// The core types, re-exported.
 pub use deepagents_core as core;
 pub use deepagents_core::{
-    AgentState, Checkpointer, ContentBlock, DynTool, DynamicTool, Event, EventKind, EventSink,
-    InMemoryCheckpointer, Message, Model, ModelError, ModelRequest, ModelResponse, Reducer, Run,
-    RuntimeContext, StateUpdate, Todo, TodoStatus, Tool, ToolCall, ToolContext, ToolError,
-    ToolOutput, ToolResult, ToolStatus, Usage,
+    AgentState, CheckpointError, Checkpointer, Checkpointing, ContentBlock, DynTool, DynamicTool,
+    Event, EventKind, EventSink, InMemoryCheckpointer, Message, Model, ModelError, ModelRequest,
+    ModelResponse, Reducer, Run, RuntimeContext, StateUpdate, Todo, TodoStatus, Tool, ToolCall,
+    ToolContext, ToolError, ToolOutput, ToolResult, ToolStatus, Usage, validate_thread_id,
 };
 /// Model implementations and the spec resolver, re-exported.
 pub use deepagents_models as models;

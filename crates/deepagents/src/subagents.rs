@@ -206,7 +206,7 @@ impl SubAgent {
         let mut subagent = Self::new(meta.name, meta.description, body);
         if let Some(spec) = meta.model {
             let model = deepagents_models::from_spec(&spec)
-                .map_err(|e| error(format!("model `{spec}`: {e}")))?;
+                .map_err(|e| error(format!("model `{spec}`: {}", error_chain(&e))))?;
             subagent = subagent.model(model);
         }
         Ok(subagent)
@@ -253,4 +253,16 @@ pub(crate) fn take_failed(artifact: &mut Option<Value>) -> bool {
         *artifact = None;
     }
     failed
+}
+
+/// `error` and its sources, one after another (the OS reason of a missing script is a source).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

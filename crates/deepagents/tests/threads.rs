@@ -132,6 +132,9 @@ on_every_checkpointer!(resumes_after_a_crash_mid_step);
 on_every_checkpointer!(forks_and_the_fork_continues);
 on_every_checkpointer!(an_approval_survives_a_restart);
 on_every_checkpointer!(an_edit_survives_a_restart);
+on_every_checkpointer!(one_run_writes_a_thread_at_a_time);
+on_every_checkpointer!(subagent_resumes_after_crash);
+on_every_checkpointer!(crashes_in_nested_parallel_subagents);
 
 // ---- the scenarios ------------------------------------------------------------------------
 
@@ -413,4 +416,326 @@ async fn an_edit_survives_a_restart(open: impl AsyncFn() -> Store) {
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].arguments["content"], "v2\n");
     assert_eq!(tool_results(&stored.state.messages).len(), 2);
+}
+
+// ---- one writer per thread -------------------------------------------------------------
+
+/// A tool that waits until `release` is notified, so a run stays in progress.
+fn gate_tool(entered: Arc<tokio::sync::Notify>, release: Arc<tokio::sync::Notify>) -> DynamicTool {
+    DynamicTool::new(
+        "hold",
+        "Waits.",
+        json!({"type": "object"}),
+        move |_args, _ctx| {
+            let (entered, release) = (entered.clone(), release.clone());
+            async move {
+                entered.notify_one();
+                release.notified().await;
+                Ok(ToolOutput::text("held"))
+            }
+        },
+    )
+    .unwrap()
+}
+
+/// Leases: a second store (another process) is refused while the first holds a thread and
+/// gets it once released; a run holds its thread's lease from start to end, so a second run
+/// of the thread is refused, or waits for it with `with_lease_wait`.
+async fn one_run_writes_a_thread_at_a_time(open: impl AsyncFn() -> Store) {
+    let first = open().await;
+    let second = open().await;
+    let lease = first.try_lease("t").await.unwrap();
+    assert_eq!(lease.thread_id(), "t");
+    let refused = second.try_lease("t").await.unwrap_err();
+    assert!(
+        matches!(&refused, CheckpointError::Busy { thread_id, .. } if thread_id == "t"),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .to_string()
+            .contains("thread `t` is in use by another run")
+    );
+    drop(second.try_lease("other").await.unwrap());
+    drop(lease);
+    drop(second.try_lease("t").await.unwrap());
+
+    let (entered, release) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let agent = |store: Store| {
+        Agent::builder(scripted(json!([
+            {"tool_calls": [{"name": "hold", "args": {}}]},
+            {"text": "first done"},
+            {"text": "second done"}
+        ])))
+        .dyn_tool(Arc::new(gate_tool(entered.clone(), release.clone())))
+        .checkpointer(store)
+        .build()
+        .unwrap()
+    };
+    let running = agent(first.clone()).thread("chat").unwrap();
+    let task = tokio::spawn(async move { running.invoke("one").await });
+    entered.notified().await;
+    let other = agent(second.clone()).thread("chat").unwrap();
+    let failure = other.invoke("two").await.unwrap_err();
+    assert!(
+        matches!(
+            failure.error,
+            RunError::Checkpoint(CheckpointError::Busy { .. })
+        ),
+        "{:?}",
+        failure.error
+    );
+    // Waiting gets the thread once the first run ends, and continues after it.
+    let waiting = other.with_lease_wait(std::time::Duration::from_secs(20));
+    let waiter = tokio::spawn(async move { waiting.invoke("two").await });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(!waiter.is_finished());
+    release.notify_one();
+    assert_eq!(task.await.unwrap().unwrap().text, "first done");
+    assert_eq!(waiter.await.unwrap().unwrap().text, "second done");
+    let run = second.load("chat", None).await.unwrap().unwrap();
+    let users: Vec<String> = run
+        .state
+        .messages
+        .iter()
+        .filter(|m| matches!(m, Message::User { .. }))
+        .map(Message::text)
+        .collect();
+    assert_eq!(users, ["one", "two"]);
+}
+
+/// A run killed while its subagent works resumes the subagent where it stopped: finished
+/// calls of the subagent are not made again, the one in flight is reported as interrupted,
+/// and the subagent's checkpoints are removed once the parent has its answer.
+async fn subagent_resumes_after_crash(open: impl AsyncFn() -> Store) {
+    let script = json!({
+        "turns": [
+            {"tool_calls": [{"id": "task1", "name": "task", "args": {"description": "SUB: count", "subagent_type": "general-purpose"}}]},
+            {"text": "parent done"}
+        ],
+        "conversations": [{"when_task_contains": "SUB", "turns": [
+            {"tool_calls": [{"name": "step", "args": {"n": 0}}]},
+            {"tool_calls": [{"name": "step", "args": {"n": 1}}]},
+            {"tool_calls": [{"name": "step", "args": {"n": 2}}]},
+            {"tool_calls": [{"name": "step", "args": {"n": 3}}]},
+            {"text": "sub done"}
+        ]}]
+    });
+    let calls = Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let agent = |store: Store, block_at: Option<u64>| {
+        let (calls, entered) = (calls.clone(), entered.clone());
+        let step = DynamicTool::new(
+            "step",
+            "Counts.",
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+            move |args, _ctx| {
+                let (calls, entered) = (calls.clone(), entered.clone());
+                async move {
+                    let n = args["n"].as_u64().unwrap();
+                    calls.lock().unwrap().push(n);
+                    if Some(n) == block_at {
+                        entered.notify_one();
+                        std::future::pending::<()>().await;
+                    }
+                    Ok(ToolOutput::text(format!("counted {n}")))
+                }
+            },
+        )
+        .unwrap()
+        .mutating();
+        let model: Arc<dyn deepagents::Model> =
+            Arc::new(deepagents::models::ScriptedModel::from_json(&script.to_string()).unwrap());
+        Agent::builder(model)
+            .dyn_tool(Arc::new(step))
+            .checkpointer(store)
+            .build()
+            .unwrap()
+    };
+    let crashing = agent(open().await, Some(2)).thread("t").unwrap();
+    let task = tokio::spawn(async move { crashing.invoke("go").await });
+    entered.notified().await;
+    // The process dies: the run's future is dropped where it stands.
+    task.abort();
+    let _ = task.await;
+    assert_eq!(*calls.lock().unwrap(), [0, 1, 2]);
+
+    let store = open().await;
+    let output = agent(store.clone(), None)
+        .thread("t")
+        .unwrap()
+        .resume()
+        .await
+        .unwrap();
+    assert_eq!(output.text, "parent done");
+    // 0 and 1 finished before the crash and did not run again; 2 was in flight, so it is
+    // reported as interrupted instead of made twice; 3 ran after the resume.
+    assert_eq!(*calls.lock().unwrap(), [0, 1, 2, 3]);
+    assert!(store.checkpoints("t/task1").await.unwrap().is_empty());
+    let threads: Vec<String> = store
+        .threads()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.thread_id)
+        .collect();
+    assert_eq!(threads, ["t"]);
+}
+
+#[tokio::test]
+async fn thread_ids_that_cannot_be_stored_are_refused() {
+    let agent = Agent::builder(scripted(json!([{"text": "hi"}])))
+        .checkpointer(Arc::new(InMemoryCheckpointer::new()))
+        .build()
+        .unwrap();
+    for id in [
+        "",
+        "../../x",
+        "a/b",
+        ".",
+        "..",
+        "tab\there",
+        &"x".repeat(129),
+    ] {
+        let error = agent.thread(id).unwrap_err();
+        assert!(
+            error.to_string().contains("invalid thread id"),
+            "{id:?}: {error}"
+        );
+        let store: Store = Arc::new(InMemoryCheckpointer::new());
+        assert!(matches!(
+            open_thread(store, id, None).await,
+            Err(CheckpointError::InvalidThreadId { .. })
+        ));
+    }
+    for id in [
+        "chat",
+        "user@example.com:1",
+        "a.b-c_d+e~f",
+        &"x".repeat(128),
+    ] {
+        assert!(agent.thread(id).is_ok(), "{id:?}");
+    }
+}
+
+/// Crashes (the run's future dropped) at random moments while nested and parallel subagents
+/// work: after each, the thread resumes in a "new process"; in the end every finished call ran
+/// exactly once, only calls in flight at a crash may be missing, and no subagent checkpoints
+/// are left.
+async fn crashes_in_nested_parallel_subagents(open: impl AsyncFn() -> Store) {
+    let steps = |prefix: &str, count: usize, answer: &str| {
+        let mut turns: Vec<serde_json::Value> = (0..count)
+            .map(|i| json!({"tool_calls": [{"name": "step", "args": {"n": format!("{prefix}{i}")}}]}))
+            .collect();
+        turns.push(json!({"text": answer}));
+        turns
+    };
+    let task = |id: &str, description: &str, kind: &str| json!({"id": id, "name": "task", "args": {"description": description, "subagent_type": kind}});
+    let mut outer = steps("o", 3, "outer done");
+    outer.insert(
+        2,
+        json!({"tool_calls": [task("t2", "LEFT: count", "general-purpose"), task("t3", "RIGHT: count", "general-purpose")]}),
+    );
+    let script = json!({
+        "turns": [
+            {"tool_calls": [task("t1", "OUTER: count", "delegator")]},
+            {"text": "parent done"}
+        ],
+        "conversations": [
+            {"when_task_contains": "OUTER", "turns": outer},
+            {"when_task_contains": "LEFT", "turns": steps("a", 4, "left done")},
+            {"when_task_contains": "RIGHT", "turns": steps("b", 4, "right done")}
+        ]
+    });
+    let names: Vec<String> = (0..3)
+        .map(|i| format!("o{i}"))
+        .chain((0..4).map(|i| format!("a{i}")))
+        .chain((0..4).map(|i| format!("b{i}")))
+        .collect();
+    let calls = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let agent = |store: Store| {
+        let calls = calls.clone();
+        let step = DynamicTool::new(
+            "step",
+            "Counts.",
+            json!({"type": "object", "properties": {"n": {"type": "string"}}}),
+            move |args, _ctx| {
+                let calls = calls.clone();
+                async move {
+                    calls
+                        .lock()
+                        .unwrap()
+                        .push(args["n"].as_str().unwrap().to_owned());
+                    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+                    Ok(ToolOutput::text("counted"))
+                }
+            },
+        )
+        .unwrap()
+        .mutating();
+        let step: Arc<dyn deepagents::DynTool> = Arc::new(step);
+        let model: Arc<dyn deepagents::Model> =
+            Arc::new(deepagents::models::ScriptedModel::from_json(&script.to_string()).unwrap());
+        let delegator = Agent::builder(model.clone())
+            .dyn_tool(step.clone())
+            .build()
+            .unwrap();
+        Agent::builder(model)
+            .dyn_tool(step)
+            .subagent(deepagents::SubAgent::from_agent(
+                "delegator",
+                "Delegates.",
+                delegator,
+            ))
+            .checkpointer(store)
+            .build()
+            .unwrap()
+    };
+    let mut seed: u64 = 11;
+    let mut crashes = 0;
+    let mut started = false;
+    let output = loop {
+        let thread = agent(open().await).thread("t").unwrap();
+        let run = tokio::spawn(async move {
+            if started {
+                thread.resume().await
+            } else {
+                thread.invoke("go").await
+            }
+        });
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let delay = (seed >> 33) % 40;
+        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+        if crashes < 12 && !run.is_finished() {
+            run.abort();
+            let _ = run.await;
+            crashes += 1;
+            started = started || open().await.load("t", None).await.unwrap().is_some();
+            continue;
+        }
+        break run.await.unwrap().unwrap();
+    };
+    assert_eq!(output.text, "parent done");
+    let calls = calls.lock().unwrap().clone();
+    for name in &names {
+        let times = calls.iter().filter(|c| *c == name).count();
+        assert!(times <= 1, "{name} ran {times} times: {calls:?}");
+    }
+    let missing = names.iter().filter(|n| !calls.contains(n)).count();
+    assert!(
+        missing <= crashes,
+        "{missing} calls missing after {crashes} crashes: {calls:?}"
+    );
+    let store = open().await;
+    for child in ["t/t1", "t/t1/t2", "t/t1/t3"] {
+        assert!(
+            store.checkpoints(child).await.unwrap().is_empty(),
+            "{child} left behind"
+        );
+    }
 }

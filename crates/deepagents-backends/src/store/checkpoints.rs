@@ -1,10 +1,15 @@
 //! Checkpoints in SQLite: a delta per step, a snapshot every 50 (only the newest kept).
 
 use async_trait::async_trait;
-use deepagents_core::{CheckpointError, CheckpointInfo, Checkpointer, Run, RunDelta, ThreadInfo};
+use deepagents_core::checkpoint::CHILD_THREAD_SEPARATOR;
+use deepagents_core::{
+    CheckpointError, CheckpointInfo, Checkpointer, Run, RunDelta, ThreadInfo, ThreadLease,
+};
 use sqlx::Row;
 
 use super::SqliteStore;
+use super::file_lock;
+use super::sqlite::Leases;
 use crate::memory::now_ms;
 
 /// How often a checkpoint also stores the whole run.
@@ -212,8 +217,10 @@ impl Checkpointer for SqliteCheckpointer {
     async fn threads(&self) -> Result<Vec<ThreadInfo>, CheckpointError> {
         let rows = sqlx::query(
             "SELECT thread_id, COUNT(*) AS n, MAX(created_at_ms) AS updated FROM checkpoints
+             WHERE instr(thread_id, ?1) = 0
              GROUP BY thread_id ORDER BY updated DESC, thread_id",
         )
+        .bind(CHILD_THREAD_SEPARATOR.to_string())
         .fetch_all(&self.store.pool)
         .await
         .map_err(storage)?;
@@ -232,12 +239,28 @@ impl Checkpointer for SqliteCheckpointer {
             .collect()
     }
 
+    async fn try_lease(&self, thread_id: &str) -> Result<ThreadLease, CheckpointError> {
+        match &self.store.leases {
+            Leases::Files(dir) => file_lock::try_lease(dir, thread_id),
+            Leases::Local(leases) => leases.try_lease(thread_id),
+        }
+    }
+
     async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError> {
+        let children = format!("{thread_id}{CHILD_THREAD_SEPARATOR}");
+        sqlx::query("DELETE FROM checkpoints WHERE substr(thread_id, 1, length(?1)) = ?1")
+            .bind(&children)
+            .execute(&self.store.pool)
+            .await
+            .map_err(storage)?;
         let done = sqlx::query("DELETE FROM checkpoints WHERE thread_id = ?1")
             .bind(thread_id)
             .execute(&self.store.pool)
             .await
             .map_err(storage)?;
+        if let Leases::Files(dir) = &self.store.leases {
+            file_lock::remove_lease(dir, thread_id);
+        }
         Ok(done.rows_affected() > 0)
     }
 }

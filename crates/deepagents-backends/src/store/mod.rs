@@ -3,6 +3,8 @@
 mod backend;
 #[cfg(feature = "sqlite")]
 mod checkpoints;
+#[cfg(feature = "sqlite")]
+mod file_lock;
 mod memory;
 #[cfg(feature = "postgres")]
 mod pg_checkpoints;

@@ -1,8 +1,12 @@
 //! Checkpoints in PostgreSQL: a delta per step, a snapshot every 50 (only the newest kept).
 
 use async_trait::async_trait;
-use deepagents_core::{CheckpointError, CheckpointInfo, Checkpointer, Run, RunDelta, ThreadInfo};
-use sqlx::Row;
+use deepagents_core::checkpoint::CHILD_THREAD_SEPARATOR;
+use deepagents_core::{
+    CheckpointError, CheckpointInfo, Checkpointer, Run, RunDelta, ThreadInfo, ThreadLease,
+    validate_thread_id,
+};
+use sqlx::{Connection as _, PgConnection, Row};
 
 use super::PostgresStore;
 use crate::memory::now_ms;
@@ -12,6 +16,33 @@ const SNAPSHOT_EVERY: i64 = 50;
 
 /// The first key of the per-thread advisory locks taken while appending.
 const APPEND_LOCK_CLASS: i32 = 0x6461_636b; // "dack"
+
+/// The session lock that leases a thread: a 64-bit hash of the schema and the thread id.
+/// Session locks belong to the connection, so a lease dies with its process.
+const LEASE_LOCK: &str = "hashtextextended(current_schema() || '/' || $1, 7)";
+
+/// A lease: the connection holding the thread's session lock.
+struct PgLease {
+    conn: Option<PgConnection>,
+}
+
+impl Drop for PgLease {
+    fn drop(&mut self) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        // Unlocking explicitly frees the thread at once; a dropped connection would free it
+        // only once the server noticed. Without a runtime, dropping it is all there is.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = sqlx::query("SELECT pg_advisory_unlock_all()")
+                    .execute(&mut conn)
+                    .await;
+                let _ = conn.close().await;
+            });
+        }
+    }
+}
 
 /// A [`Checkpointer`] in the database of a [`PostgresStore`]. Each step writes only its delta,
 /// so a step's cost does not grow with the conversation; every 50th checkpoint also holds the
@@ -218,8 +249,10 @@ impl Checkpointer for PostgresCheckpointer {
     async fn threads(&self) -> Result<Vec<ThreadInfo>, CheckpointError> {
         let rows = sqlx::query(
             "SELECT thread_id, COUNT(*) AS n, MAX(created_at_ms) AS updated FROM checkpoints
+             WHERE strpos(thread_id, $1) = 0
              GROUP BY thread_id ORDER BY updated DESC, thread_id",
         )
+        .bind(CHILD_THREAD_SEPARATOR.to_string())
         .fetch_all(&self.store.pool)
         .await
         .map_err(storage)?;
@@ -238,12 +271,45 @@ impl Checkpointer for PostgresCheckpointer {
             .collect()
     }
 
+    async fn try_lease(&self, thread_id: &str) -> Result<ThreadLease, CheckpointError> {
+        validate_thread_id(thread_id)?;
+        let mut conn = self.store.pool.acquire().await.map_err(storage)?.detach();
+        // A lease this process just dropped is unlocked by a spawned task: give it a moment
+        // before calling the thread busy.
+        for attempt in 0..10 {
+            let locked: bool =
+                sqlx::query_scalar(&format!("SELECT pg_try_advisory_lock({LEASE_LOCK})"))
+                    .bind(thread_id)
+                    .fetch_one(&mut conn)
+                    .await
+                    .map_err(storage)?;
+            if locked {
+                return Ok(ThreadLease::new(thread_id, PgLease { conn: Some(conn) }));
+            }
+            if attempt < 9 {
+                tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            }
+        }
+        let _ = conn.close().await;
+        Err(CheckpointError::Busy {
+            thread_id: thread_id.to_owned(),
+            holder: Some("another database session".to_owned()),
+        })
+    }
+
     async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError> {
-        let done = sqlx::query("DELETE FROM checkpoints WHERE thread_id = $1")
-            .bind(thread_id)
-            .execute(&self.store.pool)
+        let mut tx = self.store.pool.begin().await.map_err(storage)?;
+        sqlx::query("DELETE FROM checkpoints WHERE starts_with(thread_id, $1)")
+            .bind(format!("{thread_id}{CHILD_THREAD_SEPARATOR}"))
+            .execute(&mut *tx)
             .await
             .map_err(storage)?;
+        let done = sqlx::query("DELETE FROM checkpoints WHERE thread_id = $1")
+            .bind(thread_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(storage)?;
+        tx.commit().await.map_err(storage)?;
         Ok(done.rows_affected() > 0)
     }
 }

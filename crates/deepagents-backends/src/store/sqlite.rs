@@ -1,13 +1,16 @@
 //! A store in SQLite: the embedded default.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::time::Duration;
 
 use async_trait::async_trait;
+use deepagents_core::LocalLeases;
 use serde_json::Value;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
 use sqlx::{Row, SqlitePool as Pool};
 
+use super::file_lock;
 use super::{SearchQuery, Store, StoreError, StoreItem, validate_namespace};
 use crate::memory::now_ms;
 
@@ -39,7 +42,20 @@ const MIGRATIONS: &[&str] = &[
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pub(super) pool: Pool,
+    pub(super) leases: Leases,
 }
+
+/// Where a store's thread leases live.
+#[derive(Clone, Debug)]
+pub(super) enum Leases {
+    /// Lock files in this directory, shared by every process that opens the database.
+    Files(PathBuf),
+    /// In this process: nobody else can open an in-memory database.
+    Local(LocalLeases),
+}
+
+/// How long a connection waits for another one's write to finish.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn storage(error: impl std::fmt::Display) -> StoreError {
     StoreError::Storage(error.to_string())
@@ -53,22 +69,44 @@ fn encode(namespace: &[String]) -> String {
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and migrates it.
+    ///
+    /// Processes may open one database at once: they take turns on a lock file beside it
+    /// while one creates it, switches it to WAL mode and migrates it (SQLite refuses a
+    /// concurrent switch at once rather than waiting), then share it.
     pub async fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        let open_lock = file_lock::open_lock_path(path);
+        let opening = file_lock::lock(&open_lock, Duration::from_secs(30))
+            .await
+            .map_err(|e| StoreError::Storage(open_error(path, &e.to_string(), e.kind())))?;
         let options = SqliteConnectOptions::new()
-            .filename(path.as_ref())
+            .filename(path)
             .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(std::time::Duration::from_secs(10));
+            .busy_timeout(BUSY_TIMEOUT);
         let pool = SqlitePoolOptions::new()
             .connect_with(options)
             .await
-            .map_err(|e| {
-                StoreError::Storage(format!(
-                    "cannot open SQLite store {}: {e}",
-                    path.as_ref().display()
-                ))
-            })?;
-        Self::migrated(pool, &path.as_ref().display().to_string()).await
+            .map_err(|e| StoreError::Storage(sqlite_open_error(path, &e)))?;
+        // WAL lets readers proceed during a write. The mode is stored in the file, so it is
+        // set once, by whichever process finds it unset.
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&pool)
+            .await
+            .map_err(|e| StoreError::Storage(sqlite_open_error(path, &e)))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            sqlx::query("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await
+                .map_err(|e| StoreError::Storage(sqlite_open_error(path, &e)))?;
+        }
+        let store = Self::migrated(
+            pool,
+            &path.display().to_string(),
+            Leases::Files(file_lock::lease_dir(path)),
+        )
+        .await?;
+        drop(opening);
+        Ok(store)
     }
 
     /// A private in-memory database.
@@ -83,14 +121,25 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .map_err(storage)?;
-        Self::migrated(pool, ":memory:").await
+        Self::migrated(pool, ":memory:", Leases::Local(LocalLeases::new())).await
+    }
+
+    /// Closes the database: waits for connections in use to be returned, then closes them all,
+    /// which checkpoints the write-ahead log into the database file and removes it. Clones of
+    /// the store are closed too; later calls on them fail.
+    pub async fn close(&self) {
+        self.pool.close().await;
     }
 
     /// The schema version this build writes: the number of migrations it knows. An opened
     /// database records it in `PRAGMA user_version`.
     pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
-    async fn migrated(pool: SqlitePool, location: &str) -> Result<Self, StoreError> {
+    async fn migrated(
+        pool: SqlitePool,
+        location: &str,
+        leases: Leases,
+    ) -> Result<Self, StoreError> {
         let mut conn = pool.acquire().await.map_err(storage)?;
         // IMMEDIATE takes the write lock up front, so processes opening the store at once
         // queue on the busy timeout instead of failing on a lock upgrade.
@@ -110,7 +159,7 @@ impl SqliteStore {
             .map_err(storage)?;
         migrated?;
         drop(conn);
-        Ok(Self { pool })
+        Ok(Self { pool, leases })
     }
 
     async fn migrate(conn: &mut sqlx::SqliteConnection, location: &str) -> Result<(), StoreError> {
@@ -143,6 +192,40 @@ impl SqliteStore {
             .map_err(storage)?;
         Ok(())
     }
+}
+
+/// Why `path` could not be opened, with what to do about it.
+fn sqlite_open_error(path: &Path, error: &sqlx::Error) -> String {
+    let code = error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        // Extended result codes keep the primary code in their low byte.
+        .map(|code| code & 0xff);
+    let kind = match (code, error) {
+        (Some(5 | 6), _) => std::io::ErrorKind::ResourceBusy,
+        (Some(8 | 14 | 23), _) => std::io::ErrorKind::PermissionDenied,
+        (_, sqlx::Error::Io(io)) => io.kind(),
+        _ => std::io::ErrorKind::Other,
+    };
+    open_error(path, &error.to_string(), kind)
+}
+
+fn open_error(path: &Path, error: &str, kind: std::io::ErrorKind) -> String {
+    let hint = match kind {
+        std::io::ErrorKind::ResourceBusy | std::io::ErrorKind::TimedOut => {
+            "another process keeps the database busy; try again when it is done"
+        }
+        std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+            "the file or its directory is not writable; fix its permissions or use another directory"
+        }
+        std::io::ErrorKind::NotFound => "its directory does not exist",
+        _ => "check that it is a SQLite database on a local disk",
+    };
+    format!(
+        "cannot open SQLite store {}: {error}; {hint}",
+        path.display()
+    )
 }
 
 /// The refusal to open a database that a newer build migrated: this build cannot know what

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use deepagents_core::{
-    AgentState, DynTool, Message, ModelRequest, Run, StateUpdate, Tool, ToolContext, ToolError,
-    ToolOutput, TypedTool,
+    AgentState, Checkpointing, DynTool, Message, ModelRequest, Run, StateUpdate, Tool, ToolContext,
+    ToolError, ToolOutput, TypedTool,
 };
 use futures::FutureExt as _;
 use schemars::JsonSchema;
@@ -212,7 +212,7 @@ impl Tool for Task {
         let _permits = self.acquire(chain.as_ref()).await?;
         // A subagent that paused for approval inside this call continues its stored run (the
         // decisions are in it) instead of starting over.
-        let (run, start, changed_before) =
+        let (initial, start, changed_before) =
             match approval::paused_subagent(&ctx.state, &ctx.call_id, &args.subagent_type) {
                 Some(paused) => {
                     let start = AgentState {
@@ -240,9 +240,29 @@ impl Tool for Task {
                     (run, start, Vec::new())
                 }
             };
+        // A checkpointed parent checkpoints the subagent's run in a child thread as it goes: a
+        // crash resumes it from there (its interrupted calls settled like the parent's), so
+        // finished work is not redone. The child thread is removed once the parent has
+        // stored this call's result.
+        let mut checkpoint = ctx.checkpoint.as_ref().map(|c| c.child(&ctx.call_id));
+        let _finished = checkpoint.clone().map(FinishChild);
+        let run = match &mut checkpoint {
+            Some(child) => match crate::journal::reload(child).await {
+                Ok(stored) if !stored.state.messages.is_empty() => stored,
+                Ok(_) => initial,
+                Err(error) => {
+                    return Err(ToolError::Fatal(format!(
+                        "the {} subagent's checkpoints could not be read: {error}",
+                        args.subagent_type
+                    )));
+                }
+            },
+            None => initial,
+        };
         let options = RunOptions {
             runtime: ctx.runtime.clone(),
             cancel: ctx.cancel.child_token(),
+            checkpoint,
             ..RunOptions::default()
         };
         let events = ctx
@@ -318,6 +338,16 @@ impl Tool for Task {
                 .with_artifact(crate::subagents::failed_artifact()))
             }
         }
+    }
+}
+
+/// Marks a subagent's child thread finished when the call ends, however it ends (a call
+/// dropped on cancellation gets its result from the parent).
+struct FinishChild(Checkpointing);
+
+impl Drop for FinishChild {
+    fn drop(&mut self) {
+        self.0.finish_child();
     }
 }
 
