@@ -818,3 +818,36 @@ fn thread_ids_that_cannot_be_stored_are_refused() {
     assert_eq!(leases, 0);
     assert!(!data.path().parent().unwrap().join("x.lock").exists());
 }
+
+/// Processes that open a fresh data directory together all start: none fails with "database
+/// is locked" (they used to, about one run in twenty with two processes).
+#[test]
+fn processes_opening_a_new_data_directory_together_all_start() {
+    let work = tempfile::tempdir().unwrap();
+    let model = write_script(work.path(), &json!({"turns": [{"text": "hi"}]}));
+    for round in 0..8 {
+        let data = work.path().join(format!("data-{round}"));
+        let children: Vec<_> = (0..6)
+            .map(|i| {
+                bin()
+                    .args(["run", "--backend", "state", "--model", &model, "--thread"])
+                    .arg(format!("t{i}"))
+                    .arg("go")
+                    .env("DEEPAGENTS_DATA_DIR", &data)
+                    .env("HOME", work.path())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for child in children {
+            let output = child.wait_with_output().unwrap();
+            assert!(
+                output.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+}

@@ -228,13 +228,43 @@ async fn malformed_and_invalid_arguments_become_error_results() {
     let results = tool_results(&output.run.state.messages);
     assert_error_containing(results[0], "not valid JSON");
     assert_error_containing(results[1], "must be a JSON object, not an array");
-    assert_error_containing(results[2], "missing field `text`");
-    assert_error_containing(results[3], "unknown field `colour`");
+    assert_error_containing(results[2], "\"text\" is a required property");
+    assert_error_containing(results[3], "'colour' was unexpected");
     assert_eq!(results[4].status, ToolStatus::Ok);
     assert_eq!(text(results[4]), "okok");
     assert_error_containing(results[5], "at /a");
     assert_error_containing(results[6], "\"b\" is a required property");
     assert_eq!(text(results[7]), "42");
+    assert_eq!(output.text, "recovered");
+}
+
+/// A wrong argument is named by its JSON path and the type it should have, for built-in and
+/// typed tools alike, so the model can fix its call.
+#[tokio::test]
+async fn argument_errors_name_the_field_and_the_expected_type() {
+    let model = scripted(json!([
+        {"tool_calls": [
+            {"id": "content", "name": "write_file", "args": {"file_path": "/a.txt", "content": {"text": "hi"}}},
+            {"id": "status", "name": "write_todos", "args": {"todos": [
+                {"content": "ok", "status": "pending"},
+                {"content": "bad", "status": "finished"}
+            ]}},
+            {"id": "times", "name": "echo", "args": {"text": "x", "times": "two"}}
+        ]},
+        {"text": "recovered"}
+    ]));
+    let agent = Agent::builder(model)
+        .tool(Echo)
+        .todos(true)
+        .build()
+        .unwrap();
+    let output = agent.invoke("go").await.unwrap();
+    let results = tool_results(&output.run.state.messages);
+    assert_error_containing(results[0], "at /content");
+    assert_error_containing(results[0], "is not of type \"string\"");
+    assert_error_containing(results[1], "at /todos/1/status");
+    assert_error_containing(results[2], "at /times");
+    assert_error_containing(results[2], "\"integer\"");
     assert_eq!(output.text, "recovered");
 }
 
