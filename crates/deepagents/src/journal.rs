@@ -224,9 +224,15 @@ impl Journal {
         };
         for message in &run.state.messages[turn..] {
             if let Message::Tool(result) = message {
-                let child = target.child(&result.tool_call_id);
-                if let Err(error) = target.checkpointer.delete_thread(&child.thread_id).await {
-                    tracing::warn!(child = %child.thread_id, %error, "a finished subagent's checkpoints stay behind");
+                let child = target.child(&result.tool_call_id).thread_id;
+                // Looking up one thread is an indexed read; deleting one (with its children)
+                // scans, so it is done only for the rare leftover.
+                let left = target.checkpointer.checkpoints(&child).await;
+                if left.is_ok_and(|checkpoints| checkpoints.is_empty()) {
+                    continue;
+                }
+                if let Err(error) = target.checkpointer.delete_thread(&child).await {
+                    tracing::warn!(%child, %error, "a finished subagent's checkpoints stay behind");
                 }
             }
         }
