@@ -248,6 +248,20 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         checkpoint,
         ..RunOptions::default()
     };
+    let outcome = drive(&agent, run, options, args.json, args.auto_approve).await;
+    // Closing folds SQLite's write-ahead log back into the database instead of leaving it.
+    workspace.store.close().await;
+    outcome
+}
+
+/// Runs `run` to its end, answering pauses, and prints its events and answer.
+async fn drive(
+    agent: &Agent,
+    run: deepagents::Run,
+    options: RunOptions,
+    json: bool,
+    auto_approve: bool,
+) -> anyhow::Result<ExitCode> {
     let cancel = options.cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
@@ -261,7 +275,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     loop {
         let mut stream = agent.stream_run(run, options.clone());
         while let Some(event) = stream.next().await {
-            if args.json {
+            if json {
                 serde_json::to_writer(&mut stdout, &event)?;
                 stdout.write_all(b"\n")?;
                 stdout.flush()?;
@@ -271,7 +285,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         let failure = match stream.outcome().await {
             Ok(output) => {
-                if !args.json {
+                if !json {
                     writeln!(stdout, "{}", output.text)?;
                 }
                 return Ok(ExitCode::SUCCESS);
@@ -285,7 +299,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
             return Ok(ExitCode::FAILURE);
         };
-        let decisions = if args.auto_approve {
+        let decisions = if auto_approve {
             approvals::approve_all(actions)
         } else {
             approvals::ask(actions)?

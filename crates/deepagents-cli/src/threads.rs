@@ -34,7 +34,16 @@ pub async fn open(
 
 /// Runs a `threads` subcommand.
 pub async fn run(command: ThreadsCommand) -> anyhow::Result<ExitCode> {
-    let (_, checkpointer) = open_store().await?;
+    let (store, checkpointer) = open_store().await?;
+    let outcome = command_on(command, checkpointer.as_ref()).await;
+    store.close().await;
+    outcome
+}
+
+async fn command_on(
+    command: ThreadsCommand,
+    checkpointer: &dyn Checkpointer,
+) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match command {
         ThreadsCommand::List => {

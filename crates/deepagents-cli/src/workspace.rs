@@ -34,6 +34,8 @@ pub struct Workspace {
     pub skills: Vec<String>,
     /// Where threads are checkpointed (the same database as long-term memory).
     pub checkpointer: Arc<dyn Checkpointer>,
+    /// The database of long-term memory and threads, to close before exiting.
+    pub store: Arc<dyn Store>,
 }
 
 /// Where the user's own agent directory (`~/.deepagents/agent`) appears to the agent.
@@ -133,8 +135,8 @@ pub async fn open(
     }
     // Long-term memory: one SQLite store in the user's data directory, shared by every thread.
     let (store, checkpointer) = open_store().await?;
-    let memories =
-        StoreBackend::new(store).with_namespace(|_| vec!["agents".to_owned(), "agent".to_owned()]);
+    let memories = StoreBackend::new(store.clone())
+        .with_namespace(|_| vec!["agents".to_owned(), "agent".to_owned()]);
     let memories: Arc<dyn Backend> = if read_only_memory {
         read_only(memories, ReadOnlyPolicy::new())
     } else {
@@ -154,6 +156,7 @@ pub async fn open(
     Ok(Workspace {
         backend: Arc::new(composite),
         checkpointer,
+        store,
         memory,
         skills,
     })

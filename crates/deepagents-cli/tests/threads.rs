@@ -851,3 +851,32 @@ fn processes_opening_a_new_data_directory_together_all_start() {
         }
     }
 }
+
+/// A run closes its database: SQLite's write-ahead log is folded back, not left behind.
+#[test]
+fn a_run_leaves_no_write_ahead_log() {
+    let data = tempfile::tempdir().unwrap();
+    let model = write_script(data.path(), &json!({"turns": [{"text": "hi"}]}));
+    let output = bin()
+        .args([
+            "run",
+            "--backend",
+            "state",
+            "--model",
+            &model,
+            "--thread",
+            "w",
+            "go",
+        ])
+        .env("DEEPAGENTS_DATA_DIR", data.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(data.path().join("store.db").exists());
+    let wal = std::fs::metadata(data.path().join("store.db-wal")).map_or(0, |m| m.len());
+    assert_eq!(wal, 0, "the write-ahead log was left at {wal} bytes");
+}

@@ -128,4 +128,9 @@ pub trait Store: Send + Sync {
         namespace_prefix: &[String],
         query: &SearchQuery,
     ) -> Result<Vec<StoreItem>, StoreError>;
+
+    /// Closes the store's connections cleanly (a SQLite database folds its write-ahead log
+    /// back into the file); later calls fail. Call it before the program exits. Stores without
+    /// connections do nothing.
+    async fn close(&self) {}
 }

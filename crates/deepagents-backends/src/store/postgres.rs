@@ -281,4 +281,9 @@ impl Store for PostgresStore {
         .map_err(storage)?;
         rows.iter().map(item).collect()
     }
+
+    /// Closes the connection pool (and the checkpointer's, which is the same one).
+    async fn close(&self) {
+        self.pool.close().await;
+    }
 }

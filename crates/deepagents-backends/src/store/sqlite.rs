@@ -124,12 +124,6 @@ impl SqliteStore {
         Self::migrated(pool, ":memory:", Leases::Local(LocalLeases::new())).await
     }
 
-    /// Closes the database: waits for connections in use to be returned, then closes them all,
-    /// which checkpoints the write-ahead log into the database file and removes it. Clones of
-    /// the store are closed too; later calls on them fail.
-    pub async fn close(&self) {
-        self.pool.close().await;
-    }
 
     /// The schema version this build writes: the number of migrations it knows. An opened
     /// database records it in `PRAGMA user_version`.
@@ -319,5 +313,12 @@ impl Store for SqliteStore {
         .await
         .map_err(storage)?;
         rows.iter().map(item).collect()
+    }
+
+    /// Waits for connections in use to be returned, then closes them all, which folds the
+    /// write-ahead log into the database file and removes it. Clones of the store (and its
+    /// checkpointer) are closed too.
+    async fn close(&self) {
+        self.pool.close().await;
     }
 }
