@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use crate::content::ContentBlock;
 use crate::message::{ToolStatus, Usage};
 use crate::model::StopReason;
-use crate::state::Todo;
+use crate::state::{FileContent, Todo};
 
 /// Where in the agent tree an event comes from: `[]` for the main agent; a subagent appends
 /// the id of the tool call that started it and its name.
@@ -121,9 +121,11 @@ pub enum EventKind {
         usage: Usage,
         /// Model calls made since the latest user input.
         steps: u32,
-        /// Paths of the files kept in the agent state (the state backend's files).
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        files: Vec<String>,
+        /// The files kept in the agent state (the state backend's), by path, with their
+        /// contents: `{"encoding": "text", "text": …}` or `{"encoding": "binary", "mime_type":
+        /// …, "data": base64}`. Files on disk or in a store are not repeated here.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        files: BTreeMap<String, FileContent>,
     },
     /// The run stopped on an error.
     Error {

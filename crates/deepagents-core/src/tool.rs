@@ -38,6 +38,10 @@ pub struct ToolOutput {
     pub artifact: Option<Value>,
     /// Changes to the agent state, merged after the step in call order.
     pub update: StateUpdate,
+    /// Files the call changed outside the agent state (on disk, in a store), by the path the
+    /// agent sees. When calls of one step change the same file, each is told which version
+    /// stays, as for files in the state.
+    pub changed_files: Vec<String>,
 }
 
 impl ToolOutput {
@@ -63,6 +67,12 @@ impl ToolOutput {
     /// Attaches a state update.
     pub fn with_update(mut self, update: StateUpdate) -> Self {
         self.update = update;
+        self
+    }
+
+    /// Records files changed outside the agent state (see [`changed_files`](Self::changed_files)).
+    pub fn with_changed_files(mut self, files: impl IntoIterator<Item = String>) -> Self {
+        self.changed_files.extend(files);
         self
     }
 }

@@ -104,6 +104,9 @@ pub struct RunOutput {
     pub structured: Option<serde_json::Value>,
     /// The finished run, with the whole conversation and state.
     pub run: Run,
+    /// Files this run's tools changed outside the agent state (on disk, in a store), by the
+    /// path the agent sees; those in the state are in [`run`](Self::run).
+    pub changed_files: BTreeSet<String>,
 }
 
 /// Why an agent could not be built.

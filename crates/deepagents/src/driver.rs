@@ -57,13 +57,19 @@ pub(crate) async fn drive(
                 text: text.clone(),
                 usage: run.usage,
                 steps: run.steps,
-                files: run.state.files.keys().cloned().collect(),
+                files: run
+                    .state
+                    .files
+                    .iter()
+                    .map(|(path, file)| (path.clone(), file.content.clone()))
+                    .collect(),
             });
             let structured = final_structured_answer(&run);
             Ok(RunOutput {
                 text,
                 structured,
                 run,
+                changed_files: journal.take_changed_outside(),
             })
         }
         Err(error) => {
@@ -259,7 +265,8 @@ async fn call_model(
 
 /// How one tool call ended.
 enum CallOutcome {
-    Done(ToolResult, StateUpdate),
+    /// Finished, with its state changes and the files it changed outside the state.
+    Done(ToolResult, StateUpdate, Vec<String>),
     Fatal(ToolResult, String),
     /// A subagent it ran paused for approval: no result yet, the call runs again on resume
     /// and continues this stored subagent run.
@@ -323,7 +330,7 @@ async fn execute_tools(
                 let index = rest.next()?;
                 let (index, outcome) = start_call(index, Arc::clone(&view)).await;
                 let view = match &outcome {
-                    CallOutcome::Done(_, update) if !update.is_empty() && rest.len() > 0 => {
+                    CallOutcome::Done(_, update, _) if !update.is_empty() && rest.len() > 0 => {
                         let mut next = AgentState::clone(&view);
                         // A failing merge is reported when the step's updates are applied.
                         match agent.schema.apply_all(&mut next, [update.clone()]) {
@@ -355,25 +362,33 @@ async fn execute_tools(
     }
 
     let mut results = Vec::with_capacity(calls.len());
+    // Per result: the files it changed outside the state.
+    let mut changed_outside: Vec<Vec<String>> = Vec::with_capacity(calls.len());
     let mut paused = Vec::new();
     let mut fatal = None;
     for (call, outcome) in calls.iter().zip(outcomes) {
         match outcome {
-            Some(CallOutcome::Done(result, update)) => results.push((result, update)),
+            Some(CallOutcome::Done(result, update, changed)) => {
+                changed_outside.push(changed);
+                results.push((result, update));
+            }
             Some(CallOutcome::Paused(subagent)) => paused.push((call.id.clone(), subagent)),
             Some(CallOutcome::Fatal(result, message)) => {
                 fatal.get_or_insert((call.name.clone(), message));
+                changed_outside.push(Vec::new());
                 results.push((result, StateUpdate::default()));
             }
             None => {
                 let result = ToolResult::error(call, "Cancelled before it finished.");
                 finish_event(events, &result, 0);
+                changed_outside.push(Vec::new());
                 results.push((result, StateUpdate::default()));
             }
         }
     }
 
-    note_file_conflicts(&mut results, &sequential_calls);
+    note_file_conflicts(&mut results, &changed_outside, &sequential_calls);
+    journal.changed_outside(changed_outside.into_iter().flatten());
     run.state = Arc::try_unwrap(shared).unwrap_or_else(|leaked| AgentState::clone(&leaked));
     let updates: Vec<StateUpdate> = results
         .iter()
@@ -410,11 +425,18 @@ async fn execute_tools(
 /// rule); each of them is told, so no agent believes its version survived when it did not.
 /// Two mutating calls (`sequential`, in call order) do not conflict: the later one saw the
 /// earlier one's change.
-fn note_file_conflicts(results: &mut [(ToolResult, StateUpdate)], sequential: &[usize]) {
+fn note_file_conflicts(
+    results: &mut [(ToolResult, StateUpdate)],
+    changed_outside: &[Vec<String>],
+    sequential: &[usize],
+) {
     let mut last_writer: BTreeMap<String, usize> = BTreeMap::new();
     let mut notes: Vec<(usize, String)> = Vec::new();
     for (index, (_, update)) in results.iter().enumerate() {
-        for path in update.files.keys() {
+        let outside = changed_outside.get(index).into_iter().flatten();
+        let paths: std::collections::BTreeSet<&String> =
+            update.files.keys().chain(outside).collect();
+        for path in paths {
             if let Some(previous) = last_writer.insert(path.clone(), index) {
                 if sequential.contains(&previous) && sequential.contains(&index) {
                     continue;
@@ -469,6 +491,7 @@ async fn run_one(
                 mut content,
                 artifact,
                 update,
+                changed_files,
             } = output;
             if content.is_empty() {
                 // Some providers reject empty tool results.
@@ -485,11 +508,13 @@ async fn run_one(
                 },
                 artifact,
             };
-            CallOutcome::Done(result, update)
+            CallOutcome::Done(result, update, changed_files)
         }
-        Ok(Err(ToolError::RespondToModel(message))) => {
-            CallOutcome::Done(ToolResult::error(&call, message), StateUpdate::default())
-        }
+        Ok(Err(ToolError::RespondToModel(message))) => CallOutcome::Done(
+            ToolResult::error(&call, message),
+            StateUpdate::default(),
+            Vec::new(),
+        ),
         Ok(Err(ToolError::Fatal(message))) => CallOutcome::Fatal(
             ToolResult::error(
                 &call,
@@ -507,10 +532,11 @@ async fn run_one(
                 ),
             ),
             StateUpdate::default(),
+            Vec::new(),
         ),
     };
     let result = match &outcome {
-        CallOutcome::Done(result, _) | CallOutcome::Fatal(result, _) => result,
+        CallOutcome::Done(result, _, _) | CallOutcome::Fatal(result, _) => result,
         CallOutcome::Paused(_) => return outcome,
     };
     let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);

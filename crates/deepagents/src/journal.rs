@@ -87,6 +87,8 @@ pub(crate) struct Journal {
     rewritten_from: Option<usize>,
     /// Step count and usage at the last save, to skip saves that would change nothing.
     saved_progress: (u32, u64),
+    /// Files the run's tools changed outside the state (they are not in any delta).
+    changed_outside: BTreeSet<String>,
 }
 
 impl Journal {
@@ -107,6 +109,7 @@ impl Journal {
             },
             rewritten_from: None,
             saved_progress: (run.steps, run.usage.input_tokens + run.usage.output_tokens),
+            changed_outside: BTreeSet::new(),
             target,
         }
     }
@@ -124,6 +127,18 @@ impl Journal {
             self.custom.extend(update.custom.keys().cloned());
         }
         crate::driver::emit_state_updated(events, state, updates);
+    }
+
+    /// Records files a step's tools changed outside the state.
+    pub(crate) fn changed_outside(&mut self, files: impl IntoIterator<Item = String>) {
+        self.changed_outside.extend(files);
+    }
+
+    /// The files the run changed outside the state, for [`RunOutput::changed_files`].
+    ///
+    /// [`RunOutput::changed_files`]: crate::RunOutput::changed_files
+    pub(crate) fn take_changed_outside(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.changed_outside)
     }
 
     pub(crate) fn touched_custom(&mut self, key: &str) {

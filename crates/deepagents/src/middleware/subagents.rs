@@ -300,7 +300,9 @@ impl Tool for Task {
                     answer
                 };
                 let changes = changes_since(&start, &output.run.state, changed_before);
-                let mut result = ToolOutput::text(answer).with_update(changes);
+                let mut result = ToolOutput::text(answer)
+                    .with_update(changes)
+                    .with_changed_files(output.changed_files);
                 result.artifact = output.structured;
                 Ok(result)
             }
