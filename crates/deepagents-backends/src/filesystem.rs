@@ -1,11 +1,13 @@
 //! A backend over a real directory on disk.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -14,15 +16,18 @@ use grep_matcher::LineTerminator;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, MmapChoice, Searcher, SearcherBuilder, Sink, SinkMatch};
 use ignore::{DirEntry, WalkBuilder, WalkState};
-use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, Stat};
+use rustix::fs::{
+    AtFlags, Dir, FileType, FlockOperation, Mode, OFlags, RenameFlags, ResolveFlags, Stat,
+};
 use rustix::io::Errno;
 
 use crate::glob::GlobPattern;
-use crate::mime::{self, Classified, TEXT_MIME};
+use crate::mime;
 use crate::path::VPath;
 use crate::protocol::{
     Backend, BackendContext, BackendError, Changed, DEFAULT_MAX_FILE_SIZE, FileInfo, FileOpError,
-    GlobResult, GrepMatch, GrepQuery, GrepResult, PathMapping, RawFile, ReadResult,
+    GlobResult, GrepMatch, GrepQuery, GrepResult, PathMapping, RawFile, ReadResult, SkipReason,
+    SkippedFile,
 };
 use crate::text;
 
@@ -35,6 +40,26 @@ const SLURP_LIMIT: u64 = 16 * 1024 * 1024;
 
 /// Retries of an `openat2` that failed with `EAGAIN` (a concurrent rename during resolution).
 const EAGAIN_RETRIES: usize = 16;
+
+/// Bytes read at a time when a file over the size limit is paged or sniffed.
+const STREAM_CHUNK: usize = 64 * 1024;
+
+/// Attempts at one write or edit while the file keeps being replaced under it.
+const WRITE_ATTEMPTS: usize = 16;
+
+/// Exchanges a write makes to put back an entry that another process swapped in at its target
+/// at the last moment, while that process keeps moving entries: enough to outlast it in
+/// practice.
+const PUT_BACK_ATTEMPTS: usize = 10_000;
+
+/// Symlinks followed to find the file a write replaces (the kernel's `MAXSYMLINKS`).
+const MAX_SYMLINKS: usize = 40;
+
+/// How long a write or edit waits for the others in the same directory.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Numbers the temporary files of this process, so concurrent writes never pick the same name.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A backend storing files in a directory on disk.
 ///
@@ -65,6 +90,26 @@ const EAGAIN_RETRIES: usize = 16;
 /// removes a symlink itself, never its target, and recursive deletion walks directory
 /// descriptors opened with `O_NOFOLLOW`.
 ///
+/// # Writes
+///
+/// write, edit and upload never change a file in place: the new content goes to a temporary
+/// file created (`O_EXCL | O_NOFOLLOW`) in the target's directory, itself opened beneath the
+/// root, is synced, and is renamed over the target relative to that directory's descriptor. A
+/// reader or a crash sees the old content or the new, never a mix, and concurrent writers of one
+/// file leave exactly one writer's content. Writers also take an exclusive `flock` on the
+/// directory for the few moments of a write, so concurrent edits apply one after the other
+/// instead of losing one (processes that do not take it still never tear a file). The
+/// replaced file's permission bits are kept. A symlink at the target is followed (by the
+/// symlink rule above, each hop resolved beneath the root) and its target replaced, so the link
+/// stays a link. Hard links to the old file keep the old content. One exception: a writable
+/// file in a directory the host does not let us add entries to is written in place.
+///
+/// # Reading large files
+///
+/// A text file over the size limit is still read page by page: it is streamed once, keeping
+/// only the requested lines, so memory stays bounded by the page. Binary files over the limit
+/// (which can only be returned whole) are refused.
+///
 /// # Non-virtual mode
 ///
 /// With `virtual_mode(false)` virtual paths are host paths (`/etc/hosts` is the host's) and
@@ -77,7 +122,9 @@ const EAGAIN_RETRIES: usize = 16;
 /// `grep-searcher`. `.gitignore` files are **not** respected by default, so glob and grep agree
 /// with ls and with the other backends; turn it on with
 /// [`FilesystemBackendBuilder::respect_gitignore`] for large repositories. grep skips `.git`
-/// directories and binary files (the same classification as [`crate::mime::classify`]). Both
+/// directories, and skips binary files (the same classification as [`crate::mime::classify`])
+/// and unreadable ones, naming them in [`GrepResult::skipped`]. Text that is not UTF-8 is
+/// searched byte-wise and its matching lines are shown with U+FFFD for invalid bytes. Both
 /// stop at the search time budget and return what they found, marked `truncated`; the budget
 /// is checked after each entry and after each match, so even a spent budget returns the results
 /// of the entries the walk held.
@@ -107,7 +154,8 @@ impl FilesystemBackendBuilder {
     }
 
     /// The largest file read, write, edit, upload and download accept, in bytes (default
-    /// [`DEFAULT_MAX_FILE_SIZE`], 10 MiB). grep searches larger files all the same.
+    /// [`DEFAULT_MAX_FILE_SIZE`], 10 MiB). grep searches larger files all the same, and read
+    /// pages through larger text files (keeping at most this many bytes of one page).
     pub fn max_file_size(mut self, bytes: u64) -> Self {
         self.max_file_size = bytes;
         self
@@ -367,6 +415,197 @@ fn io_error(error: &std::io::Error, operation: &'static str, path: &str) -> Back
     }
 }
 
+/// Refuses anything but a regular file, naming the kind.
+fn check_regular(stat: &Stat, shown: &str) -> Result<(), BackendError> {
+    if is_dir(stat) {
+        return Err(BackendError::IsDirectory {
+            path: shown.to_owned(),
+        });
+    }
+    if !is_file(stat) {
+        return Err(BackendError::PermissionDenied {
+            path: shown.to_owned(),
+            reason: "it is not a regular file (a device, pipe or socket)".to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether two stats are of one file.
+fn same_file(a: &Stat, b: &Stat) -> bool {
+    a.st_dev == b.st_dev && a.st_ino == b.st_ino
+}
+
+/// Takes an exclusive `flock` on `fd`, waiting up to [`LOCK_TIMEOUT`] for another writer. The
+/// lock lasts until `fd` is closed.
+fn lock(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    let deadline = Instant::now() + LOCK_TIMEOUT;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match rustix::fs::flock(fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(()),
+            Err(Errno::WOULDBLOCK) if Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+            // Filesystems without flock, or a path descriptor (a directory we may not list): the
+            // write is still atomic, only not ordered.
+            Err(Errno::NOLCK | Errno::OPNOTSUPP | Errno::NOSYS | Errno::BADF) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Overwrites `file` with `data`: written first and cut to length after, so a reader never
+/// finds it empty.
+fn write_in_place(file: &File, data: &[u8]) -> std::io::Result<()> {
+    file.write_all_at(data, 0)?;
+    file.set_len(u64::try_from(data.len()).unwrap_or(u64::MAX))?;
+    file.sync_data()
+}
+
+/// Makes a rename in `dir` durable. Best effort: a path descriptor cannot be synced, and the
+/// new content is already in place either way.
+fn sync_dir(dir: &OwnedFd) {
+    let _ = rustix::fs::fsync(dir);
+}
+
+/// A temporary file beside the target of a write, removed when dropped unless it was renamed
+/// into place.
+struct TempFile<'d> {
+    dir: BorrowedFd<'d>,
+    name: String,
+    file: File,
+    /// Whether our name still holds our file, to remove on drop.
+    armed: bool,
+}
+
+impl<'d> TempFile<'d> {
+    /// Creates a new file in `dir` named after `target`. `like` is the file it will replace,
+    /// whose permission bits (and owner, where the host allows) it takes.
+    fn create(dir: BorrowedFd<'d>, target: &str, like: Option<&Stat>) -> Result<Self, Errno> {
+        // Short enough that the name stays under NAME_MAX whatever the target's length.
+        let mut cut = target.len().min(64);
+        while !target.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let short = &target[..cut];
+        // O_EXCL never opens an existing entry, and never follows a symlink planted at the name.
+        let flags = OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::EXCL
+            | OFlags::NOFOLLOW
+            | OFlags::NOCTTY
+            | OFlags::CLOEXEC;
+        // A new file gets the mode a plain create gave (0o644 less the umask); a replacement
+        // starts private and then gets the old file's bits exactly.
+        let mode = Mode::from_raw_mode(if like.is_some() { 0o600 } else { 0o644 });
+        for _ in 0..WRITE_ATTEMPTS {
+            let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+            let name = format!(".{short}.{}-{n}.tmp", std::process::id());
+            let fd = match rustix::fs::openat(dir, name.as_str(), flags, mode) {
+                Ok(fd) => fd,
+                // Left by a crashed process that had our pid.
+                Err(Errno::EXIST) => continue,
+                Err(e) => return Err(e),
+            };
+            let temp = Self {
+                dir,
+                name,
+                file: File::from(fd),
+                armed: true,
+            };
+            if let Some(like) = like {
+                // Only a privileged process may give a file away; others keep it as theirs,
+                // as any editor saving a copy does.
+                let _ = rustix::fs::fchown(
+                    &temp.file,
+                    Some(rustix::fs::Uid::from_raw(like.st_uid)),
+                    Some(rustix::fs::Gid::from_raw(like.st_gid)),
+                );
+                // Permission bits only: set-id bits are not carried onto new content, as the
+                // kernel clears them when a file is written in place.
+                rustix::fs::fchmod(&temp.file, Mode::from_raw_mode(like.st_mode & 0o777))?;
+            }
+            return Ok(temp);
+        }
+        Err(Errno::EXIST)
+    }
+
+    /// Writes `data` and syncs it, so the rename never exposes a file whose data is not on disk.
+    fn fill(&self, data: &[u8]) -> std::io::Result<()> {
+        (&self.file).write_all(data)?;
+        rustix::fs::fdatasync(&self.file).map_err(std::io::Error::from)
+    }
+
+    /// Renames the file to `target`, which did not exist when checked. `EEXIST` when it has
+    /// been created meanwhile (then nothing was changed).
+    fn commit_new(mut self, target: &str) -> Result<(), Errno> {
+        let (dir, name) = (self.dir, self.name.as_str());
+        match rustix::fs::renameat_with(dir, name, dir, target, RenameFlags::NOREPLACE) {
+            Ok(()) => {}
+            // Filesystems without rename flags: a plain rename, which replaces what was
+            // created in the meantime.
+            Err(Errno::INVAL | Errno::NOSYS) => rustix::fs::renameat(dir, name, dir, target)?,
+            Err(e) => return Err(e),
+        }
+        self.armed = false;
+        Ok(())
+    }
+
+    /// Puts the file in place of the regular file at `target`. The two are exchanged
+    /// atomically, then what came out is checked: a regular file (the old version) is removed,
+    /// while anything else (a symlink or directory swapped in after the check) is put back
+    /// rather than deleted. `Ok(false)` when the write was undone that way (look again).
+    fn commit_over(mut self, target: &str) -> Result<bool, Errno> {
+        let (dir, name) = (self.dir, self.name.clone());
+        let ours = rustix::fs::fstat(&self.file)?;
+        match rustix::fs::renameat_with(dir, name.as_str(), dir, target, RenameFlags::EXCHANGE) {
+            Ok(()) => {}
+            // Filesystems without exchange: a plain rename over the target.
+            Err(Errno::INVAL | Errno::NOSYS) => {
+                rustix::fs::renameat(dir, name.as_str(), dir, target)?;
+                self.armed = false;
+                return Ok(true);
+            }
+            // Gone since it was checked: nothing changed, our file is removed on drop.
+            Err(Errno::NOENT) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        // Our name now holds what the target held; never remove it blindly.
+        self.armed = false;
+        for attempt in 0..PUT_BACK_ATTEMPTS {
+            if attempt > 0 {
+                // Another process is swapping entries at the target: let it run.
+                std::thread::yield_now();
+            }
+            let displaced = rustix::fs::statat(dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW)?;
+            if same_file(&displaced, &ours) {
+                // Our own file came back from putting something back: nothing was written.
+                rustix::fs::unlinkat(dir, name.as_str(), AtFlags::empty())?;
+                return Ok(false);
+            }
+            if is_file(&displaced) {
+                rustix::fs::unlinkat(dir, name.as_str(), AtFlags::empty())?;
+                return Ok(true);
+            }
+            rustix::fs::renameat_with(dir, name.as_str(), dir, target, RenameFlags::EXCHANGE)?;
+        }
+        // Still swapping after every attempt: leave what our name holds, it is not ours to
+        // remove.
+        Err(Errno::BUSY)
+    }
+}
+
+impl Drop for TempFile<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // Best effort: a failed write must not leave its temporary file behind.
+            let _ = rustix::fs::unlinkat(self.dir, self.name.as_str(), AtFlags::empty());
+        }
+    }
+}
+
 impl Inner {
     /// Opens `rel` (relative to the host root) without ever leaving the root in virtual mode.
     fn open(&self, rel: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
@@ -485,8 +724,8 @@ impl Inner {
         Ok(entries)
     }
 
-    /// Opens an existing regular file for `flags` and checks its size.
-    fn open_file(
+    /// Opens an existing regular file for `flags`, whatever its size.
+    fn open_regular(
         &self,
         path: &VPath,
         flags: OFlags,
@@ -513,26 +752,32 @@ impl Inner {
                 e => host_error(e, operation, shown),
             })?;
         let stat = rustix::fs::fstat(&fd).map_err(|e| host_error(e, operation, shown))?;
-        if is_dir(&stat) {
-            return Err(BackendError::IsDirectory {
-                path: shown.to_owned(),
-            });
-        }
-        if !is_file(&stat) {
-            return Err(BackendError::PermissionDenied {
-                path: shown.to_owned(),
-                reason: "it is not a regular file (a device, pipe or socket)".to_owned(),
-            });
-        }
-        let size = size_of(&stat);
+        check_regular(&stat, shown)?;
+        Ok((File::from(fd), size_of(&stat)))
+    }
+
+    /// Opens an existing regular file for `flags` and checks its size.
+    fn open_file(
+        &self,
+        path: &VPath,
+        flags: OFlags,
+        operation: &'static str,
+    ) -> Result<(File, u64), BackendError> {
+        let (file, size) = self.open_regular(path, flags, operation)?;
+        self.check_size(path, size)?;
+        Ok((file, size))
+    }
+
+    /// Refuses to load a file of `size` bytes whole when it is over the limit.
+    fn check_size(&self, path: &VPath, size: u64) -> Result<(), BackendError> {
         if size > self.max_file_size {
             return Err(BackendError::TooLarge {
-                path: shown.to_owned(),
+                path: path.to_string(),
                 size,
                 max: self.max_file_size,
             });
         }
-        Ok((File::from(fd), size))
+        Ok(())
     }
 
     /// Reads a whole file, at most `max_file_size` bytes even if it grows meanwhile.
@@ -548,19 +793,84 @@ impl Inner {
             .read_to_end(&mut data)
             .map_err(|e| io_error(&e, operation, path.as_str()))?;
         let read = u64::try_from(data.len()).unwrap_or(u64::MAX);
-        if read > self.max_file_size {
-            return Err(BackendError::TooLarge {
-                path: path.to_string(),
-                size: read,
-                max: self.max_file_size,
-            });
-        }
+        self.check_size(path, read)?;
         Ok(data)
     }
 
     fn read_bytes(&self, path: &VPath, operation: &'static str) -> Result<Vec<u8>, BackendError> {
         let (mut file, size) = self.open_file(path, OFlags::RDONLY, operation)?;
         self.read_all(path, &mut file, size, operation)
+    }
+
+    /// A page of the file at `path`: a text file of any size, or a binary file whole (within
+    /// the size limit).
+    fn read_page(
+        &self,
+        path: &VPath,
+        offset: usize,
+        limit: usize,
+    ) -> Result<ReadResult, BackendError> {
+        let (mut file, size) = self.open_regular(path, OFlags::RDONLY, "read")?;
+        if size > self.max_file_size {
+            return self.read_large(path, file, size, offset, limit);
+        }
+        let bytes = self.read_all(path, &mut file, size, "read")?;
+        Ok(match mime::binary_type(path.as_str(), &bytes) {
+            Some(mime_type) => ReadResult::Binary {
+                mime_type: mime_type.to_owned(),
+                data: bytes,
+            },
+            None => text::page_bytes(&bytes, offset, limit),
+        })
+    }
+
+    /// Pages a file over the size limit by streaming it once: only the selected lines are kept
+    /// (at most `max_file_size` bytes of them), the rest is only counted. A binary file, told
+    /// by its first chunk or a NUL byte anywhere, cannot be paged and is refused.
+    fn read_large(
+        &self,
+        path: &VPath,
+        file: File,
+        size: u64,
+        offset: usize,
+        limit: usize,
+    ) -> Result<ReadResult, BackendError> {
+        let shown = path.as_str();
+        let too_large = || BackendError::TooLarge {
+            path: shown.to_owned(),
+            size,
+            max: self.max_file_size,
+        };
+        let budget = usize::try_from(self.max_file_size).unwrap_or(usize::MAX);
+        let mut pager = text::Pager::new(offset, limit, budget);
+        let mut reader = BufReader::with_capacity(STREAM_CHUNK, file);
+        let mut first = true;
+        loop {
+            let chunk = reader.fill_buf().map_err(|e| io_error(&e, "read", shown))?;
+            if chunk.is_empty() {
+                break;
+            }
+            let binary = if first {
+                mime::binary_type(shown, chunk).is_some()
+            } else {
+                chunk.contains(&0)
+            };
+            if binary {
+                return Err(too_large());
+            }
+            first = false;
+            pager.feed(chunk);
+            let read = chunk.len();
+            reader.consume(read);
+        }
+        if pager.over_budget() {
+            return Err(BackendError::LineTooLong {
+                path: shown.to_owned(),
+                line: offset.saturating_add(1),
+                max: self.max_file_size,
+            });
+        }
+        Ok(pager.finish())
     }
 
     /// Creates the missing parent directories of `path`, one checked component at a time.
@@ -613,32 +923,15 @@ impl Inner {
     }
 
     fn write_bytes(&self, path: &VPath, data: &[u8]) -> Result<(), BackendError> {
-        let shown = path.as_str();
         if path.is_root() {
             return Err(BackendError::IsDirectory {
-                path: shown.to_owned(),
+                path: path.to_string(),
             });
         }
         // Before anything is created, so a refused write leaves no parent directories behind.
         self.check_size_to_write(path, data.len())?;
         self.ensure_parents(path)?;
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK | OFlags::NOCTTY;
-        let fd = self
-            .open(rel(path), flags, Mode::from_raw_mode(0o644))
-            .map_err(|e| host_error(e, "write", shown))?;
-        let stat = rustix::fs::fstat(&fd).map_err(|e| host_error(e, "write", shown))?;
-        if !is_file(&stat) {
-            return Err(BackendError::PermissionDenied {
-                path: shown.to_owned(),
-                reason: "it is not a regular file (a device, pipe or socket)".to_owned(),
-            });
-        }
-        // Truncate only after checking what was opened, so a pipe or device is left alone.
-        let mut file = File::from(fd);
-        file.set_len(0).map_err(|e| io_error(&e, "write", shown))?;
-        file.write_all(data)
-            .map_err(|e| io_error(&e, "write", shown))?;
-        Ok(())
+        self.replace_file(path, "write", true, |_| Ok((Cow::Borrowed(data), ())))
     }
 
     fn edit(
@@ -649,26 +942,220 @@ impl Inner {
         replace_all: bool,
     ) -> Result<usize, BackendError> {
         let shown = path.as_str();
-        // One descriptor for read and write: the file replaced is the file read.
-        let (mut file, size) = self.open_file(path, OFlags::RDWR, "edit")?;
-        let data = self.read_all(path, &mut file, size, "edit")?;
-        let text = match mime::classify(shown, data) {
-            Classified::Text(text) => text,
-            Classified::Binary { mime_type } => {
+        self.replace_file(path, "edit", false, |current| {
+            let Some((file, size)) = current else {
+                return Err(BackendError::NotFound {
+                    path: shown.to_owned(),
+                });
+            };
+            self.check_size(path, size)?;
+            let data = self.read_all(path, file, size, "edit")?;
+            if let Some(mime_type) = mime::binary_type(shown, &data) {
                 return Err(BackendError::Binary {
                     path: shown.to_owned(),
-                    mime_type,
+                    mime_type: mime_type.to_owned(),
                 });
             }
+            let (updated, count) = match std::str::from_utf8(&data) {
+                Ok(text) => {
+                    let (updated, count) = text::replace(shown, text, old, new, replace_all)?;
+                    (updated.into_bytes(), count)
+                }
+                // Byte-wise, so the bytes that are not UTF-8 stay as they are.
+                Err(_) => text::replace_bytes(shown, &data, old, new, replace_all)?,
+            };
+            self.check_size_to_write(path, updated.len())?;
+            Ok((Cow::Owned(updated), count))
+        })
+    }
+
+    /// Replaces the content of the file at `path` with what `build` makes of the current file
+    /// (`None` when there is none yet; then only with `create`), atomically: the new bytes go to
+    /// a temporary file in the same directory, which is synced and renamed over the target (see
+    /// the type's docs). `build` may run more than once when the file is replaced meanwhile.
+    fn replace_file<'d, T>(
+        &self,
+        path: &VPath,
+        operation: &'static str,
+        create: bool,
+        mut build: impl FnMut(Option<(&mut File, u64)>) -> Result<(Cow<'d, [u8]>, T), BackendError>,
+    ) -> Result<T, BackendError> {
+        let shown = path.as_str();
+        let fail = |e: Errno| host_error(e, operation, shown);
+        for _ in 0..WRITE_ATTEMPTS {
+            let (dir, name) = self.write_target(path, operation)?;
+            // Writers of one directory take turns (the lock goes with `dir`), so none builds on
+            // a file another is replacing: concurrent edits apply one after the other, and a
+            // writer never has to retry because a cooperating one got there first.
+            lock(dir.as_fd()).map_err(|e| match e {
+                Errno::WOULDBLOCK => BackendError::Io {
+                    operation,
+                    path: shown.to_owned(),
+                    message: "other writes kept its directory locked; nothing was changed, try \
+                              again"
+                        .to_owned(),
+                },
+                e => fail(e),
+            })?;
+            // What the name holds now, under the lock.
+            let existing = match rustix::fs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+            {
+                // A symlink planted meanwhile: resolve it again.
+                Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Symlink => continue,
+                Ok(stat) => {
+                    check_regular(&stat, shown)?;
+                    Some(stat)
+                }
+                Err(Errno::NOENT) => None,
+                Err(e) => return Err(fail(e)),
+            };
+            let Some(checked) = existing else {
+                if !create {
+                    return Err(BackendError::NotFound {
+                        path: shown.to_owned(),
+                    });
+                }
+                let (data, value) = build(None)?;
+                let temp = TempFile::create(dir.as_fd(), &name, None).map_err(fail)?;
+                temp.fill(&data)
+                    .map_err(|e| io_error(&e, operation, shown))?;
+                match temp.commit_new(&name) {
+                    Ok(()) => {
+                        sync_dir(&dir);
+                        return Ok(value);
+                    }
+                    // Created meanwhile (by a writer that does not lock): replace it as an
+                    // existing file.
+                    Err(Errno::EXIST) => continue,
+                    Err(e) => return Err(fail(e)),
+                }
+            };
+            let access = if create { OFlags::WRONLY } else { OFlags::RDWR };
+            // Opening the file checks the host lets us write it, as writing in place did; the
+            // rename alone would only need the directory to be writable.
+            let flags = access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
+            let fd = match rustix::fs::openat(
+                &dir,
+                name.as_str(),
+                flags | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => fd,
+                // Became a symlink or vanished since it was checked: look again.
+                Err(Errno::LOOP | Errno::NOENT) => continue,
+                Err(e) => return Err(fail(e)),
+            };
+            let stat = rustix::fs::fstat(&fd).map_err(fail)?;
+            // Replaced since it was checked, by a process that does not take the lock.
+            if !same_file(&stat, &checked) {
+                continue;
+            }
+            let mut file = File::from(fd);
+            let (data, value) = build(Some((&mut file, size_of(&stat))))?;
+            let temp = match TempFile::create(dir.as_fd(), &name, Some(&stat)) {
+                Ok(temp) => temp,
+                // A directory we may not add to, holding a file we may write: write in place,
+                // as the host allows (not atomic, which needs a new entry beside the file).
+                Err(Errno::ACCESS | Errno::PERM) => {
+                    write_in_place(&file, &data).map_err(|e| io_error(&e, operation, shown))?;
+                    return Ok(value);
+                }
+                Err(e) => return Err(fail(e)),
+            };
+            temp.fill(&data)
+                .map_err(|e| io_error(&e, operation, shown))?;
+            match temp.commit_over(&name) {
+                Ok(true) => {
+                    sync_dir(&dir);
+                    return Ok(value);
+                }
+                Ok(false) => continue,
+                Err(e) => return Err(fail(e)),
+            }
+        }
+        Err(BackendError::Io {
+            operation,
+            path: shown.to_owned(),
+            message: "the file kept being replaced while it was written; nothing was changed, \
+                      try again"
+                .to_owned(),
+        })
+    }
+
+    /// The directory (opened beneath the root) and the name in it that a write of `path`
+    /// replaces or creates. A symlink at the name is followed hop by hop, each hop's directory
+    /// opened beneath the root like any path, since renaming over the link would replace the
+    /// link instead of writing through it.
+    fn write_target(
+        &self,
+        path: &VPath,
+        operation: &'static str,
+    ) -> Result<(OwnedFd, String), BackendError> {
+        let shown = path.as_str();
+        let fail = |e: Errno| match e {
+            // A file where a directory was expected on the way: nothing is there.
+            Errno::NOTDIR => BackendError::NotFound {
+                path: shown.to_owned(),
+            },
+            e => host_error(e, operation, shown),
         };
-        let (updated, count) = text::replace(shown, &text, old, new, replace_all)?;
-        self.check_size_to_write(path, updated.len())?;
-        file.seek(SeekFrom::Start(0))
-            .map_err(|e| io_error(&e, "edit", shown))?;
-        file.set_len(0).map_err(|e| io_error(&e, "edit", shown))?;
-        file.write_all(updated.as_bytes())
-            .map_err(|e| io_error(&e, "edit", shown))?;
-        Ok(count)
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(BackendError::IsDirectory {
+                path: shown.to_owned(),
+            });
+        };
+        let mut dir_rel = rel(&parent).to_owned();
+        let mut name = name.to_owned();
+        for _ in 0..=MAX_SYMLINKS {
+            let dir = self.open_dir(&dir_rel).map_err(fail)?;
+            let stat = match rustix::fs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(stat) => stat,
+                Err(Errno::NOENT) => return Ok((dir, name)),
+                Err(e) => return Err(fail(e)),
+            };
+            if FileType::from_raw_mode(stat.st_mode) != FileType::Symlink {
+                return Ok((dir, name));
+            }
+            if self.resolver == Resolver::NoSymlinks {
+                return Err(fail(Errno::LOOP));
+            }
+            let target = rustix::fs::readlinkat(&dir, name.as_str(), Vec::new()).map_err(fail)?;
+            let target = target
+                .to_str()
+                .map_err(|_| BackendError::PermissionDenied {
+                    path: shown.to_owned(),
+                    reason: "it is a symlink whose target is not UTF-8".to_owned(),
+                })?;
+            let (link_dir, link_name) = match target.rsplit_once('/') {
+                Some(("", last)) => ("/", last),
+                Some((dir, last)) => (dir, last),
+                None => ("", target),
+            };
+            if matches!(link_name, "" | "." | "..") {
+                return Err(BackendError::IsDirectory {
+                    path: shown.to_owned(),
+                });
+            }
+            // An absolute target stays absolute: resolved beneath the root the kernel refuses
+            // it, exactly as it does when a read goes through the same link.
+            if link_dir.starts_with('/') {
+                dir_rel = link_dir.to_owned();
+            } else if !link_dir.is_empty() {
+                dir_rel = join_rel(&dir_rel, link_dir);
+            }
+            name = link_name.to_owned();
+        }
+        Err(fail(Errno::LOOP))
+    }
+
+    /// A directory descriptor to create, rename and sync in, resolved beneath the root.
+    fn open_dir(&self, rel: &str) -> Result<OwnedFd, Errno> {
+        match self.open(rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()) {
+            // A directory we may write but not list: a path descriptor still serves the `*at`
+            // calls; only its sync is lost.
+            Err(Errno::ACCESS) => self.open(rel, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()),
+            result => result,
+        }
     }
 
     fn delete(&self, path: &VPath) -> Result<usize, BackendError> {
@@ -921,8 +1408,12 @@ impl Inner {
             };
             let walk = &walk;
             Box::new(move |entry| {
-                let Ok(entry) = entry else {
-                    return within_budget(deadline, walk.timed_out);
+                let entry = match entry {
+                    Ok(entry) => entry,
+                    Err(error) => {
+                        self.note_walk_error(walk.collector, &error);
+                        return within_budget(deadline, walk.timed_out);
+                    }
                 };
                 self.grep_entry(walk, &mut worker, &entry);
                 // The base itself is a directory (nothing was searched) or the one file asked for.
@@ -932,11 +1423,33 @@ impl Inner {
                 within_budget(deadline, walk.timed_out)
             })
         });
-        let (matches, truncated) = collector.finish(query.max_count);
-        Ok(GrepResult {
+        let (matches, truncated, skipped) = collector.finish(query.max_count);
+        let mut result = GrepResult {
             matches,
             truncated: truncated || timed_out.into_inner(),
-        })
+            skipped,
+        };
+        result.trim_skipped(query.max_count);
+        Ok(result)
+    }
+
+    /// Lists a directory or file the walk could not read (a directory it may not list hides
+    /// every file below it). Entries that vanished meanwhile are not worth a note.
+    fn note_walk_error(&self, collector: &Collector, error: &ignore::Error) {
+        let Some(code) = error.io_error().and_then(std::io::Error::raw_os_error) else {
+            return;
+        };
+        let errno = Errno::from_raw_os_error(code);
+        if errno == Errno::NOENT {
+            return;
+        }
+        let Some(root_rel) = walk_error_path(error)
+            .and_then(|host| self.virtual_of(host))
+            .filter(|r| addressable(r))
+        else {
+            return;
+        };
+        collector.skip(format!("/{root_rel}"), unreadable(errno));
     }
 
     /// Searches `entry` when it is a file the query covers, adding its matches to the collector.
@@ -968,19 +1481,24 @@ impl Inner {
         let mut sink = LineSink {
             lines: Vec::new(),
             cap: walk.collector.cap,
-            invalid: false,
+            binary: false,
             deadline: walk.deadline,
             timed_out: walk.timed_out,
         };
-        if self.search_file(worker, root_rel, &shown, walk.matcher, &mut sink)
-            && !sink.invalid
-            && !sink.lines.is_empty()
-        {
-            walk.collector.add(&shown, sink.lines);
+        match self.search_file(worker, root_rel, &shown, walk.matcher, &mut sink) {
+            Searched::Yes if sink.binary => walk.collector.skip(
+                shown,
+                SkipReason::Binary {
+                    mime_type: mime::OCTET_STREAM.to_owned(),
+                },
+            ),
+            Searched::Yes if !sink.lines.is_empty() => walk.collector.add(&shown, sink.lines),
+            Searched::Yes | Searched::Gone => {}
+            Searched::Skipped(reason) => walk.collector.skip(shown, reason),
         }
     }
 
-    /// Searches one file found by a walk; `false` when it was skipped (binary, gone, outside).
+    /// Searches one file found by a walk, or says why not.
     fn search_file(
         &self,
         worker: &mut GrepWorker,
@@ -988,46 +1506,116 @@ impl Inner {
         shown: &str,
         matcher: &RegexMatcher,
         sink: &mut LineSink<'_>,
-    ) -> bool {
+    ) -> Searched {
         let GrepWorker {
             searcher,
             buffer,
             cache,
         } = worker;
+        let binary = |mime_type: &str| {
+            Searched::Skipped(SkipReason::Binary {
+                mime_type: mime_type.to_owned(),
+            })
+        };
         // The extension alone may mark it binary (e.g. .png, .svg): no need to open it.
-        if mime::mime_type(shown, &[]) != TEXT_MIME {
-            return false;
+        if let Some(mime_type) = mime::binary_type(shown, &[]) {
+            return binary(mime_type);
         }
         let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
-        let Ok(fd) = self.open_entry(cache, root_rel, flags) else {
-            return false;
+        let fd = match self.open_entry(cache, root_rel, flags) {
+            Ok(fd) => fd,
+            // Removed since the walk listed it, or a dangling link: nothing to search.
+            Err(Errno::NOENT) => return Searched::Gone,
+            Err(e) => return Searched::Skipped(unreadable(e)),
         };
-        let Ok(stat) = rustix::fs::fstat(&fd) else {
-            return false;
+        let stat = match rustix::fs::fstat(&fd) {
+            Ok(stat) => stat,
+            Err(e) => return Searched::Skipped(unreadable(e)),
         };
+        if is_dir(&stat) {
+            // A symlink to a directory: walks do not descend into those.
+            return Searched::Gone;
+        }
         if !is_file(&stat) {
-            return false;
+            return Searched::Skipped(SkipReason::Unreadable {
+                reason: "not a regular file (a device, pipe or socket)".to_owned(),
+            });
         }
         let file = File::from(fd);
+        let failed = |e: &std::io::Error| {
+            Searched::Skipped(match e.raw_os_error() {
+                Some(code) => unreadable(Errno::from_raw_os_error(code)),
+                None => SkipReason::Unreadable {
+                    reason: e.to_string(),
+                },
+            })
+        };
         if size_of(&stat) <= SLURP_LIMIT {
             buffer.clear();
-            if (&file).take(SLURP_LIMIT).read_to_end(buffer).is_err() {
-                return false;
+            if let Err(e) = (&file).take(SLURP_LIMIT).read_to_end(buffer) {
+                return failed(&e);
             }
-            // The same test as read: text only if it sniffs as no binary format and is UTF-8.
-            if mime::mime_type(shown, buffer) != TEXT_MIME {
-                return false;
+            // The same test as read: text unless it sniffs as a binary format or holds a NUL.
+            if let Some(mime_type) = mime::binary_type(shown, buffer) {
+                return binary(mime_type);
             }
-            searcher.search_slice(matcher, buffer, &mut *sink).is_ok()
+            match searcher.search_slice(matcher, buffer, &mut *sink) {
+                Ok(()) => Searched::Yes,
+                Err(e) => failed(&e),
+            }
         } else {
+            // Signatures are at the start; NUL bytes anywhere are caught while streaming.
+            let mut head = vec![0; STREAM_CHUNK];
+            match file.read_at(&mut head, 0) {
+                Ok(read) => head.truncate(read),
+                Err(e) => return failed(&e),
+            }
+            if let Some(mime_type) = mime::binary_type(shown, &head) {
+                return binary(mime_type);
+            }
             let mut streaming = SearcherBuilder::new()
                 .line_number(true)
                 .line_terminator(LineTerminator::crlf())
                 .binary_detection(BinaryDetection::quit(0))
                 .memory_map(MmapChoice::never())
                 .build();
-            streaming.search_file(matcher, &file, &mut *sink).is_ok()
+            match streaming.search_file(matcher, &file, &mut *sink) {
+                Ok(()) => Searched::Yes,
+                Err(e) => failed(&e),
+            }
         }
+    }
+}
+
+/// What became of a file grep was given.
+enum Searched {
+    /// Searched (matches are in the sink; it may still turn out binary past the first chunk).
+    Yes,
+    /// Not searched, for a reason worth telling.
+    Skipped(SkipReason),
+    /// Not a file any more (removed meanwhile, or a link to a directory).
+    Gone,
+}
+
+/// A short reason for an error opening or reading a file grep was given.
+fn unreadable(errno: Errno) -> SkipReason {
+    let reason = match errno {
+        Errno::ACCESS | Errno::PERM => "permission denied".to_owned(),
+        Errno::XDEV => "it resolves outside the backend root".to_owned(),
+        Errno::LOOP => "a symlink that cannot be followed here".to_owned(),
+        e => std::io::Error::from(e).to_string(),
+    };
+    SkipReason::Unreadable { reason }
+}
+
+/// The path a walk error is about, when it names one.
+fn walk_error_path(error: &ignore::Error) -> Option<&Path> {
+    match error {
+        ignore::Error::WithPath { path, .. } => Some(path),
+        ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => {
+            walk_error_path(err)
+        }
+        _ => None,
     }
 }
 
@@ -1143,6 +1731,8 @@ struct Collector {
     cap: usize,
     full: AtomicBool,
     kept: Mutex<BTreeMap<(String, usize), String>>,
+    /// Files not searched, by path.
+    skipped: Mutex<BTreeMap<String, SkipReason>>,
 }
 
 impl Collector {
@@ -1152,7 +1742,15 @@ impl Collector {
             cap: max_count.saturating_add(1),
             full: AtomicBool::new(false),
             kept: Mutex::new(BTreeMap::new()),
+            skipped: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    fn skip(&self, path: String, reason: SkipReason) {
+        self.skipped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path, reason);
     }
 
     /// Whether a file at `path` cannot contribute any more (all kept matches sort before it).
@@ -1179,7 +1777,7 @@ impl Collector {
         }
     }
 
-    fn finish(self, max_count: usize) -> (Vec<GrepMatch>, bool) {
+    fn finish(self, max_count: usize) -> (Vec<GrepMatch>, bool, Vec<SkippedFile>) {
         let kept = self
             .kept
             .into_inner()
@@ -1194,7 +1792,14 @@ impl Collector {
                 line,
             })
             .collect();
-        (matches, truncated)
+        let skipped = self
+            .skipped
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+            .into_iter()
+            .map(|(path, reason)| SkippedFile { path, reason })
+            .collect();
+        (matches, truncated, skipped)
     }
 }
 
@@ -1202,8 +1807,8 @@ impl Collector {
 struct LineSink<'a> {
     lines: Vec<(usize, String)>,
     cap: usize,
-    /// A matching line was not UTF-8: the file is binary and its matches are dropped.
-    invalid: bool,
+    /// A NUL byte turned up while streaming: the file is binary and its matches are dropped.
+    binary: bool,
     deadline: Instant,
     timed_out: &'a AtomicBool,
 }
@@ -1216,11 +1821,8 @@ impl Sink for LineSink<'_> {
         for raw in mat.lines() {
             let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
             let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-            let Ok(line) = std::str::from_utf8(raw) else {
-                self.invalid = true;
-                return Ok(false);
-            };
-            self.lines.push((number, line.to_owned()));
+            // Text need not be UTF-8: show invalid bytes as U+FFFD, as read does.
+            self.lines.push((number, text::lossy(raw)));
             number = number.saturating_add(1);
             if self.lines.len() >= self.cap {
                 return Ok(false);
@@ -1235,7 +1837,7 @@ impl Sink for LineSink<'_> {
 
     fn binary_data(&mut self, _: &Searcher, _: u64) -> Result<bool, Self::Error> {
         // A NUL byte in a large streamed file: binary, even if lines matched before it.
-        self.invalid = true;
+        self.binary = true;
         Ok(false)
     }
 }
@@ -1267,26 +1869,10 @@ impl Backend for FilesystemBackend {
         limit: usize,
     ) -> Result<ReadResult, BackendError> {
         let owned = path.clone();
-        let bytes = self
-            .blocking("read", path.to_string(), move |inner| {
-                inner.read_bytes(&owned, "read")
-            })
-            .await?;
-        // mime_type applies the same test as mime::classify without consuming the bytes.
-        let mime_type = mime::mime_type(path.as_str(), &bytes);
-        if mime_type != TEXT_MIME {
-            return Ok(ReadResult::Binary {
-                mime_type,
-                data: bytes,
-            });
-        }
-        Ok(match String::from_utf8(bytes) {
-            Ok(text) => text::page(&text, offset, limit),
-            Err(e) => ReadResult::Binary {
-                mime_type: "application/octet-stream".to_owned(),
-                data: e.into_bytes(),
-            },
+        self.blocking("read", path.to_string(), move |inner| {
+            inner.read_page(&owned, offset, limit)
         })
+        .await
     }
 
     async fn read_raw(&self, _cx: &BackendContext, path: &VPath) -> Result<RawFile, BackendError> {

@@ -40,10 +40,25 @@ pub(crate) async fn grep_kept(
         if kept.len() >= wanted || !cut_at_cap || asked == usize::MAX {
             let truncated = found.truncated || kept.len() > wanted;
             kept.truncate(wanted);
-            return Ok(GrepResult {
+            // Skipped files are named by path like matches, and pass the same filter.
+            let skipped = found
+                .skipped
+                .into_iter()
+                .filter(|s| {
+                    keep(&GrepMatch {
+                        path: s.path.clone(),
+                        line_number: 0,
+                        line: String::new(),
+                    })
+                })
+                .collect();
+            let mut result = GrepResult {
                 matches: kept,
                 truncated,
-            });
+                skipped,
+            };
+            result.trim_skipped(wanted);
+            return Ok(result);
         }
         searches += 1;
         asked = if searches >= CAPPED_SEARCHES {

@@ -8,11 +8,11 @@ use std::ops::Bound;
 use deepagents_core::{FileContent, FileData};
 
 use crate::glob::GlobPattern;
-use crate::mime::{self, Classified};
+use crate::mime;
 use crate::path::VPath;
 use crate::protocol::{
     BackendError, DEFAULT_MAX_FILE_SIZE, FileInfo, FileOpError, GlobResult, GrepQuery, GrepResult,
-    RawFile, ReadResult,
+    RawFile, ReadResult, SkipReason, SkippedFile,
 };
 use crate::text::{self, LineMatcher};
 
@@ -24,22 +24,57 @@ pub struct MemoryTree<F> {
 }
 
 /// A file as the agent sees it. Text kept as a string is still binary when its name or content
-/// says so (see [`mime`]), so these backends answer as the disk backend does for the same bytes.
+/// says so (see [`mime`]), and text that is not UTF-8 is kept as bytes, so these backends answer
+/// as the disk backend does for the same bytes.
 enum View<'a> {
-    Text(&'a str),
-    Binary { mime_type: &'a str, data: &'a [u8] },
+    /// Text, UTF-8 or not.
+    Text(&'a [u8]),
+    Binary {
+        mime_type: &'a str,
+        data: &'a [u8],
+    },
 }
 
 fn view<'a>(path: &VPath, file: &'a FileData) -> View<'a> {
     match &file.content {
         FileContent::Text { text } => match mime::binary_type_of_text(path.as_str(), text) {
-            None => View::Text(text),
+            None => View::Text(text.as_bytes()),
             Some(mime_type) => View::Binary {
                 mime_type,
                 data: text.as_bytes(),
             },
         },
-        FileContent::Binary { mime_type, data } => View::Binary { mime_type, data },
+        FileContent::Binary { mime_type, data } => {
+            // Text that is not UTF-8 is stored as bytes typed `text/plain`; before such text
+            // counted as text it was stored as `application/octet-stream`. Both are text when
+            // the bytes say so; any other stored type is the writer's word and stands.
+            let untyped = mime::is_text_mime(mime_type) || mime_type == mime::OCTET_STREAM;
+            match mime::binary_type(path.as_str(), data) {
+                None if untyped => View::Text(data),
+                Some(sniffed) if mime::is_text_mime(mime_type) => View::Binary {
+                    mime_type: sniffed,
+                    data,
+                },
+                _ => View::Binary { mime_type, data },
+            }
+        }
+    }
+}
+
+/// The media type of text held as `bytes`.
+fn text_mime(bytes: &[u8]) -> &'static str {
+    if std::str::from_utf8(bytes).is_ok() {
+        mime::TEXT_MIME
+    } else {
+        mime::NON_UTF8_TEXT_MIME
+    }
+}
+
+/// How text that is not UTF-8 is stored: as bytes, typed so [`view`] reads them as text.
+fn non_utf8_text(data: Vec<u8>) -> FileContent {
+    FileContent::Binary {
+        mime_type: mime::NON_UTF8_TEXT_MIME.to_owned(),
+        data,
     }
 }
 
@@ -96,6 +131,12 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
     /// The file at `path` if it is within the size limit.
     fn within_limit(&self, path: &VPath) -> Result<&FileData, BackendError> {
         let file = self.existing(path)?;
+        self.check_limit(path, file)?;
+        Ok(file)
+    }
+
+    /// Refuses to load `file` whole when it is over the size limit.
+    fn check_limit(&self, path: &VPath, file: &FileData) -> Result<(), BackendError> {
         let size = size_of(file);
         if size > self.max_file_size {
             return Err(BackendError::TooLarge {
@@ -104,7 +145,7 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
                 max: self.max_file_size,
             });
         }
-        Ok(file)
+        Ok(())
     }
 
     /// The file at `path`, if it is one.
@@ -218,28 +259,45 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
         }
     }
 
-    /// A page of the file at `path`.
+    /// A page of the file at `path`. Text is paged whatever its size, as on disk, a page
+    /// holding at most the size limit; a binary file is returned whole, so only within it.
     pub fn read(
         &self,
         path: &VPath,
         offset: usize,
         limit: usize,
     ) -> Result<ReadResult, BackendError> {
-        Ok(match view(path, self.within_limit(path)?) {
-            View::Text(text) => text::page(text, offset, limit),
-            View::Binary { mime_type, data } => ReadResult::Binary {
-                mime_type: mime_type.to_owned(),
-                data: data.to_vec(),
-            },
+        let file = self.existing(path)?;
+        Ok(match view(path, file) {
+            View::Text(bytes) => {
+                let budget = usize::try_from(self.max_file_size).unwrap_or(usize::MAX);
+                let mut pager = text::Pager::new(offset, limit, budget);
+                pager.feed(bytes);
+                if pager.over_budget() {
+                    return Err(BackendError::LineTooLong {
+                        path: path.to_string(),
+                        line: offset.saturating_add(1),
+                        max: self.max_file_size,
+                    });
+                }
+                pager.finish()
+            }
+            View::Binary { mime_type, data } => {
+                self.check_limit(path, file)?;
+                ReadResult::Binary {
+                    mime_type: mime_type.to_owned(),
+                    data: data.to_vec(),
+                }
+            }
         })
     }
 
     /// The bytes of the file at `path`.
     pub fn read_raw(&self, path: &VPath) -> Result<RawFile, BackendError> {
         Ok(match view(path, self.within_limit(path)?) {
-            View::Text(text) => RawFile {
-                mime_type: mime::TEXT_MIME.to_owned(),
-                data: text.as_bytes().to_vec(),
+            View::Text(bytes) => RawFile {
+                mime_type: text_mime(bytes).to_owned(),
+                data: bytes.to_vec(),
             },
             View::Binary { mime_type, data } => RawFile {
                 mime_type: mime_type.to_owned(),
@@ -248,18 +306,20 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
         })
     }
 
-    /// The new text of the file at `path` with `old` replaced by `new` (see
-    /// [`text::replace`]), and the number of replacements. Refuses binary files and results over
-    /// the size limit.
-    pub fn edit(
+    /// The new content of the file at `path` with `old` replaced by `new`, and the number of
+    /// replacements. UTF-8 text is edited with [`text::replace`]; other text with
+    /// [`text::replace_bytes`], which keeps every byte it does not replace (the result stays
+    /// bytes unless it became valid UTF-8). Refuses binary files and results over the size
+    /// limit.
+    pub fn edit_content(
         &self,
         path: &VPath,
         old: &str,
         new: &str,
         replace_all: bool,
-    ) -> Result<(String, usize), BackendError> {
+    ) -> Result<(FileContent, usize), BackendError> {
         let current = match view(path, self.within_limit(path)?) {
-            View::Text(text) => text,
+            View::Text(bytes) => bytes,
             View::Binary { mime_type, .. } => {
                 return Err(BackendError::Binary {
                     path: path.to_string(),
@@ -267,9 +327,45 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
                 });
             }
         };
-        let (updated, count) = text::replace(path.as_str(), current, old, new, replace_all)?;
-        self.check_size_to_write(path, updated.len())?;
-        Ok((updated, count))
+        let (content, size, count) = match std::str::from_utf8(current) {
+            Ok(text) => {
+                let (updated, count) = text::replace(path.as_str(), text, old, new, replace_all)?;
+                let size = updated.len();
+                (FileContent::Text { text: updated }, size, count)
+            }
+            Err(_) => {
+                let (updated, count) =
+                    text::replace_bytes(path.as_str(), current, old, new, replace_all)?;
+                let size = updated.len();
+                let content = match String::from_utf8(updated) {
+                    Ok(text) => FileContent::Text { text },
+                    Err(e) => non_utf8_text(e.into_bytes()),
+                };
+                (content, size, count)
+            }
+        };
+        self.check_size_to_write(path, size)?;
+        Ok((content, count))
+    }
+
+    /// [`Self::edit_content`] for callers that store text as a string: an edit whose result is
+    /// not valid UTF-8 is refused (nothing changes) rather than have its other bytes rewritten.
+    pub fn edit(
+        &self,
+        path: &VPath,
+        old: &str,
+        new: &str,
+        replace_all: bool,
+    ) -> Result<(String, usize), BackendError> {
+        match self.edit_content(path, old, new, replace_all)? {
+            (FileContent::Text { text }, count) => Ok((text, count)),
+            (FileContent::Binary { .. }, _) => Err(BackendError::NotUtf8 {
+                path: path.to_string(),
+                reason: "this backend stores edited files as UTF-8 text, which would rewrite \
+                         those bytes, so nothing was changed. Rewrite the file with write_file"
+                    .to_owned(),
+            }),
+        }
     }
 
     /// Files under `base` matching `pattern`.
@@ -289,7 +385,8 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
         })
     }
 
-    /// Lines matching `query` in text files.
+    /// Lines matching `query` in text files; binary files the query covers are listed as
+    /// skipped.
     pub fn grep(&self, query: &GrepQuery) -> Result<GrepResult, BackendError> {
         let matcher = LineMatcher::new(query)?;
         let include = query.include.as_deref().map(GlobPattern::new).transpose()?;
@@ -300,9 +397,6 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
             });
         }
         for (path, file) in self.below(&query.path) {
-            let View::Text(text) = view(path, file) else {
-                continue;
-            };
             if let Some(include) = &include {
                 let relative = path.relative_to(&query.path).unwrap_or_default();
                 let name = path.file_name().unwrap_or_default();
@@ -311,11 +405,24 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
                     continue;
                 }
             }
-            if matcher.search(path.as_str(), text, &mut result.matches, query.max_count) {
+            let bytes = match view(path, file) {
+                View::Text(bytes) => bytes,
+                View::Binary { mime_type, .. } => {
+                    result.skipped.push(SkippedFile {
+                        path: path.to_string(),
+                        reason: SkipReason::Binary {
+                            mime_type: mime_type.to_owned(),
+                        },
+                    });
+                    continue;
+                }
+            };
+            if matcher.search_bytes(path.as_str(), bytes, &mut result.matches, query.max_count) {
                 result.truncated = true;
                 break;
             }
         }
+        result.trim_skipped(query.max_count);
         Ok(result)
     }
 
@@ -350,13 +457,17 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
     }
 }
 
-/// `FileData` for `bytes` written at `path`: text when it is UTF-8 text, binary otherwise.
+/// `FileData` for `bytes` written at `path`: a string when it is UTF-8 text, bytes otherwise
+/// (typed [`mime::NON_UTF8_TEXT_MIME`] when they are text that is not UTF-8).
 pub fn file_data(path: &VPath, bytes: Vec<u8>, modified_at_ms: u64) -> FileData {
-    let content = match mime::classify(path.as_str(), bytes.clone()) {
-        Classified::Text(text) => FileContent::Text { text },
-        Classified::Binary { mime_type } => FileContent::Binary {
-            mime_type,
+    let content = match mime::binary_type(path.as_str(), &bytes) {
+        Some(mime_type) => FileContent::Binary {
+            mime_type: mime_type.to_owned(),
             data: bytes,
+        },
+        None => match String::from_utf8(bytes) {
+            Ok(text) => FileContent::Text { text },
+            Err(e) => non_utf8_text(e.into_bytes()),
         },
     };
     FileData {

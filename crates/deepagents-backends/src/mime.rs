@@ -1,15 +1,21 @@
 //! Telling text from binary, and naming the media type of binary files.
 //!
-//! One rule for every backend: bytes are text only when they carry no known binary signature,
-//! the file name has no binary extension, they hold no NUL byte, and they are valid UTF-8.
-//! So a file named `/a.svg` is an image even when it was written as text: it reads back as
-//! `image/svg+xml` data, cannot be edited as text, and grep skips it.
+//! One rule for every backend, the one ripgrep uses plus signatures: bytes are binary when they
+//! carry a known binary signature, the file name has a binary extension, or they hold a NUL
+//! byte. Everything else is text, **whether or not it is valid UTF-8**: a Latin-1 or
+//! Windows-1252 file is text whose invalid bytes read as U+FFFD, grep searches it byte-wise, and
+//! an edit keeps the bytes it does not replace. So a file named `/a.svg` is an image even when it
+//! was written as text (it reads back as `image/svg+xml` data, cannot be edited as text, and
+//! grep skips it), while `caf\xe9\n` under `/menu.txt` is text.
 
 /// What a file's bytes are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Classified {
     /// UTF-8 text.
     Text(String),
+    /// Text that is not valid UTF-8 (a legacy encoding, or a file with a few stray bytes). It
+    /// reads with U+FFFD for each invalid sequence and is edited byte-wise.
+    NonUtf8Text(Vec<u8>),
     /// Anything else, with its media type.
     Binary {
         /// Detected media type.
@@ -17,50 +23,59 @@ pub enum Classified {
     },
 }
 
-/// The media type of text files.
+/// The media type of UTF-8 text files.
 pub const TEXT_MIME: &str = "text/plain; charset=utf-8";
 
+/// The media type of text files that are not valid UTF-8 (the charset is unknown).
+pub const NON_UTF8_TEXT_MIME: &str = "text/plain";
+
 /// The media type of binary content that matches no known format.
-const OCTET_STREAM: &str = "application/octet-stream";
+pub const OCTET_STREAM: &str = "application/octet-stream";
 
 const PPT: &str = "application/vnd.ms-powerpoint";
 const PPTX: &str = "application/vnd.openxmlformats-officedocument.presentationml.presentation";
 
 /// Classifies `bytes` (named `path`): binary when the content sniffs as a known binary format,
-/// the extension names one, it holds a NUL byte, or it is not valid UTF-8. Never fails.
+/// the extension names one, or it holds a NUL byte; otherwise UTF-8 text or other text. Never
+/// fails.
 pub fn classify(path: &str, bytes: Vec<u8>) -> Classified {
-    if let Some(mime) = detect(path, &bytes) {
+    if let Some(mime_type) = binary_type(path, &bytes) {
         return Classified::Binary {
-            mime_type: mime.to_owned(),
-        };
-    }
-    if bytes.contains(&0) {
-        return Classified::Binary {
-            mime_type: OCTET_STREAM.to_owned(),
+            mime_type: mime_type.to_owned(),
         };
     }
     match String::from_utf8(bytes) {
         Ok(text) => Classified::Text(text),
-        Err(_) => Classified::Binary {
-            mime_type: OCTET_STREAM.to_owned(),
-        },
+        Err(e) => Classified::NonUtf8Text(e.into_bytes()),
     }
 }
 
-/// The media type of `bytes`, text or not.
+/// The media type of `bytes`, text or not: [`TEXT_MIME`] for UTF-8 text and
+/// [`NON_UTF8_TEXT_MIME`] for other text.
 pub fn mime_type(path: &str, bytes: &[u8]) -> String {
-    match detect(path, bytes) {
+    match binary_type(path, bytes) {
         Some(mime) => mime.to_owned(),
-        None if !bytes.contains(&0) && std::str::from_utf8(bytes).is_ok() => TEXT_MIME.to_owned(),
-        None => OCTET_STREAM.to_owned(),
+        None if std::str::from_utf8(bytes).is_ok() => TEXT_MIME.to_owned(),
+        None => NON_UTF8_TEXT_MIME.to_owned(),
     }
+}
+
+/// The binary media type of `bytes` named `path`, or `None` when they are text (see the module
+/// docs). A prefix of a file is enough to tell a signature, not to rule out a later NUL byte.
+pub fn binary_type(path: &str, bytes: &[u8]) -> Option<&'static str> {
+    detect(path, bytes).or_else(|| bytes.contains(&0).then_some(OCTET_STREAM))
+}
+
+/// Whether `mime_type` is one of the two text types this module names.
+pub fn is_text_mime(mime_type: &str) -> bool {
+    mime_type == TEXT_MIME || mime_type == NON_UTF8_TEXT_MIME
 }
 
 /// The binary media type of `text` stored as text under `path`, or `None` when it is text by
 /// the rule of [`classify`]. Backends that keep text as strings use it to present such files as
 /// the disk backend presents the same bytes.
 pub fn binary_type_of_text(path: &str, text: &str) -> Option<&'static str> {
-    detect(path, text.as_bytes()).or_else(|| text.contains('\0').then_some(OCTET_STREAM))
+    binary_type(path, text.as_bytes())
 }
 
 /// The media type by content, then by extension.

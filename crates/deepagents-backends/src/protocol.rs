@@ -65,16 +65,17 @@ pub type VPathString = String;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ReadResult {
-    /// Lines of a UTF-8 text file.
+    /// Lines of a text file (see [`crate::mime`] for what is text).
     Text {
         /// The requested lines, without line terminators (`\r\n` and `\n` both end a line).
+        /// Bytes that are not valid UTF-8 show as U+FFFD.
         lines: Vec<String>,
         /// 0-based index of the first returned line.
         offset: usize,
         /// Lines in the whole file.
         total_lines: usize,
     },
-    /// A file that is not UTF-8 text.
+    /// A binary file.
     Binary {
         /// Detected media type.
         mime_type: String,
@@ -104,7 +105,8 @@ impl ReadResult {
 /// A file's raw bytes with its media type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawFile {
-    /// Detected media type (`text/plain; charset=utf-8` for text).
+    /// Detected media type (`text/plain; charset=utf-8` for UTF-8 text, `text/plain` for other
+    /// text).
     pub mime_type: String,
     /// The bytes.
     pub data: Vec<u8>,
@@ -161,8 +163,8 @@ impl GrepQuery {
     }
 }
 
-/// The largest file backends read, write, edit, upload or download unless configured
-/// otherwise (10 MiB).
+/// The largest file backends write, edit, upload, download or otherwise load whole unless
+/// configured otherwise (10 MiB). Larger text files are still read page by page and searched.
 pub const DEFAULT_MAX_FILE_SIZE: u64 = 10 * 1024 * 1024;
 
 /// Matches returned by grep unless the query says otherwise.
@@ -186,6 +188,62 @@ pub struct GrepResult {
     pub matches: Vec<GrepMatch>,
     /// Whether the search stopped early (max count or time budget): more may exist.
     pub truncated: bool,
+    /// Files the search covered but did not search, in path order, so the model is told why a
+    /// file it expected is missing. When the matches were cut at the cap, only files sorting
+    /// before the last match are listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<SkippedFile>,
+}
+
+impl GrepResult {
+    /// When the matches were cut at the cap of `max_count`, drops the skipped files sorting
+    /// after the last match: the search did not (or need not) cover them, so the list is the
+    /// same whatever order the search walked in.
+    pub(crate) fn trim_skipped(&mut self, max_count: usize) {
+        if !self.truncated || self.matches.len() < max_count {
+            return;
+        }
+        if let Some(last) = self.matches.last() {
+            let last = last.path.clone();
+            self.skipped.retain(|s| s.path < last);
+        }
+    }
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Binary { mime_type } => write!(f, "binary, {mime_type}"),
+            Self::Unreadable { reason } => f.write_str(reason),
+        }
+    }
+}
+
+/// A file grep did not search.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkippedFile {
+    /// Absolute virtual path.
+    pub path: VPathString,
+    /// Why it was not searched.
+    pub reason: SkipReason,
+}
+
+/// Why grep did not search a file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum SkipReason {
+    /// Binary content (a signature, a binary extension or a NUL byte; see [`crate::mime`]).
+    Binary {
+        /// Its detected media type.
+        mime_type: String,
+    },
+    /// It could not be opened or read (permissions, a link leaving the root, not a regular
+    /// file).
+    Unreadable {
+        /// A short reason, e.g. `permission denied`.
+        reason: String,
+    },
 }
 
 /// Files matched by a glob, sorted by path.
@@ -258,15 +316,28 @@ pub enum BackendError {
         /// Which rule or check refused it.
         reason: String,
     },
-    /// The file is over the backend's size limit.
+    /// The file is over the backend's size limit for operations that load it whole (read of a
+    /// binary file, read_raw, download, edit). Text files are still read page by page.
     #[error(
-        "{path} is {size} bytes, over the {max}-byte limit; read it in parts with grep or the shell"
+        "{path} is {size} bytes, over the {max}-byte limit for loading a file whole; a text file can still be read in pages with read_file offset and limit, and searched with grep"
     )]
     TooLarge {
         /// The path.
         path: String,
         /// Its size.
         size: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// read: the first line asked for alone is over the size limit, so no page can hold it.
+    #[error(
+        "line {line} of {path} alone is over the {max}-byte limit on what one read returns; search it with grep instead"
+    )]
+    LineTooLong {
+        /// The path.
+        path: String,
+        /// The 1-based line number.
+        line: usize,
         /// The limit.
         max: u64,
     },
@@ -289,6 +360,15 @@ pub enum BackendError {
         path: String,
         /// Its detected media type.
         mime_type: String,
+    },
+    /// edit: the file is text but not valid UTF-8, and the edit would have to write bytes the
+    /// model cannot see or spell; nothing was changed.
+    #[error("{path} is not valid UTF-8 (its invalid bytes read as U+FFFD); {reason}")]
+    NotUtf8 {
+        /// The path.
+        path: String,
+        /// Why the edit cannot be made, and what to do instead.
+        reason: String,
     },
     /// edit: the old string does not occur.
     #[error(
@@ -357,6 +437,11 @@ impl BackendError {
                 size,
                 max,
             },
+            Self::LineTooLong { path, line, max } => Self::LineTooLong {
+                path: map(&path),
+                line,
+                max,
+            },
             Self::TooLargeToWrite { path, size, max } => Self::TooLargeToWrite {
                 path: map(&path),
                 size,
@@ -365,6 +450,10 @@ impl BackendError {
             Self::Binary { path, mime_type } => Self::Binary {
                 path: map(&path),
                 mime_type,
+            },
+            Self::NotUtf8 { path, reason } => Self::NotUtf8 {
+                path: map(&path),
+                reason,
             },
             Self::StringNotFound { path } => Self::StringNotFound { path: map(&path) },
             Self::NotUnique { path, count } => Self::NotUnique {

@@ -21,7 +21,9 @@ use crate::protocol::{
 /// (the harness shows each mutating call the updates of the mutating calls before it).
 ///
 /// Files over the size limit ([`DEFAULT_MAX_FILE_SIZE`] unless set with
-/// [`StateBackend::with_max_file_size`]) are neither written nor read, as on disk.
+/// [`StateBackend::with_max_file_size`]) are neither written nor loaded whole, as on disk (a
+/// text file is still read page by page). Text that is not UTF-8 (uploaded bytes) is kept as
+/// bytes and edited byte-wise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StateBackend {
     max_file_size: u64,
@@ -120,10 +122,11 @@ impl Backend for StateBackend {
         new: &str,
         replace_all: bool,
     ) -> Result<Changed<usize>, BackendError> {
-        let (text, count) = self.tree(cx).edit(path, old, new, replace_all)?;
+        // Text that is not UTF-8 stays bytes, with every byte the edit does not replace kept.
+        let (content, count) = self.tree(cx).edit_content(path, old, new, replace_all)?;
         let mut update = StateUpdate::default();
         let file = FileData {
-            content: FileContent::Text { text },
+            content,
             modified_at_ms: now_ms(),
         };
         Self::put(cx, &mut update, path, file);

@@ -11,3 +11,4 @@ mod paths;
 mod permissions;
 mod postgres;
 mod shell;
+mod text;

@@ -716,3 +716,52 @@ async fn escapes_are_refused_through_a_composite_mount() {
     assert_no_leak("ls", &b.ls(&cx(), &p("/disk")).await);
     assert_eq!(world.outside_snapshot(), before);
 }
+
+/// Writes go to a temporary file beside the target and are renamed into place: through a
+/// symlinked parent directory that points outside (relative or absolute, directly or through a
+/// chain), neither the temporary file nor the rename may land outside, with or without
+/// in-root symlinks followed, and nothing is left behind in the root either.
+#[tokio::test]
+async fn atomic_writes_never_land_outside_through_a_symlinked_parent() {
+    for follow in [true, false] {
+        let world = World::with(follow);
+        let before = world.outside_snapshot();
+        let root = world.root().to_path_buf();
+        symlink("../outside", root.join("rel_dir")).unwrap();
+        symlink(world.outside(), root.join("abs_dir")).unwrap();
+        std::fs::create_dir_all(root.join("inner")).unwrap();
+        symlink("../rel_dir", root.join("inner/hop")).unwrap();
+        let b = &world.backend;
+        for dir in ["/rel_dir", "/abs_dir", "/inner/hop"] {
+            for name in ["canary.txt", "fresh.txt"] {
+                let path = p(&format!("{dir}/{name}"));
+                let written = b.write(&cx(), &path, "PWNED").await;
+                assert!(
+                    matches!(written, Err(ref e) if is_refusal(e)),
+                    "{path}: {written:?}"
+                );
+                let edited = b.edit(&cx(), &path, "CANARY", "PWNED", true).await;
+                assert!(edited.is_err(), "{path}: {edited:?}");
+                let uploaded = b
+                    .upload_files(&cx(), vec![(path.to_string(), b"PWNED".to_vec())])
+                    .await
+                    .value;
+                assert!(uploaded[0].is_err(), "{path}: {uploaded:?}");
+                // The snapshot lists the outside directory: a stray temporary file shows too.
+                assert_eq!(world.outside_snapshot(), before, "after writing {path}");
+            }
+        }
+        let stray: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .chain(std::fs::read_dir(root.join("inner")).unwrap())
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".tmp"))
+            .collect();
+        assert!(stray.is_empty(), "follow={follow}: {stray:?}");
+        // The links are still links.
+        for link in ["rel_dir", "abs_dir", "inner/hop"] {
+            let meta = std::fs::symlink_metadata(root.join(link)).unwrap();
+            assert!(meta.file_type().is_symlink(), "{link}");
+        }
+    }
+}

@@ -229,16 +229,16 @@ async fn binary_and_multimodal_files() {
         b.read(&cx(), &p("/img/c.svg"), 0, 10).await.unwrap(),
         ReadResult::Binary { mime_type, .. } if mime_type == "image/svg+xml"
     ));
-    // Invalid UTF-8 is binary, never a crash; binary files are skipped by grep.
+    // Invalid UTF-8 is text (U+FFFD for the bad byte); a NUL makes a file binary, and binary
+    // files are skipped by grep, which names them.
+    assert_eq!(text(&b, "/bad.txt").await, ["caf\u{FFFD} needle"]);
     assert!(matches!(
-        b.read(&cx(), &p("/bad.txt"), 0, 10).await.unwrap(),
+        b.read(&cx(), &p("/nul.txt"), 0, 10).await.unwrap(),
         ReadResult::Binary { mime_type, .. } if mime_type == "application/octet-stream"
     ));
-    assert!(
-        grep(&b, GrepQuery::literal("needle", p("/")))
-            .await
-            .0
-            .is_empty()
+    assert_eq!(
+        grep(&b, GrepQuery::literal("needle", p("/"))).await.0,
+        ["/bad.txt:1:caf\u{FFFD} needle"]
     );
     assert!(
         grep(&b, GrepQuery::literal("svg", p("/")))
@@ -246,10 +246,35 @@ async fn binary_and_multimodal_files() {
             .0
             .is_empty()
     );
+    let skipped: Vec<String> = b
+        .grep(&cx(), &GrepQuery::literal("svg", p("/")))
+        .await
+        .unwrap()
+        .skipped
+        .into_iter()
+        .map(|s| s.path)
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            "/doc/b.pdf",
+            "/img/a.png",
+            "/img/c.svg",
+            "/img/noext",
+            "/nul.txt"
+        ]
+    );
     assert!(matches!(
-        b.edit(&cx(), &p("/bad.txt"), "caf", "x", false).await,
+        b.edit(&cx(), &p("/nul.txt"), "needle", "x", false).await,
         Err(BackendError::Binary { .. })
     ));
+    b.edit(&cx(), &p("/bad.txt"), "needle", "pin", false)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(b.root().join("bad.txt")).unwrap(),
+        b"caf\xe9 pin\n"
+    );
 }
 
 #[tokio::test]
@@ -260,9 +285,14 @@ async fn max_file_size_is_enforced() {
         .build()
         .unwrap();
     put(b.root(), "small.txt", "0123456789");
-    put(b.root(), "big.txt", "0123456789A\n");
+    put(b.root(), "big.txt", "01234\n56789A\n");
+    put(b.root(), "big.bin", b"0123456789\0\n");
     assert_eq!(text(&b, "/small.txt").await, ["0123456789"]);
-    let error = b.read(&cx(), &p("/big.txt"), 0, 10).await.unwrap_err();
+    // A text file over the limit is still paged (a page holds at most the limit); a binary one
+    // cannot be returned whole.
+    assert_eq!(text(&b, "/big.txt").await, ["01234"]);
+    assert_eq!(text_page(&b, "/big.txt", 1, 10).await, ["56789A"]);
+    let error = b.read(&cx(), &p("/big.bin"), 0, 10).await.unwrap_err();
     assert!(
         matches!(
             error,
@@ -274,9 +304,14 @@ async fn max_file_size_is_enforced() {
         ),
         "{error:?}"
     );
+    let message = error.to_string();
     assert!(
-        error.to_string().contains("grep"),
-        "the message says what to do: {error}"
+        message.contains("grep") && message.contains("offset"),
+        "the message says what to do: {message}"
+    );
+    assert!(
+        !message.contains("shell") && !message.contains("execute"),
+        "no tool the backend lacks is suggested: {message}"
     );
     assert!(matches!(
         b.read_raw(&cx(), &p("/big.txt")).await,
@@ -288,7 +323,7 @@ async fn max_file_size_is_enforced() {
     ));
     // grep still searches big files (that is how the model reads them).
     let (found, _) = grep(&b, GrepQuery::literal("A", p("/"))).await;
-    assert_eq!(found, ["/big.txt:1:0123456789A"]);
+    assert_eq!(found, ["/big.txt:2:56789A"]);
     let downloads = b.download_files(&cx(), vec!["/big.txt".into()]).await;
     assert_eq!(downloads, [Err(FileOpError::PermissionDenied)]);
 }
@@ -1075,4 +1110,390 @@ async fn path_mappings_name_the_host_directory() {
     );
     let shell = deepagents_backends::LocalShellBackend::new(b.clone());
     assert_eq!(shell.path_mappings(), mappings);
+}
+
+/// The bytes of `café crème` in Latin-1, then an ASCII line.
+const LATIN1: &[u8] = b"caf\xe9 cr\xe8me\nneedle here\n";
+
+#[tokio::test]
+async fn latin1_text_is_read_searched_and_edited_byte_wise() {
+    let (_tmp, b) = setup();
+    put(b.root(), "menu.txt", LATIN1);
+    put(b.root(), "a.png", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR");
+    put(b.root(), "b.bin", b"needle\0here\n");
+    assert_eq!(
+        text(&b, "/menu.txt").await,
+        ["caf\u{FFFD} cr\u{FFFD}me", "needle here"]
+    );
+    let result = b
+        .grep(&cx(), &GrepQuery::literal("needle", p("/")))
+        .await
+        .unwrap();
+    let found: Vec<(&str, usize, &str)> = result
+        .matches
+        .iter()
+        .map(|m| (m.path.as_str(), m.line_number, m.line.as_str()))
+        .collect();
+    assert_eq!(found, [("/menu.txt", 2, "needle here")]);
+    let skipped: Vec<(&str, String)> = result
+        .skipped
+        .iter()
+        .map(|s| (s.path.as_str(), s.reason.to_string()))
+        .collect();
+    assert_eq!(
+        skipped,
+        [
+            ("/a.png", "binary, image/png".to_owned()),
+            ("/b.bin", "binary, application/octet-stream".to_owned())
+        ]
+    );
+    // Matching lines are shown with U+FFFD, as read shows them.
+    let (found, _) = grep(&b, GrepQuery::literal("cr", p("/"))).await;
+    assert_eq!(found, ["/menu.txt:1:caf\u{FFFD} cr\u{FFFD}me"]);
+    let host = b.root().join("menu.txt");
+    // Only the replaced span changes; the other invalid bytes stay as they are, also inside
+    // the unchanged start of `old`.
+    b.edit(&cx(), &p("/menu.txt"), "here", "there", false)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(&host).unwrap(),
+        b"caf\xe9 cr\xe8me\nneedle there\n"
+    );
+    b.edit(
+        &cx(),
+        &p("/menu.txt"),
+        "caf\u{FFFD} cr\u{FFFD}me",
+        "caf\u{FFFD} cr\u{FFFD}me glac\u{E9}e",
+        false,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read(&host).unwrap(),
+        b"caf\xe9 cr\xe8me glac\xc3\xa9e\nneedle there\n"
+    );
+    // Putting U+FFFD where invalid bytes are replaced cannot restore them: refused, unchanged.
+    let before = std::fs::read(&host).unwrap();
+    let refused = b
+        .edit(&cx(), &p("/menu.txt"), "caf\u{FFFD}", "\u{FFFD}caf", false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, BackendError::NotUtf8 { path, .. } if path == "/menu.txt"),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("write_file"), "{refused}");
+    assert_eq!(std::fs::read(&host).unwrap(), before);
+    // Replacing the invalid byte with real text fixes it (the other one stays).
+    b.edit(&cx(), &p("/menu.txt"), "caf\u{FFFD}", "caf\u{E9}", false)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(&host).unwrap(),
+        b"caf\xc3\xa9 cr\xe8me glac\xc3\xa9e\nneedle there\n"
+    );
+}
+
+/// A text file over the default 10 MiB limit is paged with offset and limit (it used to be
+/// refused outright), and the page counts every line; a binary one is refused with advice that
+/// names only tools the backend has.
+#[tokio::test]
+async fn files_over_the_limit_are_paged() {
+    let (_tmp, b) = setup();
+    let lines = 200_000;
+    let mut big = String::with_capacity(12 * 1024 * 1024);
+    for i in 0..lines {
+        // 60 bytes a line: 12 MB in all.
+        big.push_str(&format!("line {i:08} {}\n", "x".repeat(45)));
+    }
+    assert!(big.len() as u64 > deepagents_backends::DEFAULT_MAX_FILE_SIZE);
+    put(b.root(), "big.log", &big);
+    let page = b.read(&cx(), &p("/big.log"), 150_000, 3).await.unwrap();
+    let x = "x".repeat(45);
+    assert_eq!(
+        page,
+        ReadResult::Text {
+            lines: vec![
+                format!("line 00150000 {x}"),
+                format!("line 00150001 {x}"),
+                format!("line 00150002 {x}"),
+            ],
+            offset: 150_000,
+            total_lines: lines,
+        }
+    );
+    assert_eq!(page.next_offset(), Some(150_003));
+    // Past the end: no lines, the total still counted.
+    assert_eq!(
+        b.read(&cx(), &p("/big.log"), lines + 5, 10).await.unwrap(),
+        ReadResult::Text {
+            lines: vec![],
+            offset: lines + 5,
+            total_lines: lines,
+        }
+    );
+    // A NUL far into it makes it binary, which cannot be paged.
+    let mut binary = big.into_bytes();
+    let middle = binary.len() / 2;
+    binary[middle] = 0;
+    put(b.root(), "big.bin", &binary);
+    let error = b.read(&cx(), &p("/big.bin"), 0, 3).await.unwrap_err();
+    assert!(matches!(error, BackendError::TooLarge { .. }), "{error:?}");
+    assert!(!error.to_string().contains("shell"), "{error}");
+}
+
+/// Paging keeps at most the size limit of one page; a first line over it alone is refused
+/// rather than cut (the model would take the cut line for the whole).
+#[tokio::test]
+async fn a_page_holds_at_most_the_size_limit() {
+    let tmp = TempDir::new().unwrap();
+    let b = FilesystemBackend::builder(tmp.path().join("root"))
+        .max_file_size(100)
+        .build()
+        .unwrap();
+    let content = format!(
+        "{}\n{}\nshort\r\n{}",
+        "a".repeat(60),
+        "b".repeat(60),
+        "c".repeat(300)
+    );
+    put(b.root(), "wide.txt", &content);
+    // Two 60-byte lines do not fit in 100 bytes: the page stops after the first.
+    match b.read(&cx(), &p("/wide.txt"), 0, 10).await.unwrap() {
+        ReadResult::Text {
+            lines, total_lines, ..
+        } => {
+            assert_eq!(lines, ["a".repeat(60)]);
+            assert_eq!(total_lines, 4);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(text_page(&b, "/wide.txt", 2, 1).await, ["short"]);
+    let error = b.read(&cx(), &p("/wide.txt"), 3, 1).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BackendError::LineTooLong {
+                line: 4,
+                max: 100,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+async fn text_page(b: &FilesystemBackend, path: &str, offset: usize, limit: usize) -> Vec<String> {
+    match b.read(&cx(), &p(path), offset, limit).await.unwrap() {
+        ReadResult::Text { lines, .. } => lines,
+        other => panic!("{path} is not text: {other:?}"),
+    }
+}
+
+/// Files in `dir` whose names mark them as write temporaries.
+fn temporaries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with('.') && name.ends_with(".tmp"))
+        .collect()
+}
+
+/// Writers of different full contents to one file, with readers watching: every read sees
+/// exactly one writer's content (or the first), never a mix, a prefix or an empty file. In
+/// place, two writers left 100k `B` then 100k `A`, and readers saw truncated files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writers_never_leave_a_torn_file() {
+    let (_tmp, b) = setup();
+    let size = 100_000;
+    let contents: Vec<String> = (b'A'..=b'H')
+        .map(|c| String::from(char::from(c)).repeat(size))
+        .collect();
+    let initial = "0".repeat(size);
+    b.write(&cx(), &p("/shared.txt"), &initial).await.unwrap();
+    let host = b.root().join("shared.txt");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (host, stop) = (host.clone(), Arc::clone(&stop));
+            let mut allowed: Vec<Vec<u8>> =
+                contents.iter().map(|c| c.clone().into_bytes()).collect();
+            allowed.push(initial.clone().into_bytes());
+            std::thread::spawn(move || {
+                let mut reads = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let seen = std::fs::read(&host).unwrap();
+                    assert!(
+                        allowed.contains(&seen),
+                        "a reader saw a torn file of {} bytes",
+                        seen.len()
+                    );
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    let writers: Vec<_> = contents
+        .iter()
+        .map(|content| {
+            let (b, content) = (b.clone(), content.clone());
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    b.write(&cx(), &p("/shared.txt"), &content).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        assert!(reader.join().unwrap() > 0);
+    }
+    let last = std::fs::read_to_string(&host).unwrap();
+    assert!(contents.contains(&last), "{} bytes", last.len());
+    assert_eq!(temporaries(b.root()), Vec::<String>::new());
+}
+
+/// Concurrent edits of one file apply one after the other: none is lost to another that read
+/// the file before it was written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_edits_all_apply() {
+    let (_tmp, b) = setup();
+    b.write(&cx(), &p("/log.txt"), "END\n").await.unwrap();
+    let edits: Vec<_> = (0..16)
+        .map(|i| {
+            let b = b.clone();
+            tokio::spawn(async move {
+                b.edit(
+                    &cx(),
+                    &p("/log.txt"),
+                    "END",
+                    &format!("entry {i}\nEND"),
+                    false,
+                )
+                .await
+                .unwrap()
+            })
+        })
+        .collect();
+    for edit in edits {
+        assert_eq!(edit.await.unwrap().value, 1);
+    }
+    let log = std::fs::read_to_string(b.root().join("log.txt")).unwrap();
+    for i in 0..16 {
+        assert!(
+            log.contains(&format!("entry {i}\n")),
+            "entry {i} lost:\n{log}"
+        );
+    }
+    assert!(log.ends_with("END\n"));
+}
+
+#[tokio::test]
+async fn writes_keep_permission_bits_and_leave_no_temporary_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_tmp, b) = setup();
+    put(b.root(), "run.sh", "#!/bin/sh\necho hi\n");
+    put(b.root(), "secret.txt", "s\n");
+    let mode = |name: &str| {
+        std::fs::metadata(b.root().join(name))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    std::fs::set_permissions(
+        b.root().join("run.sh"),
+        std::fs::Permissions::from_mode(0o751),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        b.root().join("secret.txt"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    b.edit(&cx(), &p("/run.sh"), "hi", "bye", false)
+        .await
+        .unwrap();
+    b.write(&cx(), &p("/secret.txt"), "t\n").await.unwrap();
+    b.upload_files(&cx(), vec![("/secret.txt".into(), b"u\n".to_vec())])
+        .await;
+    assert_eq!(mode("run.sh"), 0o751);
+    assert_eq!(mode("secret.txt"), 0o600);
+    assert_eq!(std::fs::read(b.root().join("secret.txt")).unwrap(), b"u\n");
+    // A read-only file stays unwritable, as when it was written in place.
+    std::fs::set_permissions(
+        b.root().join("secret.txt"),
+        std::fs::Permissions::from_mode(0o400),
+    )
+    .unwrap();
+    if rustix::process::geteuid().is_root() {
+        return; // root writes anything; the rest needs an ordinary user.
+    }
+    let refused = b.write(&cx(), &p("/secret.txt"), "v\n").await.unwrap_err();
+    assert!(
+        matches!(refused, BackendError::PermissionDenied { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(std::fs::read(b.root().join("secret.txt")).unwrap(), b"u\n");
+    // In a directory that cannot take a temporary file, a writable file is still written (in
+    // place, as the host allows).
+    put(b.root(), "locked/notes.txt", "old\n");
+    std::fs::set_permissions(
+        b.root().join("locked"),
+        std::fs::Permissions::from_mode(0o555),
+    )
+    .unwrap();
+    b.edit(&cx(), &p("/locked/notes.txt"), "old", "new", false)
+        .await
+        .unwrap();
+    b.write(&cx(), &p("/locked/notes.txt"), "newest\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(b.root().join("locked/notes.txt")).unwrap(),
+        "newest\n"
+    );
+    assert!(b.write(&cx(), &p("/locked/other.txt"), "x").await.is_err());
+    std::fs::set_permissions(
+        b.root().join("locked"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    // A failed edit (text not found) creates nothing either.
+    assert!(
+        b.edit(&cx(), &p("/run.sh"), "absent", "x", false)
+            .await
+            .is_err()
+    );
+    assert_eq!(temporaries(b.root()), Vec::<String>::new());
+}
+
+/// Writing through an in-root symlink replaces its target and leaves the link a link.
+#[tokio::test]
+async fn writes_through_an_in_root_symlink_keep_the_link() {
+    let (_tmp, b) = setup();
+    put(b.root(), "real/file.txt", "old\n");
+    symlink("real/file.txt", b.root().join("link.txt")).unwrap();
+    symlink("link.txt", b.root().join("chain.txt")).unwrap();
+    if !b.follows_symlinks() {
+        return; // hosts without openat2 refuse every symlink; escape.rs covers that.
+    }
+    b.write(&cx(), &p("/chain.txt"), "new\n").await.unwrap();
+    b.edit(&cx(), &p("/link.txt"), "new", "newer", false)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(b.root().join("real/file.txt")).unwrap(),
+        "newer\n"
+    );
+    for link in ["link.txt", "chain.txt"] {
+        let meta = std::fs::symlink_metadata(b.root().join(link)).unwrap();
+        assert!(meta.file_type().is_symlink(), "{link} is still a link");
+    }
+    assert_eq!(temporaries(&b.root().join("real")), Vec::<String>::new());
 }

@@ -137,9 +137,8 @@ async fn check_size_limit(mut h: Harness) {
         h.read("/up.bin", 0, 1).await,
         Err(BackendError::NotFound { .. })
     ));
-    // A file over the limit that got there some other way is not read whole, as on disk…
+    // A file over the limit that got there some other way is not loaded whole, as on disk…
     for error in [
-        h.read("/planted.txt", 0, 1).await.unwrap_err(),
         h.read_raw("/planted.txt").await.unwrap_err(),
         h.edit("/planted.txt", "0", "1", false).await.unwrap_err(),
     ] {
@@ -159,7 +158,22 @@ async fn check_size_limit(mut h: Harness) {
         h.download(&["/planted.txt"]).await,
         [Err(FileOpError::PermissionDenied)]
     );
-    // …but grep still searches it, which is how the agent reads it in parts.
+    // …but text is still read page by page, a page holding at most the limit, as on disk: here
+    // its one line alone is over it, which the error says…
+    let error = h.read("/planted.txt", 0, 1).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BackendError::LineTooLong {
+                line: 1,
+                max: 10,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    h.assert_names(&error, "/planted.txt");
+    // …and grep still searches it.
     let (found, _) = h.grep(GrepQuery::literal("AB", p("/"))).await;
     assert_eq!(found, ["/planted.txt:1:0123456789AB"]);
 }
@@ -679,4 +693,47 @@ async fn many_openers_of_one_sqlite_store_all_succeed() {
         .await
         .unwrap();
     assert_eq!(all.len(), 8);
+}
+
+/// The state backend edits text that is not UTF-8 byte-wise, as the disk backend does: the
+/// bytes an edit does not replace are kept, and a file whose last invalid bytes are replaced
+/// becomes a string again.
+#[tokio::test]
+async fn state_edits_of_non_utf8_text_keep_every_other_byte() {
+    let mut h = Harness::new(Arc::new(StateBackend::default()));
+    let answers = h
+        .upload(vec![(
+            "/menu.txt",
+            b"caf\xe9 cr\xe8me\nneedle here\n".to_vec(),
+        )])
+        .await;
+    assert_eq!(answers, [Ok(())]);
+    let count = h
+        .edit(
+            "/menu.txt",
+            "caf\u{FFFD} cr\u{FFFD}me",
+            "caf\u{FFFD} cr\u{FFFD}me!",
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
+    assert_eq!(
+        h.read_raw("/menu.txt").await.unwrap().data,
+        b"caf\xe9 cr\xe8me!\nneedle here\n"
+    );
+    h.edit(
+        "/menu.txt",
+        "caf\u{FFFD} cr\u{FFFD}me",
+        "caf\u{E9} cr\u{E8}me",
+        false,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        h.cx.state.files["/menu.txt"].content,
+        FileContent::Text {
+            text: "caf\u{E9} cr\u{E8}me!\nneedle here\n".into()
+        }
+    );
 }

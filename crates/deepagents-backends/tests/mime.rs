@@ -1,7 +1,10 @@
 //! Media types: every multimodal type by extension and by signature, text look-alikes, and
-//! the rule that invalid UTF-8 is binary.
+//! the rule that text is told from binary by NUL bytes and signatures, not by UTF-8 validity.
 
-use deepagents_backends::mime::{Classified, TEXT_MIME, binary_type_of_text, classify, mime_type};
+use deepagents_backends::mime::{
+    Classified, NON_UTF8_TEXT_MIME, TEXT_MIME, binary_type, binary_type_of_text, classify,
+    mime_type,
+};
 use proptest::prelude::*;
 
 const PPT: &str = "application/vnd.ms-powerpoint";
@@ -250,33 +253,39 @@ fn text_that_resembles_a_signature_stays_text() {
 
 #[test]
 fn frame_sync_needs_a_valid_header() {
-    // 0xFF then garbage: binary (not UTF-8), but not audio.
-    for bytes in [
-        &b"\xff\x00\x00"[..],
-        b"\xff\xfb\xf0\x00", // bitrate index 15 is reserved
-        b"\xff\xfb\x9c\x00", // sample rate index 3 is reserved
-        b"\xff\xeb\x90\x00", // MPEG version 01 is reserved
-        b"\xff\xf1\x3c\x80", // ADTS sampling index 15 is not a rate
-        b"\xff\xfb",         // too short to hold a header
+    // 0xFF then garbage: not audio (binary when it holds a NUL, text otherwise).
+    for (bytes, expected) in [
+        (&b"\xff\x00\x00"[..], "application/octet-stream"),
+        (b"\xff\xfb\xf0\x00", "application/octet-stream"), // bitrate index 15 is reserved
+        (b"\xff\xfb\x9c\x00", "application/octet-stream"), // sample rate index 3 is reserved
+        (b"\xff\xeb\x90\x00", "application/octet-stream"), // MPEG version 01 is reserved
+        (b"\xff\xf1\x3c\x80", NON_UTF8_TEXT_MIME),         // ADTS sampling index 15 is not a rate
+        (b"\xff\xfb", NON_UTF8_TEXT_MIME),                 // too short to hold a header
     ] {
-        assert_eq!(
-            mime_type("/x", bytes),
-            "application/octet-stream",
-            "{bytes:?}"
-        );
+        assert_eq!(mime_type("/x", bytes), expected, "{bytes:?}");
     }
 }
 
+/// As ripgrep tells them: invalid UTF-8 (Latin-1, stray bytes) under a text name is text; a
+/// NUL byte makes anything binary.
 #[test]
-fn invalid_utf8_under_a_text_extension_is_binary() {
+fn invalid_utf8_under_a_text_extension_is_text_but_nul_is_binary() {
     for path in ["/a.txt", "/src/main.rs", "/README.md", "/noext"] {
         for bytes in [
-            &b"caf\xe9\n"[..],
+            &b"caf\xe9 cr\xe8me\nneedle here\n"[..],
             b"\xc3",
-            b"\xed\xa0\x80", // an encoded surrogate
-            b"ok\0nul",
+            b"\xed\xa0\x80",     // an encoded surrogate
             b"\xf4\x90\x80\x80", // past U+10FFFF
         ] {
+            assert_eq!(
+                classify(path, bytes.to_vec()),
+                Classified::NonUtf8Text(bytes.to_vec()),
+                "{path} {bytes:?}"
+            );
+            assert_eq!(mime_type(path, bytes), NON_UTF8_TEXT_MIME);
+            assert_eq!(binary_type(path, bytes), None);
+        }
+        for bytes in [&b"ok\0nul"[..], b"caf\xe9\0"] {
             assert_eq!(
                 classify(path, bytes.to_vec()),
                 Classified::Binary {
@@ -340,20 +349,28 @@ fn any_bytes() -> impl Strategy<Value = Vec<u8>> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    /// Never panics, and the three entry points agree: text exactly when `mime_type` says so,
-    /// and then the text is the bytes.
+    /// Never panics, and the entry points agree: text exactly when `mime_type` says so, and
+    /// then the text is the bytes.
     #[test]
     fn classification_is_total_and_consistent(path in any_path(), bytes in any_bytes()) {
         let mime = mime_type(&path, &bytes);
+        prop_assert_eq!(binary_type(&path, &bytes).is_none(), mime.starts_with("text/plain"));
         match classify(&path, bytes.clone()) {
             Classified::Text(text) => {
                 prop_assert_eq!(&mime, TEXT_MIME);
                 prop_assert_eq!(text.as_bytes(), &bytes[..]);
                 prop_assert_eq!(binary_type_of_text(&path, &text), None);
             }
+            Classified::NonUtf8Text(kept) => {
+                prop_assert_eq!(&mime, NON_UTF8_TEXT_MIME);
+                prop_assert_eq!(&kept, &bytes);
+                prop_assert!(std::str::from_utf8(&bytes).is_err());
+                prop_assert!(!bytes.contains(&0));
+            }
             Classified::Binary { mime_type } => {
                 prop_assert_eq!(&mime_type, &mime);
                 prop_assert_ne!(&mime, TEXT_MIME);
+                prop_assert_ne!(&mime, NON_UTF8_TEXT_MIME);
                 if let Ok(text) = std::str::from_utf8(&bytes) {
                     prop_assert_eq!(binary_type_of_text(&path, text), Some(mime.as_str()));
                 }

@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use deepagents::backends::mime::{Classified, classify};
+use deepagents::backends::memory::file_data;
 use deepagents::backends::{
-    FilesystemBackend, LocalShellBackend, Mode, Operation, PermissionRule, Permissions,
+    FilesystemBackend, LocalShellBackend, Mode, Operation, PermissionRule, Permissions, VPath,
 };
 use deepagents::core::message::{AssistantMessage, ToolCall};
-use deepagents::core::{FileContent, FileData, ModelRequest, ModelResponse, StopReason};
+use deepagents::core::{FileContent, ModelRequest, ModelResponse, StopReason};
 use deepagents::{
     Agent, AgentBuilder, ContentBlock, EventSink, Message, Model, ModelError, Run, RunOutput,
     ToolStatus,
@@ -70,20 +70,9 @@ impl Fixture {
     fn seed(&mut self, path: &str, bytes: &[u8]) {
         match self.kind {
             Kind::State => {
-                let content = match classify(path, bytes.to_vec()) {
-                    Classified::Text(text) => FileContent::Text { text },
-                    Classified::Binary { mime_type } => FileContent::Binary {
-                        mime_type,
-                        data: bytes.to_vec(),
-                    },
-                };
-                self.run.state.files.insert(
-                    path.into(),
-                    FileData {
-                        content,
-                        modified_at_ms: 0,
-                    },
-                );
+                // As an upload stores them: UTF-8 text as a string, anything else as bytes.
+                let file = file_data(&VPath::parse(path).unwrap(), bytes.to_vec(), 0);
+                self.run.state.files.insert(path.into(), file);
             }
             Kind::Disk => {
                 let host = self.host(path);
@@ -205,6 +194,7 @@ on_both_backends!(
     grep_says_when_it_stopped_at_max_count,
     ls_and_glob_cap_their_output_with_a_note,
     large_results_are_offloaded_and_can_be_read_back,
+    text_that_is_not_utf8_is_read_searched_and_edited,
 );
 
 async fn write_read_edit_glob_grep_ls_delete_round_trip(kind: Kind) {
@@ -294,7 +284,7 @@ async fn tool_errors_tell_the_model_what_to_do(kind: Kind) {
     assert!(text(results[9]).contains("looks like a regular expression; set regex=true"));
     assert_error_containing(results[10], "invalid regex");
     assert_eq!(text(results[11]), "No files match `*.rs` under /.");
-    assert_error_containing(results[12], "unknown field `path`");
+    assert_error_containing(results[12], "'path' was unexpected");
     assert_error_containing(results[13], "invalid glob");
     assert_error_containing(results[14], "invalid glob");
     assert_error_containing(results[15], "the pattern is empty; try **/*");
@@ -332,7 +322,7 @@ async fn write_file_errors(kind: Kind) {
         "control characters (such as NUL) are not allowed",
     );
     assert_error_containing(results[9], "/ is a directory");
-    assert_error_containing(results[10], "missing field `content`");
+    assert_error_containing(results[10], "\"content\" is a required property");
     // Nothing but the first write landed.
     assert_eq!(
         fixture.files(&output),
@@ -622,9 +612,54 @@ async fn images_and_pdfs_come_back_as_content_the_model_can_see(kind: Kind) {
             ContentBlock::data("application/pdf", pdf)
         ]
     );
-    assert!(text(results[2]).contains("binary file (application/octet-stream, 3 bytes)"));
-    // Binary files are not searched.
-    assert_eq!(text(results[3]), "No matches for `PDF` under /.");
+    let blob = text(results[2]);
+    assert!(blob.contains("binary file (application/octet-stream, 3 bytes)"));
+    // No shell here, so none is suggested.
+    assert!(!blob.contains("execute"), "{blob}");
+    // Binary files are not searched, and the result says which were skipped.
+    assert_eq!(
+        text(results[3]),
+        "No matches for `PDF` under /.\n[Skipped 3 binary files (not searched): /blob.bin, /docs/spec.pdf, /shot.png.]"
+    );
+}
+
+/// The bytes of `caf\xe9 cr\xe8me` and more: Latin-1, not UTF-8.
+const LATIN1: &[u8] = b"caf\xe9 cr\xe8me\nneedle here\n";
+
+/// A Latin-1 file is text: grep finds its lines (naming the binary files it skipped), read
+/// shows its invalid bytes as U+FFFD, and an edit keeps the bytes it does not replace.
+async fn text_that_is_not_utf8_is_read_searched_and_edited(kind: Kind) {
+    let mut fixture = Fixture::new(kind);
+    fixture.seed("/menu.txt", LATIN1);
+    fixture.seed("/a.png", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR");
+    fixture.seed("/b.bin", b"needle\0here");
+    let (output, fixture) = fixture
+        .run(vec![
+            json!([
+                {"name": "grep", "args": {"pattern": "needle"}},
+                {"name": "grep", "args": {"pattern": "cr", "output_mode": "content"}},
+                {"name": "read_file", "args": {"file_path": "/menu.txt"}}
+            ]),
+            json!([{"name": "edit_file", "args": {"file_path": "/menu.txt", "old_string": "needle here", "new_string": "needle there"}}]),
+        ])
+        .await;
+    let t = texts(&output);
+    let skipped = "[Skipped 2 binary files (not searched): /a.png, /b.bin.]";
+    assert_eq!(t[0], format!("/menu.txt\n{skipped}"), "{kind:?}");
+    assert_eq!(
+        t[1],
+        format!("/menu.txt:\n     1: caf\u{FFFD} cr\u{FFFD}me\n{skipped}")
+    );
+    assert_eq!(
+        t[2],
+        "     1\tcaf\u{FFFD} cr\u{FFFD}me\n     2\tneedle here\n"
+    );
+    assert_eq!(t[3], "Replaced 1 occurrence in /menu.txt.");
+    assert_eq!(
+        fixture.files(&output)["/menu.txt"],
+        b"caf\xe9 cr\xe8me\nneedle there\n",
+        "the bytes that are not UTF-8 are kept"
+    );
 }
 
 async fn parallel_writes_in_one_turn_all_land(kind: Kind) {
@@ -902,13 +937,10 @@ async fn execute_rejects_bad_arguments() {
     let results = tool_results(&output.run.state.messages);
     assert_error_containing(results[0], "The command is empty");
     assert_error_containing(results[1], "The command is empty");
-    assert_error_containing(
-        results[2],
-        "timeout must be between 1 and 3600 seconds, not 0.",
-    );
+    assert_error_containing(results[2], "at /timeout: 0 is less than the minimum of 1");
     assert_error_containing(
         results[3],
-        "timeout must be between 1 and 3600 seconds, not 3601.",
+        "at /timeout: 3601 is greater than the maximum of 3600",
     );
     assert_eq!(results[4].status, ToolStatus::Error, "{:?}", results[4]);
     assert_error_containing(results[5], "command");
@@ -1058,4 +1090,20 @@ async fn a_huge_user_message_is_saved_and_previewed() {
         huge,
         "the run keeps the message whole"
     );
+}
+
+/// Only an agent with a shell is told to inspect a binary file with a command.
+#[tokio::test]
+async fn binary_files_suggest_a_command_only_with_a_shell() {
+    let (output, _dir) = run_shell(
+        LocalShellBackend::new,
+        vec![
+            json!([{"name": "execute", "args": {"command": "printf 'a\\0b' > blob.bin"}}]),
+            json!([{"name": "read_file", "args": {"file_path": "/blob.bin"}}]),
+        ],
+    )
+    .await;
+    let t = texts(&output);
+    assert!(t[1].contains("cannot be shown as text"), "{}", t[1]);
+    assert!(t[1].contains("through execute"), "{}", t[1]);
 }

@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use deepagents_backends::{
-    Backend, BackendContext, BackendError, DEFAULT_GREP_MAX_COUNT, GrepQuery, ReadResult, VPath,
+    Backend, BackendContext, BackendError, DEFAULT_GREP_MAX_COUNT, GrepQuery, ReadResult,
+    SkipReason, SkippedFile, VPath,
 };
 use deepagents_core::{ContentBlock, Tool, ToolContext, ToolError, ToolOutput};
 use schemars::JsonSchema;
@@ -136,7 +137,12 @@ impl Tool for ReadFile {
             .await
             .map_err(to_model)?;
         match read {
-            ReadResult::Binary { mime_type, data } => Ok(binary_output(&path, mime_type, data)),
+            ReadResult::Binary { mime_type, data } => Ok(binary_output(
+                &path,
+                mime_type,
+                data,
+                self.0.as_sandbox().is_some(),
+            )),
             ReadResult::Text {
                 lines,
                 offset,
@@ -164,7 +170,9 @@ fn viewable(mime_type: &str) -> bool {
         || mime_type == "application/pdf"
 }
 
-fn binary_output(path: &VPath, mime_type: String, data: Vec<u8>) -> ToolOutput {
+/// A binary file as the model sees it. `shell`: whether the agent has `execute` (only then is
+/// a command worth suggesting).
+fn binary_output(path: &VPath, mime_type: String, data: Vec<u8>, shell: bool) -> ToolOutput {
     let size = data.len();
     if viewable(&mime_type) {
         ToolOutput::blocks(vec![
@@ -172,8 +180,13 @@ fn binary_output(path: &VPath, mime_type: String, data: Vec<u8>) -> ToolOutput {
             ContentBlock::data(mime_type, data),
         ])
     } else {
+        let hint = if shell {
+            " Inspect it with a command through execute (e.g. `file` or `xxd`) if you must."
+        } else {
+            ""
+        };
         ToolOutput::text(format!(
-            "{path} is a binary file ({mime_type}, {size} bytes) and cannot be shown as text. Inspect it with other tools if you must."
+            "{path} is a binary file ({mime_type}, {size} bytes) and cannot be shown as text.{hint}"
         ))
     }
 }
@@ -541,6 +554,7 @@ impl Tool for Grep {
                     " The pattern was searched as literal text but looks like a regular expression; set regex=true to use it as one.",
                 );
             }
+            push_skipped(&mut text, &result.skipped);
             return Ok(ToolOutput::text(text));
         }
         let mut by_file: BTreeMap<String, Vec<(usize, String)>> = BTreeMap::new();
@@ -577,8 +591,49 @@ impl Tool for Grep {
                 query.max_count
             );
         }
+        push_skipped(&mut text, &result.skipped);
         Ok(ToolOutput::text(text))
     }
+}
+
+/// Files named in a skipped-files note; the rest are counted.
+const SKIPPED_NAMED: usize = 20;
+
+/// Appends notes naming the files grep did not search and why, so a missing match is never
+/// silent.
+fn push_skipped(text: &mut String, skipped: &[SkippedFile]) {
+    let (binary, unreadable): (Vec<&SkippedFile>, Vec<&SkippedFile>) = skipped
+        .iter()
+        .partition(|s| matches!(s.reason, SkipReason::Binary { .. }));
+    if !binary.is_empty() {
+        let names = named(binary.iter().map(|s| s.path.clone()));
+        let count = binary.len();
+        let plural = if count == 1 { "" } else { "s" };
+        let _ = write!(
+            text,
+            "\n[Skipped {count} binary file{plural} (not searched): {names}.]"
+        );
+    }
+    if !unreadable.is_empty() {
+        let names = named(
+            unreadable
+                .iter()
+                .map(|s| format!("{} ({})", s.path, s.reason)),
+        );
+        let count = unreadable.len();
+        let plural = if count == 1 { "" } else { "s" };
+        let _ = write!(text, "\n[Could not search {count} path{plural}: {names}.]");
+    }
+}
+
+/// The first [`SKIPPED_NAMED`] of `items` joined, then how many more.
+fn named(items: impl ExactSizeIterator<Item = String>) -> String {
+    let total = items.len();
+    let mut shown: Vec<String> = items.take(SKIPPED_NAMED).collect();
+    if total > SKIPPED_NAMED {
+        shown.push(format!("and {} more", total - SKIPPED_NAMED));
+    }
+    shown.join(", ")
 }
 
 /// Whether a pattern searched literally was probably meant as a regex.
