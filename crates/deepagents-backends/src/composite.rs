@@ -363,6 +363,9 @@ impl Backend for CompositeBackend {
             for found in &mut result.matches {
                 found.path = restore(&prefix, &found.path);
             }
+            for skipped in &mut result.skipped {
+                skipped.path = restore(&prefix, &skipped.path);
+            }
             return Ok(result);
         }
         let include = query.include.as_deref().map(GlobPattern::new).transpose()?;
@@ -379,6 +382,9 @@ impl Backend for CompositeBackend {
                 }
                 Err(error) => return Err(error),
             };
+        result
+            .skipped
+            .retain(|skipped| !self.is_routed(&skipped.path));
         for (mount_path, routed_backend) in self.routes_below(&query.path) {
             let mount_relative = mount_path.relative_to(&query.path).unwrap_or_default();
             let RouteInclude::Search(routed_include) =
@@ -394,8 +400,8 @@ impl Backend for CompositeBackend {
             let mount = Some(mount_path.clone());
             // Deeper mounts hide this route's files below them, and a translated include may
             // admit more than the original glob.
-            let visible = |found: &GrepMatch| {
-                VPath::parse(&restore(&mount, &found.path)).is_ok_and(|path| {
+            let visible_path = |routed_path: &str| {
+                VPath::parse(&restore(&mount, routed_path)).is_ok_and(|path| {
                     self.mount_of(&path) == Some(mount_path)
                         && include.as_ref().is_none_or(|include| {
                             path.relative_to(&query.path)
@@ -403,6 +409,7 @@ impl Backend for CompositeBackend {
                         })
                 })
             };
+            let visible = |found: &GrepMatch| visible_path(&found.path);
             let found = grep_kept(
                 routed_backend.as_ref(),
                 &routed_cx(cx, mount_path),
@@ -418,14 +425,26 @@ impl Backend for CompositeBackend {
                     hit.path = restore(&mount, &hit.path);
                     hit
                 }));
+            result.skipped.extend(
+                found
+                    .skipped
+                    .into_iter()
+                    .filter(|skipped| visible_path(&skipped.path))
+                    .map(|mut skipped| {
+                        skipped.path = restore(&mount, &skipped.path);
+                        skipped
+                    }),
+            );
         }
         result.matches.sort_by(|a, b| {
             (a.path.as_str(), a.line_number).cmp(&(b.path.as_str(), b.line_number))
         });
+        result.skipped.sort_by(|a, b| a.path.cmp(&b.path));
         if result.matches.len() > query.max_count {
             result.matches.truncate(query.max_count);
             result.truncated = true;
         }
+        result.trim_skipped(query.max_count);
         Ok(result)
     }
 

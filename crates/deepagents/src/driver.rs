@@ -433,7 +433,7 @@ fn note_file_conflicts(
     let mut last_writer: BTreeMap<String, usize> = BTreeMap::new();
     let mut notes: Vec<(usize, String)> = Vec::new();
     for (index, (_, update)) in results.iter().enumerate() {
-        let outside = changed_outside.get(index).into_iter().flatten();
+        let outside: &[String] = changed_outside.get(index).map_or(&[], Vec::as_slice);
         let paths: std::collections::BTreeSet<&String> =
             update.files.keys().chain(outside).collect();
         for path in paths {
@@ -443,6 +443,20 @@ fn note_file_conflicts(
                 }
                 let earlier = &results[previous].0.tool_call_id;
                 let later = &results[index].0.tool_call_id;
+                let on_disk = outside.contains(path)
+                    || changed_outside
+                        .get(previous)
+                        .is_some_and(|files| files.contains(path));
+                if on_disk {
+                    // Outside the state the calls raced: the file holds whichever came last.
+                    for (this, other) in [(previous, later), (index, earlier)] {
+                        notes.push((
+                            this,
+                            format!("Note: {path} was also changed by call {other} at the same time; it holds whichever change came last. Read it before relying on it."),
+                        ));
+                    }
+                    continue;
+                }
                 notes.push((
                     previous,
                     format!("Note: {path} was changed again by call {later} in the same step; that later version is the one kept."),

@@ -1550,3 +1550,46 @@ mod limits {
         );
     }
 }
+
+/// Two parallel subagents that write the same file on disk: the file holds one of the two
+/// versions whole (never a mix), and each `task` result says the other call changed it too.
+#[tokio::test]
+async fn parallel_subagents_writing_one_file_on_disk_are_told_which_version_stays() {
+    let root = tempfile::tempdir().unwrap();
+    let a = "A".repeat(100_000);
+    let b = "B".repeat(100_000);
+    let script = json!({
+        "turns": [
+            {"tool_calls": [task("ta", "LEFT: write", "general-purpose"), task("tb", "RIGHT: write", "general-purpose")]},
+            {"text": "done"}
+        ],
+        "conversations": [
+            {"when_task_contains": "LEFT", "turns": [{"tool_calls": [write("/shared.txt", &a)]}, {"text": "left wrote"}]},
+            {"when_task_contains": "RIGHT", "turns": [{"tool_calls": [write("/shared.txt", &b)]}, {"text": "right wrote"}]}
+        ]
+    });
+    let backend = deepagents::backends::FilesystemBackend::new(root.path()).unwrap();
+    let agent = Agent::builder(model(script))
+        .backend(Arc::new(backend))
+        .build()
+        .unwrap();
+    let output = agent.invoke("go").await.unwrap();
+    let on_disk = std::fs::read_to_string(root.path().join("shared.txt")).unwrap();
+    assert!(on_disk == a || on_disk == b, "a torn file");
+    let results = tool_results(&output.run.state.messages);
+    assert_eq!(results.len(), 2);
+    assert!(
+        text(results[0]).contains("/shared.txt was also changed by call tb at the same time"),
+        "{}",
+        text(results[0])
+    );
+    assert!(
+        text(results[1]).contains("/shared.txt was also changed by call ta at the same time"),
+        "{}",
+        text(results[1])
+    );
+    assert_eq!(
+        output.changed_files.into_iter().collect::<Vec<_>>(),
+        ["/shared.txt"]
+    );
+}

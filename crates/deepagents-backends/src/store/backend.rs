@@ -23,7 +23,7 @@ pub type NamespaceFn = Arc<dyn Fn(&BackendContext) -> Vec<String> + Send + Sync>
 /// [`CompositeBackend`](crate::CompositeBackend) for long-term memory that outlives threads.
 ///
 /// Files over the size limit ([`DEFAULT_MAX_FILE_SIZE`] unless set with
-/// [`StoreBackend::with_max_file_size`]) are neither written nor read, as on disk.
+/// [`StoreBackend::with_max_file_size`]) are not written; text over it is read page by page.
 #[derive(Clone)]
 pub struct StoreBackend {
     store: Arc<dyn Store>,
@@ -185,9 +185,13 @@ impl Backend for StoreBackend {
         new: &str,
         replace_all: bool,
     ) -> Result<Changed<usize>, BackendError> {
-        let (text, count) = self.tree(cx).await?.edit(path, old, new, replace_all)?;
+        // Non-UTF-8 text keeps every byte the edit does not replace.
+        let (content, count) = self
+            .tree(cx)
+            .await?
+            .edit_content(path, old, new, replace_all)?;
         let file = FileData {
-            content: FileContent::Text { text },
+            content,
             modified_at_ms: now_ms(),
         };
         self.put(cx, path, &file).await?;

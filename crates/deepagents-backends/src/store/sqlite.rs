@@ -124,7 +124,6 @@ impl SqliteStore {
         Self::migrated(pool, ":memory:", Leases::Local(LocalLeases::new())).await
     }
 
-
     /// The schema version this build writes: the number of migrations it knows. An opened
     /// database records it in `PRAGMA user_version`.
     pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;

@@ -8,7 +8,7 @@ use deepagents_backends::{
     Backend, BackendContext, BackendError, DEFAULT_GREP_MAX_COUNT, GrepQuery, ReadResult,
     SkipReason, SkippedFile, VPath,
 };
-use deepagents_core::{ContentBlock, Tool, ToolContext, ToolError, ToolOutput};
+use deepagents_core::{ContentBlock, StateUpdate, Tool, ToolContext, ToolError, ToolOutput};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -310,12 +310,24 @@ impl Tool for WriteFile {
             .await
             .map_err(to_model)?;
         let lines = deepagents_backends::text::lines(&args.content).count();
-        Ok(ToolOutput::text(format!(
-            "Wrote {path} ({lines} lines, {} bytes).",
-            args.content.len()
+        Ok(change_output(
+            format!(
+                "Wrote {path} ({lines} lines, {} bytes).",
+                args.content.len()
+            ),
+            &path,
+            changed.update,
         ))
-        .with_update(changed.update))
     }
+}
+
+/// The output of a call that changed `path`: in the agent state (`update`), or outside it
+/// (on disk, in a store), which the driver is told so that same-step conflicts are noted.
+fn change_output(text: String, path: &VPath, update: StateUpdate) -> ToolOutput {
+    let outside = update.files.is_empty().then(|| path.to_string());
+    ToolOutput::text(text)
+        .with_update(update)
+        .with_changed_files(outside)
 }
 
 /// `edit_file`.
@@ -369,10 +381,11 @@ impl Tool for EditFile {
             .map_err(to_model)?;
         let count = changed.value;
         let plural = if count == 1 { "" } else { "s" };
-        Ok(
-            ToolOutput::text(format!("Replaced {count} occurrence{plural} in {path}."))
-                .with_update(changed.update),
-        )
+        Ok(change_output(
+            format!("Replaced {count} occurrence{plural} in {path}."),
+            &path,
+            changed.update,
+        ))
     }
 }
 
@@ -411,10 +424,11 @@ impl Tool for Delete {
             .map_err(to_model)?;
         let count = changed.value;
         let plural = if count == 1 { "" } else { "s" };
-        Ok(
-            ToolOutput::text(format!("Deleted {path} ({count} file{plural})."))
-                .with_update(changed.update),
-        )
+        Ok(change_output(
+            format!("Deleted {path} ({count} file{plural})."),
+            &path,
+            changed.update,
+        ))
     }
 }
 
