@@ -99,6 +99,11 @@ pub enum StreamEvent {
         /// The new text.
         text: String,
     },
+    /// A piece of the model's reasoning (thinking) text.
+    ReasoningDelta {
+        /// The new text.
+        text: String,
+    },
     /// A piece of a tool call; `id` and `name` arrive with its first delta.
     ToolCallDelta {
         /// Position of the call within the turn.
@@ -199,6 +204,53 @@ pub struct ModelProfile {
     pub max_output_tokens: u64,
 }
 
+/// Kinds of content besides text a model reads. Providers send each kind the model reads in
+/// the shape its API takes and replace the others with a short note, so nothing vanishes
+/// silently and the model can ask for the content another way.
+///
+/// Kept apart from [`ModelProfile`] so profiles written field by field stay valid.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct InputModalities {
+    /// Images (PNG, JPEG…).
+    #[serde(default)]
+    pub images: bool,
+    /// PDF documents.
+    #[serde(default)]
+    pub pdfs: bool,
+    /// Audio recordings.
+    #[serde(default)]
+    pub audio: bool,
+    /// Video.
+    #[serde(default)]
+    pub video: bool,
+}
+
+impl InputModalities {
+    /// Text only: every other kind becomes a note.
+    pub const TEXT: Self = Self {
+        images: false,
+        pdfs: false,
+        audio: false,
+        video: false,
+    };
+
+    /// Every kind; what the API refuses still becomes a note.
+    pub const ALL: Self = Self {
+        images: true,
+        pdfs: true,
+        audio: true,
+        video: true,
+    };
+
+    /// Images and PDFs, what most current hosted models read.
+    pub const IMAGES_AND_PDFS: Self = Self {
+        images: true,
+        pdfs: true,
+        audio: false,
+        video: false,
+    };
+}
+
 /// A language model.
 ///
 /// Implement [`generate`](Model::generate); override [`stream`](Model::stream) when the provider
@@ -210,6 +262,12 @@ pub trait Model: Send + Sync {
 
     /// The model's limits, when known.
     fn profile(&self) -> Option<ModelProfile> {
+        None
+    }
+
+    /// The kinds of content besides text the model reads, when known. Providers already
+    /// replace the others with notes; callers may use this to avoid producing them.
+    fn input_modalities(&self) -> Option<InputModalities> {
         None
     }
 

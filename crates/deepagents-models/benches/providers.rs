@@ -79,6 +79,7 @@ fn sse_throughput() {
         default_max_tokens: 1,
         prompt_caching: false,
         reasoning: None,
+        modalities: deepagents_core::model::InputModalities::ALL,
     };
     let decode = best(5, || {
         let mut parser = SseParser::new();
@@ -195,6 +196,7 @@ fn request_overhead() {
             stream_usage: true,
             extra_headers: Vec::new(),
             reasoning: None,
+            modalities: deepagents_core::model::InputModalities::ALL,
         };
         let body = serde_json::to_vec(&wire.request(&request, false).unwrap().1).unwrap();
         let n = 2000;

@@ -5,10 +5,15 @@ use std::collections::BTreeMap;
 
 use deepagents_core::ContentBlock;
 use deepagents_core::message::{AssistantMessage, Message, ToolCall, ToolStatus};
-use deepagents_core::model::{ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent};
+use deepagents_core::model::{
+    InputModalities, ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent,
+};
 use serde_json::{Map, Value, json};
 
-use crate::convert::{arguments_object, base64, inline_schema, parse_arguments, tokens, usage};
+use crate::convert::{
+    ApiMedia, Carried, Formats, Media, arguments_object, base64, carry, inline_schema,
+    parse_arguments, text_with_notes, tokens, unreadable, usage,
+};
 use crate::http::Secret;
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
@@ -29,6 +34,8 @@ pub struct AnthropicWire {
     pub prompt_caching: bool,
     /// Extended thinking, with the effort's token budget.
     pub reasoning: Option<crate::provider::ReasoningEffort>,
+    /// What the model reads besides text; other content becomes a note.
+    pub modalities: InputModalities,
 }
 
 impl Wire for AnthropicWire {
@@ -42,6 +49,10 @@ impl Wire for AnthropicWire {
 
     fn secret_headers(&self, key: &Secret) -> Vec<(String, Secret)> {
         vec![("x-api-key".to_owned(), key.clone())]
+    }
+
+    fn modalities(&self) -> Option<InputModalities> {
+        Some(self.modalities)
     }
 
     fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
@@ -69,7 +80,7 @@ impl Wire for AnthropicWire {
             }
             body.insert("system".into(), json!([block]));
         }
-        let mut messages = messages(request);
+        let mut messages = messages(request, self.modalities);
         if self.prompt_caching {
             // The latest turn: the next call reads everything up to here from the cache.
             if let Some(last) = messages
@@ -199,33 +210,44 @@ fn stop_reason(reason: Option<&str>) -> StopReason {
     }
 }
 
-fn media_blocks(content: &[ContentBlock]) -> Vec<Value> {
+/// What Messages content takes besides text, in user turns and tool results alike.
+const MEDIA: ApiMedia = ApiMedia {
+    images: Some(Formats {
+        mime_types: &["image/jpeg", "image/png", "image/gif", "image/webp"],
+        names: "JPEG, PNG, GIF or WebP",
+    }),
+    pdfs: true,
+    audio: None,
+    video: None,
+};
+
+fn media_blocks(content: &[ContentBlock], modalities: InputModalities) -> Vec<Value> {
     content
         .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text { text } if !text.is_empty() => {
-                Some(json!({"type": "text", "text": text}))
-            }
-            ContentBlock::Data { mime_type, data } if block.is_image() => Some(json!({
-                "type": "image",
+        .filter_map(|block| carry(block, &MEDIA, modalities))
+        .filter_map(|carried| match carried {
+            // An empty text block is refused.
+            Carried::Text(text) if text.is_empty() => None,
+            Carried::Text(text) => Some(json!({"type": "text", "text": text})),
+            Carried::Media {
+                kind: kind @ (Media::Image | Media::Pdf),
+                mime_type,
+                data,
+            } => Some(json!({
+                "type": if kind == Media::Image { "image" } else { "document" },
                 "source": {"type": "base64", "media_type": mime_type, "data": base64(data)},
             })),
-            ContentBlock::Data { mime_type, data } if mime_type == "application/pdf" => {
-                Some(json!({
-                    "type": "document",
-                    "source": {"type": "base64", "media_type": mime_type, "data": base64(data)},
-                }))
-            }
-            ContentBlock::Data { mime_type, data } => Some(json!({
-                "type": "text",
-                "text": crate::convert::unsupported_data(mime_type, data.len()),
-            })),
-            _ => None,
+            // `MEDIA` lets no other kind through; a note beats a panic.
+            Carried::Media {
+                kind,
+                mime_type,
+                data,
+            } => Some(json!({"type": "text", "text": unreadable(kind, &mime_type, data.len())})),
         })
         .collect()
 }
 
-fn messages(request: &ModelRequest) -> Vec<Value> {
+fn messages(request: &ModelRequest, modalities: InputModalities) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
     for message in &request.messages {
         let (role, blocks) = match message {
@@ -233,10 +255,10 @@ fn messages(request: &ModelRequest) -> Vec<Value> {
             Message::System { content } => (
                 "user",
                 vec![
-                    json!({"type": "text", "text": format!("<system>{}</system>", deepagents_core::content::joined_text(content))}),
+                    json!({"type": "text", "text": format!("<system>{}</system>", text_with_notes(content, modalities))}),
                 ],
             ),
-            Message::User { content } => ("user", media_blocks(content)),
+            Message::User { content } => ("user", media_blocks(content, modalities)),
             Message::Assistant(assistant) => {
                 let mut blocks = Vec::new();
                 for block in &assistant.content {
@@ -271,7 +293,7 @@ fn messages(request: &ModelRequest) -> Vec<Value> {
                     "tool_use_id": result.tool_call_id,
                 });
                 // An empty text block is refused; an empty result simply has no content.
-                let content = media_blocks(&result.content);
+                let content = media_blocks(&result.content, modalities);
                 if !content.is_empty() {
                     block["content"] = Value::Array(content);
                 }

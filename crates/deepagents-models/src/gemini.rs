@@ -2,12 +2,16 @@
 //! `:streamGenerateContent?alt=sse` for streams).
 
 use deepagents_core::ContentBlock;
-use deepagents_core::content::joined_text;
 use deepagents_core::message::{AssistantMessage, Message, ToolCall};
-use deepagents_core::model::{ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent};
+use deepagents_core::model::{
+    InputModalities, ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent,
+};
 use serde_json::{Map, Value, json};
 
-use crate::convert::{arguments_object, base64, gemini_parameters, new_call_id, tokens, usage};
+use crate::convert::{
+    ApiMedia, Carried, Formats, arguments_object, base64, carry, gemini_parameters, new_call_id,
+    text_and_media, text_with_notes, tokens, usage,
+};
 use crate::http::Secret;
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
@@ -31,6 +35,8 @@ pub struct GeminiWire {
     pub model: String,
     /// A thinking budget, with thought summaries included in answers.
     pub reasoning: Option<crate::provider::ReasoningEffort>,
+    /// What the model reads besides text; other content becomes a note.
+    pub modalities: InputModalities,
 }
 
 impl Wire for GeminiWire {
@@ -43,6 +49,10 @@ impl Wire for GeminiWire {
         vec![("x-goog-api-key".to_owned(), key.clone())]
     }
 
+    fn modalities(&self) -> Option<InputModalities> {
+        Some(self.modalities)
+    }
+
     fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
         let mut body = Map::new();
         if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
@@ -51,7 +61,10 @@ impl Wire for GeminiWire {
                 json!({"parts": [{"text": system}]}),
             );
         }
-        body.insert("contents".into(), Value::Array(contents(request)));
+        body.insert(
+            "contents".into(),
+            Value::Array(contents(request, self.modalities)),
+        );
         if !request.tools.is_empty() {
             let declarations: Vec<Value> = request
                 .tools
@@ -126,28 +139,89 @@ impl Wire for GeminiWire {
     }
 }
 
-fn parts_of(content: &[ContentBlock]) -> Vec<Value> {
+/// What Gemini takes as inline data, by the MIME types its documentation lists.
+const MEDIA: ApiMedia = ApiMedia {
+    images: Some(Formats {
+        mime_types: &[
+            "image/png",
+            "image/jpeg",
+            "image/webp",
+            "image/heic",
+            "image/heif",
+        ],
+        names: "PNG, JPEG, WebP, HEIC or HEIF",
+    }),
+    pdfs: true,
+    audio: Some(Formats {
+        mime_types: &[
+            "audio/wav",
+            "audio/mpeg",
+            "audio/aiff",
+            "audio/aac",
+            "audio/ogg",
+            "audio/flac",
+        ],
+        names: "WAV, MP3, AIFF, AAC, OGG or FLAC",
+    }),
+    video: Some(Formats {
+        mime_types: &[
+            "video/mp4",
+            "video/mpeg",
+            "video/mpg",
+            "video/quicktime",
+            "video/mov",
+            "video/x-msvideo",
+            "video/avi",
+            "video/x-flv",
+            "video/webm",
+            "video/x-ms-wmv",
+            "video/wmv",
+            "video/3gpp",
+        ],
+        names: "MP4, MPEG, MOV, AVI, FLV, WebM, WMV or 3GPP",
+    }),
+};
+
+/// The name Gemini's list gives a MIME type, where it differs from the registered one.
+fn gemini_mime(mime_type: &str) -> &str {
+    match mime_type {
+        "audio/mpeg" => "audio/mp3",
+        "video/quicktime" => "video/mov",
+        "video/x-msvideo" => "video/avi",
+        "video/x-ms-wmv" => "video/wmv",
+        other => other,
+    }
+}
+
+fn inline_data(mime_type: &str, data: &[u8]) -> Value {
+    json!({"inlineData": {"mimeType": gemini_mime(mime_type), "data": base64(data)}})
+}
+
+fn parts_of(content: &[ContentBlock], modalities: InputModalities) -> Vec<Value> {
     content
         .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text { text } if !text.is_empty() => Some(json!({"text": text})),
-            ContentBlock::Data { mime_type, data } => {
-                Some(json!({"inlineData": {"mimeType": mime_type, "data": base64(data)}}))
-            }
-            _ => None,
+        .filter_map(|block| carry(block, &MEDIA, modalities))
+        .filter_map(|carried| match carried {
+            Carried::Text(text) if text.is_empty() => None,
+            Carried::Text(text) => Some(json!({ "text": text })),
+            Carried::Media {
+                mime_type, data, ..
+            } => Some(inline_data(&mime_type, data)),
         })
         .collect()
 }
 
-fn contents(request: &ModelRequest) -> Vec<Value> {
+fn contents(request: &ModelRequest, modalities: InputModalities) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
     for message in &request.messages {
         let (role, parts) = match message {
             Message::System { content } => (
                 "user",
-                vec![json!({"text": format!("<system>{}</system>", joined_text(content))})],
+                vec![
+                    json!({"text": format!("<system>{}</system>", text_with_notes(content, modalities))}),
+                ],
             ),
-            Message::User { content } => ("user", parts_of(content)),
+            Message::User { content } => ("user", parts_of(content, modalities)),
             Message::Assistant(assistant) => {
                 let mut parts = Vec::new();
                 let mut call_signatures = Vec::new();
@@ -188,7 +262,10 @@ fn contents(request: &ModelRequest) -> Vec<Value> {
                 ("model", parts)
             }
             Message::Tool(result) => {
-                let text = joined_text(&result.content);
+                // The response holds the text and the notes; media the model reads ride along
+                // as inline data in the same turn, since older models take no media inside a
+                // function response.
+                let (text, media) = text_and_media(&result.content, &MEDIA, modalities, false);
                 let response = match serde_json::from_str::<Value>(&text) {
                     Ok(value @ Value::Object(_)) => value,
                     _ => json!({ "result": text }),
@@ -198,12 +275,12 @@ fn contents(request: &ModelRequest) -> Vec<Value> {
                     call["id"] = json!(id);
                 }
                 let mut parts = vec![json!({ "functionResponse": call })];
-                // Images a tool returned ride along as inline data in the same turn.
-                parts.extend(
-                    parts_of(&result.content)
-                        .into_iter()
-                        .filter(|p| p.get("inlineData").is_some()),
-                );
+                parts.extend(media.into_iter().filter_map(|carried| match carried {
+                    Carried::Media {
+                        mime_type, data, ..
+                    } => Some(inline_data(&mime_type, data)),
+                    Carried::Text(_) => None,
+                }));
                 ("user", parts)
             }
         };

@@ -28,7 +28,7 @@ pub mod provider;
 pub mod scripted;
 mod spec;
 
-pub use profiles::profile_for;
+pub use profiles::{modalities_for, profile_for};
 #[cfg(feature = "providers")]
 pub use provider::ReasoningEffort;
 pub use scripted::{ScriptError, ScriptedModel};

@@ -5,11 +5,14 @@ use std::collections::BTreeMap;
 
 use deepagents_core::ContentBlock;
 use deepagents_core::message::{AssistantMessage, Message, ToolCall};
-use deepagents_core::model::{ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent};
+use deepagents_core::model::{
+    InputModalities, ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent,
+};
 use serde_json::{Map, Value, json};
 
 use crate::convert::{
-    arguments_text, data_url, inline_schema, parse_arguments, tokens, unsupported_data, usage,
+    ApiMedia, Carried, Formats, Media, OPENAI_IMAGES, arguments_text, base64, carry, data_url,
+    inline_schema, parse_arguments, text_and_media, text_with_notes, tokens, unreadable, usage,
 };
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
@@ -29,6 +32,8 @@ pub struct ChatWire {
     pub extra_headers: Vec<(String, String)>,
     /// `reasoning_effort` for reasoning models; unset leaves the server's default.
     pub reasoning: Option<crate::provider::ReasoningEffort>,
+    /// What the model reads besides text; other content becomes a note.
+    pub modalities: InputModalities,
 }
 
 impl Wire for ChatWire {
@@ -40,10 +45,17 @@ impl Wire for ChatWire {
         self.extra_headers.clone()
     }
 
+    fn modalities(&self) -> Option<InputModalities> {
+        Some(self.modalities)
+    }
+
     fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
         let mut body = Map::new();
         body.insert("model".into(), json!(self.model));
-        body.insert("messages".into(), Value::Array(messages(request)));
+        body.insert(
+            "messages".into(),
+            Value::Array(messages(request, self.modalities)),
+        );
         if !request.tools.is_empty() {
             let tools: Vec<Value> = request
                 .tools
@@ -171,46 +183,95 @@ fn stop_reason(finish: Option<&str>, has_calls: bool) -> StopReason {
     }
 }
 
-fn user_parts(content: &[ContentBlock]) -> Value {
-    if let [ContentBlock::Text { text }] = content {
-        return json!(text);
+/// What a Chat Completions user message takes besides text; tool messages take text only.
+const MEDIA: ApiMedia = ApiMedia {
+    images: Some(OPENAI_IMAGES),
+    pdfs: true,
+    audio: Some(Formats {
+        mime_types: &["audio/wav", "audio/mpeg"],
+        names: "WAV or MP3",
+    }),
+    video: None,
+};
+
+fn part(carried: Carried<'_>) -> Value {
+    match carried {
+        Carried::Text(text) => json!({"type": "text", "text": text}),
+        Carried::Media {
+            kind: Media::Image,
+            mime_type,
+            data,
+        } => json!({"type": "image_url", "image_url": {"url": data_url(&mime_type, data)}}),
+        Carried::Media {
+            kind: Media::Pdf,
+            mime_type,
+            data,
+        } => json!({"type": "file", "file": {
+            "filename": "document.pdf",
+            "file_data": data_url(&mime_type, data),
+        }}),
+        Carried::Media {
+            kind: Media::Audio,
+            mime_type,
+            data,
+        } => {
+            let format = if mime_type == "audio/wav" {
+                "wav"
+            } else {
+                "mp3"
+            };
+            json!({"type": "input_audio", "input_audio": {"data": base64(data), "format": format}})
+        }
+        // No video part exists; `MEDIA` never lets one through, but a note beats a panic.
+        Carried::Media {
+            kind,
+            mime_type,
+            data,
+        } => json!({"type": "text", "text": unreadable(kind, &mime_type, data.len())}),
     }
+}
+
+fn user_parts(content: &[ContentBlock], modalities: InputModalities) -> Value {
     let parts: Vec<Value> = content
         .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text { text } => Some(json!({"type": "text", "text": text})),
-            ContentBlock::Data { mime_type, data } if block.is_image() => Some(
-                json!({"type": "image_url", "image_url": {"url": data_url(mime_type, data)}}),
-            ),
-            ContentBlock::Data { mime_type, data } if mime_type == "application/pdf" => Some(
-                json!({"type": "file", "file": {"filename": "document.pdf", "file_data": data_url(mime_type, data)}}),
-            ),
-            ContentBlock::Data { mime_type, data } => Some(
-                json!({"type": "text", "text": unsupported_data(mime_type, data.len())}),
-            ),
-            _ => None,
-        })
+        .filter_map(|block| carry(block, &MEDIA, modalities))
+        .map(part)
         .collect();
+    // Plain text goes as a string, which every server speaking this API takes.
+    if let [only] = parts.as_slice()
+        && only["type"] == "text"
+    {
+        return only["text"].clone();
+    }
     Value::Array(parts)
 }
 
-fn messages(request: &ModelRequest) -> Vec<Value> {
+/// Media tool results returned, waiting for the user message that carries it: `(tool name,
+/// call id, media)` per result that had any.
+type Attachments<'a> = Vec<(&'a str, &'a str, Vec<Carried<'a>>)>;
+
+fn messages(request: &ModelRequest, modalities: InputModalities) -> Vec<Value> {
     let mut out = Vec::new();
     if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
         out.push(json!({"role": "system", "content": system}));
     }
-    // Chat tool messages take text only, so images from tools follow in a user message.
-    let mut pending_images: Vec<ContentBlock> = Vec::new();
+    // Tool messages take text only. Rather than replace a tool's image, PDF or audio with a
+    // note (the reference harness's way), it follows in a user message right after the step's
+    // tool messages, where the API takes it: a model that reads it still gets to. The tool
+    // message keeps a line saying so, and kinds the model cannot read become notes there.
+    let mut pending: Attachments<'_> = Vec::new();
     for message in &request.messages {
-        if !matches!(message, Message::Tool(_)) && !pending_images.is_empty() {
-            out.push(image_followup(&mut pending_images));
+        if !matches!(message, Message::Tool(_)) && !pending.is_empty() {
+            out.push(attachments(&mut pending));
         }
         match message {
             Message::System { content } => {
-                out.push(json!({"role": "system", "content": deepagents_core::content::joined_text(content)}));
+                out.push(
+                    json!({"role": "system", "content": text_with_notes(content, modalities)}),
+                );
             }
             Message::User { content } => {
-                out.push(json!({"role": "user", "content": user_parts(content)}));
+                out.push(json!({"role": "user", "content": user_parts(content, modalities)}));
             }
             Message::Assistant(assistant) => {
                 let mut m = Map::new();
@@ -238,19 +299,9 @@ fn messages(request: &ModelRequest) -> Vec<Value> {
                 out.push(Value::Object(m));
             }
             Message::Tool(result) => {
-                let mut text = deepagents_core::content::joined_text(&result.content);
-                for block in &result.content {
-                    if let ContentBlock::Data { mime_type, data } = block {
-                        if block.is_image() {
-                            pending_images.push(block.clone());
-                            text.push_str(&format!(
-                                "\n[image {mime_type} attached in the next message]"
-                            ));
-                        } else {
-                            text.push('\n');
-                            text.push_str(&unsupported_data(mime_type, data.len()));
-                        }
-                    }
+                let (text, media) = text_and_media(&result.content, &MEDIA, modalities, true);
+                if !media.is_empty() {
+                    pending.push((&result.name, &result.tool_call_id, media));
                 }
                 out.push(
                     json!({"role": "tool", "tool_call_id": result.tool_call_id, "content": text}),
@@ -258,18 +309,22 @@ fn messages(request: &ModelRequest) -> Vec<Value> {
             }
         }
     }
-    if !pending_images.is_empty() {
-        out.push(image_followup(&mut pending_images));
+    if !pending.is_empty() {
+        out.push(attachments(&mut pending));
     }
     out
 }
 
-fn image_followup(images: &mut Vec<ContentBlock>) -> Value {
-    let mut content = vec![ContentBlock::text(
-        "Images returned by the tool calls above:",
-    )];
-    content.append(images);
-    json!({"role": "user", "content": user_parts(&content)})
+/// The user message that carries the media of the tool results before it.
+fn attachments(pending: &mut Attachments<'_>) -> Value {
+    let mut parts = Vec::new();
+    for (name, id, media) in pending.drain(..) {
+        parts.push(
+            json!({"type": "text", "text": format!("Attachments of the {name} result ({id}):")}),
+        );
+        parts.extend(media.into_iter().map(part));
+    }
+    json!({"role": "user", "content": parts})
 }
 
 #[derive(Debug, Default)]

@@ -6,11 +6,14 @@ use std::collections::BTreeMap;
 use deepagents_core::ContentBlock;
 use deepagents_core::content::joined_text;
 use deepagents_core::message::{AssistantMessage, Message, ToolCall};
-use deepagents_core::model::{ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent};
+use deepagents_core::model::{
+    InputModalities, ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent,
+};
 use serde_json::{Map, Value, json};
 
 use crate::convert::{
-    arguments_text, data_url, inline_schema, parse_arguments, tokens, unsupported_data, usage,
+    ApiMedia, Carried, Media, OPENAI_IMAGES, arguments_text, carry, data_url, inline_schema,
+    parse_arguments, text_with_notes, tokens, unreadable, usage,
 };
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
@@ -27,11 +30,17 @@ pub struct ResponsesWire {
     /// Reasoning effort; when set, reasoning summaries and encrypted reasoning are asked for
     /// so they can be kept and sent back.
     pub reasoning: Option<crate::provider::ReasoningEffort>,
+    /// What the model reads besides text; other content becomes a note.
+    pub modalities: InputModalities,
 }
 
 impl Wire for ResponsesWire {
     fn provider(&self) -> &str {
         &self.provider
+    }
+
+    fn modalities(&self) -> Option<InputModalities> {
+        Some(self.modalities)
     }
 
     fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
@@ -40,7 +49,10 @@ impl Wire for ResponsesWire {
         if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
             body.insert("instructions".into(), json!(system));
         }
-        body.insert("input".into(), Value::Array(input_items(request)));
+        body.insert(
+            "input".into(),
+            Value::Array(input_items(request, self.modalities)),
+        );
         if !request.tools.is_empty() {
             let tools: Vec<Value> = request
                 .tools
@@ -171,34 +183,55 @@ fn response_from(body: &Value, output: &[Value]) -> ModelResponse {
     }
 }
 
-fn input_parts(content: &[ContentBlock]) -> Vec<Value> {
+/// What Responses input takes besides text, in messages and function call outputs alike.
+const MEDIA: ApiMedia = ApiMedia {
+    images: Some(OPENAI_IMAGES),
+    pdfs: true,
+    audio: None,
+    video: None,
+};
+
+fn input_parts(content: &[ContentBlock], modalities: InputModalities) -> Vec<Value> {
     content
         .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text { text } => Some(json!({"type": "input_text", "text": text})),
-            ContentBlock::Data { mime_type, data } if block.is_image() => Some(
-                json!({"type": "input_image", "image_url": data_url(mime_type, data)}),
-            ),
-            ContentBlock::Data { mime_type, data } if mime_type == "application/pdf" => Some(
-                json!({"type": "input_file", "filename": "document.pdf", "file_data": data_url(mime_type, data)}),
-            ),
-            ContentBlock::Data { mime_type, data } => Some(
-                json!({"type": "input_text", "text": unsupported_data(mime_type, data.len())}),
-            ),
-            _ => None,
+        .filter_map(|block| carry(block, &MEDIA, modalities))
+        .map(|carried| match carried {
+            Carried::Text(text) => json!({"type": "input_text", "text": text}),
+            Carried::Media {
+                kind: Media::Image,
+                mime_type,
+                data,
+            } => json!({"type": "input_image", "image_url": data_url(&mime_type, data)}),
+            Carried::Media {
+                kind: Media::Pdf,
+                mime_type,
+                data,
+            } => json!({
+                "type": "input_file",
+                "filename": "document.pdf",
+                "file_data": data_url(&mime_type, data),
+            }),
+            // `MEDIA` lets no other kind through; a note beats a panic.
+            Carried::Media {
+                kind,
+                mime_type,
+                data,
+            } => json!({"type": "input_text", "text": unreadable(kind, &mime_type, data.len())}),
         })
         .collect()
 }
 
-fn input_items(request: &ModelRequest) -> Vec<Value> {
+fn input_items(request: &ModelRequest, modalities: InputModalities) -> Vec<Value> {
     let mut out = Vec::new();
     for message in &request.messages {
         match message {
             Message::System { content } => {
-                out.push(json!({"role": "system", "content": joined_text(content)}));
+                out.push(
+                    json!({"role": "system", "content": text_with_notes(content, modalities)}),
+                );
             }
             Message::User { content } => {
-                out.push(json!({"role": "user", "content": input_parts(content)}));
+                out.push(json!({"role": "user", "content": input_parts(content, modalities)}));
             }
             Message::Assistant(assistant) => {
                 for block in &assistant.content {
@@ -225,7 +258,7 @@ fn input_items(request: &ModelRequest) -> Vec<Value> {
                 let output = if result.content.iter().all(|b| b.as_text().is_some()) {
                     json!(joined_text(&result.content))
                 } else {
-                    Value::Array(input_parts(&result.content))
+                    Value::Array(input_parts(&result.content, modalities))
                 };
                 out.push(json!({
                     "type": "function_call_output",

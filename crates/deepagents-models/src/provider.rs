@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use deepagents_core::model::{
-    Model, ModelError, ModelProfile, ModelRequest, ModelResponse, ModelStream, StreamEvent,
+    InputModalities, Model, ModelError, ModelProfile, ModelRequest, ModelResponse, ModelStream,
+    StreamEvent,
 };
 use futures::StreamExt;
 use serde_json::Value;
@@ -90,6 +91,11 @@ pub trait Wire: Send + Sync + fmt::Debug + 'static {
             "authorization".to_owned(),
             Secret::new(format!("Bearer {}", key.expose())),
         )]
+    }
+
+    /// What the model reads besides text, when the wire knows.
+    fn modalities(&self) -> Option<InputModalities> {
+        None
     }
 
     /// Reads a complete (non-streamed) response body.
@@ -182,6 +188,10 @@ impl<W: Wire> Model for HttpModel<W> {
 
     fn profile(&self) -> Option<ModelProfile> {
         self.profile
+    }
+
+    fn input_modalities(&self) -> Option<InputModalities> {
+        self.wire.modalities()
     }
 
     async fn generate(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {

@@ -29,8 +29,8 @@ use async_trait::async_trait;
 use deepagents_core::ContentBlock;
 use deepagents_core::message::{AssistantMessage, Message, ToolCall, Usage};
 use deepagents_core::model::{
-    Model, ModelError, ModelProfile, ModelRequest, ModelResponse, ModelStream, StopReason,
-    StreamEvent,
+    InputModalities, Model, ModelError, ModelProfile, ModelRequest, ModelResponse, ModelStream,
+    StopReason, StreamEvent,
 };
 use futures::stream;
 use serde::Deserialize;
@@ -152,6 +152,7 @@ pub struct ScriptedModel {
     /// Error turns already served, as (conversation, turn); the default conversation is last.
     errors_served: Mutex<HashSet<(usize, usize)>>,
     profile: Option<ModelProfile>,
+    modalities: Option<InputModalities>,
 }
 
 impl ScriptedModel {
@@ -206,6 +207,7 @@ impl ScriptedModel {
             errors_served: Mutex::new(HashSet::new()),
             script,
             profile: None,
+            modalities: None,
         })
     }
 
@@ -214,6 +216,13 @@ impl ScriptedModel {
     #[must_use]
     pub fn with_profile(mut self, profile: ModelProfile) -> Self {
         self.profile = Some(profile);
+        self
+    }
+
+    /// Reports these as what the model reads besides text (unknown by default).
+    #[must_use]
+    pub fn with_modalities(mut self, modalities: InputModalities) -> Self {
+        self.modalities = Some(modalities);
         self
     }
 
@@ -410,6 +419,10 @@ impl Model for ScriptedModel {
 
     fn profile(&self) -> Option<ModelProfile> {
         self.profile
+    }
+
+    fn input_modalities(&self) -> Option<InputModalities> {
+        self.modalities
     }
 
     async fn generate(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {

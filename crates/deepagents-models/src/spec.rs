@@ -113,6 +113,7 @@ mod with_providers {
     use std::path::PathBuf;
     use std::sync::Arc;
 
+    use deepagents_core::model::InputModalities;
     use deepagents_core::{Model, ModelProfile};
 
     use super::{ScriptedModel, SpecError};
@@ -122,7 +123,7 @@ mod with_providers {
     use crate::http::{HttpConfig, ReqwestTransport, Secret, Transport};
     use crate::openai_chat::ChatWire;
     use crate::openai_responses::ResponsesWire;
-    use crate::profiles::profile_for;
+    use crate::profiles::{modalities_for, profile_for};
     use crate::provider::{HttpModel, ReasoningEffort, Wire};
 
     /// How to build a provider model beyond its spec: the "config" layer the CLI and library
@@ -142,6 +143,10 @@ mod with_providers {
         /// Context window and output limits, replacing the built-in table's entry (a scripted
         /// model reports them as its profile).
         pub profile: Option<ModelProfile>,
+        /// What the model reads besides text (images, PDFs, audio, video), replacing the
+        /// built-in table's entry ([`modalities_for`](crate::modalities_for)); content it
+        /// cannot read is sent as a note saying so.
+        pub modalities: Option<InputModalities>,
         /// Turn Anthropic prompt caching off (on by default).
         pub disable_prompt_caching: bool,
         /// Ask for reasoning (thinking) at this effort; unset leaves the provider's default.
@@ -307,11 +312,14 @@ mod with_providers {
         };
         match name {
             "scripted" => {
-                let scripted = ScriptedModel::from_file(model)?;
-                return Ok(Arc::new(match options.profile {
-                    Some(profile) => scripted.with_profile(profile),
-                    None => scripted,
-                }));
+                let mut scripted = ScriptedModel::from_file(model)?;
+                if let Some(profile) = options.profile {
+                    scripted = scripted.with_profile(profile);
+                }
+                if let Some(modalities) = options.modalities {
+                    scripted = scripted.with_modalities(modalities);
+                }
+                return Ok(Arc::new(scripted));
             }
             "replay" => return replay(model, options),
             _ => {}
@@ -401,6 +409,9 @@ mod with_providers {
         wait: bool,
     ) -> Arc<dyn Model> {
         let profile = options.profile.or_else(|| profile_for(model));
+        let modalities = options
+            .modalities
+            .unwrap_or_else(|| modalities_for(provider.name, model));
         fn make<W: Wire>(
             spec: &str,
             wire: W,
@@ -429,6 +440,7 @@ mod with_providers {
                     base_url,
                     model,
                     reasoning: options.reasoning,
+                    modalities,
                 },
                 key,
                 config,
@@ -451,6 +463,7 @@ mod with_providers {
                         stream_usage: true,
                         extra_headers,
                         reasoning: options.reasoning,
+                        modalities,
                     },
                     key,
                     config,
@@ -471,6 +484,7 @@ mod with_providers {
                     default_max_tokens: profile.map_or(8_192, |p| p.max_output_tokens.min(32_000)),
                     prompt_caching: !options.disable_prompt_caching,
                     reasoning: options.reasoning,
+                    modalities,
                 },
                 key,
                 config,
@@ -487,6 +501,7 @@ mod with_providers {
                         .to_owned(),
                     model,
                     reasoning: options.reasoning,
+                    modalities,
                 },
                 key,
                 config,
@@ -535,6 +550,9 @@ mod with_providers {
         }
         fn profile(&self) -> Option<ModelProfile> {
             self.inner.profile()
+        }
+        fn input_modalities(&self) -> Option<InputModalities> {
+            self.inner.input_modalities()
         }
         async fn generate(
             &self,

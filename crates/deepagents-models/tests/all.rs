@@ -13,6 +13,8 @@ mod hostile;
 #[cfg(feature = "providers")]
 mod llmock;
 #[cfg(feature = "providers")]
+mod media;
+#[cfg(feature = "providers")]
 mod mock_servers;
 #[cfg(feature = "providers")]
 mod network;

@@ -121,6 +121,7 @@ mod providers {
                 stream_usage: true,
                 extra_headers: vec![],
                 reasoning: None,
+                modalities: deepagents_core::model::InputModalities::ALL,
             },
             Some(Secret::new("sk-very-secret")),
             config.clone(),

@@ -21,6 +21,7 @@ fn chat() -> ChatWire {
         stream_usage: true,
         extra_headers: vec![],
         reasoning: None,
+        modalities: deepagents_core::model::InputModalities::ALL,
     }
 }
 
@@ -30,6 +31,7 @@ fn responses() -> ResponsesWire {
         base_url: "http://127.0.0.1:1/v1".into(),
         model: "gpt-4o".into(),
         reasoning: None,
+        modalities: deepagents_core::model::InputModalities::ALL,
     }
 }
 
@@ -40,6 +42,7 @@ fn anthropic() -> AnthropicWire {
         default_max_tokens: 1024,
         prompt_caching: true,
         reasoning: None,
+        modalities: deepagents_core::model::InputModalities::ALL,
     }
 }
 
@@ -48,6 +51,7 @@ fn gemini() -> GeminiWire {
         base_url: "http://127.0.0.1:1".into(),
         model: "gemini-2.5-flash".into(),
         reasoning: None,
+        modalities: deepagents_core::model::InputModalities::ALL,
     }
 }
 

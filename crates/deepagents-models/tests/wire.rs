@@ -554,6 +554,7 @@ fn keys_never_show_in_debug_output() {
         default_max_tokens: 1024,
         prompt_caching: true,
         reasoning: None,
+        modalities: deepagents_core::model::InputModalities::ALL,
     };
     let headers = anthropic.secret_headers(&Secret::new(TEST_KEY));
     let mut all = vec![
@@ -563,6 +564,7 @@ fn keys_never_show_in_debug_output() {
                 base_url: "http://127.0.0.1:1".into(),
                 model: "gemini-2.5-flash".into(),
                 reasoning: None,
+                modalities: deepagents_core::model::InputModalities::ALL,
             },
             Arc::clone(&transport),
         ),
@@ -572,6 +574,7 @@ fn keys_never_show_in_debug_output() {
                 base_url: "http://127.0.0.1:1/v1".into(),
                 model: "gpt-4o".into(),
                 reasoning: None,
+                modalities: deepagents_core::model::InputModalities::ALL,
             },
             transport,
         ),
@@ -1171,6 +1174,7 @@ fn gemini_declares_a_tool_without_arguments_without_parameters() {
         base_url: "http://127.0.0.1:1".into(),
         model: "gemini-2.5-flash".into(),
         reasoning: None,
+        modalities: deepagents_core::model::InputModalities::ALL,
     };
     let (_, body) = wire.request(&request, false).unwrap();
     let declarations = &body["tools"][0]["functionDeclarations"];
