@@ -387,10 +387,17 @@ impl Decoder for AnthropicDecoder {
                             position,
                         }
                     }
-                    Some("thinking") => Partial::Thinking {
-                        text: block["thinking"].as_str().unwrap_or_default().to_owned(),
-                        signature: block["signature"].as_str().unwrap_or_default().to_owned(),
-                    },
+                    Some("thinking") => {
+                        let text = block["thinking"].as_str().unwrap_or_default().to_owned();
+                        if !text.is_empty() {
+                            step.deltas
+                                .push(StreamEvent::ReasoningDelta { text: text.clone() });
+                        }
+                        Partial::Thinking {
+                            text,
+                            signature: block["signature"].as_str().unwrap_or_default().to_owned(),
+                        }
+                    }
                     _ => Partial::Other(block.clone()),
                 };
                 self.blocks.insert(index, partial);
@@ -424,8 +431,15 @@ impl Decoder for AnthropicDecoder {
                         });
                     }
                     (Some("thinking_delta"), Partial::Thinking { text, .. }) => {
-                        text.push_str(delta["thinking"].as_str().unwrap_or_default());
+                        let piece = delta["thinking"].as_str().unwrap_or_default();
+                        text.push_str(piece);
+                        if !piece.is_empty() {
+                            step.deltas.push(StreamEvent::ReasoningDelta {
+                                text: piece.to_owned(),
+                            });
+                        }
                     }
+                    // The signature only verifies the thinking; it is not text to show.
                     (Some("signature_delta"), Partial::Thinking { signature, .. }) => {
                         signature.push_str(delta["signature"].as_str().unwrap_or_default());
                     }

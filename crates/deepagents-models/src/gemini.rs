@@ -364,6 +364,11 @@ impl Accumulator {
             } else if let Some(text) = part["text"].as_str() {
                 if part["thought"].as_bool() == Some(true) {
                     self.thoughts.push_str(text);
+                    if !text.is_empty() {
+                        deltas.push(StreamEvent::ReasoningDelta {
+                            text: text.to_owned(),
+                        });
+                    }
                 } else if !text.is_empty() {
                     self.text.push_str(text);
                     deltas.push(StreamEvent::TextDelta {

@@ -403,6 +403,9 @@ impl Decoder for ChatDecoder {
             let delta = &choice["delta"];
             if let Some(reasoning) = reasoning_text(delta) {
                 self.reasoning.push_str(reasoning);
+                step.deltas.push(StreamEvent::ReasoningDelta {
+                    text: reasoning.to_owned(),
+                });
             }
             if let Some(text) = delta["content"].as_str()
                 && !text.is_empty()

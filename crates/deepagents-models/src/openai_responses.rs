@@ -278,6 +278,8 @@ struct ResponsesDecoder {
     calls: BTreeMap<u64, usize>,
     /// Finished items, by output index, for servers whose final event omits them.
     items: BTreeMap<u64, Value>,
+    /// The reasoning summary part streaming last, as (output index, summary index).
+    summary_part: Option<(u64, u64)>,
 }
 
 impl Decoder for ResponsesDecoder {
@@ -293,6 +295,25 @@ impl Decoder for ResponsesDecoder {
                 step.deltas.push(StreamEvent::TextDelta {
                     text: delta.to_owned(),
                 });
+            }
+            // Only shown, never assembled (the finished item is): an odd event is passed over.
+            "response.reasoning_summary_text.delta" if data["delta"].is_string() => {
+                let delta = data["delta"].as_str().unwrap_or_default();
+                let part = (
+                    data["output_index"].as_u64().unwrap_or_default(),
+                    data["summary_index"].as_u64().unwrap_or_default(),
+                );
+                // The reasoning block joins an item's summary parts with a blank line; the
+                // deltas do the same, so together they read as the block does.
+                let text = match self.summary_part.replace(part) {
+                    Some((item, index)) if item == part.0 && index != part.1 => {
+                        format!("\n\n{delta}")
+                    }
+                    _ => delta.to_owned(),
+                };
+                if !text.is_empty() {
+                    step.deltas.push(StreamEvent::ReasoningDelta { text });
+                }
             }
             "response.output_item.added" => {
                 let item = &data["item"];

@@ -19,6 +19,8 @@ mod mock_servers;
 #[cfg(feature = "providers")]
 mod network;
 #[cfg(feature = "providers")]
+mod reasoning;
+#[cfg(feature = "providers")]
 mod stops;
 #[cfg(feature = "providers")]
 mod wire;
