@@ -31,7 +31,7 @@ pub use permissions::{Mode, Operation, PermissionRule, PermissionedBackend, Perm
 pub use policy::{BackendOp, BackendPolicy, PolicyBackend, ReadOnlyPolicy};
 pub use protocol::{
     Backend, BackendContext, BackendError, Changed, DEFAULT_GREP_MAX_COUNT, DEFAULT_MAX_FILE_SIZE,
-    ExecuteResult, FileInfo, FileOpError, GlobResult, GrepMatch, GrepQuery, GrepResult,
+    ExecuteResult, FileInfo, FileOpError, GlobResult, GrepMatch, GrepQuery, GrepResult, OutputSink,
     PathMapping, RawFile, ReadResult, Sandbox, SkipReason, SkippedFile,
 };
 pub use state::StateBackend;

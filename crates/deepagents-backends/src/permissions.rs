@@ -397,8 +397,23 @@ impl Sandbox for PermissionedBackend {
         command: &str,
         timeout: Option<std::time::Duration>,
     ) -> Result<ExecuteResult, BackendError> {
+        self.execute_streaming(cx, command, timeout, &|_, _| {})
+            .await
+    }
+
+    async fn execute_streaming(
+        &self,
+        cx: &BackendContext,
+        command: &str,
+        timeout: Option<std::time::Duration>,
+        on_output: &crate::protocol::OutputSink<'_>,
+    ) -> Result<ExecuteResult, BackendError> {
         match self.inner.as_sandbox() {
-            Some(sandbox) => sandbox.execute(cx, command, timeout).await,
+            Some(sandbox) => {
+                sandbox
+                    .execute_streaming(cx, command, timeout, on_output)
+                    .await
+            }
             None => Err(BackendError::Unsupported {
                 operation: "execute",
                 backend: self.inner.name(),

@@ -327,6 +327,17 @@ impl Sandbox for PolicyBackend {
         command: &str,
         timeout: Option<Duration>,
     ) -> Result<ExecuteResult, BackendError> {
+        self.execute_streaming(cx, command, timeout, &|_, _| {})
+            .await
+    }
+
+    async fn execute_streaming(
+        &self,
+        cx: &BackendContext,
+        command: &str,
+        timeout: Option<Duration>,
+        on_output: &crate::protocol::OutputSink<'_>,
+    ) -> Result<ExecuteResult, BackendError> {
         let Some(sandbox) = self.inner.as_sandbox() else {
             return Err(BackendError::Unsupported {
                 operation: "execute",
@@ -336,7 +347,7 @@ impl Sandbox for PolicyBackend {
         self.guarded(
             cx,
             BackendOp::Execute { command },
-            sandbox.execute(cx, command, timeout),
+            sandbox.execute_streaming(cx, command, timeout, on_output),
         )
         .await
     }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use deepagents_core::event::OutputStream;
 use deepagents_core::{AgentState, RuntimeContext, StateUpdate};
 use serde::{Deserialize, Serialize};
 
@@ -600,4 +601,26 @@ pub trait Sandbox: Backend {
         command: &str,
         timeout: Option<Duration>,
     ) -> Result<ExecuteResult, BackendError>;
+
+    /// Like [`execute`](Self::execute), handing `on_output` each piece of output as the command
+    /// produces it (at most as much as the result may hold). The default runs `execute` and
+    /// hands over its whole output at the end; sandboxes that can stream override it, and
+    /// wrappers forward it.
+    async fn execute_streaming(
+        &self,
+        cx: &BackendContext,
+        command: &str,
+        timeout: Option<Duration>,
+        on_output: &OutputSink<'_>,
+    ) -> Result<ExecuteResult, BackendError> {
+        let result = self.execute(cx, command, timeout).await?;
+        if !result.output.is_empty() {
+            on_output(OutputStream::Stdout, &result.output);
+        }
+        Ok(result)
+    }
 }
+
+/// Receives a running command's output: which stream, and the next piece of text (invalid
+/// UTF-8 shown as U+FFFD).
+pub type OutputSink<'a> = dyn Fn(OutputStream, &str) + Send + Sync + 'a;

@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use deepagents_core::event::OutputStream;
 use rustix::process::{Pid, Signal};
 use tokio::io::AsyncReadExt;
 
@@ -13,7 +14,7 @@ use crate::filesystem::FilesystemBackend;
 use crate::path::VPath;
 use crate::protocol::{
     Backend, BackendContext, BackendError, Changed, ExecuteResult, FileInfo, FileOpError,
-    GlobResult, GrepQuery, GrepResult, PathMapping, RawFile, ReadResult, Sandbox,
+    GlobResult, GrepQuery, GrepResult, OutputSink, PathMapping, RawFile, ReadResult, Sandbox,
 };
 
 /// Commands are killed after this long unless configured or overridden per call.
@@ -240,6 +241,59 @@ impl Output {
     }
 }
 
+/// Output handed to a listener while the command runs: decoded as UTF-8 without splitting a
+/// character across pieces, and no more in total than the result may hold.
+struct LiveOutput<'a> {
+    sink: &'a OutputSink<'a>,
+    budget: usize,
+    partial: [Vec<u8>; 2],
+}
+
+impl<'a> LiveOutput<'a> {
+    fn new(budget: usize, sink: &'a OutputSink<'a>) -> Self {
+        Self {
+            sink,
+            budget,
+            partial: [Vec::new(), Vec::new()],
+        }
+    }
+
+    fn push(&mut self, stream: Stream, bytes: &[u8]) {
+        if self.budget == 0 {
+            return;
+        }
+        let bytes = &bytes[..bytes.len().min(self.budget)];
+        self.budget -= bytes.len();
+        let slot = Output::slot(stream);
+        self.partial[slot].extend_from_slice(bytes);
+        // Hold back an incomplete character at the end until its other bytes arrive.
+        let complete = match std::str::from_utf8(&self.partial[slot]) {
+            Ok(_) => self.partial[slot].len(),
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => self.partial[slot].len(),
+        };
+        if complete > 0 {
+            let ready: Vec<u8> = self.partial[slot].drain(..complete).collect();
+            self.send(stream, &ready);
+        }
+    }
+
+    fn finish(&mut self, stream: Stream) {
+        let rest = std::mem::take(&mut self.partial[Output::slot(stream)]);
+        if !rest.is_empty() {
+            self.send(stream, &rest);
+        }
+    }
+
+    fn send(&self, stream: Stream, bytes: &[u8]) {
+        let stream = match stream {
+            Stream::Out => OutputStream::Stdout,
+            Stream::Err => OutputStream::Stderr,
+        };
+        (self.sink)(stream, &String::from_utf8_lossy(bytes));
+    }
+}
+
 #[async_trait]
 impl Sandbox for LocalShellBackend {
     fn id(&self) -> &str {
@@ -248,9 +302,20 @@ impl Sandbox for LocalShellBackend {
 
     async fn execute(
         &self,
+        cx: &BackendContext,
+        command: &str,
+        timeout: Option<Duration>,
+    ) -> Result<ExecuteResult, BackendError> {
+        self.execute_streaming(cx, command, timeout, &|_, _| {})
+            .await
+    }
+
+    async fn execute_streaming(
+        &self,
         _cx: &BackendContext,
         command: &str,
         timeout: Option<Duration>,
+        on_output: &OutputSink<'_>,
     ) -> Result<ExecuteResult, BackendError> {
         let timeout = timeout.unwrap_or(self.timeout);
         if timeout.is_zero() {
@@ -287,6 +352,7 @@ impl Sandbox for LocalShellBackend {
             return Err(self.io_error("the command's output pipes are missing".to_owned()));
         };
         let mut output = Output::new(self.max_output_bytes);
+        let mut live = LiveOutput::new(self.max_output_bytes, on_output);
         let run = async {
             let (mut out_buf, mut err_buf) = (vec![0; 16 * 1024], vec![0; 16 * 1024]);
             let (mut out_open, mut err_open) = (true, true);
@@ -298,15 +364,23 @@ impl Sandbox for LocalShellBackend {
                         Ok(0) | Err(_) => {
                             out_open = false;
                             output.flush(Stream::Out);
+                            live.finish(Stream::Out);
                         }
-                        Ok(n) => output.push(Stream::Out, &out_buf[..n]),
+                        Ok(n) => {
+                            output.push(Stream::Out, &out_buf[..n]);
+                            live.push(Stream::Out, &out_buf[..n]);
+                        }
                     },
                     read = stderr.read(&mut err_buf), if err_open => match read {
                         Ok(0) | Err(_) => {
                             err_open = false;
                             output.flush(Stream::Err);
+                            live.finish(Stream::Err);
                         }
-                        Ok(n) => output.push(Stream::Err, &err_buf[..n]),
+                        Ok(n) => {
+                            output.push(Stream::Err, &err_buf[..n]);
+                            live.push(Stream::Err, &err_buf[..n]);
+                        }
                     },
                 }
             }

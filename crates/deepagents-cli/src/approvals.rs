@@ -206,14 +206,7 @@ fn edit(
 /// Which subagent asks, for calls made inside one: "[general-purpose] ", nested ones joined
 /// with " › ".
 fn origin(action: &PendingAction) -> String {
-    // The path alternates task call ids and subagent names.
-    let names: Vec<&str> = action
-        .path
-        .iter()
-        .skip(1)
-        .step_by(2)
-        .map(String::as_str)
-        .collect();
+    let names: Vec<&str> = action.path.iter().map(|s| s.name.as_str()).collect();
     if names.is_empty() {
         String::new()
     } else {

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use deepagents::core::{Event, EventKind};
+use deepagents::core::{AgentPath, Event, EventKind};
 use deepagents::{ContentBlock, TodoStatus, ToolStatus};
 use serde_json::Value;
 
@@ -14,12 +14,12 @@ const PREVIEW: usize = 120;
 #[derive(Default)]
 pub struct Progress {
     /// Text streamed so far by each agent (subagents run in parallel), by agent path.
-    narration: HashMap<Vec<String>, String>,
+    narration: HashMap<AgentPath, String>,
 }
 
 impl Progress {
     pub fn show(&mut self, event: &Event) {
-        let indent = "  ".repeat(event.path.len() / 2);
+        let indent = "  ".repeat(event.path.len());
         match &event.kind {
             EventKind::TextDelta { text } => self
                 .narration

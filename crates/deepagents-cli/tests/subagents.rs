@@ -61,7 +61,7 @@ fn markdown_subagents_run_and_their_events_are_namespaced() {
         .collect();
     let nested: Vec<&Value> = events
         .iter()
-        .filter(|e| e["path"] == json!(["t1", "researcher"]))
+        .filter(|e| e["path"] == json!([{"call_id": "t1", "name": "researcher"}]))
         .collect();
     assert!(
         nested
@@ -170,7 +170,9 @@ fn subagents_load_from_the_roots_deepagents_agents_with_their_own_model() {
     let events = events_of(&output);
     let started = events
         .iter()
-        .find(|e| e["type"] == "run_started" && e["path"] == json!(["t1", "scout"]))
+        .find(|e| {
+            e["type"] == "run_started" && e["path"] == json!([{"call_id": "t1", "name": "scout"}])
+        })
         .expect("the scout ran");
     assert_eq!(
         started["model"],
@@ -229,7 +231,7 @@ fn the_demo_hands_the_review_to_the_general_purpose_subagent() {
         "general-purpose"
     );
     let id = task_started["call_id"].as_str().unwrap();
-    let path = json!([id, "general-purpose"]);
+    let path = json!([{"call_id": id, "name": "general-purpose"}]);
     let nested: Vec<&Value> = events.iter().filter(|e| e["path"] == path).collect();
     assert!(
         nested.iter().any(|e| e["type"] == "run_started"),

@@ -8,6 +8,7 @@
 pub mod checkpoint;
 pub mod content;
 pub mod event;
+pub mod interrupt;
 pub mod message;
 pub mod model;
 pub mod run;

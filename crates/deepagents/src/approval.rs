@@ -4,6 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use deepagents_backends::{Mode, Operation, Permissions, VPath};
+use deepagents_core::event::PathSegment;
+pub use deepagents_core::interrupt::{Decision, DecisionKind, PendingAction};
 use deepagents_core::{AgentState, Message, Run, ToolCall, ToolResult, ToolStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -21,76 +23,6 @@ pub const SUBAGENT_RUNS_KEY: &str = "deepagents.paused_subagents";
 /// The artifact key by which the `task` tool hands a paused subagent to the driver instead of
 /// a result.
 pub(crate) const PAUSED_ARTIFACT_KEY: &str = "deepagents.paused_subagent";
-
-/// What a person may decide about a paused call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DecisionKind {
-    /// Run it as asked.
-    Approve,
-    /// Run it with other arguments.
-    Edit,
-    /// Do not run it; tell the model why.
-    Reject,
-    /// Do not run it; answer in its place.
-    Respond,
-}
-
-/// A decision about one paused call.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Decision {
-    /// Run it as asked.
-    Approve,
-    /// Run it with these arguments instead.
-    Edit {
-        /// The new arguments.
-        arguments: Value,
-    },
-    /// Do not run it.
-    Reject {
-        /// Why, for the model.
-        #[serde(default)]
-        message: Option<String>,
-    },
-    /// Do not run it; this is its result.
-    Respond {
-        /// The answer the model gets.
-        message: String,
-    },
-}
-
-impl Decision {
-    fn kind(&self) -> DecisionKind {
-        match self {
-            Self::Approve => DecisionKind::Approve,
-            Self::Edit { .. } => DecisionKind::Edit,
-            Self::Reject { .. } => DecisionKind::Reject,
-            Self::Respond { .. } => DecisionKind::Respond,
-        }
-    }
-}
-
-/// A call waiting for a decision.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PendingAction {
-    /// The call id.
-    pub call_id: String,
-    /// The tool.
-    pub name: String,
-    /// The arguments the model gave.
-    pub arguments: Value,
-    /// What to tell the person deciding.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
-    /// The decisions allowed.
-    pub allowed: Vec<DecisionKind>,
-    /// Which agent waits: empty for the run's own calls; for a call inside a subagent, the id
-    /// of the `task` call that started it and the subagent's name, once per level (the form of
-    /// event paths).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub path: Vec<String>,
-}
 
 /// A subagent run waiting for decisions, kept in its parent's state under
 /// [`SUBAGENT_RUNS_KEY`].
@@ -222,7 +154,10 @@ pub fn decide(run: &mut Run, decisions: Vec<Decision>) -> Result<(), RunError> {
             )));
         }
         match action.path.first() {
-            Some(task_call) => nested.entry(task_call.clone()).or_default().push(decision),
+            Some(task_call) => nested
+                .entry(task_call.call_id.clone())
+                .or_default()
+                .push(decision),
             None => {
                 let value = serde_json::to_value(&decision)
                     .map_err(|e| RunError::InvalidDecision(e.to_string()))?;
@@ -331,7 +266,10 @@ pub(crate) fn settle_subagents<'a>(
             .and_then(|v| serde_json::from_value(v.clone()).ok())
             .unwrap_or_default();
         actions.extend(waiting.into_iter().map(|mut action| {
-            let mut path = vec![call_id.clone(), subagent.clone()];
+            let mut path = vec![PathSegment {
+                call_id: call_id.clone(),
+                name: subagent.clone(),
+            }];
             path.append(&mut action.path);
             action.path = path;
             action

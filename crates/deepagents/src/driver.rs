@@ -34,9 +34,17 @@ pub(crate) async fn drive(
     options: &RunOptions,
     events: &EventSink,
 ) -> Result<RunOutput, RunFailure> {
+    // A top-level drive is a run of its own; a subagent's events belong to its parent's run.
+    let events = &if events.path().is_empty() {
+        events.for_new_run()
+    } else {
+        events.clone()
+    };
     events.emit(EventKind::RunStarted {
+        protocol: deepagents_core::event::PROTOCOL_VERSION,
         agent: agent.name.clone(),
         model: agent.model.id().to_owned(),
+        thread_id: options.checkpoint.as_ref().map(|c| c.thread_id.clone()),
     });
     let mut journal = Journal::new(options.checkpoint.clone(), &run);
     let thread = options.checkpoint.as_ref().map(|c| c.thread_id.clone());
@@ -76,7 +84,7 @@ pub(crate) async fn drive(
             // A pause already announced itself with an `interrupted` event; it is not an error.
             if !matches!(error, RunError::Interrupted(_)) {
                 events.emit(EventKind::Error {
-                    kind: error.kind().to_owned(),
+                    kind: error.kind(),
                     message: error.to_string(),
                 });
             }
@@ -192,10 +200,7 @@ async fn advance(
 /// Announces a pause; the actions are already recorded in the run.
 fn pause(events: &EventSink, actions: Vec<PendingAction>) -> RunError {
     events.emit(EventKind::Interrupted {
-        actions: actions
-            .iter()
-            .filter_map(|a| serde_json::to_value(a).ok())
-            .collect(),
+        actions: actions.clone(),
     });
     RunError::Interrupted(actions)
 }
@@ -312,7 +317,8 @@ async fn execute_tools(
     let (mutating, concurrent): (Vec<usize>, Vec<usize>) =
         (0..calls.len()).partition(|&i| agent.tools.is_mutating(&calls[i].name));
     let sequential_calls = mutating.clone();
-    let mut outcomes: Vec<Option<CallOutcome>> = calls.iter().map(|_| None).collect();
+    let mut outcomes: Vec<Option<(CallOutcome, Option<u64>)>> =
+        calls.iter().map(|_| None).collect();
     let mut cancelled = false;
     {
         // Scoped so that every tool future, and its handle on the shared state, is dropped
@@ -330,7 +336,9 @@ async fn execute_tools(
                 let index = rest.next()?;
                 let (index, outcome) = start_call(index, Arc::clone(&view)).await;
                 let view = match &outcome {
-                    CallOutcome::Done(_, update, _) if !update.is_empty() && rest.len() > 0 => {
+                    (CallOutcome::Done(_, update, _), _)
+                        if !update.is_empty() && rest.len() > 0 =>
+                    {
                         let mut next = AgentState::clone(&view);
                         // A failing merge is reported when the step's updates are applied.
                         match agent.schema.apply_all(&mut next, [update.clone()]) {
@@ -366,7 +374,15 @@ async fn execute_tools(
     let mut changed_outside: Vec<Vec<String>> = Vec::with_capacity(calls.len());
     let mut paused = Vec::new();
     let mut fatal = None;
+    // Calls whose finished event waits for the conflict notes, by result index.
+    let mut unannounced: Vec<(usize, u64)> = Vec::new();
     for (call, outcome) in calls.iter().zip(outcomes) {
+        let outcome = outcome.map(|(outcome, owed)| {
+            if let Some(elapsed) = owed {
+                unannounced.push((results.len(), elapsed));
+            }
+            outcome
+        });
         match outcome {
             Some(CallOutcome::Done(result, update, changed)) => {
                 changed_outside.push(changed);
@@ -388,6 +404,11 @@ async fn execute_tools(
     }
 
     note_file_conflicts(&mut results, &changed_outside, &sequential_calls);
+    for (index, elapsed) in unannounced {
+        if let Some((result, _)) = results.get(index) {
+            finish_event(events, result, elapsed);
+        }
+    }
     journal.changed_outside(changed_outside.into_iter().flatten());
     run.state = Arc::try_unwrap(shared).unwrap_or_else(|leaked| AgentState::clone(&leaked));
     let updates: Vec<StateUpdate> = results
@@ -474,12 +495,13 @@ fn note_file_conflicts(
 }
 
 /// Runs one call through the middleware chain and the registry, emitting its events.
+/// Runs one call; the duration comes back when its `tool_call_finished` event is still owed.
 async fn run_one(
     agent: &AgentInner,
     call: ToolCall,
     ctx: ToolContext,
     events: &EventSink,
-) -> CallOutcome {
+) -> (CallOutcome, Option<u64>) {
     events.emit(EventKind::ToolCallStarted {
         call_id: call.id.clone(),
         name: call.name.clone(),
@@ -497,7 +519,7 @@ async fn run_one(
         Ok(Ok(mut output)) => {
             if let Some(subagent) = approval::take_paused(&mut output.artifact) {
                 // The call has not finished: no `tool_call_finished` until it does.
-                return CallOutcome::Paused(subagent);
+                return (CallOutcome::Paused(subagent), None);
             }
             // A failed subagent's result is an error that still carries its file changes.
             let failed = crate::subagents::take_failed(&mut output.artifact);
@@ -549,13 +571,21 @@ async fn run_one(
             Vec::new(),
         ),
     };
-    let result = match &outcome {
-        CallOutcome::Done(result, _, _) | CallOutcome::Fatal(result, _) => result,
-        CallOutcome::Paused(_) => return outcome,
-    };
     let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    finish_event(events, result, elapsed);
-    outcome
+    match &outcome {
+        // A call that changed files may still get a note about a same-step conflict: it is
+        // announced once the step's results are settled, with what the model sees.
+        CallOutcome::Done(_, update, changed)
+            if !update.files.is_empty() || !changed.is_empty() =>
+        {
+            return (outcome, Some(elapsed));
+        }
+        CallOutcome::Done(result, _, _) | CallOutcome::Fatal(result, _) => {
+            finish_event(events, result, elapsed);
+        }
+        CallOutcome::Paused(_) => {}
+    }
+    (outcome, None)
 }
 
 fn finish_event(events: &EventSink, result: &ToolResult, duration_ms: u64) {

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use deepagents_core::event::ErrorKind;
 use deepagents_core::{ModelError, Run, StateError, TurnLimitReached};
 
 /// Why a run stopped.
@@ -52,19 +53,19 @@ pub enum RunError {
 }
 
 impl RunError {
-    /// A short snake_case name of the kind, for events and exit reporting.
-    pub fn kind(&self) -> &'static str {
+    /// The kind of failure, for events and exit reporting.
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::TurnLimit(_) => "turn_limit",
-            Self::Model(_) => "model",
-            Self::ToolFatal { .. } => "tool_fatal",
-            Self::Middleware { .. } => "middleware",
-            Self::State(_) => "state",
-            Self::Checkpoint(_) => "checkpoint",
-            Self::Interrupted(_) => "interrupted",
-            Self::InvalidDecision(_) => "invalid_decision",
-            Self::Cancelled => "cancelled",
-            Self::Crashed(_) => "crashed",
+            Self::TurnLimit(_) => ErrorKind::TurnLimit,
+            Self::Model(_) => ErrorKind::Model,
+            Self::ToolFatal { .. } => ErrorKind::ToolFatal,
+            Self::Middleware { .. } => ErrorKind::Middleware,
+            Self::State(_) => ErrorKind::State,
+            Self::Checkpoint(_) => ErrorKind::Checkpoint,
+            Self::Interrupted(_) => ErrorKind::Interrupted,
+            Self::InvalidDecision(_) => ErrorKind::InvalidDecision,
+            Self::Cancelled => ErrorKind::Cancelled,
+            Self::Crashed(_) => ErrorKind::Crashed,
         }
     }
 }

@@ -47,7 +47,10 @@ async fn a_model_error_keeps_its_kind() {
     .build()
     .unwrap();
     let failure = agent.invoke("go").await.unwrap_err();
-    assert_eq!(failure.error.kind(), "model");
+    assert_eq!(
+        failure.error.kind(),
+        deepagents::core::event::ErrorKind::Model
+    );
     assert!(matches!(
         failure.error,
         RunError::Model(ModelError::ContextWindowExceeded { .. })
@@ -83,7 +86,10 @@ async fn undeclared_custom_state_is_a_fatal_state_error() {
     .build()
     .unwrap();
     let failure = agent.invoke("go").await.unwrap_err();
-    assert_eq!(failure.error.kind(), "state");
+    assert_eq!(
+        failure.error.kind(),
+        deepagents::core::event::ErrorKind::State
+    );
     assert!(
         failure.to_string().contains("`ghost` was never declared"),
         "{failure}"

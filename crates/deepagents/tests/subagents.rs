@@ -204,7 +204,7 @@ async fn a_custom_subagent_has_its_own_model_tools_permissions_and_structure() {
         if let EventKind::ToolCallFinished { name, status, .. } = &event.kind
             && !event.path.is_empty()
         {
-            nested.push((event.path.clone(), name.clone(), *status));
+            nested.push((crate::support::flat(&event.path), name.clone(), *status));
         }
     }
     let output = events.outcome().await.unwrap();
@@ -262,7 +262,7 @@ async fn nesting_is_limited_with_a_clear_error() {
         } = &event.kind
             && call_id == "inner"
         {
-            assert_eq!(event.path, ["outer", "delegator"]);
+            assert_eq!(crate::support::flat(&event.path), ["outer", "delegator"]);
             inner_error = content.first().and_then(|c| c.as_text()).map(str::to_owned);
         }
     }
@@ -374,7 +374,10 @@ mod approvals_inside_subagents {
         assert_eq!(actions[0].call_id, "g");
         assert_eq!(actions[0].name, "guarded");
         assert_eq!(actions[0].arguments, json!({"why": "needed"}));
-        assert_eq!(actions[0].path, ["t_a", "general-purpose"]);
+        assert_eq!(
+            crate::support::flat(&actions[0].path),
+            ["t_a", "general-purpose"]
+        );
     }
 
     #[tokio::test]
@@ -397,7 +400,10 @@ mod approvals_inside_subagents {
             }
         }
         let announced = top_level_pause.expect("the parent announces the pause");
-        assert_eq!(announced[0]["path"], json!(["t_a", "general-purpose"]));
+        assert_eq!(
+            crate::support::flat(&announced[0].path),
+            ["t_a", "general-purpose"]
+        );
 
         let mut run = *failure.run;
         let finished = tool_results(&run.state.messages);
@@ -462,7 +468,7 @@ mod approvals_inside_subagents {
         let RunError::Interrupted(actions) = &failure.error else {
             panic!("{:?}", failure.error);
         };
-        assert_eq!(actions[0].path, ["t_w", "worker"]);
+        assert_eq!(crate::support::flat(&actions[0].path), ["t_w", "worker"]);
         let mut run = *failure.run;
         decide(
             &mut run,
@@ -523,7 +529,10 @@ mod approvals_inside_subagents {
         let (mut run, checkpoint): (Run, _) = open_thread(store.clone(), "t", None).await.unwrap();
         let waiting = pending_actions(&run);
         assert_eq!(waiting.len(), 1);
-        assert_eq!(waiting[0].path, ["t_a", "general-purpose"]);
+        assert_eq!(
+            crate::support::flat(&waiting[0].path),
+            ["t_a", "general-purpose"]
+        );
         decide(&mut run, vec![Decision::Approve]).unwrap();
         let options = RunOptions {
             checkpoint: Some(checkpoint),
@@ -589,7 +598,7 @@ mod approvals_inside_subagents {
             panic!("{:?}", failure.error);
         };
         assert_eq!(
-            actions[0].path,
+            crate::support::flat(&actions[0].path),
             ["outer", "delegator", "inner", "general-purpose"]
         );
         let mut run = *failure.run;
@@ -724,7 +733,12 @@ mod fixtures {
                     .filter_map(|c| c.as_text())
                     .collect::<Vec<_>>()
                     .join("");
-                found.push((event.path.to_vec(), name.clone(), *status, text));
+                found.push((
+                    crate::support::flat(&event.path),
+                    name.clone(),
+                    *status,
+                    text,
+                ));
             }
         }
         found
@@ -791,7 +805,7 @@ mod configuration {
         };
         let waiting: Vec<(&str, Vec<String>)> = actions
             .iter()
-            .map(|a| (a.name.as_str(), a.path.clone()))
+            .map(|a| (a.name.as_str(), crate::support::flat(&a.path)))
             .collect();
         assert_eq!(
             waiting,

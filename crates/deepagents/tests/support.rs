@@ -38,3 +38,10 @@ pub fn assert_error_containing(result: &ToolResult, needle: &str) {
     let text = text(result);
     assert!(text.contains(needle), "`{needle}` not in `{text}`");
 }
+
+/// An agent path as the flat list `[call id, name, call id, name, …]`, for comparisons.
+pub fn flat(path: &deepagents::core::AgentPath) -> Vec<String> {
+    path.iter()
+        .flat_map(|segment| [segment.call_id.clone(), segment.name.clone()])
+        .collect()
+}

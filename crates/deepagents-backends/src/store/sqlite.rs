@@ -318,6 +318,11 @@ impl Store for SqliteStore {
     /// write-ahead log into the database file and removes it. Clones of the store (and its
     /// checkpointer) are closed too.
     async fn close(&self) {
+        // Closing the last connection folds the log in too, but connections of a pool close
+        // concurrently and none may find itself last; truncating first makes sure.
+        let _ = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&self.pool)
+            .await;
         self.pool.close().await;
     }
 }

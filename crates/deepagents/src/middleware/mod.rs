@@ -179,11 +179,25 @@ impl ModelNext<'_> {
             }
             None => {
                 let stream = self.model.stream(&request).await?;
-                collect_stream(stream, |delta| {
-                    if let StreamEvent::TextDelta { text } = delta {
-                        self.events
-                            .emit(EventKind::TextDelta { text: text.clone() });
-                    }
+                collect_stream(stream, |delta| match delta {
+                    StreamEvent::TextDelta { text } => self
+                        .events
+                        .emit(EventKind::TextDelta { text: text.clone() }),
+                    StreamEvent::ReasoningDelta { text } => self
+                        .events
+                        .emit(EventKind::ReasoningDelta { text: text.clone() }),
+                    StreamEvent::ToolCallDelta {
+                        index,
+                        id,
+                        name,
+                        arguments_delta,
+                    } => self.events.emit(EventKind::ToolCallDelta {
+                        index: *index,
+                        call_id: id.clone(),
+                        name: name.clone(),
+                        arguments_delta: arguments_delta.clone(),
+                    }),
+                    _ => {}
                 })
                 .await
             }

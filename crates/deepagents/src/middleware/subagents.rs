@@ -5,6 +5,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use deepagents_core::event::PathSegment;
 use deepagents_core::{
     AgentState, Checkpointing, DynTool, Message, ModelRequest, Run, StateUpdate, Tool, ToolContext,
     ToolError, ToolOutput, TypedTool,
@@ -197,7 +198,7 @@ impl Tool for Task {
         let max_depth = chain
             .as_ref()
             .map_or(self.max_depth, |c| c.max_depth.min(self.max_depth));
-        let depth = ctx.agent_path().len() / 2 + 1;
+        let depth = ctx.agent_path().len() + 1;
         if depth > max_depth {
             return Err(ToolError::RespondToModel(format!(
                 "Subagents may nest at most {max_depth} levels deep and this would be level {depth}; do this part yourself."
@@ -265,9 +266,10 @@ impl Tool for Task {
             checkpoint,
             ..RunOptions::default()
         };
-        let events = ctx
-            .events
-            .nested([ctx.call_id.clone(), args.subagent_type.clone()]);
+        let events = ctx.events.nested(PathSegment {
+            call_id: ctx.call_id.clone(),
+            name: args.subagent_type.clone(),
+        });
         let inner = Chain {
             max_depth,
             budget: chain.map_or_else(|| Arc::clone(&self.permits), |c| c.budget),

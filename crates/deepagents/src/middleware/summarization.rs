@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use deepagents_backends::{Backend, BackendContext, VPath};
+use deepagents_core::event::SummaryTrigger;
 use deepagents_core::{
     AgentState, ContentBlock, DynTool, EventKind, Message, Model, ModelError, ModelRequest,
     ModelResponse, Reducer, StateUpdate, Tool, ToolContext, ToolError, ToolOutput, TypedTool,
@@ -453,7 +454,7 @@ impl SummarizationMiddleware {
             replaced: cut - start,
             kept_from: maps.then_some(next_marker.upto),
             history_file: history_file.clone(),
-            trigger: "context_overflow".to_owned(),
+            trigger: SummaryTrigger::ContextOverflow,
         });
         match anchor {
             Some(anchor) => push_bounded(
@@ -810,7 +811,11 @@ impl Middleware for SummarizationMiddleware {
                     replaced: cut - marker.upto,
                     kept_from: Some(cut),
                     history_file: next.history_file,
-                    trigger: if requested { "requested" } else { "threshold" }.to_owned(),
+                    trigger: if requested {
+                        SummaryTrigger::Requested
+                    } else {
+                        SummaryTrigger::Threshold
+                    },
                 };
                 push_bounded(
                     &mut self.handoffs().announce,

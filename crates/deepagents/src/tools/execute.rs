@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deepagents_backends::Backend;
-use deepagents_core::{Tool, ToolContext, ToolError, ToolOutput};
+use deepagents_core::{EventKind, Tool, ToolContext, ToolError, ToolOutput};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -66,11 +66,20 @@ impl Tool for Execute {
                 "timeout must be between 1 and {MAX_TIMEOUT_SECS} seconds, not {secs}."
             )));
         }
+        // Output is shown as it arrives; the model gets it whole when the command ends.
+        let on_output = |stream, text: &str| {
+            ctx.events.emit(EventKind::ToolOutputDelta {
+                call_id: ctx.call_id.clone(),
+                stream,
+                text: text.to_owned(),
+            });
+        };
         let result = sandbox
-            .execute(
+            .execute_streaming(
                 &backend_context(&ctx),
                 &args.command,
                 args.timeout.map(Duration::from_secs),
+                &on_output,
             )
             .await
             .map_err(to_model)?;

@@ -1,0 +1,80 @@
+//! Pauses for a human: the calls a run waits on and the decisions that answer them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::event::AgentPath;
+
+/// What a person may decide about a paused call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    /// Run it as asked.
+    Approve,
+    /// Run it with other arguments.
+    Edit,
+    /// Do not run it; tell the model why.
+    Reject,
+    /// Do not run it; answer in its place.
+    Respond,
+}
+
+/// A decision about one paused call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Decision {
+    /// Run it as asked.
+    Approve,
+    /// Run it with these arguments instead.
+    Edit {
+        /// The new arguments.
+        arguments: Value,
+    },
+    /// Do not run it.
+    Reject {
+        /// Why, for the model.
+        #[serde(default)]
+        message: Option<String>,
+    },
+    /// Do not run it; this is its result.
+    Respond {
+        /// The answer the model gets.
+        message: String,
+    },
+}
+
+impl Decision {
+    /// Which kind of decision this is.
+    pub fn kind(&self) -> DecisionKind {
+        match self {
+            Self::Approve => DecisionKind::Approve,
+            Self::Edit { .. } => DecisionKind::Edit,
+            Self::Reject { .. } => DecisionKind::Reject,
+            Self::Respond { .. } => DecisionKind::Respond,
+        }
+    }
+}
+
+/// A call waiting for a decision.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingAction {
+    /// The call id.
+    pub call_id: String,
+    /// The tool.
+    pub name: String,
+    /// The arguments the model gave.
+    pub arguments: Value,
+    /// What to tell the person deciding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The decisions allowed.
+    pub allowed: Vec<DecisionKind>,
+    /// Which agent waits: empty for the run's own calls; for a call inside a subagent, the
+    /// `task` call that started it and the subagent's name, once per level (as in events).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::event::agent_path_compat"
+    )]
+    pub path: AgentPath,
+}
