@@ -26,6 +26,8 @@ pub struct CompositeBackend {
     default: Arc<dyn Backend>,
     /// Longest prefix first.
     routes: Vec<(VPath, Arc<dyn Backend>)>,
+    /// Mount points listed only while their backend holds something.
+    quiet: Vec<VPath>,
 }
 
 /// Pattern that lists every file, hidden ones included (see [`GlobPattern`]).
@@ -37,7 +39,20 @@ impl CompositeBackend {
         Self {
             default,
             routes: Vec::new(),
+            quiet: Vec::new(),
         }
+    }
+
+    /// Like [`route`](Self::route), but `ls` shows the mount point only while `backend` holds
+    /// something: for directories the harness fills on demand, which would be clutter empty.
+    pub fn route_quiet(
+        self,
+        prefix: &str,
+        backend: Arc<dyn Backend>,
+    ) -> Result<Self, BackendError> {
+        let mut routed = self.route(prefix, backend)?;
+        routed.quiet.push(VPath::parse(prefix)?);
+        Ok(routed)
     }
 
     /// Mounts `backend` at `prefix` (e.g. `/memories/`). Fails on an invalid prefix or `/`.
@@ -51,6 +66,7 @@ impl CompositeBackend {
             });
         }
         self.routes.retain(|(existing, _)| *existing != prefix);
+        self.quiet.retain(|existing| *existing != prefix);
         self.routes.push((prefix, backend));
         self.routes
             .sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.as_str().len()));
@@ -204,6 +220,19 @@ impl Backend for CompositeBackend {
             Err(error) => return Err(error),
         }
         for mount in mounts_here {
+            if let Some((quiet, backend)) = self
+                .routes
+                .iter()
+                .find(|(prefix, _)| prefix.as_str() == mount && self.quiet.contains(prefix))
+            {
+                let empty = backend
+                    .ls(&routed_cx(cx, quiet), &VPath::root())
+                    .await
+                    .map_or(true, |found| found.is_empty());
+                if empty {
+                    continue;
+                }
+            }
             entries.insert(
                 mount.clone(),
                 FileInfo {

@@ -520,10 +520,15 @@ fn a_small_max_input_tokens_makes_the_run_summarize() {
     assert_eq!(event["trigger"], "threshold");
     assert!(event["replaced"].as_u64().unwrap() > 0);
     assert!(event["kept_from"].as_u64().unwrap() > 0);
-    // The transcript is on disk, in the workspace, where the event says.
+    // The transcript is the run's own: where the event says, in the run's files, never in
+    // the workspace.
     let file = event["history_file"].as_str().unwrap();
     assert!(file.starts_with("/conversation_history/"), "{file}");
-    let history = std::fs::read_to_string(root.path().join(&file[1..])).unwrap();
+    assert!(!root.path().join("conversation_history").exists());
+    let history = tight.last().unwrap()["files"][file]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(history.contains("### [0] user\nread big.txt"), "{history}");
 
     // Without --json, progress shows one line for it.

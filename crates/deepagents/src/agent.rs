@@ -20,6 +20,7 @@ use crate::middleware::{
     SkillsMiddleware, SubAgentsMiddleware, SummarizationConfig, SummarizationMiddleware,
     TodoListMiddleware, compose,
 };
+use crate::middleware::{HISTORY_DIR, LARGE_RESULTS_DIR};
 use crate::registry::{RegistryError, ToolRegistry};
 use crate::stream::RunStream;
 use crate::subagents::{
@@ -169,6 +170,9 @@ pub enum BuildError {
     /// The long-term store could not be mounted at [`MEMORIES_PREFIX`].
     #[error("cannot mount the store at {MEMORIES_PREFIX}: {0}")]
     Store(String),
+    /// The harness's own files (offloaded results, history) could not be kept in the state.
+    #[error("cannot keep the harness's files in the agent state: {0}")]
+    Artifacts(String),
 }
 
 /// Configures an [`Agent`]. Every setting has a default:
@@ -547,6 +551,39 @@ fn mount_memories(
     Ok(Arc::new(composite))
 }
 
+/// Offloaded tool results and summarized history are the thread's own data: where `backend`
+/// would put them on the host's disk (the user's working tree), they are kept in the agent
+/// state instead, checkpointed with the thread. A directory the backend routes itself (at it
+/// or below) stays where it is routed.
+fn keep_artifacts_off_disk(backend: Arc<dyn Backend>) -> Result<Arc<dyn Backend>, BuildError> {
+    let mappings = backend.path_mappings();
+    let mut composite: Option<CompositeBackend> = None;
+    for dir in [LARGE_RESULTS_DIR, HISTORY_DIR] {
+        let dir = VPath::parse(dir)?;
+        let routed = mappings
+            .iter()
+            .any(|mapping| !mapping.prefix.is_root() && mapping.prefix.starts_with(&dir));
+        // The most specific mapping above the directory says where it would land.
+        let on_disk = mappings
+            .iter()
+            .filter(|mapping| dir.starts_with(&mapping.prefix))
+            .max_by_key(|mapping| mapping.prefix.as_str().len())
+            .is_some_and(|mapping| mapping.host.is_some());
+        if routed || !on_disk {
+            continue;
+        }
+        let base = composite.unwrap_or_else(|| CompositeBackend::new(Arc::clone(&backend)));
+        composite = Some(
+            base.route_quiet(&format!("{dir}/"), Arc::new(StateBackend::default()))
+                .map_err(|e| BuildError::Artifacts(e.to_string()))?,
+        );
+    }
+    Ok(match composite {
+        Some(composite) => Arc::new(composite),
+        None => backend,
+    })
+}
+
 impl AgentBuilder {
     /// Names the agent (shown in events and, later, subagent listings).
     pub fn name(mut self, name: impl Into<String>) -> Self {
@@ -888,6 +925,7 @@ impl AgentBuilder {
         if let Some(store) = &self.store {
             raw_backend = mount_memories(raw_backend, store)?;
         }
+        raw_backend = keep_artifacts_off_disk(raw_backend)?;
         let subagents = if self.general_purpose || !self.subagents.is_empty() {
             Some(self.build_subagents(&raw_backend)?)
         } else {

@@ -123,23 +123,26 @@ impl Fixture {
     }
 
     /// Every file that exists after the run, with its bytes, sorted by path.
+    /// The files the agent sees: in the state, and on disk for the disk kind (where the
+    /// harness's own files still live in the state).
     fn files(&self, output: &RunOutput) -> BTreeMap<String, Vec<u8>> {
+        let in_state: BTreeMap<String, Vec<u8>> = output
+            .run
+            .state
+            .files
+            .iter()
+            .map(|(path, file)| {
+                let bytes = match &file.content {
+                    FileContent::Text { text } => text.as_bytes().to_vec(),
+                    FileContent::Binary { data, .. } => data.clone(),
+                };
+                (path.clone(), bytes)
+            })
+            .collect();
         match self.kind {
-            Kind::State => output
-                .run
-                .state
-                .files
-                .iter()
-                .map(|(path, file)| {
-                    let bytes = match &file.content {
-                        FileContent::Text { text } => text.as_bytes().to_vec(),
-                        FileContent::Binary { data, .. } => data.clone(),
-                    };
-                    (path.clone(), bytes)
-                })
-                .collect(),
+            Kind::State => in_state,
             Kind::Disk => {
-                let mut found = BTreeMap::new();
+                let mut found = in_state;
                 walk(self.root(), self.root(), &mut found);
                 found
             }
@@ -806,6 +809,17 @@ async fn large_results_are_offloaded_and_can_be_read_back(kind: Kind) {
         fixture.files(&output)["/large_tool_results/call_dump"].len(),
         expected_len
     );
+    // The harness's own files stay out of the user's working tree.
+    if kind == Kind::Disk {
+        assert!(!fixture.root().join("large_tool_results").exists());
+        assert!(
+            output
+                .run
+                .state
+                .files
+                .contains_key("/large_tool_results/call_dump")
+        );
+    }
 }
 
 /// The disk backend refuses to follow a symlink out of its root, for reads and writes alike.

@@ -410,9 +410,13 @@ async fn each_thread_appends_to_its_own_history_file() {
         }
     };
     let marker = |output: &RunOutput| output.run.state.custom[SUMMARY_KEY].clone();
-    let on_disk = |file: &Value| {
-        let path = file.as_str().unwrap().trim_start_matches('/');
-        std::fs::read_to_string(root.path().join(path)).unwrap()
+    // The transcripts are the threads' own data: kept in their state, not in the workspace.
+    let in_state = |output: &RunOutput, file: &Value| match &output.run.state.files
+        [file.as_str().unwrap()]
+    .content
+    {
+        deepagents::core::FileContent::Text { text } => text.clone(),
+        other => panic!("{other:?}"),
     };
 
     let alpha = turn("alpha", "the alpha task").await;
@@ -424,9 +428,9 @@ async fn each_thread_appends_to_its_own_history_file() {
     assert_ne!(alpha_file, beta_file, "two threads, two files");
     assert_eq!(alpha_file, "/conversation_history/alpha.md");
     assert_eq!(beta_file, "/conversation_history/beta.md");
-    let alpha_history = on_disk(&alpha_file);
+    let alpha_history = in_state(&alpha, &alpha_file);
     assert!(alpha_history.contains("the alpha task") && !alpha_history.contains("the beta task"));
-    let beta_history = on_disk(&beta_file);
+    let beta_history = in_state(&beta, &beta_file);
     assert!(beta_history.contains("the beta task") && !beta_history.contains("the alpha task"));
     let first_upto = marker(&alpha)["upto"].as_u64().unwrap() as usize;
     assert_recoverable(&alpha_history, &alpha.run.state.messages, first_upto);
@@ -441,14 +445,22 @@ async fn each_thread_appends_to_its_own_history_file() {
         upto > alpha.run.state.messages.len(),
         "the new turn's messages were summarized"
     );
-    let grown = on_disk(&alpha_file);
+    let grown = in_state(&again, &alpha_file);
     assert!(grown.starts_with(&alpha_history), "appended, not rewritten");
     assert_recoverable(&grown, &again.run.state.messages, upto);
-    let files: Vec<_> = std::fs::read_dir(root.path().join("conversation_history"))
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name())
-        .collect();
-    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(!root.path().join("conversation_history").exists());
+    let histories = |output: &RunOutput| -> Vec<String> {
+        output
+            .run
+            .state
+            .files
+            .keys()
+            .filter(|path| path.starts_with("/conversation_history/"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(histories(&again), ["/conversation_history/alpha.md"]);
+    assert_eq!(histories(&beta), ["/conversation_history/beta.md"]);
 }
 
 #[tokio::test]

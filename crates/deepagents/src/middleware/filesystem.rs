@@ -46,7 +46,14 @@ impl FilesystemMiddleware {
 /// same tree (a non-virtual disk, or a sandbox whose files are its own).
 fn shell_paths_section(backend: &dyn Backend) -> Option<String> {
     backend.as_sandbox()?;
-    let mappings = backend.path_mappings();
+    // The harness's own directories are explained with the file tools; listing them here
+    // would only repeat that the shell cannot reach them.
+    let harness_dirs = [super::LARGE_RESULTS_DIR, super::HISTORY_DIR];
+    let mappings: Vec<_> = backend
+        .path_mappings()
+        .into_iter()
+        .filter(|m| m.host.is_some() || !harness_dirs.contains(&m.prefix.as_str()))
+        .collect();
     if let [only] = mappings.as_slice() {
         let host = only
             .host
