@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, IsTerminal as _, Write};
 
-use deepagents::{Decision, DecisionKind, InterruptConfig, PendingAction};
+use deepagents::{ASK_USER, Decision, DecisionKind, InterruptConfig, PendingAction};
 
 /// Shell commands ask first.
 pub fn execute_config() -> InterruptConfig {
@@ -27,7 +27,7 @@ const NOT_APPROVABLE: &str =
 pub fn ask(actions: &[PendingAction]) -> anyhow::Result<Vec<Decision>> {
     let stdin = std::io::stdin();
     if !stdin.is_terminal() {
-        return Ok(actions.iter().map(|_| not_interactive()).collect());
+        return Ok(actions.iter().map(nobody_answers).collect());
     }
     Ok(prompt(actions, &mut stdin.lock(), &mut std::io::stderr())?)
 }
@@ -39,7 +39,9 @@ pub fn approve_all(actions: &[PendingAction]) -> Vec<Decision> {
     actions
         .iter()
         .map(|action| {
-            if action.allowed.contains(&DecisionKind::Approve) {
+            if action.name == ASK_USER {
+                nobody_answers(action)
+            } else if action.allowed.contains(&DecisionKind::Approve) {
                 Decision::Approve
             } else {
                 Decision::Reject {
@@ -53,6 +55,19 @@ pub fn approve_all(actions: &[PendingAction]) -> Vec<Decision> {
 fn not_interactive() -> Decision {
     Decision::Reject {
         message: Some(NOT_INTERACTIVE.to_owned()),
+    }
+}
+
+const NO_ANSWER: &str = "Nobody can answer questions in this run (it is not interactive): decide yourself and say what you assumed.";
+
+/// The decision when nobody is there: a refusal, worded for a question or for an approval.
+fn nobody_answers(action: &PendingAction) -> Decision {
+    if action.name == ASK_USER {
+        Decision::Reject {
+            message: Some(NO_ANSWER.to_owned()),
+        }
+    } else {
+        not_interactive()
     }
 }
 
@@ -76,6 +91,13 @@ pub fn prompt(
 ) -> std::io::Result<Vec<Decision>> {
     let mut decisions = Vec::with_capacity(actions.len());
     for action in actions {
+        if action.name == ASK_USER {
+            match answer(action, input, out)? {
+                Some(decision) => decisions.push(decision),
+                None => break,
+            }
+            continue;
+        }
         let shown = describe(action);
         writeln!(out, "\n{}{}: {shown}", origin(action), action.name)?;
         if let Some(description) = &action.description {
@@ -87,10 +109,42 @@ pub fn prompt(
         }
     }
     // Input ended: nobody is left to answer.
-    while decisions.len() < actions.len() {
-        decisions.push(not_interactive());
+    for action in &actions[decisions.len()..] {
+        decisions.push(nobody_answers(action));
     }
     Ok(decisions)
+}
+
+/// The person's answer to an `ask_user` question (an empty line declines); `None` when the
+/// input ended first.
+fn answer(
+    action: &PendingAction,
+    input: &mut impl BufRead,
+    out: &mut impl Write,
+) -> std::io::Result<Option<Decision>> {
+    let question = action.arguments["question"]
+        .as_str()
+        .unwrap_or("(no question)");
+    writeln!(out, "\n{}? {question}", origin(action))?;
+    if let Some(options) = action.arguments["options"]
+        .as_array()
+        .filter(|o| !o.is_empty())
+    {
+        let options: Vec<&str> = options.iter().filter_map(|o| o.as_str()).collect();
+        writeln!(out, "  (e.g. {})", options.join(" / "))?;
+    }
+    write!(out, "  answer: ")?;
+    out.flush()?;
+    let Some(line) = read_line(input)? else {
+        return Ok(None);
+    };
+    Ok(Some(if line.trim().is_empty() {
+        Decision::Reject {
+            message: Some("The user declined to answer; decide yourself.".to_owned()),
+        }
+    } else {
+        Decision::Respond { message: line }
+    }))
 }
 
 /// The decision about one action; `None` when the input ended first.

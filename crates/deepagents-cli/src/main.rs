@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use clap::{Args, Parser, Subcommand};
-use deepagents::{Agent, RunOptions, models};
+use deepagents::{Agent, CheckpointError, RunOptions, RunStatus, RunStream, models};
 use futures::StreamExt as _;
 
 /// Run a deep agent: a model that plans, calls tools and works until the task is done.
@@ -230,50 +230,91 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(prompt) = args.system_prompt {
         builder = builder.system_prompt(prompt);
     }
-    let agent = builder.build()?;
+    let agent = builder
+        .checkpointer(workspace.checkpointer.clone())
+        .ask_user(true)
+        .build()?;
 
-    let (run, checkpoint) = match &args.thread {
-        Some(thread) => {
-            let input = task.filter(|t| !t.trim().is_empty());
-            let (run, checkpoint) =
-                threads::open(workspace.checkpointer.clone(), thread, input, args.wait).await?;
-            if run.state.messages.is_empty() {
-                bail!("thread `{thread}` does not exist yet; start it with a task");
-            }
-            (run, Some(checkpoint))
-        }
-        None => (deepagents::Run::from_task(task.unwrap_or_default()), None),
-    };
-    let options = RunOptions {
-        checkpoint,
-        ..RunOptions::default()
-    };
-    let outcome = drive(&agent, run, options, args.json, args.auto_approve).await;
-    // Closing folds SQLite's write-ahead log back into the database instead of leaving it.
-    workspace.store.close().await;
-    outcome
-}
-
-/// Runs `run` to its end, answering pauses, and prints its events and answer.
-async fn drive(
-    agent: &Agent,
-    run: deepagents::Run,
-    options: RunOptions,
-    json: bool,
-    auto_approve: bool,
-) -> anyhow::Result<ExitCode> {
+    let options = RunOptions::default();
     let cancel = options.cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             cancel.cancel();
         }
     });
-    let mut run = run;
-    let mut options = options;
+    let input = task.filter(|t| !t.trim().is_empty());
+    let target = match &args.thread {
+        Some(id) => Target::Thread {
+            thread: agent.thread(id.as_str())?.with_options(options),
+            wait: args.wait,
+        },
+        None => Target::Once(options),
+    };
+    let outcome = drive(&agent, &target, input, args.json, args.auto_approve).await;
+    // Closing folds SQLite's write-ahead log back into the database instead of leaving it.
+    workspace.store.close().await;
+    outcome
+}
+
+/// What the CLI runs: a conversation thread, or one run that is not saved.
+enum Target {
+    /// `wait`: wait for another run of the thread to end (`--wait`) rather than fail.
+    Thread {
+        thread: deepagents::Thread,
+        wait: bool,
+    },
+    Once(RunOptions),
+}
+
+/// Starts the first run: the task (on a thread, appended to it), or the thread's resume.
+async fn first_stream(
+    agent: &Agent,
+    target: &Target,
+    input: Option<String>,
+) -> anyhow::Result<RunStream> {
+    let (thread, wait) = match target {
+        Target::Once(options) => {
+            let run = deepagents::Run::from_task(input.unwrap_or_default());
+            return Ok(agent.stream_run(run, options.clone()));
+        }
+        Target::Thread { thread, wait } => (thread, *wait),
+    };
+    if input.is_none() && thread.state().await?.is_none() {
+        bail!(
+            "thread `{}` does not exist yet; start it with a task",
+            thread.id()
+        );
+    }
+    let start = async |thread: &deepagents::Thread| match &input {
+        Some(input) => thread.stream(input.clone()).await,
+        None => thread.stream_resume().await,
+    };
+    match start(thread).await {
+        Ok(stream) => Ok(stream),
+        Err(error @ CheckpointError::Busy { .. }) if wait => {
+            eprintln!("waiting: {error}");
+            let waiting = thread.clone().with_lease_wait(std::time::Duration::MAX);
+            Ok(start(&waiting).await?)
+        }
+        Err(error @ CheckpointError::Busy { .. }) => {
+            bail!("{error}; pass --wait to wait for it")
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Runs to the end, answering pauses, and prints the events and the answer.
+async fn drive(
+    agent: &Agent,
+    target: &Target,
+    input: Option<String>,
+    json: bool,
+    auto_approve: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut stream = first_stream(agent, target, input).await?;
     let mut stdout = std::io::stdout().lock();
     let mut progress = progress::Progress::default();
     loop {
-        let mut stream = agent.stream_run(run, options.clone());
         while let Some(event) = stream.next().await {
             if json {
                 serde_json::to_writer(&mut stdout, &event)?;
@@ -283,35 +324,43 @@ async fn drive(
                 progress.show(&event);
             }
         }
-        let failure = match stream.outcome().await {
-            Ok(output) => {
-                if !json {
-                    writeln!(stdout, "{}", output.text)?;
-                }
-                return Ok(ExitCode::SUCCESS);
-            }
-            Err(failure) => failure,
+        let output = match stream.outcome().await {
+            Ok(output) => output,
+            Err(failure) => return Ok(report_failure(&failure)),
         };
-        let deepagents::RunError::Interrupted(actions) = &failure.error else {
-            eprintln!("error: {}", error_text(&failure.error.to_string()));
-            if matches!(failure.error, deepagents::RunError::Cancelled) {
-                return Ok(ExitCode::from(EXIT_INTERRUPTED));
+        if output.status == RunStatus::Finished {
+            if !json {
+                writeln!(stdout, "{}", output.text)?;
             }
-            return Ok(ExitCode::FAILURE);
-        };
+            return Ok(ExitCode::SUCCESS);
+        }
         let decisions = if auto_approve {
-            approvals::approve_all(actions)
+            approvals::approve_all(&output.pending)
         } else {
-            approvals::ask(actions)?
+            approvals::ask(&output.pending)?
         };
-        // A checkpointed run continues from what the store holds (under the lease it still
-        // holds), so nothing is written twice.
-        let mut next = match &mut options.checkpoint {
-            Some(checkpoint) => deepagents::reload(checkpoint).await?,
-            None => *failure.run,
+        stream = match target {
+            // The thread continues from what its store holds, so nothing is written twice.
+            Target::Thread { thread, .. } => match thread.stream_decide(decisions).await {
+                Ok(stream) => stream,
+                Err(failure) => return Ok(report_failure(&failure)),
+            },
+            Target::Once(options) => {
+                let mut run = output.run;
+                deepagents::decide(&mut run, decisions)?;
+                agent.stream_run(run, options.clone())
+            }
         };
-        deepagents::decide(&mut next, decisions)?;
-        run = next;
+    }
+}
+
+/// Prints why a run failed; the exit status for it.
+fn report_failure(failure: &deepagents::RunFailure) -> ExitCode {
+    eprintln!("error: {}", error_text(&failure.error.to_string()));
+    if matches!(failure.error, deepagents::RunError::Cancelled) {
+        ExitCode::from(EXIT_INTERRUPTED)
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -3,34 +3,11 @@
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use anyhow::bail;
-use deepagents::{CheckpointError, Checkpointer, Checkpointing, Message, Run};
+use deepagents::{Checkpointer, Message};
 
 use crate::ThreadsCommand;
 use crate::workspace::open_store;
-
-/// Opens thread `id` for a run, holding its lease: refused while another run uses it unless
-/// `wait`, which waits for that run to end.
-pub async fn open(
-    checkpointer: Arc<dyn Checkpointer>,
-    id: &str,
-    input: Option<String>,
-    wait: bool,
-) -> anyhow::Result<(Run, Checkpointing)> {
-    match deepagents::open_thread(checkpointer.clone(), id, input.clone()).await {
-        Err(error @ CheckpointError::Busy { .. }) if wait => {
-            eprintln!("waiting: {error}");
-            Ok(deepagents::open_thread_waiting(checkpointer, id, input, Duration::MAX).await?)
-        }
-        Err(error @ CheckpointError::Busy { .. }) => {
-            Err(anyhow::anyhow!("{error}; pass --wait to wait for it"))
-        }
-        outcome => Ok(outcome?),
-    }
-}
 
 /// Runs a `threads` subcommand.
 pub async fn run(command: ThreadsCommand) -> anyhow::Result<ExitCode> {

@@ -188,3 +188,57 @@ fn version_prints_the_package_version() {
         format!("deepagents {}", env!("CARGO_PKG_VERSION"))
     );
 }
+
+/// The CLI offers `ask_user`. With nobody at a terminal the question is declined with a note
+/// the model can act on, and the run goes on to its answer; on a thread the question, like
+/// any pause, waits in the thread for `--auto-approve`-less reruns to answer.
+#[test]
+fn ask_user_without_a_terminal_is_declined_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = script(
+        dir.path(),
+        json!([
+            {"tool_calls": [{"id": "q", "name": "ask_user", "args": {"question": "Which colour?"}}]},
+            {"text": "I picked blue."}
+        ]),
+    );
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "state",
+            "--model",
+            &model,
+            "paint",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let events: Vec<Value> = stdout(&output)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let asked = events
+        .iter()
+        .find(|e| e["type"] == "interrupted")
+        .expect("the question pauses the run");
+    assert_eq!(asked["actions"][0]["name"], "ask_user");
+    assert_eq!(
+        asked["actions"][0]["arguments"]["question"],
+        "Which colour?"
+    );
+    let answer = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_finished" && e["call_id"] == "q")
+        .unwrap();
+    assert!(
+        answer["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("decide yourself"),
+        "{answer}"
+    );
+    assert_eq!(events.last().unwrap()["text"], "I picked blue.");
+}

@@ -101,8 +101,6 @@ pub enum ErrorKind {
     State,
     /// The checkpoint store failed.
     Checkpoint,
-    /// The run paused for approval (never sent as an `error` event: a pause is `interrupted`).
-    Interrupted,
     /// Decisions did not fit the pause they answer.
     InvalidDecision,
     /// The run was cancelled.

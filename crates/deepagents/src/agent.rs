@@ -96,10 +96,25 @@ impl Default for RunOptions {
     }
 }
 
-/// A run that reached its final answer.
+/// How a run ended, short of failing: with its answer, or paused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunStatus {
+    /// It reached its final answer.
+    Finished,
+    /// It paused: [`RunOutput::pending`] lists what it waits on. Give one decision per action
+    /// ([`Thread::decide`], or [`decide`](crate::decide) on the run) to continue it.
+    Interrupted,
+}
+
+/// What a run ended with: its final answer, or the actions it paused for.
 #[derive(Clone, Debug)]
 pub struct RunOutput {
-    /// The final answer: the text of the last assistant message.
+    /// Finished or paused.
+    pub status: RunStatus,
+    /// The actions a paused run waits on, in the order decisions must be given; empty when
+    /// it finished.
+    pub pending: Vec<PendingAction>,
+    /// The final answer: the text of the last assistant message (empty when paused).
     pub text: String,
     /// The validated structured answer, when the agent has a response format.
     pub structured: Option<serde_json::Value>,
@@ -231,6 +246,7 @@ pub struct AgentBuilder {
     summarization: bool,
     summarization_config: Option<SummarizationConfig>,
     compact_tool: bool,
+    ask_user: bool,
     remote_subagents: Vec<RemoteSubAgent>,
     interrupts: BTreeMap<String, InterruptConfig>,
     /// Interrupts a subagent inherits from its parent: unlike its own, those for tools it does
@@ -270,6 +286,7 @@ impl Agent {
             summarization: true,
             summarization_config: None,
             compact_tool: false,
+            ask_user: false,
             remote_subagents: Vec::new(),
             interrupts: BTreeMap::new(),
             inherited_interrupts: BTreeMap::new(),
@@ -467,9 +484,28 @@ impl Thread {
     }
 
     /// Adds `input` to the conversation and runs it on a background task, streaming events.
-    /// Fails before the run starts when the thread cannot be loaded.
+    /// Fails before the run starts when the thread cannot be loaded (or another run holds it).
     pub async fn stream(&self, input: impl Into<String>) -> Result<RunStream, CheckpointError> {
         let (run, options) = self.open(Some(input.into())).await?;
+        Ok(self.agent.stream_run(run, options))
+    }
+
+    /// Like [`resume`](Self::resume), on a background task, streaming events.
+    pub async fn stream_resume(&self) -> Result<RunStream, CheckpointError> {
+        let (run, options) = self.open(None).await?;
+        Ok(self.agent.stream_run(run, options))
+    }
+
+    /// Like [`decide`](Self::decide), on a background task, streaming events. Decisions that
+    /// do not fit the pause fail here, before anything runs or changes.
+    pub async fn stream_decide(&self, decisions: Vec<Decision>) -> Result<RunStream, RunFailure> {
+        let (mut run, options) = self.open(None).await.map_err(not_loaded)?;
+        if let Err(error) = crate::approval::decide(&mut run, decisions) {
+            return Err(RunFailure {
+                error,
+                run: Box::new(run),
+            });
+        }
         Ok(self.agent.stream_run(run, options))
     }
 
@@ -730,6 +766,15 @@ impl AgentBuilder {
         self
     }
 
+    /// Offers the `ask_user` tool (off by default): the model asks a question and the run
+    /// pauses like an approval, with the call in [`RunOutput::pending`] (its question in the
+    /// arguments, decisions `respond` or `reject`); the answer, given with
+    /// [`Decision::Respond`], is the call's result. The question survives restarts.
+    pub fn ask_user(mut self, enabled: bool) -> Self {
+        self.ask_user = enabled;
+        self
+    }
+
     /// Offers the `compact_conversation` tool, so the model can summarize on demand (off by
     /// default; needs summarization).
     pub fn compact_tool(mut self, enabled: bool) -> Self {
@@ -894,7 +939,14 @@ impl AgentBuilder {
     }
 
     /// Checks the configuration and builds the agent.
-    pub fn build(self) -> Result<Agent, BuildError> {
+    pub fn build(mut self) -> Result<Agent, BuildError> {
+        if self.ask_user {
+            self.tools
+                .push(Arc::new(TypedTool::new(crate::tools::ask_user::AskUser)));
+            self.interrupts
+                .entry(crate::tools::ask_user::ASK_USER.to_owned())
+                .or_insert_with(crate::tools::ask_user::interrupt);
+        }
         if self.max_turns == 0 {
             return Err(BuildError::ZeroMaxTurns);
         }

@@ -13,7 +13,7 @@ use deepagents_core::{
 use futures::stream::{self, FuturesUnordered};
 use futures::{FutureExt as _, StreamExt as _};
 
-use crate::agent::{AgentInner, RunOptions, RunOutput};
+use crate::agent::{AgentInner, RunOptions, RunOutput, RunStatus};
 use crate::approval::{
     self, DECISIONS_KEY, Gate, PENDING_KEY, PendingAction, SUBAGENT_RUNS_KEY, gate,
 };
@@ -60,7 +60,15 @@ pub(crate) async fn drive(
         (outcome, _) => outcome,
     };
     match outcome {
-        Ok(text) => {
+        Ok(Ended::Paused(pending)) => Ok(RunOutput {
+            text: String::new(),
+            structured: None,
+            run,
+            changed_files: journal.take_changed_outside(),
+            status: RunStatus::Interrupted,
+            pending,
+        }),
+        Ok(Ended::Finished(text)) => {
             events.emit(EventKind::Final {
                 text: text.clone(),
                 usage: run.usage,
@@ -78,16 +86,15 @@ pub(crate) async fn drive(
                 structured,
                 run,
                 changed_files: journal.take_changed_outside(),
+                status: RunStatus::Finished,
+                pending: Vec::new(),
             })
         }
         Err(error) => {
-            // A pause already announced itself with an `interrupted` event; it is not an error.
-            if !matches!(error, RunError::Interrupted(_)) {
-                events.emit(EventKind::Error {
-                    kind: error.kind(),
-                    message: error.to_string(),
-                });
-            }
+            events.emit(EventKind::Error {
+                kind: error.kind(),
+                message: error.to_string(),
+            });
             Err(RunFailure {
                 error,
                 run: Box::new(run),
@@ -102,7 +109,7 @@ async fn advance(
     options: &RunOptions,
     events: &EventSink,
     journal: &mut Journal,
-) -> Result<String, RunError> {
+) -> Result<Ended, RunError> {
     journal.settle_interrupted(run, &agent.tools);
     journal.remove_settled_children(run).await;
     for key in approval::drop_stale(run) {
@@ -138,7 +145,7 @@ async fn advance(
                     journal.touched_custom(PENDING_KEY);
                     journal.touched_custom(DECISIONS_KEY);
                     match gate(run, calls, &agent.interrupts) {
-                        Gate::Pause(actions) => return Err(pause(events, actions)),
+                        Gate::Pause(actions) => return Ok(pause(events, actions)),
                         Gate::Proceed {
                             run: to_run,
                             settled,
@@ -161,7 +168,7 @@ async fn advance(
                     if !waiting.is_empty() {
                         approval::record_pause(run, &waiting);
                         journal.touched_custom(PENDING_KEY);
-                        return Err(pause(events, waiting));
+                        return Ok(pause(events, waiting));
                     }
                 }
                 if agent.response_format && answered_in_latest_step(run) {
@@ -191,18 +198,26 @@ async fn advance(
                         .await
                         .map_err(|e| middleware_error(middleware.name(), e))?;
                 }
-                return Ok(text);
+                return Ok(Ended::Finished(text));
             }
         }
     }
 }
 
+/// How a drive ended, short of failing.
+enum Ended {
+    /// With this answer.
+    Finished(String),
+    /// Paused: these actions wait for decisions.
+    Paused(Vec<PendingAction>),
+}
+
 /// Announces a pause; the actions are already recorded in the run.
-fn pause(events: &EventSink, actions: Vec<PendingAction>) -> RunError {
+fn pause(events: &EventSink, actions: Vec<PendingAction>) -> Ended {
     events.emit(EventKind::Interrupted {
         actions: actions.clone(),
     });
-    RunError::Interrupted(actions)
+    Ended::Paused(actions)
 }
 
 fn middleware_error(name: &str, error: impl ToString) -> RunError {

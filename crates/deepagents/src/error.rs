@@ -34,10 +34,6 @@ pub enum RunError {
     /// A state update could not be merged.
     #[error(transparent)]
     State(#[from] StateError),
-    /// The run paused: these calls wait for a decision. Record decisions with
-    /// [`decide`](crate::decide) and continue the run.
-    #[error("the run is waiting for approval of {} tool call(s)", .0.len())]
-    Interrupted(Vec<crate::approval::PendingAction>),
     /// Decisions that do not fit the pending actions.
     #[error("invalid decisions: {0}")]
     InvalidDecision(String),
@@ -62,7 +58,6 @@ impl RunError {
             Self::Middleware { .. } => ErrorKind::Middleware,
             Self::State(_) => ErrorKind::State,
             Self::Checkpoint(_) => ErrorKind::Checkpoint,
-            Self::Interrupted(_) => ErrorKind::Interrupted,
             Self::InvalidDecision(_) => ErrorKind::InvalidDecision,
             Self::Cancelled => ErrorKind::Cancelled,
             Self::Crashed(_) => ErrorKind::Crashed,

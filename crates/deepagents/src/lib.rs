@@ -43,7 +43,7 @@ mod tools;
 
 pub use agent::{
     Agent, AgentBuilder, BuildError, DEFAULT_MAX_TURNS, MEMORIES_NAMESPACE, MEMORIES_PREFIX,
-    RunOptions, RunOutput, Thread, ThreadError,
+    RunOptions, RunOutput, RunStatus, Thread, ThreadError,
 };
 pub use approval::{
     Decision, DecisionKind, InterruptConfig, PendingAction, decide, pending_actions,
@@ -52,6 +52,7 @@ pub use error::{RunError, RunFailure};
 pub use journal::{IN_FLIGHT_KEY, open_thread, open_thread_waiting, reload};
 pub use stream::RunStream;
 pub use subagents::SubAgent;
+pub use tools::ask_user::ASK_USER;
 
 /// The backends (where files live), re-exported.
 pub use deepagents_backends as backends;

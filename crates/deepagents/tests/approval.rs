@@ -7,7 +7,7 @@ use deepagents::backends::{Mode, Operation, PermissionRule, Permissions};
 use deepagents::core::{Checkpointer, FileContent, InMemoryCheckpointer};
 use deepagents::{
     Agent, AgentBuilder, Decision, DecisionKind, DynamicTool, InterruptConfig, Message, Run,
-    RunError, RunOptions, ToolOutput, decide, open_thread,
+    RunOptions, ToolOutput, decide, open_thread,
 };
 use serde_json::json;
 
@@ -50,16 +50,14 @@ async fn pause_then(
         configure(Agent::builder(scripted(write_then_done())).dyn_tool(counter(count.clone())))
             .build()
             .unwrap();
-    let failure = agent.invoke("plan").await.unwrap_err();
-    let RunError::Interrupted(actions) = &failure.error else {
-        panic!("expected a pause, got {:?}", failure.error);
-    };
+    let failure = agent.invoke("plan").await.unwrap();
+    let actions = crate::support::paused(&failure);
     assert_eq!(actions.len(), 1);
     assert_eq!(actions[0].call_id, "w");
     assert_eq!(actions[0].arguments["file_path"], "/secret/plan.md");
     assert_eq!(count.load(Ordering::SeqCst), 0, "nothing of the step ran");
     assert!(failure.run.state.files.is_empty());
-    let mut run = *failure.run;
+    let mut run = failure.run;
     decide(&mut run, vec![decision]).unwrap();
     let output = agent
         .run(run, RunOptions::default(), deepagents::EventSink::discard())
@@ -169,7 +167,7 @@ async fn decisions_must_fit_the_pending_actions() {
         )
         .build()
         .unwrap();
-    let mut run = *agent.invoke("plan").await.unwrap_err().run;
+    let mut run = agent.invoke("plan").await.unwrap().run;
     assert!(decide(&mut run.clone(), vec![]).is_err());
     let error = decide(
         &mut run,
@@ -202,8 +200,8 @@ async fn a_pause_survives_a_restart_through_the_checkpointer() {
     let failure = build()
         .run(run, options, deepagents::EventSink::discard())
         .await
-        .unwrap_err();
-    assert!(matches!(failure.error, RunError::Interrupted(_)));
+        .unwrap();
+    crate::support::paused(&failure);
 
     // A new process: load the thread, decide, continue.
     let (mut run, checkpoint): (Run, _) = open_thread(store.clone(), "t", None).await.unwrap();
@@ -240,10 +238,12 @@ async fn an_edit_survives_a_restart_in_the_stored_history() {
         checkpoint: Some(checkpoint),
         ..RunOptions::default()
     };
-    build()
+    let paused = build()
         .run(run, options, deepagents::EventSink::discard())
         .await
-        .unwrap_err();
+        .unwrap();
+    crate::support::paused(&paused);
+    drop(paused);
     let (mut run, checkpoint): (Run, _) = open_thread(store.clone(), "t", None).await.unwrap();
     decide(
         &mut run,
@@ -279,4 +279,86 @@ async fn an_edit_survives_a_restart_in_the_stored_history() {
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].arguments["content"], "v2\n");
     assert_eq!(tool_results(&stored.state.messages).len(), 2);
+}
+
+/// `ask_user` pauses the run like an approval; the person's answer (a `respond` decision) is
+/// the call's result, also after a restart, and the decide step streams its events.
+#[tokio::test]
+async fn ask_user_pauses_until_the_answer_which_becomes_the_result() {
+    use futures::StreamExt as _;
+    let store: Arc<dyn deepagents::Checkpointer> =
+        Arc::new(deepagents::InMemoryCheckpointer::new());
+    let agent = || {
+        Agent::builder(scripted(json!([
+            {"tool_calls": [{"id": "q", "name": "ask_user", "args": {"question": "Which colour?", "options": ["red", "blue"]}}]},
+            {"text": "Painting it."}
+        ])))
+        .ask_user(true)
+        .checkpointer(store.clone())
+        .build()
+        .unwrap()
+    };
+    let paused = agent().thread("t").unwrap().invoke("paint").await.unwrap();
+    let pending = crate::support::paused(&paused);
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].name, deepagents::ASK_USER);
+    assert_eq!(pending[0].arguments["question"], "Which colour?");
+    assert_eq!(
+        pending[0].allowed,
+        [DecisionKind::Respond, DecisionKind::Reject]
+    );
+    assert!(
+        agent()
+            .thread("t")
+            .unwrap()
+            .decide(vec![Decision::Approve])
+            .await
+            .is_err(),
+        "a question is answered, not approved"
+    );
+
+    // Another process answers; the events of the continued run stream.
+    let thread = agent().thread("t").unwrap();
+    let mut stream = thread
+        .stream_decide(vec![Decision::Respond {
+            message: "blue".into(),
+        }])
+        .await
+        .unwrap();
+    let mut answered = None;
+    while let Some(event) = stream.next().await {
+        if let deepagents::EventKind::ToolCallFinished {
+            call_id, content, ..
+        } = event.kind
+        {
+            answered = Some((call_id, content[0].as_text().unwrap_or_default().to_owned()));
+        }
+    }
+    let output = stream.outcome().await.unwrap();
+    assert_eq!(output.status, deepagents::RunStatus::Finished);
+    assert_eq!(output.text, "Painting it.");
+    assert_eq!(answered, Some(("q".to_owned(), "blue".to_owned())));
+}
+
+/// A paused thread resumed without decisions stays paused, through the streaming resume too.
+#[tokio::test]
+async fn stream_resume_of_a_paused_thread_reports_the_pause_again() {
+    use futures::StreamExt as _;
+    let agent = Agent::builder(scripted(write_then_done()))
+        .interrupt_on("write_file", InterruptConfig::default())
+        .checkpointer(Arc::new(deepagents::InMemoryCheckpointer::new()))
+        .build()
+        .unwrap();
+    let thread = agent.thread("t").unwrap();
+    crate::support::paused(&thread.invoke("plan").await.unwrap());
+    let mut stream = thread.stream_resume().await.unwrap();
+    let mut interrupted = 0;
+    while let Some(event) = stream.next().await {
+        if matches!(event.kind, deepagents::EventKind::Interrupted { .. }) {
+            interrupted += 1;
+        }
+    }
+    let output = stream.outcome().await.unwrap();
+    assert_eq!(crate::support::paused(&output).len(), 1);
+    assert_eq!(interrupted, 1);
 }

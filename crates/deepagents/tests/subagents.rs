@@ -303,8 +303,8 @@ mod approvals_inside_subagents {
 
     use deepagents::core::{Checkpointer, InMemoryCheckpointer};
     use deepagents::{
-        Agent, Decision, EventSink, InterruptConfig, Message, Run, RunError, RunOptions, SubAgent,
-        decide, open_thread, pending_actions,
+        Agent, Decision, EventSink, InterruptConfig, Message, Run, RunOptions, SubAgent, decide,
+        open_thread, pending_actions,
     };
     use serde_json::{Value, json};
 
@@ -366,10 +366,8 @@ mod approvals_inside_subagents {
         }
     }
 
-    fn assert_paused_in_alpha(error: &RunError) {
-        let RunError::Interrupted(actions) = error else {
-            panic!("expected a pause, got {error:?}");
-        };
+    fn assert_paused_in_alpha(output: &deepagents::RunOutput) {
+        let actions = crate::support::paused(output);
         assert_eq!(actions.len(), 1, "{actions:?}");
         assert_eq!(actions[0].call_id, "g");
         assert_eq!(actions[0].name, "guarded");
@@ -388,8 +386,8 @@ mod approvals_inside_subagents {
         let failure = agent
             .run(Run::from_task("go"), RunOptions::default(), sink)
             .await
-            .unwrap_err();
-        assert_paused_in_alpha(&failure.error);
+            .unwrap();
+        assert_paused_in_alpha(&failure);
         assert_eq!(counts.get(), (0, 2), "both ticked; nothing guarded ran");
         let mut top_level_pause = None;
         while let Ok(event) = events.try_recv() {
@@ -405,7 +403,7 @@ mod approvals_inside_subagents {
             ["t_a", "general-purpose"]
         );
 
-        let mut run = *failure.run;
+        let mut run = failure.run;
         let finished = tool_results(&run.state.messages);
         assert_eq!(
             finished.len(),
@@ -464,12 +462,10 @@ mod approvals_inside_subagents {
         .interrupt_on("guarded", InterruptConfig::default())
         .build()
         .unwrap();
-        let failure = agent.invoke("go").await.unwrap_err();
-        let RunError::Interrupted(actions) = &failure.error else {
-            panic!("{:?}", failure.error);
-        };
+        let failure = agent.invoke("go").await.unwrap();
+        let actions = crate::support::paused(&failure);
         assert_eq!(crate::support::flat(&actions[0].path), ["t_w", "worker"]);
-        let mut run = *failure.run;
+        let mut run = failure.run;
         decide(
             &mut run,
             vec![Decision::Reject {
@@ -521,8 +517,8 @@ mod approvals_inside_subagents {
             .agent()
             .run(run, options, EventSink::discard())
             .await
-            .unwrap_err();
-        assert_paused_in_alpha(&failure.error);
+            .unwrap();
+        assert_paused_in_alpha(&failure);
         drop(failure);
 
         // A new process: the thread is all there is.
@@ -593,15 +589,13 @@ mod approvals_inside_subagents {
             .subagent(SubAgent::from_agent("delegator", "Delegates.", delegator))
             .build()
             .unwrap();
-        let failure = agent.invoke("go").await.unwrap_err();
-        let RunError::Interrupted(actions) = &failure.error else {
-            panic!("{:?}", failure.error);
-        };
+        let failure = agent.invoke("go").await.unwrap();
+        let actions = crate::support::paused(&failure);
         assert_eq!(
             crate::support::flat(&actions[0].path),
             ["outer", "delegator", "inner", "general-purpose"]
         );
-        let mut run = *failure.run;
+        let mut run = failure.run;
         assert!(decide(&mut run.clone(), vec![]).is_err());
         decide(&mut run, vec![Decision::Approve]).unwrap();
         let output = agent
@@ -753,7 +747,7 @@ mod configuration {
     use deepagents::middleware::Middleware;
     use deepagents::{
         Agent, AgentState, Decision, DynamicTool, EventSink, InterruptConfig, ModelRequest,
-        RunError, RunOptions, RuntimeContext, SubAgent, ToolOutput, ToolStatus, decide,
+        RunOptions, RuntimeContext, SubAgent, ToolOutput, ToolStatus, decide,
     };
     use serde_json::json;
 
@@ -799,10 +793,8 @@ mod configuration {
             )
             .build()
             .unwrap();
-        let failure = agent.invoke("go").await.unwrap_err();
-        let RunError::Interrupted(actions) = &failure.error else {
-            panic!("expected a pause, got {:?}", failure.error);
-        };
+        let failure = agent.invoke("go").await.unwrap();
+        let actions = crate::support::paused(&failure);
         let waiting: Vec<(&str, Vec<String>)> = actions
             .iter()
             .map(|a| (a.name.as_str(), crate::support::flat(&a.path)))
@@ -821,7 +813,7 @@ mod configuration {
             "free and strict ran `guarded` without asking"
         );
         assert_eq!(ticks.load(Ordering::SeqCst), 0);
-        let mut run = *failure.run;
+        let mut run = failure.run;
         assert_eq!(
             text(tool_results(&run.state.messages)[0]),
             "free done",

@@ -45,3 +45,15 @@ pub fn flat(path: &deepagents::core::AgentPath) -> Vec<String> {
         .flat_map(|segment| [segment.call_id.clone(), segment.name.clone()])
         .collect()
 }
+
+/// The actions of a run that must have paused.
+#[track_caller]
+pub fn paused(output: &deepagents::RunOutput) -> &[deepagents::PendingAction] {
+    assert_eq!(
+        output.status,
+        deepagents::RunStatus::Interrupted,
+        "expected a pause, got the answer {:?}",
+        output.text
+    );
+    &output.pending
+}

@@ -48,7 +48,12 @@ impl SqliteCheckpointer {
         new_thread: bool,
     ) -> Result<u64, CheckpointError> {
         let delta_json = serde_json::to_string(delta).map_err(storage)?;
-        let mut conn = self.store.pool.acquire().await.map_err(storage)?;
+        // IMMEDIATE takes the write lock up front. Should the caller be cancelled mid-way, the
+        // guard closes the connection, which ends the transaction and frees the lock.
+        let mut guard = super::sqlite::WriteConnection::acquire(&self.store.pool)
+            .await
+            .map_err(storage)?;
+        let conn = guard.conn().map_err(storage)?;
         sqlx::query("BEGIN IMMEDIATE")
             .execute(&mut *conn)
             .await
@@ -111,6 +116,7 @@ impl SqliteCheckpointer {
             .execute(&mut *conn)
             .await
             .map_err(storage)?;
+        guard.done();
         Ok(u64::try_from(written?).unwrap_or(0))
     }
 }

@@ -54,6 +54,40 @@ pub(super) enum Leases {
     Local(LocalLeases),
 }
 
+/// A pooled connection for one write transaction. If the future using it is dropped before
+/// [`done`](Self::done) — a cancelled caller, an aborted task — the connection is closed
+/// instead of returned to the pool: closing ends its open transaction, whereas a pooled
+/// connection would keep the database's write lock for as long as it lives.
+pub(super) struct WriteConnection {
+    conn: Option<sqlx::pool::PoolConnection<sqlx::Sqlite>>,
+}
+
+impl WriteConnection {
+    pub(super) async fn acquire(pool: &Pool) -> Result<Self, sqlx::Error> {
+        Ok(Self {
+            conn: Some(pool.acquire().await?),
+        })
+    }
+
+    /// The connection (always there until [`done`](Self::done) consumes the guard).
+    pub(super) fn conn(&mut self) -> Result<&mut sqlx::SqliteConnection, sqlx::Error> {
+        self.conn.as_deref_mut().ok_or(sqlx::Error::PoolClosed)
+    }
+
+    /// The transaction ended: the connection may go back to the pool.
+    pub(super) fn done(mut self) {
+        self.conn.take();
+    }
+}
+
+impl Drop for WriteConnection {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            drop(conn.detach());
+        }
+    }
+}
+
 /// How long a connection waits for another one's write to finish.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -133,25 +167,17 @@ impl SqliteStore {
         location: &str,
         leases: Leases,
     ) -> Result<Self, StoreError> {
-        let mut conn = pool.acquire().await.map_err(storage)?;
         // IMMEDIATE takes the write lock up front, so processes opening the store at once
-        // queue on the busy timeout instead of failing on a lock upgrade.
-        sqlx::query("BEGIN IMMEDIATE")
-            .execute(&mut *conn)
-            .await
-            .map_err(storage)?;
+        // queue on the busy timeout instead of failing on a lock upgrade; the transaction
+        // object rolls back if the caller is cancelled.
+        let mut conn = pool.begin_with("BEGIN IMMEDIATE").await.map_err(storage)?;
         let migrated = Self::migrate(&mut conn, location).await;
-        let end = if migrated.is_ok() {
-            "COMMIT"
+        if migrated.is_ok() {
+            conn.commit().await.map_err(storage)?;
         } else {
-            "ROLLBACK"
-        };
-        sqlx::query(end)
-            .execute(&mut *conn)
-            .await
-            .map_err(storage)?;
+            conn.rollback().await.map_err(storage)?;
+        }
         migrated?;
-        drop(conn);
         Ok(Self { pool, leases })
     }
 

@@ -16,9 +16,8 @@ use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{Middleware, MiddlewareError};
-use crate::agent::{Agent, RunOptions};
+use crate::agent::{Agent, RunOptions, RunStatus};
 use crate::approval::{self, PausedSubagent};
-use crate::error::RunError;
 
 const PROMPT: &str = "\
 ## Subagents
@@ -291,6 +290,23 @@ impl Tool for Task {
             }
         };
         match outcome {
+            Ok(output) if output.status == RunStatus::Interrupted => {
+                let mut changed_files = changed_before;
+                changed_files.extend(file_changes(&start, &output.run.state).files.into_keys());
+                changed_files.sort();
+                changed_files.dedup();
+                let paused = PausedSubagent {
+                    subagent: args.subagent_type,
+                    run: output.run,
+                    changed_files,
+                };
+                // The driver keeps the paused run in the parent's state and pauses the parent.
+                let artifact = approval::paused_artifact(&paused).map_err(|e| {
+                    ToolError::Fatal(format!("the paused subagent could not be stored: {e}"))
+                })?;
+                Ok(ToolOutput::text("The subagent is waiting for approval.")
+                    .with_artifact(artifact))
+            }
             Ok(output) => {
                 let answer = match &output.structured {
                     Some(json) => json.to_string(),
@@ -307,23 +323,6 @@ impl Tool for Task {
                     .with_changed_files(output.changed_files);
                 result.artifact = output.structured;
                 Ok(result)
-            }
-            Err(failure) if matches!(failure.error, RunError::Interrupted(_)) => {
-                let mut changed_files = changed_before;
-                changed_files.extend(file_changes(&start, &failure.run.state).files.into_keys());
-                changed_files.sort();
-                changed_files.dedup();
-                let paused = PausedSubagent {
-                    subagent: args.subagent_type,
-                    run: *failure.run,
-                    changed_files,
-                };
-                // The driver keeps the paused run in the parent's state and pauses the parent.
-                let artifact = approval::paused_artifact(&paused).map_err(|e| {
-                    ToolError::Fatal(format!("the paused subagent could not be stored: {e}"))
-                })?;
-                Ok(ToolOutput::text("The subagent is waiting for approval.")
-                    .with_artifact(artifact))
             }
             Err(failure) => {
                 // What it wrote before failing is kept, as it would be on disk.
