@@ -196,7 +196,11 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         ..models::ModelOptions::default()
     };
     config.apply(&spec, &mut options);
-    let model = models::from_spec_with(&spec, &options)?;
+    let model = models::from_spec_with(&spec, &options).map_err(|error| match error {
+        // The library's message names no flag; here there is one.
+        models::SpecError::MissingBaseUrl { .. } => anyhow::anyhow!("{error} (--base-url URL)"),
+        error => error.into(),
+    })?;
     let mut builder = Agent::builder(model)
         .todos(args.todos)
         .compact_tool(args.compact_tool)
@@ -356,7 +360,11 @@ async fn drive(
 
 /// Prints why a run failed; the exit status for it.
 fn report_failure(failure: &deepagents::RunFailure) -> ExitCode {
-    eprintln!("error: {}", error_text(&failure.error.to_string()));
+    let hint = match failure.error {
+        deepagents::RunError::TurnLimit(_) => " (--max-turns N)",
+        _ => "",
+    };
+    eprintln!("error: {}{hint}", error_text(&failure.error.to_string()));
     if matches!(failure.error, deepagents::RunError::Cancelled) {
         ExitCode::from(EXIT_INTERRUPTED)
     } else {

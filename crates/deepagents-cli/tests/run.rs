@@ -242,3 +242,17 @@ fn ask_user_without_a_terminal_is_declined_and_the_run_goes_on() {
     );
     assert_eq!(events.last().unwrap()["text"], "I picked blue.");
 }
+
+/// The library's errors name no flags; the CLI adds the flag that fixes them.
+#[test]
+fn a_missing_base_url_names_the_flag() {
+    let output = bin()
+        .args(["run", "--model", "openai_compatible:qwen3", "go"])
+        .env_remove("OPENAI_COMPATIBLE_BASE_URL")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let error = stderr(&output);
+    assert!(error.contains("needs a base URL"), "{error}");
+    assert!(error.contains("--base-url URL"), "{error}");
+}

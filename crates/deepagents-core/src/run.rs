@@ -45,7 +45,7 @@ pub enum NextAction {
 /// The run needs another model call but has used all it may.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "the run made {limit} model calls without reaching a final answer (the turn limit); raise the limit (--max-turns) or narrow the task"
+    "the run made {limit} model calls without reaching a final answer (the turn limit); raise the turn limit or narrow the task"
 )]
 pub struct TurnLimitReached {
     /// The limit that was reached.

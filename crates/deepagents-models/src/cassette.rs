@@ -94,7 +94,7 @@ pub enum CassetteError {
         source: std::io::Error,
     },
     /// The file is not a cassette.
-    #[error("{} is not a valid cassette: {message}; record one with `deepagents run --record PATH`", path.display())]
+    #[error("{} is not a valid cassette: {message}; record a session into it first", path.display())]
     Parse {
         /// The file.
         path: PathBuf,
@@ -360,7 +360,7 @@ impl Transport for ReplayTransport {
             return Err(TransportError {
                 retryable: false,
                 message: format!(
-                    "cassette {} holds {} exchanges and the run sent request {}; record it again with --record",
+                    "cassette {} holds {} exchanges and the run sent request {}; record it again",
                     self.path.display(),
                     self.exchanges.len(),
                     index + 1

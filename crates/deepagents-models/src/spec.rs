@@ -57,7 +57,7 @@ pub enum SpecError {
         variables: Vec<&'static str>,
     },
     /// The provider has no default endpoint and none was given.
-    #[error("{provider} needs a base URL: pass --base-url URL or set {variable}")]
+    #[error("{provider} needs a base URL: set {variable} or give one in the model options")]
     MissingBaseUrl {
         /// The provider.
         provider: String,

@@ -84,7 +84,10 @@ mod providers {
             .err()
             .unwrap();
         assert!(matches!(error, SpecError::MissingBaseUrl { .. }));
-        assert!(error.to_string().contains("--base-url"), "{error}");
+        assert!(
+            error.to_string().contains("needs a base URL: set"),
+            "{error}"
+        );
         let error = from_spec_with("anthropic:", &ModelOptions::default())
             .err()
             .unwrap();

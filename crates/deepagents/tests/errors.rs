@@ -17,7 +17,10 @@ async fn the_turn_limit_stops_a_looping_model_with_a_clear_error() {
         .unwrap();
     let failure = agent.invoke("loop forever").await.unwrap_err();
     assert!(matches!(failure.error, RunError::TurnLimit(ref limit) if limit.limit == 3));
-    assert!(failure.to_string().contains("--max-turns"), "{failure}");
+    assert!(
+        failure.to_string().contains("raise the turn limit"),
+        "{failure}"
+    );
     // The three calls and their results are all kept.
     assert_eq!(failure.run.steps, 3);
     assert_eq!(failure.run.state.messages.len(), 1 + 3 * 2);
