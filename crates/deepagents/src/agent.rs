@@ -15,12 +15,13 @@ use crate::error::{RunError, RunFailure};
 use crate::middleware::Registered;
 use crate::middleware::{
     DEFAULT_OFFLOAD_THRESHOLD, DanglingToolCallsMiddleware, FilesystemMiddleware,
-    GuidanceMiddleware, LargeResultsMiddleware, MemoryMiddleware, Middleware, RemoteSubAgent,
-    RemoteSubAgentsMiddleware, ResponseFormatMiddleware, ShortenOldEditsMiddleware,
-    SkillsMiddleware, SubAgentsMiddleware, SummarizationConfig, SummarizationMiddleware,
-    TodoListMiddleware, compose,
+    GuidanceMiddleware, LargeResultsMiddleware, MemoryMiddleware, Middleware,
+    ResponseFormatMiddleware, ShortenOldEditsMiddleware, SkillsMiddleware, SubAgentsMiddleware,
+    SummarizationConfig, SummarizationMiddleware, TodoListMiddleware, compose,
 };
 use crate::middleware::{HISTORY_DIR, LARGE_RESULTS_DIR};
+#[cfg(feature = "remote")]
+use crate::middleware::{RemoteSubAgent, RemoteSubAgentsMiddleware};
 use crate::registry::{RegistryError, ToolRegistry};
 use crate::stream::RunStream;
 use crate::subagents::{
@@ -247,6 +248,7 @@ pub struct AgentBuilder {
     summarization_config: Option<SummarizationConfig>,
     compact_tool: bool,
     ask_user: bool,
+    #[cfg(feature = "remote")]
     remote_subagents: Vec<RemoteSubAgent>,
     interrupts: BTreeMap<String, InterruptConfig>,
     /// Interrupts a subagent inherits from its parent: unlike its own, those for tools it does
@@ -287,6 +289,7 @@ impl Agent {
             summarization_config: None,
             compact_tool: false,
             ask_user: false,
+            #[cfg(feature = "remote")]
             remote_subagents: Vec::new(),
             interrupts: BTreeMap::new(),
             inherited_interrupts: BTreeMap::new(),
@@ -782,6 +785,7 @@ impl AgentBuilder {
         self
     }
 
+    #[cfg(feature = "remote")]
     /// Adds a remote agent (Agent Protocol / LangGraph API) the model can run as a background
     /// task with `start_async_task`, `check_async_task`, `update_async_task`,
     /// `cancel_async_task` and `list_async_tasks`.
@@ -1017,6 +1021,7 @@ impl AgentBuilder {
                 self.max_concurrent_subagents,
             )));
         }
+        #[cfg(feature = "remote")]
         if !self.remote_subagents.is_empty() {
             let middleware = RemoteSubAgentsMiddleware::new(self.remote_subagents.clone())
                 .map_err(|e| BuildError::Subagent {

@@ -13,6 +13,7 @@ mod fs_tools;
 mod middleware;
 mod middleware_capture;
 mod prompts;
+#[cfg(feature = "remote")]
 mod remote;
 mod state_merge;
 mod structured;

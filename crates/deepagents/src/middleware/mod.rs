@@ -23,6 +23,7 @@ mod filesystem;
 mod guidance;
 mod memory;
 mod offload;
+#[cfg(feature = "remote")]
 mod remote;
 mod response_format;
 mod shorten;
@@ -51,6 +52,7 @@ pub use offload::{
     DEFAULT_OFFLOAD_THRESHOLD, LARGE_INPUT_THRESHOLD, LARGE_INPUTS_KEY, LARGE_RESULTS_DIR,
     LargeResultsMiddleware,
 };
+#[cfg(feature = "remote")]
 pub use remote::{ASYNC_TASKS_KEY, RemoteSetupError, RemoteSubAgent, RemoteSubAgentsMiddleware};
 pub use response_format::{FINAL_ANSWER_TOOL, ResponseFormatMiddleware, STRUCTURED_RESPONSE_KEY};
 pub(crate) use response_format::{answered_in_latest_step, final_structured_answer};
