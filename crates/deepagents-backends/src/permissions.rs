@@ -391,16 +391,6 @@ impl Sandbox for PermissionedBackend {
         self.inner.as_sandbox().map_or("", |s| s.id())
     }
 
-    async fn execute(
-        &self,
-        cx: &BackendContext,
-        command: &str,
-        timeout: Option<std::time::Duration>,
-    ) -> Result<ExecuteResult, BackendError> {
-        self.execute_streaming(cx, command, timeout, &|_, _| {})
-            .await
-    }
-
     async fn execute_streaming(
         &self,
         cx: &BackendContext,

@@ -321,16 +321,6 @@ impl Sandbox for PolicyBackend {
         self.inner.as_sandbox().map_or("", |s| s.id())
     }
 
-    async fn execute(
-        &self,
-        cx: &BackendContext,
-        command: &str,
-        timeout: Option<Duration>,
-    ) -> Result<ExecuteResult, BackendError> {
-        self.execute_streaming(cx, command, timeout, &|_, _| {})
-            .await
-    }
-
     async fn execute_streaming(
         &self,
         cx: &BackendContext,

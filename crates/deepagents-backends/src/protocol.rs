@@ -594,30 +594,26 @@ pub trait Sandbox: Backend {
     /// A stable id of this sandbox (for logs and reconnection).
     fn id(&self) -> &str;
 
-    /// Runs `command` through a shell; `timeout` overrides the backend's default.
-    async fn execute(
-        &self,
-        cx: &BackendContext,
-        command: &str,
-        timeout: Option<Duration>,
-    ) -> Result<ExecuteResult, BackendError>;
-
-    /// Like [`execute`](Self::execute), handing `on_output` each piece of output as the command
-    /// produces it (at most as much as the result may hold). The default runs `execute` and
-    /// hands over its whole output at the end; sandboxes that can stream override it, and
-    /// wrappers forward it.
+    /// Runs `command` through a shell; `timeout` overrides the backend's default. Hands
+    /// `on_output` each piece of output as the command produces it (at most as much as the
+    /// result may hold); a sandbox that cannot stream hands over its whole output at the end.
     async fn execute_streaming(
         &self,
         cx: &BackendContext,
         command: &str,
         timeout: Option<Duration>,
         on_output: &OutputSink<'_>,
+    ) -> Result<ExecuteResult, BackendError>;
+
+    /// [`execute_streaming`](Self::execute_streaming) without a listener.
+    async fn execute(
+        &self,
+        cx: &BackendContext,
+        command: &str,
+        timeout: Option<Duration>,
     ) -> Result<ExecuteResult, BackendError> {
-        let result = self.execute(cx, command, timeout).await?;
-        if !result.output.is_empty() {
-            on_output(OutputStream::Stdout, &result.output);
-        }
-        Ok(result)
+        self.execute_streaming(cx, command, timeout, &|_, _| {})
+            .await
     }
 }
 

@@ -300,16 +300,6 @@ impl Sandbox for LocalShellBackend {
         &self.id
     }
 
-    async fn execute(
-        &self,
-        cx: &BackendContext,
-        command: &str,
-        timeout: Option<Duration>,
-    ) -> Result<ExecuteResult, BackendError> {
-        self.execute_streaming(cx, command, timeout, &|_, _| {})
-            .await
-    }
-
     async fn execute_streaming(
         &self,
         _cx: &BackendContext,

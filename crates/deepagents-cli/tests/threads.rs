@@ -607,9 +607,17 @@ fn wait_for_thread(database: &Database, thread: &str) {
     panic!("thread {thread} never started");
 }
 
-/// A second process on a thread in use is refused, naming the thread and `--wait`; the first
-/// finishes untouched, and the refused task can run afterwards. Nothing is lost or repeated.
-fn second_process_is_refused(database: &Database, thread: &str) {
+/// Starts the script on `thread` with task A and waits until it holds the thread:
+/// the scratch directory (keep it alive), the model spec, the workspace and the process.
+fn start_first(
+    database: &Database,
+    thread: &str,
+) -> (
+    tempfile::TempDir,
+    String,
+    std::path::PathBuf,
+    std::process::Child,
+) {
     let work = tempfile::tempdir().unwrap();
     let model = two_task_script(work.path());
     let root = work.path().join("root");
@@ -620,6 +628,13 @@ fn second_process_is_refused(database: &Database, thread: &str) {
         .spawn()
         .unwrap();
     wait_for_thread(database, thread);
+    (work, model, root, first)
+}
+
+/// A second process on a thread in use is refused, naming the thread and `--wait`; the first
+/// finishes untouched, and the refused task can run afterwards. Nothing is lost or repeated.
+fn second_process_is_refused(database: &Database, thread: &str) {
+    let (_work, model, root, first) = start_first(database, thread);
     let second = thread_run(database, &model, &root, thread, &["task-B"])
         .output()
         .unwrap();
@@ -664,16 +679,7 @@ fn second_process_is_refused(database: &Database, thread: &str) {
 /// With `--wait` the second process waits for the first and then continues the thread: both
 /// tasks run once each, in order.
 fn second_process_waits(database: &Database, thread: &str) {
-    let work = tempfile::tempdir().unwrap();
-    let model = two_task_script(work.path());
-    let root = work.path().join("root");
-    std::fs::create_dir(&root).unwrap();
-    let first = thread_run(database, &model, &root, thread, &["task-A"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_thread(database, thread);
+    let (_work, model, root, first) = start_first(database, thread);
     let second = thread_run(database, &model, &root, thread, &["--wait", "task-B"])
         .output()
         .unwrap();
@@ -699,16 +705,7 @@ fn second_process_waits(database: &Database, thread: &str) {
 /// Two resumes of a crashed run at once: one continues it, the other is refused or finds it
 /// finished; no command runs twice.
 fn two_resumes_of_a_crash(database: &Database, thread: &str) {
-    let work = tempfile::tempdir().unwrap();
-    let model = two_task_script(work.path());
-    let root = work.path().join("root");
-    std::fs::create_dir(&root).unwrap();
-    let mut first = thread_run(database, &model, &root, thread, &["task-A"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_thread(database, thread);
+    let (_work, model, root, mut first) = start_first(database, thread);
     std::thread::sleep(Duration::from_millis(150));
     first.kill().unwrap();
     first.wait().unwrap();
