@@ -408,17 +408,7 @@ async fn a_streamed_chat_call_index_is_only_a_key() {
 
 // --- A missing file's OS error, once --------------------------------------------------------
 
-/// The whole chain the way anyhow's `{:#}` prints it: each message, then each `source()`.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+use crate::scripted::chain;
 
 #[test]
 fn a_missing_cassette_prints_its_os_error_once() {

@@ -154,7 +154,7 @@ fn broken_scripts_are_refused_with_the_reason() {
 }
 
 /// The whole chain the way anyhow's `{:#}` prints it: each message, then each `source()`.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

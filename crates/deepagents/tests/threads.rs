@@ -626,74 +626,11 @@ async fn thread_ids_that_cannot_be_stored_are_refused() {
 /// exactly once, only calls in flight at a crash may be missing, and no subagent checkpoints
 /// are left.
 async fn crashes_in_nested_parallel_subagents(open: impl AsyncFn() -> Store) {
-    let steps = |prefix: &str, count: usize, answer: &str| {
-        let mut turns: Vec<serde_json::Value> = (0..count)
-            .map(|i| json!({"tool_calls": [{"name": "step", "args": {"n": format!("{prefix}{i}")}}]}))
-            .collect();
-        turns.push(json!({"text": answer}));
-        turns
-    };
-    let task = |id: &str, description: &str, kind: &str| json!({"id": id, "name": "task", "args": {"description": description, "subagent_type": kind}});
-    let mut outer = steps("o", 3, "outer done");
-    outer.insert(
-        2,
-        json!({"tool_calls": [task("t2", "LEFT: count", "general-purpose"), task("t3", "RIGHT: count", "general-purpose")]}),
-    );
-    let script = json!({
-        "turns": [
-            {"tool_calls": [task("t1", "OUTER: count", "delegator")]},
-            {"text": "parent done"}
-        ],
-        "conversations": [
-            {"when_task_contains": "OUTER", "turns": outer},
-            {"when_task_contains": "LEFT", "turns": steps("a", 4, "left done")},
-            {"when_task_contains": "RIGHT", "turns": steps("b", 4, "right done")}
-        ]
-    });
-    let names: Vec<String> = (0..3)
-        .map(|i| format!("o{i}"))
-        .chain((0..4).map(|i| format!("a{i}")))
-        .chain((0..4).map(|i| format!("b{i}")))
-        .collect();
     let calls = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let agent = |store: Store| {
-        let calls = calls.clone();
-        let step = DynamicTool::new(
-            "step",
-            "Counts.",
-            json!({"type": "object", "properties": {"n": {"type": "string"}}}),
-            move |args, _ctx| {
-                let calls = calls.clone();
-                async move {
-                    calls
-                        .lock()
-                        .unwrap()
-                        .push(args["n"].as_str().unwrap().to_owned());
-                    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
-                    Ok(ToolOutput::text("counted"))
-                }
-            },
-        )
-        .unwrap()
-        .mutating();
-        let step: Arc<dyn deepagents::DynTool> = Arc::new(step);
-        let model: Arc<dyn deepagents::Model> =
-            Arc::new(deepagents::models::ScriptedModel::from_json(&script.to_string()).unwrap());
-        let delegator = Agent::builder(model.clone())
-            .dyn_tool(step.clone())
-            .build()
-            .unwrap();
-        Agent::builder(model)
-            .dyn_tool(step)
-            .subagent(deepagents::SubAgent::from_agent(
-                "delegator",
-                "Delegates.",
-                delegator,
-            ))
-            .checkpointer(store)
-            .build()
-            .unwrap()
-    };
+    let recorded = calls.clone();
+    let record: Arc<dyn Fn(String) + Send + Sync> =
+        Arc::new(move |name| recorded.lock().unwrap().push(name));
+    let agent = |store: Store| nested_agent(store, record.clone());
     let mut seed: u64 = 11;
     let mut crashes = 0;
     let mut started = false;
@@ -722,6 +659,7 @@ async fn crashes_in_nested_parallel_subagents(open: impl AsyncFn() -> Store) {
     };
     assert_eq!(output.text, "parent done");
     let calls = calls.lock().unwrap().clone();
+    let names = nested_step_names();
     for name in &names {
         let times = calls.iter().filter(|c| *c == name).count();
         assert!(times <= 1, "{name} ran {times} times: {calls:?}");
@@ -738,4 +676,200 @@ async fn crashes_in_nested_parallel_subagents(open: impl AsyncFn() -> Store) {
             "{child} left behind"
         );
     }
+}
+
+/// The names of the `step` calls of [`nested_agent`]'s script, each made once.
+fn nested_step_names() -> Vec<String> {
+    (0..3)
+        .map(|i| format!("o{i}"))
+        .chain((0..4).map(|i| format!("a{i}")))
+        .chain((0..4).map(|i| format!("b{i}")))
+        .collect()
+}
+
+/// An agent whose `task` call t1 starts a delegator subagent; it makes steps o0 and o1, then
+/// runs two general-purpose subagents in parallel (t2: a0–a3, t3: b0–b3), then step o2. Each
+/// `step` (a mutating tool) passes its name to `record` and takes 3 ms.
+fn nested_agent(store: Store, record: Arc<dyn Fn(String) + Send + Sync>) -> Agent {
+    let steps = |prefix: &str, count: usize, answer: &str| {
+        let mut turns: Vec<serde_json::Value> = (0..count)
+            .map(|i| json!({"tool_calls": [{"name": "step", "args": {"n": format!("{prefix}{i}")}}]}))
+            .collect();
+        turns.push(json!({"text": answer}));
+        turns
+    };
+    let task = |id: &str, description: &str, kind: &str| json!({"id": id, "name": "task", "args": {"description": description, "subagent_type": kind}});
+    let mut outer = steps("o", 3, "outer done");
+    outer.insert(
+        2,
+        json!({"tool_calls": [task("t2", "LEFT: count", "general-purpose"), task("t3", "RIGHT: count", "general-purpose")]}),
+    );
+    let script = json!({
+        "turns": [
+            {"tool_calls": [task("t1", "OUTER: count", "delegator")]},
+            {"text": "parent done"}
+        ],
+        "conversations": [
+            {"when_task_contains": "OUTER", "turns": outer},
+            {"when_task_contains": "LEFT", "turns": steps("a", 4, "left done")},
+            {"when_task_contains": "RIGHT", "turns": steps("b", 4, "right done")}
+        ]
+    });
+    let step = DynamicTool::new(
+        "step",
+        "Counts.",
+        json!({"type": "object", "properties": {"n": {"type": "string"}}}),
+        move |args, _ctx| {
+            let record = record.clone();
+            async move {
+                record(args["n"].as_str().unwrap().to_owned());
+                tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+                Ok(ToolOutput::text("counted"))
+            }
+        },
+    )
+    .unwrap()
+    .mutating();
+    let step: Arc<dyn deepagents::DynTool> = Arc::new(step);
+    let model: Arc<dyn deepagents::Model> =
+        Arc::new(deepagents::models::ScriptedModel::from_json(&script.to_string()).unwrap());
+    let delegator = Agent::builder(model.clone())
+        .dyn_tool(step.clone())
+        .build()
+        .unwrap();
+    Agent::builder(model)
+        .dyn_tool(step)
+        .subagent(deepagents::SubAgent::from_agent(
+            "delegator",
+            "Delegates.",
+            delegator,
+        ))
+        .checkpointer(store)
+        .build()
+        .unwrap()
+}
+
+/// Where the SIGKILL loop below tells its worker process to work.
+const KILL_WORKER_DIR: &str = "DEEPAGENTS_TEST_KILL_WORKER_DIR";
+
+/// The worker of the SIGKILL loop below, run in a child process of this test binary: it
+/// starts (or resumes) thread `t` of [`nested_agent`] on SQLite, appending each step's name
+/// to `log.txt`. In a normal test run it does nothing.
+#[tokio::test]
+async fn nested_subagents_kill_worker() {
+    let Some(dir) = std::env::var_os(KILL_WORKER_DIR) else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let store: Store = Arc::new(
+        SqliteStore::open(dir.join("threads.db"))
+            .await
+            .unwrap()
+            .checkpointer(),
+    );
+    let log = dir.join("log.txt");
+    let record: Arc<dyn Fn(String) + Send + Sync> = Arc::new(move |name| {
+        use std::io::Write as _;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        writeln!(file, "{name}").unwrap();
+    });
+    let started = store.load("t", None).await.unwrap().is_some();
+    let thread = nested_agent(store, record).thread("t").unwrap();
+    let output = if started {
+        thread.resume().await
+    } else {
+        thread.invoke("go").await
+    };
+    assert_eq!(output.unwrap().text, "parent done");
+}
+
+/// SIGKILLs at random moments while nested subagents and parallel ones work (the worker above,
+/// a real process): after each, the thread resumes in a new process; in the end every step
+/// ran at most once, only steps in flight at a kill may be missing, and no subagent
+/// checkpoints are left.
+#[test]
+fn sigkill_during_nested_and_parallel_subagents_never_repeats_a_finished_step() {
+    let mut seed: u64 = 5;
+    let mut kills = 0;
+    // A round is one thread in its own database, run to its end through kills and resumes.
+    for _round in 0..60 {
+        if kills >= 12 {
+            break;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let worker = || {
+            let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+            command
+                .args(["--exact", "threads::nested_subagents_kill_worker"])
+                .args(["--test-threads", "1"])
+                .env(KILL_WORKER_DIR, dir.path())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped());
+            command
+        };
+        let mut killed_here = 0;
+        loop {
+            let mut child = worker().spawn().unwrap();
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if (seed >> 33) % 10 < 8 {
+                std::thread::sleep(std::time::Duration::from_millis((seed >> 40) % 150));
+                if child.try_wait().unwrap().is_none() {
+                    child.kill().unwrap();
+                    child.wait().unwrap();
+                    killed_here += 1;
+                    continue;
+                }
+            }
+            let output = child.wait_with_output().unwrap();
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            break;
+        }
+        kills += killed_here;
+        check_nested_round(dir.path(), killed_here);
+    }
+    assert!(kills >= 12, "only {kills} kills landed while runs worked");
+}
+
+/// After a round of the SIGKILL loop: every step ran at most once, only steps in flight at a
+/// kill may be missing, the thread ended, and no subagent checkpoints are left.
+fn check_nested_round(dir: &std::path::Path, kills: usize) {
+    let log = std::fs::read_to_string(dir.join("log.txt")).unwrap_or_default();
+    let names = nested_step_names();
+    for name in &names {
+        let times = log.lines().filter(|line| line == name).count();
+        assert!(times <= 1, "{name} ran {times} times:\n{log}");
+    }
+    let missing = names
+        .iter()
+        .filter(|n| !log.lines().any(|l| l == *n))
+        .count();
+    assert!(
+        missing <= kills,
+        "{missing} steps missing after {kills} kills:\n{log}"
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let store = SqliteStore::open(dir.join("threads.db"))
+            .await
+            .unwrap()
+            .checkpointer();
+        let run = store.load("t", None).await.unwrap().unwrap();
+        assert_eq!(run.state.messages.last().unwrap().text(), "parent done");
+        for child in ["t/t1", "t/t1/t2", "t/t1/t3"] {
+            assert!(
+                store.checkpoints(child).await.unwrap().is_empty(),
+                "{child} left behind"
+            );
+        }
+    });
 }

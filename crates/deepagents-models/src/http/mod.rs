@@ -587,16 +587,21 @@ fn too_long_to_wait(error: ModelError, advised: Duration, max: Duration) -> Mode
         describe_wait(advised),
         describe_wait(max)
     );
+    append_note(error, &note)
+}
+
+/// Appends `note` to the message of a retryable error (the kinds whose retries ran out).
+fn append_note(error: ModelError, note: &str) -> ModelError {
     match error {
         ModelError::RateLimited {
             retry_after,
             message,
         } => ModelError::RateLimited {
             retry_after,
-            message: message + &note,
+            message: message + note,
         },
         ModelError::Transient { message } => ModelError::Transient {
-            message: message + &note,
+            message: message + note,
         },
         other => other,
     }
@@ -608,20 +613,7 @@ pub fn with_attempts(error: ModelError, retries: u32) -> ModelError {
         return error;
     }
     let plural = if retries == 1 { "retry" } else { "retries" };
-    let note = format!(" (gave up after {retries} {plural})");
-    match error {
-        ModelError::RateLimited {
-            retry_after,
-            message,
-        } => ModelError::RateLimited {
-            retry_after,
-            message: message + &note,
-        },
-        ModelError::Transient { message } => ModelError::Transient {
-            message: message + &note,
-        },
-        other => other,
-    }
+    append_note(error, &format!(" (gave up after {retries} {plural})"))
 }
 
 async fn send_once(

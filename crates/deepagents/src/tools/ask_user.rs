@@ -25,6 +25,10 @@ pub(crate) struct AskUserArgs {
     question: String,
     /// Suggested answers, if the question has a few likely ones.
     #[serde(default)]
+    #[expect(
+        dead_code,
+        reason = "front ends read the options from the call's arguments while it waits"
+    )]
     options: Vec<String>,
 }
 
@@ -53,7 +57,6 @@ impl Tool for AskUser {
 
     async fn call(&self, args: AskUserArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         // Reached only where nothing pauses for the answer (an agent without the pause).
-        let _ = args.options;
         Err(ToolError::RespondToModel(format!(
             "Nobody can answer here, so \"{}\" stays open: decide yourself and say what you assumed.",
             args.question
