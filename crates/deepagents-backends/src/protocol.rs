@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deepagents_core::event::OutputStream;
-use deepagents_core::{AgentState, RuntimeContext, StateUpdate};
+use deepagents_core::{AgentState, Extensions, RunContext, RuntimeContext, StateUpdate};
 use serde::{Deserialize, Serialize};
 
 use crate::path::{PathError, VPath};
@@ -25,9 +25,25 @@ pub struct BackendContext {
     /// call). Backends that key data by virtual path (the state backend) key it by the full
     /// path, so the agent state shows the paths the agent sees.
     pub mount: Option<VPath>,
+    /// The run's per-run values ([`RunContext::extensions`]): a backend that makes a backend
+    /// per run (see [`PerRunBackend`](crate::PerRunBackend)) keeps it here.
+    pub extensions: Extensions,
 }
 
 impl BackendContext {
+    /// The context of a call made for `run` over `state`: its thread and assistant ids,
+    /// runtime data and extensions.
+    pub fn for_run(run: &RunContext, state: Arc<AgentState>) -> Self {
+        Self {
+            state,
+            runtime: run.runtime.clone(),
+            thread_id: run.thread_id.clone(),
+            assistant_id: Some(run.assistant_id.clone()),
+            mount: None,
+            extensions: run.extensions.clone(),
+        }
+    }
+
     /// A context over `state`.
     pub fn with_state(state: Arc<AgentState>) -> Self {
         Self {

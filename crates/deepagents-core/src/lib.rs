@@ -12,6 +12,7 @@ pub mod interrupt;
 pub mod message;
 pub mod model;
 pub mod run;
+pub mod run_context;
 pub mod state;
 pub mod tool;
 
@@ -27,9 +28,10 @@ pub use model::{
     StopReason, StreamEvent,
 };
 pub use run::{NextAction, Run, TurnLimitReached};
+pub use run_context::{Extensions, RunContext, RunLimits};
 pub use state::{
-    AgentState, FileContent, FileData, Reducer, StateError, StateSchema, StateUpdate, Todo,
-    TodoStatus,
+    AgentState, FileContent, FileData, Reducer, StateError, StateKey, StateSchema, StateUpdate,
+    Todo, TodoStatus,
 };
 pub use tool::{
     DynTool, DynamicTool, RuntimeContext, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,

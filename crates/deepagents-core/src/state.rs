@@ -217,15 +217,140 @@ pub enum StateError {
         /// The reducer's reason.
         message: String,
     },
+    /// Two owners (the application, a middleware) claim one key.
+    #[error(
+        "custom state key `{key}` is used by both {first} and {second}; rename one (a middleware that replaces a built-in one takes over its keys)"
+    )]
+    KeyClash {
+        /// The key.
+        key: String,
+        /// Who declared it first.
+        first: String,
+        /// Who declared it again.
+        second: String,
+    },
+    /// A value in the state is not what its key holds.
+    #[error(
+        "custom state key `{key}` holds a value this version cannot read ({message}); the thread was written by another version or edited by hand: fix or remove that value"
+    )]
+    Decode {
+        /// The key.
+        key: String,
+        /// What is wrong with the value.
+        message: String,
+    },
+    /// A value could not be turned into JSON.
+    #[error("cannot store the value of custom state key `{key}`: {message}")]
+    Encode {
+        /// The key.
+        key: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// A typed handle on one custom state key: reads fail loudly, naming the key, instead of
+/// silently falling back to a default.
+pub struct StateKey<T> {
+    name: &'static str,
+    value: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for StateKey<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for StateKey<T> {}
+
+impl<T> fmt::Debug for StateKey<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StateKey({})", self.name)
+    }
+}
+
+impl<T: Serialize + serde::de::DeserializeOwned> StateKey<T> {
+    /// The key named `name`.
+    pub const fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            value: std::marker::PhantomData,
+        }
+    }
+
+    /// The key's name in [`AgentState::custom`].
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The value in `state`, `None` when the key is absent.
+    pub fn get(&self, state: &AgentState) -> Result<Option<T>, StateError> {
+        self.decode(state.custom.get(self.name))
+    }
+
+    /// Decodes a raw value of this key.
+    pub fn decode(&self, value: Option<&Value>) -> Result<Option<T>, StateError> {
+        value
+            .map(|value| {
+                T::deserialize(value).map_err(|e| StateError::Decode {
+                    key: self.name.to_owned(),
+                    message: e.to_string(),
+                })
+            })
+            .transpose()
+    }
+
+    /// Adds "set this key to `value`" to `update`.
+    pub fn set(&self, update: &mut StateUpdate, value: &T) -> Result<(), StateError> {
+        let json = serde_json::to_value(value).map_err(|e| StateError::Encode {
+            key: self.name.to_owned(),
+            message: e.to_string(),
+        })?;
+        update.custom.insert(self.name.to_owned(), json);
+        Ok(())
+    }
+
+    /// An update that sets this key to `value`.
+    pub fn update(&self, value: &T) -> Result<StateUpdate, StateError> {
+        let mut update = StateUpdate::default();
+        self.set(&mut update, value)?;
+        Ok(update)
+    }
 }
 
 /// The declared custom keys and their reducers.
 #[derive(Clone, Debug, Default)]
 pub struct StateSchema {
     reducers: BTreeMap<String, Reducer>,
+    /// Who declared each key, for those declared with [`declare_for`](Self::declare_for).
+    owners: BTreeMap<String, String>,
 }
 
 impl StateSchema {
+    /// Declares `key` on behalf of `owner` (the application, a middleware): a key another
+    /// owner declared is refused, so no two parties share a value by accident.
+    pub fn declare_for(
+        &mut self,
+        owner: &str,
+        key: impl Into<String>,
+        reducer: Reducer,
+    ) -> Result<(), StateError> {
+        let key = key.into();
+        if let Some(first) = self.owners.get(&key)
+            && first != owner
+        {
+            return Err(StateError::KeyClash {
+                key,
+                first: first.clone(),
+                second: owner.to_owned(),
+            });
+        }
+        self.declare(key.clone(), reducer)?;
+        self.owners.insert(key, owner.to_owned());
+        Ok(())
+    }
+
     /// Declares `key`. Declaring a key again with the same built-in reducer is allowed (two
     /// middleware may share a key); any other second declaration is refused.
     pub fn declare(&mut self, key: impl Into<String>, reducer: Reducer) -> Result<(), StateError> {

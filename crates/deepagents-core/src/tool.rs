@@ -11,11 +11,10 @@ use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
-use crate::checkpoint::Checkpointing;
 use crate::content::ContentBlock;
-use crate::event::{AgentPath, EventSink};
+use crate::event::AgentPath;
+use crate::run_context::RunContext;
 use crate::state::{AgentState, StateUpdate};
 
 /// What a model is told about a tool.
@@ -91,7 +90,7 @@ pub enum ToolError {
 }
 
 /// Read-only data the application passes to a run, such as a user id or an API handle.
-/// Tools get it through [`ToolContext::runtime`].
+/// Middleware and tools get it through [`RunContext::runtime`].
 #[derive(Clone)]
 pub struct RuntimeContext(Arc<dyn Any + Send + Sync>);
 
@@ -124,20 +123,30 @@ impl fmt::Debug for RuntimeContext {
 pub struct ToolContext {
     /// Id of the call being executed.
     pub call_id: String,
-    /// Where events go; its path names the agent running the tool (`[]` for the main agent).
-    /// Tools that run agents of their own (subagents) nest it.
-    pub events: EventSink,
-    /// Application data for this run.
-    pub runtime: RuntimeContext,
     /// The agent state as it was when the step began. Propose changes through
     /// [`ToolOutput::update`]; they are merged after the step.
     pub state: Arc<AgentState>,
-    /// Cancelled when the run is cancelled; long tools should watch it and stop early.
-    pub cancel: CancellationToken,
-    /// Where the run is checkpointed, if it is. A tool that runs an agent of its own (a
-    /// subagent) checkpoints that run in [`Checkpointing::child`] of this, so a crash resumes
-    /// it where it stopped.
-    pub checkpoint: Option<Checkpointing>,
+    /// The run making the call: thread, ids, events (its path names the agent running the
+    /// tool), cancellation (long tools should watch it and stop early), runtime data, the
+    /// checkpoint a tool that runs an agent of its own puts that run under
+    /// ([`Checkpointing::child`](crate::checkpoint::Checkpointing::child)), limits and per-run extensions.
+    pub run: RunContext,
+}
+
+impl ToolContext {
+    /// A context for calling a tool outside a run (tests, direct use): a detached run.
+    pub fn detached(call_id: impl Into<String>, state: Arc<AgentState>) -> Self {
+        Self {
+            call_id: call_id.into(),
+            state,
+            run: RunContext::detached("agent"),
+        }
+    }
+
+    /// The agent running the tool (`[]` for the main agent).
+    pub fn agent_path(&self) -> &AgentPath {
+        self.run.agent_path()
+    }
 }
 
 /// A tool whose arguments are a typed struct; the JSON schema comes from [`JsonSchema`].
@@ -359,12 +368,5 @@ impl DynTool for DynamicTool {
             return Err(ToolError::RespondToModel(problems));
         }
         (self.handler)(args, ctx).await
-    }
-}
-
-impl ToolContext {
-    /// The agent running the tool (`[]` for the main agent).
-    pub fn agent_path(&self) -> &AgentPath {
-        self.events.path()
     }
 }

@@ -91,10 +91,12 @@ fn main() {
             ..AgentState::default()
         };
         let request = ModelRequest::default();
+        // One run: the running count lives in the run's extensions.
+        let ctx = deepagents::RunContext::detached("bench");
         runtime.block_on(async {
             // Warm the running count, then time steps that each add one message.
             middleware
-                .prepare_model_call(&request, &state)
+                .prepare_model_call(&ctx, &request, &state)
                 .await
                 .unwrap();
             let steps = 200;
@@ -102,7 +104,7 @@ fn main() {
             for i in 0..steps {
                 state.messages.push(Message::user(format!("more {i}")));
                 middleware
-                    .prepare_model_call(&request, &state)
+                    .prepare_model_call(&ctx, &request, &state)
                     .await
                     .unwrap();
             }

@@ -107,14 +107,7 @@ async fn baseline(model: &BenchModel, steps: usize) {
 }
 
 fn dummy_context() -> ToolContext {
-    ToolContext {
-        call_id: String::new(),
-        events: deepagents::EventSink::discard(),
-        runtime: deepagents::RuntimeContext::default(),
-        state: Arc::default(),
-        cancel: Default::default(),
-        checkpoint: None,
-    }
+    ToolContext::detached("", Arc::default())
 }
 
 fn agent(steps: usize) -> Agent {

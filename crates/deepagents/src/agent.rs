@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use deepagents_core::{
     CheckpointError, CheckpointInfo, Checkpointer, DynTool, Model, ModelSettings, Reducer, Run,
-    RuntimeContext, StateError, StateSchema, Tool, TypedTool,
+    RunLimits, RuntimeContext, StateError, StateSchema, Tool, TypedTool,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -39,6 +39,17 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Model calls a run may make per user input unless [`AgentBuilder::max_turns`] says otherwise.
 pub const DEFAULT_MAX_TURNS: u32 = 100;
 
+/// Custom state keys starting with this belong to the harness; the application cannot
+/// declare them.
+pub const RESERVED_KEY_PREFIX: &str = "deepagents.";
+
+/// The owner of the keys declared with [`AgentBuilder::state_value`], as errors name it.
+const APPLICATION: &str = "the application (AgentBuilder::state_value)";
+
+/// How long in-flight tools may wind down after cancellation unless
+/// [`RunOptions::cancel_grace`] says otherwise.
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
+
 /// Where [`AgentBuilder::store`] mounts long-term memory.
 pub const MEMORIES_PREFIX: &str = "/memories/";
 
@@ -57,10 +68,11 @@ pub(crate) struct AgentInner {
     pub(crate) model: Arc<dyn Model>,
     pub(crate) system_prompt: Option<String>,
     pub(crate) settings: ModelSettings,
-    pub(crate) middleware: Vec<Arc<dyn Middleware>>,
-    pub(crate) tools: ToolRegistry,
+    pub(crate) middleware: Arc<[Arc<dyn Middleware>]>,
+    pub(crate) tools: Arc<ToolRegistry>,
     pub(crate) schema: StateSchema,
-    pub(crate) max_turns: u32,
+    /// The limits of a run that sets none ([`RunOptions::limits`]).
+    pub(crate) limits: RunLimits,
     /// Whether answers must come through `final_answer`.
     pub(crate) response_format: bool,
     /// Tools whose calls wait for approval.
@@ -84,6 +96,11 @@ pub struct RunOptions {
     pub cancel_grace: Duration,
     /// Where to checkpoint the run after every step (see [`open_thread`](crate::open_thread)).
     pub checkpoint: Option<Checkpointing>,
+    /// This run's limits (turns, subagent depth and concurrency); `None`: the agent's.
+    pub limits: Option<RunLimits>,
+    /// Who the run acts for, as middleware, tools and store namespaces see it
+    /// ([`RunContext::assistant_id`](deepagents_core::RunContext::assistant_id)); `None`: the agent's name.
+    pub assistant_id: Option<String>,
 }
 
 impl Default for RunOptions {
@@ -91,8 +108,10 @@ impl Default for RunOptions {
         Self {
             runtime: RuntimeContext::default(),
             cancel: CancellationToken::new(),
-            cancel_grace: Duration::from_secs(5),
+            cancel_grace: DEFAULT_CANCEL_GRACE,
             checkpoint: None,
+            limits: None,
+            assistant_id: None,
         }
     }
 }
@@ -169,9 +188,15 @@ pub enum BuildError {
     /// The response format is not a usable JSON schema.
     #[error("invalid response format: {0}")]
     InvalidResponseFormat(String),
-    /// Custom state declarations disagree.
+    /// Custom state declarations disagree, or the application's key is one a built-in
+    /// middleware uses.
     #[error(transparent)]
     State(#[from] StateError),
+    /// The application declared a key in the harness's own namespace.
+    #[error(
+        "custom state key `{0}` starts with `{RESERVED_KEY_PREFIX}`, which is reserved for the harness; choose another name"
+    )]
+    ReservedKey(String),
     /// [`AgentBuilder::interrupt_on`] names a tool the agent does not offer.
     #[error(
         "interrupt_on names tool `{tool}`, which this agent does not offer; offered tools: {}",
@@ -846,7 +871,8 @@ impl AgentBuilder {
     }
 
     /// How deep subagents may nest (default 3) and how many may work at once (default 8; more
-    /// wait their turn).
+    /// wait their turn). These are the defaults of every run; a run may set its own
+    /// ([`RunOptions::limits`]).
     ///
     /// Both hold across nesting. The strictest depth limit along a chain of agents applies, so a
     /// pre-built subagent with looser limits cannot nest deeper than its parent allows. The
@@ -1017,8 +1043,6 @@ impl AgentBuilder {
             built_ins.push(Arc::new(SubAgentsMiddleware::new(
                 subagents,
                 shared_keys.clone(),
-                self.max_subagent_depth,
-                self.max_concurrent_subagents,
             )));
         }
         #[cfg(feature = "remote")]
@@ -1074,12 +1098,16 @@ impl AgentBuilder {
 
         let mut schema = StateSchema::default();
         for (key, reducer) in self.state_values {
-            schema.declare(key, reducer)?;
+            if key.starts_with(RESERVED_KEY_PREFIX) {
+                return Err(BuildError::ReservedKey(key));
+            }
+            schema.declare_for(APPLICATION, key, reducer)?;
         }
         let mut tools = self.tools;
-        for m in &middleware {
+        for m in middleware.iter() {
+            let owner = format!("middleware `{}`", m.name());
             for (key, reducer) in m.state_values() {
-                schema.declare(key, reducer)?;
+                schema.declare_for(&owner, key, reducer)?;
             }
             tools.extend(m.tools());
         }
@@ -1104,10 +1132,14 @@ impl AgentBuilder {
                 model: self.model,
                 system_prompt: self.system_prompt,
                 settings: self.settings,
-                middleware,
-                tools,
+                middleware: middleware.into(),
+                tools: Arc::new(tools),
                 schema,
-                max_turns: self.max_turns,
+                limits: RunLimits {
+                    max_turns: self.max_turns,
+                    subagent_depth: self.max_subagent_depth,
+                    subagent_concurrency: self.max_concurrent_subagents,
+                },
                 response_format,
                 interrupts,
                 shared_keys,

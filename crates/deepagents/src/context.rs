@@ -5,18 +5,6 @@ use deepagents_core::{ContentBlock, Message, ModelRequest};
 /// Window assumed when the model has no profile (the reference harness's fallback).
 pub const FALLBACK_CONTEXT_TOKENS: u64 = 170_000;
 
-tokio::task_local! {
-    /// The thread of the run being driven (`None` inside a run without one, such as a
-    /// subagent's), for middleware that keep per-thread files. Middleware hooks see only the
-    /// state, so the driver scopes each run's future with it.
-    pub(crate) static THREAD_ID: Option<String>;
-}
-
-/// The thread of the run this task is driving, if the run has one.
-pub(crate) fn current_thread_id() -> Option<String> {
-    THREAD_ID.try_with(Clone::clone).ok().flatten()
-}
-
 /// A fast offline estimate of a request's tokens: four characters a token for text, tool
 /// arguments and schemas; a flat 1,500 per image or document block.
 pub fn estimate_tokens(request: &ModelRequest) -> u64 {

@@ -4,11 +4,11 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use deepagents_core::{
-    AgentState, ContentBlock, EventKind, ModelRequest, NextAction, Run, StateUpdate, ToolCall,
-    ToolContext, ToolError, ToolOutput, ToolResult, ToolStatus,
+    AgentState, ContentBlock, EventKind, Extensions, ModelRequest, NextAction, Run, RunContext,
+    StateUpdate, ToolCall, ToolContext, ToolError, ToolOutput, ToolResult, ToolStatus,
 };
 use futures::stream::{self, FuturesUnordered};
 use futures::{FutureExt as _, StreamExt as _};
@@ -20,40 +20,69 @@ use crate::approval::{
 use crate::error::{RunError, RunFailure};
 use crate::journal::Journal;
 use crate::middleware::{
-    ModelNext, STRUCTURED_RESPONSE_KEY, ToolNext, answered_in_latest_step, final_structured_answer,
+    MiddlewareError, ModelNext, STRUCTURED_RESPONSE_KEY, ToolNext, answered_in_latest_step,
+    final_structured_answer,
 };
+use crate::registry::ToolRegistry;
 use deepagents_core::EventSink;
 use deepagents_core::Message;
 use deepagents_core::message::AssistantMessage;
 use serde_json::Value;
 
-/// Advances `run` until it has a final answer or fails.
+/// Advances `run` until it has a final answer or fails: a run of its own, described by
+/// `options`.
 pub(crate) async fn drive(
     agent: &Arc<AgentInner>,
-    mut run: Run,
+    run: Run,
     options: &RunOptions,
     events: &EventSink,
 ) -> Result<RunOutput, RunFailure> {
-    // A top-level drive is a run of its own; a subagent's events belong to its parent's run.
-    let events = &if events.path().is_empty() {
-        events.for_new_run()
-    } else {
-        events.clone()
+    let ctx = RunContext {
+        thread_id: options.checkpoint.as_ref().map(|c| c.thread_id.clone()),
+        assistant_id: options
+            .assistant_id
+            .clone()
+            .unwrap_or_else(|| agent.name.clone()),
+        agent: agent.name.clone(),
+        // A top-level drive is a run of its own; a nested sink's events belong to its
+        // parent's run.
+        events: if events.path().is_empty() {
+            events.for_new_run()
+        } else {
+            events.clone()
+        },
+        cancel: options.cancel.clone(),
+        runtime: options.runtime.clone(),
+        checkpoint: options.checkpoint.clone(),
+        limits: options.limits.unwrap_or(agent.limits),
+        extensions: Extensions::default(),
     };
+    drive_in(agent, run, &ctx, options.cancel_grace).await
+}
+
+/// Advances `run` as the run `ctx` describes (a subagent's run gets its context from the
+/// `task` call that starts it). In-flight tools get `cancel_grace` to finish once cancelled.
+pub(crate) async fn drive_in(
+    agent: &Arc<AgentInner>,
+    mut run: Run,
+    ctx: &RunContext,
+    cancel_grace: Duration,
+) -> Result<RunOutput, RunFailure> {
+    let events = &ctx.events;
     events.emit(EventKind::RunStarted {
         protocol: deepagents_core::event::PROTOCOL_VERSION,
         agent: agent.name.clone(),
         model: agent.model.id().to_owned(),
-        thread_id: options.checkpoint.as_ref().map(|c| c.thread_id.clone()),
+        thread_id: ctx.checkpoint.as_ref().map(|c| c.thread_id.clone()),
     });
-    let mut journal = Journal::new(options.checkpoint.clone(), &run);
-    let thread = options.checkpoint.as_ref().map(|c| c.thread_id.clone());
-    let outcome = crate::context::THREAD_ID
-        .scope(
-            thread,
-            advance(agent, &mut run, options, events, &mut journal),
-        )
-        .await;
+    let mut journal = Journal::new(ctx.checkpoint.clone(), &run);
+    let mut driver = Driver {
+        agent,
+        ctx,
+        cancel_grace,
+        tools: Arc::clone(&agent.tools),
+    };
+    let outcome = driver.advance(&mut run, &mut journal).await;
     // Whatever happened, what the run did so far is kept.
     let outcome = match (outcome, journal.save(&run).await) {
         (Ok(_), Err(error)) => Err(error),
@@ -103,102 +132,109 @@ pub(crate) async fn drive(
     }
 }
 
-async fn advance(
-    agent: &Arc<AgentInner>,
-    run: &mut Run,
-    options: &RunOptions,
-    events: &EventSink,
-    journal: &mut Journal,
-) -> Result<Ended, RunError> {
-    journal.settle_interrupted(run, &agent.tools);
-    journal.remove_settled_children(run).await;
-    for key in approval::drop_stale(run) {
-        journal.touched_custom(key);
-    }
-    for middleware in &agent.middleware {
-        let update = middleware
-            .before_run(&run.state)
-            .await
-            .map_err(|e| middleware_error(middleware.name(), e))?;
-        if !update.is_empty() {
-            agent.schema.apply_all(&mut run.state, [update.clone()])?;
-            journal.applied(events, &run.state, &[update]);
+/// One drive in progress: the agent, the run's context and the tools it is offered now.
+struct Driver<'a> {
+    agent: &'a Arc<AgentInner>,
+    ctx: &'a RunContext,
+    cancel_grace: Duration,
+    /// The agent's tools as of this step.
+    tools: Arc<ToolRegistry>,
+}
+
+impl Driver<'_> {
+    async fn advance(&mut self, run: &mut Run, journal: &mut Journal) -> Result<Ended, RunError> {
+        let agent = self.agent;
+        let ctx = self.ctx;
+        let events = &ctx.events;
+        journal.settle_interrupted(run, &agent.tools);
+        journal.remove_settled_children(run).await;
+        for key in approval::drop_stale(run) {
+            journal.touched_custom(key);
         }
-    }
-    journal.save(run).await?;
-    loop {
+        for middleware in agent.middleware.iter() {
+            let update = middleware
+                .before_run(ctx, &run.state)
+                .await
+                .map_err(|e| middleware_error(middleware.name(), e))?;
+            if !update.is_empty() {
+                agent.schema.apply_all(&mut run.state, [update.clone()])?;
+                journal.applied(events, &run.state, &[update]);
+            }
+        }
         journal.save(run).await?;
-        if options.cancel.is_cancelled() {
-            return Err(RunError::Cancelled);
-        }
-        match run.next_action(agent.max_turns)? {
-            NextAction::CallModel => call_model(agent, run, options, events, journal).await?,
-            NextAction::ExecuteTools(calls) => {
-                let resuming = approval::has_paused_subagents(run);
-                let calls = if agent.interrupts.is_empty() && !resuming {
-                    calls
-                } else {
-                    // `decide` changed these since the last save. The paused subagent runs,
-                    // with the decisions now in them, are saved only once the step is done:
-                    // should the process die during it, the subagents ask again rather than
-                    // repeat an approved call they may already have made.
-                    journal.touched_custom(PENDING_KEY);
-                    journal.touched_custom(DECISIONS_KEY);
-                    match gate(run, calls, &agent.interrupts) {
-                        Gate::Pause(actions) => return Ok(pause(events, actions)),
-                        Gate::Proceed {
-                            run: to_run,
-                            settled,
-                            rewritten,
-                        } => {
-                            if let Some(index) = rewritten {
-                                journal.rewrote_message(index);
+        loop {
+            journal.save(run).await?;
+            if ctx.cancel.is_cancelled() {
+                return Err(RunError::Cancelled);
+            }
+            match run.next_action(ctx.limits.max_turns)? {
+                NextAction::CallModel => self.call_model(run, journal).await?,
+                NextAction::ExecuteTools(calls) => {
+                    let resuming = approval::has_paused_subagents(run);
+                    let calls = if agent.interrupts.is_empty() && !resuming {
+                        calls
+                    } else {
+                        // `decide` changed these since the last save. The paused subagent runs,
+                        // with the decisions now in them, are saved only once the step is done:
+                        // should the process die during it, the subagents ask again rather than
+                        // repeat an approved call they may already have made.
+                        journal.touched_custom(PENDING_KEY);
+                        journal.touched_custom(DECISIONS_KEY);
+                        match gate(run, calls, &agent.interrupts) {
+                            Gate::Pause(actions) => return Ok(pause(events, actions)),
+                            Gate::Proceed {
+                                run: to_run,
+                                settled,
+                                rewritten,
+                            } => {
+                                if let Some(index) = rewritten {
+                                    journal.rewrote_message(index);
+                                }
+                                for result in settled {
+                                    finish_event(events, &result, 0);
+                                    run.state.messages.push(Message::Tool(result));
+                                }
+                                to_run
                             }
-                            for result in settled {
-                                finish_event(events, &result, 0);
-                                run.state.messages.push(Message::Tool(result));
-                            }
-                            to_run
+                        }
+                    };
+                    if !calls.is_empty() {
+                        let waiting = self.execute_tools(run, calls, journal).await?;
+                        if !waiting.is_empty() {
+                            approval::record_pause(run, &waiting);
+                            journal.touched_custom(PENDING_KEY);
+                            return Ok(pause(events, waiting));
                         }
                     }
-                };
-                if !calls.is_empty() {
-                    let waiting =
-                        execute_tools(agent, run, calls, options, events, journal).await?;
-                    if !waiting.is_empty() {
-                        approval::record_pause(run, &waiting);
-                        journal.touched_custom(PENDING_KEY);
-                        return Ok(pause(events, waiting));
+                    if agent.response_format && answered_in_latest_step(run) {
+                        // The valid structured answer is the final answer: close the turn with it.
+                        let json = run
+                            .state
+                            .custom
+                            .get(STRUCTURED_RESPONSE_KEY)
+                            .map(Value::to_string)
+                            .unwrap_or_default();
+                        run.state
+                            .messages
+                            .push(Message::Assistant(AssistantMessage::text(json)));
                     }
                 }
-                if agent.response_format && answered_in_latest_step(run) {
-                    // The valid structured answer is the final answer: close the turn with it.
-                    let json = run
-                        .state
-                        .custom
-                        .get(STRUCTURED_RESPONSE_KEY)
-                        .map(Value::to_string)
-                        .unwrap_or_default();
-                    run.state
-                        .messages
-                        .push(Message::Assistant(AssistantMessage::text(json)));
+                NextAction::Finish { .. }
+                    if agent.response_format && final_structured_answer(run).is_none() =>
+                {
+                    run.state.messages.push(Message::user(
+                        "Reply by calling final_answer with your answer in its required structure.",
+                    ));
                 }
-            }
-            NextAction::Finish { .. }
-                if agent.response_format && final_structured_answer(run).is_none() =>
-            {
-                run.state.messages.push(Message::user(
-                    "Reply by calling final_answer with your answer in its required structure.",
-                ));
-            }
-            NextAction::Finish { text } => {
-                for middleware in agent.middleware.iter().rev() {
-                    middleware
-                        .after_run(&run.state)
-                        .await
-                        .map_err(|e| middleware_error(middleware.name(), e))?;
+                NextAction::Finish { text } => {
+                    for middleware in agent.middleware.iter().rev() {
+                        middleware
+                            .after_run(ctx, &run.state)
+                            .await
+                            .map_err(|e| middleware_error(middleware.name(), e))?;
+                    }
+                    return Ok(Ended::Finished(text));
                 }
-                return Ok(Ended::Finished(text));
             }
         }
     }
@@ -220,67 +256,11 @@ fn pause(events: &EventSink, actions: Vec<PendingAction>) -> Ended {
     Ended::Paused(actions)
 }
 
-fn middleware_error(name: &str, error: impl ToString) -> RunError {
+fn middleware_error(name: &str, error: MiddlewareError) -> RunError {
     RunError::Middleware {
         middleware: name.to_owned(),
-        message: error.to_string(),
+        error,
     }
-}
-
-async fn call_model(
-    agent: &AgentInner,
-    run: &mut Run,
-    options: &RunOptions,
-    events: &EventSink,
-    journal: &mut Journal,
-) -> Result<(), RunError> {
-    let step = run.steps + 1;
-    let mut request = ModelRequest {
-        system_prompt: agent.system_prompt.clone(),
-        messages: run.state.messages.clone(),
-        tools: agent.tools.specs().to_vec(),
-        settings: agent.settings.clone(),
-    };
-    for middleware in &agent.middleware {
-        let update = middleware
-            .prepare_model_call(&request, &run.state)
-            .await
-            .map_err(|e| middleware_error(middleware.name(), e))?;
-        if !update.is_empty() {
-            agent.schema.apply_all(&mut run.state, [update.clone()])?;
-            journal.applied(events, &run.state, &[update]);
-        }
-    }
-    for middleware in &agent.middleware {
-        middleware
-            .before_model(&mut request, &run.state)
-            .await
-            .map_err(|e| middleware_error(middleware.name(), e))?;
-    }
-    events.emit(EventKind::ModelCallStarted { step });
-    let chain = ModelNext {
-        remaining: &agent.middleware,
-        model: agent.model.as_ref(),
-        events,
-    };
-    let mut response = tokio::select! {
-        response = chain.call(request) => response?,
-        () = options.cancel.cancelled() => return Err(RunError::Cancelled),
-    };
-    for middleware in agent.middleware.iter().rev() {
-        middleware
-            .after_model(&mut response, &run.state)
-            .await
-            .map_err(|e| middleware_error(middleware.name(), e))?;
-    }
-    events.emit(EventKind::ModelCallFinished {
-        step,
-        usage: response.usage,
-        stop_reason: response.stop_reason.clone(),
-        tool_calls: response.message.tool_calls.len(),
-    });
-    run.apply_model_response(response);
-    Ok(())
 }
 
 /// How one tool call ended.
@@ -293,168 +273,226 @@ enum CallOutcome {
     Paused(Value),
 }
 
-/// Executes `calls` and folds their results into `run` in call order.
-///
-/// The calls run inside the driver's task rather than on spawned ones: no scheduling hops per
-/// step, and dropping the futures aborts them. Calls to non-mutating tools run concurrently;
-/// calls to mutating tools run one after another in call order, alongside the others. A
-/// panicking tool yields an error result for its own call only. On cancellation the tools are
-/// told through their token, get `cancel_grace` to finish, and are then dropped; whatever
-/// finished is kept. Calls whose subagent paused get no result; the actions those subagents
-/// wait on are returned (empty when none paused).
-async fn execute_tools(
-    agent: &Arc<AgentInner>,
-    run: &mut Run,
-    calls: Vec<ToolCall>,
-    options: &RunOptions,
-    events: &EventSink,
-    journal: &mut Journal,
-) -> Result<Vec<PendingAction>, RunError> {
-    journal
-        .tools_started(run, calls.iter().map(|c| c.id.clone()).collect())
-        .await?;
-    // Tools read the state through an `Arc`; moving it out (rather than cloning) keeps a step's
-    // cost independent of the conversation's length. It is moved back once every tool is done.
-    let shared = Arc::new(std::mem::take(&mut run.state));
-    let step_cancel = options.cancel.child_token();
-    let start_call = |index: usize, state: Arc<AgentState>| {
-        let call = calls[index].clone();
-        let ctx = ToolContext {
-            call_id: call.id.clone(),
-            events: events.clone(),
-            runtime: options.runtime.clone(),
-            state,
-            cancel: step_cancel.clone(),
-            checkpoint: options.checkpoint.clone(),
+impl Driver<'_> {
+    async fn call_model(&mut self, run: &mut Run, journal: &mut Journal) -> Result<(), RunError> {
+        let agent = self.agent;
+        let ctx = self.ctx;
+        let events = &ctx.events;
+        let step = run.steps + 1;
+        let mut request = ModelRequest {
+            system_prompt: agent.system_prompt.clone(),
+            messages: run.state.messages.clone(),
+            tools: self.tools.specs().to_vec(),
+            settings: agent.settings.clone(),
         };
-        run_one(agent, call, ctx, events).map(move |outcome| (index, outcome))
-    };
-    let (mutating, concurrent): (Vec<usize>, Vec<usize>) =
-        (0..calls.len()).partition(|&i| agent.tools.is_mutating(&calls[i].name));
-    let sequential_calls = mutating.clone();
-    let mut outcomes: Vec<Option<(CallOutcome, Option<u64>)>> =
-        calls.iter().map(|_| None).collect();
-    let mut cancelled = false;
-    {
-        // Scoped so that every tool future, and its handle on the shared state, is dropped
-        // before the state is taken back.
-        let concurrent: FuturesUnordered<_> = concurrent
-            .into_iter()
-            .map(|index| start_call(index, Arc::clone(&shared)))
-            .collect();
-        // Mutating calls run one after another, each seeing what the earlier ones changed (a
-        // write then an edit of the same file in one turn works). The state is copied only
-        // when a call changed something and another mutating call follows.
-        let sequential = stream::unfold(
-            (mutating.into_iter(), Arc::clone(&shared)),
-            move |(mut rest, view)| async move {
-                let index = rest.next()?;
-                let (index, outcome) = start_call(index, Arc::clone(&view)).await;
-                let view = match &outcome {
-                    (CallOutcome::Done(_, update, _), _)
-                        if !update.is_empty() && rest.len() > 0 =>
-                    {
-                        let mut next = AgentState::clone(&view);
-                        // A failing merge is reported when the step's updates are applied.
-                        match agent.schema.apply_all(&mut next, [update.clone()]) {
-                            Ok(()) => Arc::new(next),
-                            Err(_) => view,
-                        }
-                    }
-                    _ => view,
-                };
-                Some(((index, outcome), (rest, view)))
-            },
-        );
-        let finished = stream::select(concurrent, sequential);
-        let grace = tokio::time::sleep(options.cancel_grace);
-        tokio::pin!(finished, grace);
-        loop {
-            tokio::select! {
-                next = finished.next() => match next {
-                    Some((index, outcome)) => outcomes[index] = Some(outcome),
-                    None => break,
-                },
-                () = options.cancel.cancelled(), if !cancelled => {
-                    cancelled = true;
-                    grace.as_mut().reset(tokio::time::Instant::now() + options.cancel_grace);
-                }
-                () = &mut grace, if cancelled => break,
+        for middleware in agent.middleware.iter() {
+            let update = middleware
+                .prepare_model_call(ctx, &request, &run.state)
+                .await
+                .map_err(|e| middleware_error(middleware.name(), e))?;
+            if !update.is_empty() {
+                agent.schema.apply_all(&mut run.state, [update.clone()])?;
+                journal.applied(events, &run.state, &[update]);
             }
         }
-    }
-
-    let mut results = Vec::with_capacity(calls.len());
-    // Per result: the files it changed outside the state.
-    let mut changed_outside: Vec<Vec<String>> = Vec::with_capacity(calls.len());
-    let mut paused = Vec::new();
-    let mut fatal = None;
-    // Calls whose finished event waits for the conflict notes, by result index.
-    let mut unannounced: Vec<(usize, u64)> = Vec::new();
-    for (call, outcome) in calls.iter().zip(outcomes) {
-        let outcome = outcome.map(|(outcome, owed)| {
-            if let Some(elapsed) = owed {
-                unannounced.push((results.len(), elapsed));
-            }
-            outcome
+        for middleware in agent.middleware.iter() {
+            middleware
+                .before_model(ctx, &mut request, &run.state)
+                .await
+                .map_err(|e| middleware_error(middleware.name(), e))?;
+        }
+        events.emit(EventKind::ModelCallStarted { step });
+        let chain = ModelNext {
+            stack: Arc::clone(&agent.middleware),
+            position: 0,
+            model: Arc::clone(&agent.model),
+            run: ctx.clone(),
+        };
+        let mut response = tokio::select! {
+            response = chain.call(request) => response?,
+            () = ctx.cancel.cancelled() => return Err(RunError::Cancelled),
+        };
+        for middleware in agent.middleware.iter().rev() {
+            middleware
+                .after_model(ctx, &mut response, &run.state)
+                .await
+                .map_err(|e| middleware_error(middleware.name(), e))?;
+        }
+        events.emit(EventKind::ModelCallFinished {
+            step,
+            usage: response.usage,
+            stop_reason: response.stop_reason.clone(),
+            tool_calls: response.message.tool_calls.len(),
         });
-        match outcome {
-            Some(CallOutcome::Done(result, update, changed)) => {
-                changed_outside.push(changed);
-                results.push((result, update));
-            }
-            Some(CallOutcome::Paused(subagent)) => paused.push((call.id.clone(), subagent)),
-            Some(CallOutcome::Fatal(result, message)) => {
-                fatal.get_or_insert((call.name.clone(), message));
-                changed_outside.push(Vec::new());
-                results.push((result, StateUpdate::default()));
-            }
-            None => {
-                let result = ToolResult::error(call, "Cancelled before it finished.");
-                finish_event(events, &result, 0);
-                changed_outside.push(Vec::new());
-                results.push((result, StateUpdate::default()));
-            }
-        }
+        run.apply_model_response(response);
+        Ok(())
     }
 
-    note_file_conflicts(&mut results, &changed_outside, &sequential_calls);
-    for (index, elapsed) in unannounced {
-        if let Some((result, _)) = results.get(index) {
-            finish_event(events, result, elapsed);
+    /// Executes `calls` and folds their results into `run` in call order.
+    ///
+    /// The calls run inside the driver's task rather than on spawned ones: no scheduling hops per
+    /// step, and dropping the futures aborts them. Calls to non-mutating tools run concurrently;
+    /// calls to mutating tools run one after another in call order, alongside the others. A
+    /// panicking tool yields an error result for its own call only. On cancellation the tools are
+    /// told through their token, get `cancel_grace` to finish, and are then dropped; whatever
+    /// finished is kept. Calls whose subagent paused get no result; the actions those subagents
+    /// wait on are returned (empty when none paused).
+    async fn execute_tools(
+        &mut self,
+        run: &mut Run,
+        calls: Vec<ToolCall>,
+        journal: &mut Journal,
+    ) -> Result<Vec<PendingAction>, RunError> {
+        let agent = self.agent;
+        let events = &self.ctx.events;
+        let tools = &self.tools;
+        let cancel_grace = self.cancel_grace;
+        journal
+            .tools_started(run, calls.iter().map(|c| c.id.clone()).collect())
+            .await?;
+        // Tools read the state through an `Arc`; moving it out (rather than cloning) keeps a step's
+        // cost independent of the conversation's length. It is moved back once every tool is done.
+        let shared = Arc::new(std::mem::take(&mut run.state));
+        let step = RunContext {
+            cancel: self.ctx.cancel.child_token(),
+            ..self.ctx.clone()
+        };
+        let start_call = |index: usize, state: Arc<AgentState>| {
+            let call = calls[index].clone();
+            let ctx = ToolContext {
+                call_id: call.id.clone(),
+                state,
+                run: step.clone(),
+            };
+            run_one(agent, tools, call, ctx).map(move |outcome| (index, outcome))
+        };
+        let (mutating, concurrent): (Vec<usize>, Vec<usize>) =
+            (0..calls.len()).partition(|&i| tools.is_mutating(&calls[i].name));
+        let sequential_calls = mutating.clone();
+        let mut outcomes: Vec<Option<(CallOutcome, Option<u64>)>> =
+            calls.iter().map(|_| None).collect();
+        let mut cancelled = false;
+        {
+            // Scoped so that every tool future, and its handle on the shared state, is dropped
+            // before the state is taken back.
+            let concurrent: FuturesUnordered<_> = concurrent
+                .into_iter()
+                .map(|index| start_call(index, Arc::clone(&shared)))
+                .collect();
+            // Mutating calls run one after another, each seeing what the earlier ones changed (a
+            // write then an edit of the same file in one turn works). The state is copied only
+            // when a call changed something and another mutating call follows.
+            let sequential = stream::unfold(
+                (mutating.into_iter(), Arc::clone(&shared)),
+                move |(mut rest, view)| async move {
+                    let index = rest.next()?;
+                    let (index, outcome) = start_call(index, Arc::clone(&view)).await;
+                    let view = match &outcome {
+                        (CallOutcome::Done(_, update, _), _)
+                            if !update.is_empty() && rest.len() > 0 =>
+                        {
+                            let mut next = AgentState::clone(&view);
+                            // A failing merge is reported when the step's updates are applied.
+                            match agent.schema.apply_all(&mut next, [update.clone()]) {
+                                Ok(()) => Arc::new(next),
+                                Err(_) => view,
+                            }
+                        }
+                        _ => view,
+                    };
+                    Some(((index, outcome), (rest, view)))
+                },
+            );
+            let finished = stream::select(concurrent, sequential);
+            let grace = tokio::time::sleep(cancel_grace);
+            tokio::pin!(finished, grace);
+            loop {
+                tokio::select! {
+                    next = finished.next() => match next {
+                        Some((index, outcome)) => outcomes[index] = Some(outcome),
+                        None => break,
+                    },
+                    () = self.ctx.cancel.cancelled(), if !cancelled => {
+                        cancelled = true;
+                        grace.as_mut().reset(tokio::time::Instant::now() + cancel_grace);
+                    }
+                    () = &mut grace, if cancelled => break,
+                }
+            }
         }
-    }
-    journal.changed_outside(changed_outside.into_iter().flatten());
-    run.state = Arc::try_unwrap(shared).unwrap_or_else(|leaked| AgentState::clone(&leaked));
-    let updates: Vec<StateUpdate> = results
-        .iter()
-        .map(|(_, update)| update.clone())
-        .filter(|update| !update.is_empty())
-        .collect();
-    let finished: Vec<String> = results
-        .iter()
-        .map(|(result, _)| result.tool_call_id.clone())
-        .collect();
-    run.apply_tool_results(results, &agent.schema)?;
-    journal.tools_finished(run);
-    journal.applied(events, &run.state, &updates);
-    let mut waiting = Vec::new();
-    if !paused.is_empty() || approval::has_paused_subagents(run) {
-        let (changed, actions) =
-            approval::settle_subagents(run, finished.iter().map(String::as_str), paused);
-        if changed {
-            journal.touched_custom(SUBAGENT_RUNS_KEY);
-        }
-        waiting = actions;
-    }
 
-    if let Some((tool, message)) = fatal {
-        return Err(RunError::ToolFatal { tool, message });
+        let mut results = Vec::with_capacity(calls.len());
+        // Per result: the files it changed outside the state.
+        let mut changed_outside: Vec<Vec<String>> = Vec::with_capacity(calls.len());
+        let mut paused = Vec::new();
+        let mut fatal = None;
+        // Calls whose finished event waits for the conflict notes, by result index.
+        let mut unannounced: Vec<(usize, u64)> = Vec::new();
+        for (call, outcome) in calls.iter().zip(outcomes) {
+            let outcome = outcome.map(|(outcome, owed)| {
+                if let Some(elapsed) = owed {
+                    unannounced.push((results.len(), elapsed));
+                }
+                outcome
+            });
+            match outcome {
+                Some(CallOutcome::Done(result, update, changed)) => {
+                    changed_outside.push(changed);
+                    results.push((result, update));
+                }
+                Some(CallOutcome::Paused(subagent)) => paused.push((call.id.clone(), subagent)),
+                Some(CallOutcome::Fatal(result, message)) => {
+                    fatal.get_or_insert((call.name.clone(), message));
+                    changed_outside.push(Vec::new());
+                    results.push((result, StateUpdate::default()));
+                }
+                None => {
+                    let result = ToolResult::error(call, "Cancelled before it finished.");
+                    finish_event(events, &result, 0);
+                    changed_outside.push(Vec::new());
+                    results.push((result, StateUpdate::default()));
+                }
+            }
+        }
+
+        note_file_conflicts(&mut results, &changed_outside, &sequential_calls);
+        for (index, elapsed) in unannounced {
+            if let Some((result, _)) = results.get(index) {
+                finish_event(events, result, elapsed);
+            }
+        }
+        journal.changed_outside(changed_outside.into_iter().flatten());
+        run.state = Arc::try_unwrap(shared).unwrap_or_else(|leaked| AgentState::clone(&leaked));
+        let updates: Vec<StateUpdate> = results
+            .iter()
+            .map(|(_, update)| update.clone())
+            .filter(|update| !update.is_empty())
+            .collect();
+        let finished: Vec<String> = results
+            .iter()
+            .map(|(result, _)| result.tool_call_id.clone())
+            .collect();
+        run.apply_tool_results(results, &agent.schema)?;
+        journal.tools_finished(run);
+        journal.applied(events, &run.state, &updates);
+        let mut waiting = Vec::new();
+        if !paused.is_empty() || approval::has_paused_subagents(run) {
+            let (changed, actions) =
+                approval::settle_subagents(run, finished.iter().map(String::as_str), paused);
+            if changed {
+                journal.touched_custom(SUBAGENT_RUNS_KEY);
+            }
+            waiting = actions;
+        }
+
+        if let Some((tool, message)) = fatal {
+            return Err(RunError::ToolFatal { tool, message });
+        }
+        if cancelled {
+            return Err(RunError::Cancelled);
+        }
+        Ok(waiting)
     }
-    if cancelled {
-        return Err(RunError::Cancelled);
-    }
-    Ok(waiting)
 }
 
 /// When several calls of one step change the same file, the last in call order wins (the merge
@@ -513,10 +551,11 @@ fn note_file_conflicts(
 /// Runs one call; the duration comes back when its `tool_call_finished` event is still owed.
 async fn run_one(
     agent: &AgentInner,
+    tools: &Arc<ToolRegistry>,
     call: ToolCall,
     ctx: ToolContext,
-    events: &EventSink,
 ) -> (CallOutcome, Option<u64>) {
+    let events = &ctx.run.events.clone();
     events.emit(EventKind::ToolCallStarted {
         call_id: call.id.clone(),
         name: call.name.clone(),
@@ -524,8 +563,9 @@ async fn run_one(
     });
     let started = Instant::now();
     let chain = ToolNext {
-        remaining: &agent.middleware,
-        registry: &agent.tools,
+        stack: Arc::clone(&agent.middleware),
+        position: 0,
+        registry: Arc::clone(tools),
     };
     let outcome = match AssertUnwindSafe(chain.call(call.clone(), ctx))
         .catch_unwind()

@@ -24,12 +24,13 @@ pub enum RunError {
         message: String,
     },
     /// A middleware hook failed.
-    #[error("middleware `{middleware}` failed: {message}")]
+    #[error("middleware `{middleware}` failed: {error}")]
     Middleware {
         /// The middleware's name.
         middleware: String,
-        /// Its message.
-        message: String,
+        /// What it reported, with its cause.
+        #[source]
+        error: crate::middleware::MiddlewareError,
     },
     /// A state update could not be merged.
     #[error(transparent)]

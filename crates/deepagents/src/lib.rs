@@ -60,9 +60,10 @@ pub use deepagents_backends as backends;
 pub use deepagents_core as core;
 pub use deepagents_core::{
     AgentState, CheckpointError, Checkpointer, Checkpointing, ContentBlock, DynTool, DynamicTool,
-    Event, EventKind, EventSink, InMemoryCheckpointer, Message, Model, ModelError, ModelRequest,
-    ModelResponse, Reducer, Run, RuntimeContext, StateUpdate, Todo, TodoStatus, Tool, ToolCall,
-    ToolContext, ToolError, ToolOutput, ToolResult, ToolStatus, Usage, validate_thread_id,
+    Event, EventKind, EventSink, Extensions, InMemoryCheckpointer, Message, Model, ModelError,
+    ModelRequest, ModelResponse, Reducer, Run, RunContext, RunLimits, RuntimeContext, StateKey,
+    StateUpdate, Todo, TodoStatus, Tool, ToolCall, ToolContext, ToolError, ToolOutput, ToolResult,
+    ToolStatus, Usage, validate_thread_id,
 };
 /// Model implementations and the spec resolver, re-exported.
 pub use deepagents_models as models;

@@ -397,7 +397,7 @@ struct Tenant {
 }
 
 fn tenant_agent(turns: Value) -> Agent {
-    let whoami = tool("whoami", |cx| match cx.runtime.get::<Tenant>() {
+    let whoami = tool("whoami", |cx| match cx.run.runtime.get::<Tenant>() {
         Some(tenant) => format!("tenant {}", tenant.name),
         None => "no tenant".to_owned(),
     });

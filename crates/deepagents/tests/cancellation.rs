@@ -30,7 +30,7 @@ impl Tool for Waits {
     }
     async fn call(&self, _: NoArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         self.started.notify_one();
-        ctx.cancel.cancelled().await;
+        ctx.run.cancel.cancelled().await;
         self.saw_cancel.store(true, Ordering::SeqCst);
         Ok(ToolOutput::text("stopped early"))
     }

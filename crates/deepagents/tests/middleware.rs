@@ -8,6 +8,7 @@ use deepagents::{
     Agent, AgentState, ModelError, ModelRequest, ModelResponse, StateUpdate, ToolCall, ToolContext,
     ToolError, ToolOutput,
 };
+use deepagents_core::RunContext;
 use serde_json::json;
 
 use crate::support::{scripted, text, tool_results};
@@ -33,12 +34,17 @@ impl Middleware for Recording {
     fn name(&self) -> &str {
         &self.name
     }
-    async fn before_run(&self, _: &AgentState) -> Result<StateUpdate, MiddlewareError> {
+    async fn before_run(
+        &self,
+        _ctx: &RunContext,
+        _: &AgentState,
+    ) -> Result<StateUpdate, MiddlewareError> {
         self.push("before_run");
         Ok(StateUpdate::default())
     }
     async fn before_model(
         &self,
+        _ctx: &RunContext,
         request: &mut ModelRequest,
         _: &AgentState,
     ) -> Result<(), MiddlewareError> {
@@ -49,7 +55,7 @@ impl Middleware for Recording {
     async fn wrap_model_call(
         &self,
         request: ModelRequest,
-        next: ModelNext<'_>,
+        next: ModelNext,
     ) -> Result<ModelResponse, ModelError> {
         self.push("model enter");
         let response = next.call(request).await;
@@ -58,6 +64,7 @@ impl Middleware for Recording {
     }
     async fn after_model(
         &self,
+        _ctx: &RunContext,
         _: &mut ModelResponse,
         _: &AgentState,
     ) -> Result<(), MiddlewareError> {
@@ -68,14 +75,14 @@ impl Middleware for Recording {
         &self,
         call: ToolCall,
         ctx: ToolContext,
-        next: ToolNext<'_>,
+        next: ToolNext,
     ) -> Result<ToolOutput, ToolError> {
         self.push("tool enter");
         let output = next.call(call, ctx).await;
         self.push("tool exit");
         output
     }
-    async fn after_run(&self, _: &AgentState) -> Result<(), MiddlewareError> {
+    async fn after_run(&self, _ctx: &RunContext, _: &AgentState) -> Result<(), MiddlewareError> {
         self.push("after_run");
         Ok(())
     }
@@ -146,7 +153,7 @@ impl Middleware for Capture {
     async fn wrap_model_call(
         &self,
         request: ModelRequest,
-        next: ModelNext<'_>,
+        next: ModelNext,
     ) -> Result<ModelResponse, ModelError> {
         self.requests.lock().unwrap().push(request.clone());
         next.call(request).await
@@ -249,7 +256,7 @@ impl Middleware for RetryOnce {
     async fn wrap_model_call(
         &self,
         request: ModelRequest,
-        next: ModelNext<'_>,
+        next: ModelNext,
     ) -> Result<ModelResponse, ModelError> {
         match next.call(request.clone()).await {
             Err(error) if error.is_retryable() => next.call(request).await,
@@ -282,7 +289,7 @@ impl Middleware for Guard {
         &self,
         call: ToolCall,
         ctx: ToolContext,
-        next: ToolNext<'_>,
+        next: ToolNext,
     ) -> Result<ToolOutput, ToolError> {
         if call.arguments["todos"]
             .as_array()
@@ -330,6 +337,7 @@ impl Middleware for FailsBeforeModel {
     }
     async fn before_model(
         &self,
+        _ctx: &RunContext,
         _: &mut ModelRequest,
         _: &AgentState,
     ) -> Result<(), MiddlewareError> {

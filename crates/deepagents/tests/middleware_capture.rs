@@ -18,7 +18,7 @@ impl Middleware for Capture {
     async fn wrap_model_call(
         &self,
         request: ModelRequest,
-        next: ModelNext<'_>,
+        next: ModelNext,
     ) -> Result<ModelResponse, ModelError> {
         self.requests.lock().unwrap().push(request.clone());
         next.call(request).await

@@ -749,6 +749,7 @@ mod configuration {
         Agent, AgentState, Decision, DynamicTool, EventSink, InterruptConfig, ModelRequest,
         RunOptions, RuntimeContext, SubAgent, ToolOutput, ToolStatus, decide,
     };
+    use deepagents_core::RunContext;
     use serde_json::json;
 
     use super::fixtures::{counting, nested_results, run_with_files};
@@ -1005,6 +1006,7 @@ mod configuration {
         }
         async fn before_model(
             &self,
+            _ctx: &RunContext,
             request: &mut ModelRequest,
             _state: &AgentState,
         ) -> Result<(), deepagents::middleware::MiddlewareError> {
@@ -1075,6 +1077,7 @@ mod configuration {
             json!({"type": "object"}),
             |_, ctx| async move {
                 let user = ctx
+                    .run
                     .runtime
                     .get::<String>()
                     .cloned()

@@ -397,6 +397,7 @@ impl Tool for ReadsRuntime {
     }
     async fn call(&self, _args: NoArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let user = ctx
+            .run
             .runtime
             .get::<String>()
             .ok_or_else(|| ToolError::Fatal("no user in the runtime context".into()))?;

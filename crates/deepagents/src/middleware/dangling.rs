@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 
 use async_trait::async_trait;
+use deepagents_core::RunContext;
 use deepagents_core::{AgentState, Message, ModelRequest, ToolResult};
 
 use super::{Middleware, MiddlewareError};
@@ -22,6 +23,7 @@ impl Middleware for DanglingToolCallsMiddleware {
 
     async fn before_model(
         &self,
+        _ctx: &RunContext,
         request: &mut ModelRequest,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {
@@ -129,7 +131,11 @@ mod tests {
             ..ModelRequest::default()
         };
         DanglingToolCallsMiddleware
-            .before_model(&mut request, &AgentState::default())
+            .before_model(
+                &RunContext::detached("agent"),
+                &mut request,
+                &AgentState::default(),
+            )
             .await
             .unwrap();
         request.messages

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use deepagents_backends::Backend;
+use deepagents_core::RunContext;
 use deepagents_core::{AgentState, DynTool, ModelRequest, TypedTool};
 
 use super::{Middleware, MiddlewareError};
@@ -120,6 +121,7 @@ impl Middleware for FilesystemMiddleware {
 
     async fn before_model(
         &self,
+        _ctx: &RunContext,
         request: &mut ModelRequest,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {

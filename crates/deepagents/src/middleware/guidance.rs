@@ -1,6 +1,7 @@
 //! Our base guidance, the first section after the application's own prompt.
 
 use async_trait::async_trait;
+use deepagents_core::RunContext;
 use deepagents_core::{AgentState, ModelRequest};
 
 use super::{Middleware, MiddlewareError};
@@ -24,6 +25,7 @@ impl Middleware for GuidanceMiddleware {
 
     async fn before_model(
         &self,
+        _ctx: &RunContext,
         request: &mut ModelRequest,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {

@@ -4,13 +4,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use deepagents_backends::{Backend, BackendContext, ReadResult, VPath};
-use deepagents_core::{AgentState, ModelRequest, Reducer, StateUpdate};
+use deepagents_core::{AgentState, ModelRequest, Reducer, RunContext, StateKey, StateUpdate};
 use serde::{Deserialize, Serialize};
 
 use super::{Middleware, MiddlewareError};
 
 /// The custom state key holding the loaded memory files.
 pub const MEMORY_KEY: &str = "memory_files";
+
+/// The memory files loaded, typed.
+const MEMORY: StateKey<Vec<MemoryFile>> = StateKey::new(MEMORY_KEY);
 
 /// Lines of a memory file read at most (a memory file is notes, not a data set).
 const MAX_LINES: usize = 2_000;
@@ -68,11 +71,15 @@ impl Middleware for MemoryMiddleware {
         vec![(MEMORY_KEY.to_owned(), Reducer::Replace)]
     }
 
-    async fn before_run(&self, state: &AgentState) -> Result<StateUpdate, MiddlewareError> {
+    async fn before_run(
+        &self,
+        ctx: &RunContext,
+        state: &AgentState,
+    ) -> Result<StateUpdate, MiddlewareError> {
         if state.custom.contains_key(MEMORY_KEY) {
             return Ok(StateUpdate::default());
         }
-        let cx = BackendContext::with_state(Arc::new(state.clone()));
+        let cx = BackendContext::for_run(ctx, Arc::new(state.clone()));
         let mut files = Vec::new();
         for path in &self.sources {
             // A missing or unreadable file is simply not part of memory.
@@ -88,23 +95,16 @@ impl Middleware for MemoryMiddleware {
                 }
             }
         }
-        let value = serde_json::to_value(&files).map_err(|e| MiddlewareError(e.to_string()))?;
-        Ok(StateUpdate::default().with_custom(MEMORY_KEY, value))
+        Ok(MEMORY.update(&files)?)
     }
 
     async fn before_model(
         &self,
+        _ctx: &RunContext,
         request: &mut ModelRequest,
         state: &AgentState,
     ) -> Result<(), MiddlewareError> {
-        let files: Vec<MemoryFile> = state
-            .custom
-            .get(MEMORY_KEY)
-            .cloned()
-            .map(serde_json::from_value)
-            .transpose()
-            .map_err(|e| MiddlewareError(format!("corrupt memory state: {e}")))?
-            .unwrap_or_default();
+        let files = MEMORY.get(state)?.unwrap_or_default();
         if files.is_empty() {
             return Ok(());
         }

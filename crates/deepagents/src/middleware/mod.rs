@@ -38,11 +38,10 @@ use async_trait::async_trait;
 use deepagents_core::model::collect_stream;
 use deepagents_core::{
     AgentState, DynTool, EventKind, Model, ModelError, ModelRequest, ModelResponse, Reducer,
-    StateUpdate, StreamEvent, ToolCall, ToolContext, ToolError, ToolOutput,
+    RunContext, StateUpdate, StreamEvent, ToolCall, ToolContext, ToolError, ToolOutput,
 };
 
 use crate::registry::ToolRegistry;
-use deepagents_core::EventSink;
 
 pub use dangling::DanglingToolCallsMiddleware;
 pub use filesystem::FilesystemMiddleware;
@@ -65,25 +64,64 @@ pub use summarization::{
 };
 pub use todos::TodoListMiddleware;
 
-/// A middleware hook failed; the run stops with this message.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct MiddlewareError(pub String);
+/// A middleware hook failed; the run stops with this error, its source kept.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct MiddlewareError {
+    message: String,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl MiddlewareError {
+    /// An error with this message and no underlying cause.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An error with this message, caused by `source`.
+    pub fn with_source(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// The message, without its cause.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
 
 impl From<String> for MiddlewareError {
     fn from(message: String) -> Self {
-        Self(message)
+        Self::new(message)
     }
 }
 
 impl From<&str> for MiddlewareError {
     fn from(message: &str) -> Self {
-        Self(message.to_owned())
+        Self::new(message)
+    }
+}
+
+impl From<deepagents_core::StateError> for MiddlewareError {
+    fn from(error: deepagents_core::StateError) -> Self {
+        Self::with_source(error.to_string(), error)
     }
 }
 
 /// Hooks around the run. Every hook has a default that does nothing, so implement only what
 /// you need. See the [module docs](self) for the order.
+///
+/// One middleware value serves every run of its agent, concurrently: keep what a run needs
+/// to remember in [`RunContext::extensions`], not in `self`.
 #[async_trait]
 pub trait Middleware: Send + Sync + 'static {
     /// A unique name; a user middleware with a built-in's name replaces that built-in.
@@ -100,7 +138,11 @@ pub trait Middleware: Send + Sync + 'static {
     }
 
     /// Once when a run starts or resumes; the returned update is merged into the state.
-    async fn before_run(&self, _state: &AgentState) -> Result<StateUpdate, MiddlewareError> {
+    async fn before_run(
+        &self,
+        _ctx: &RunContext,
+        _state: &AgentState,
+    ) -> Result<StateUpdate, MiddlewareError> {
         Ok(StateUpdate::default())
     }
 
@@ -109,6 +151,7 @@ pub trait Middleware: Send + Sync + 'static {
     /// as built from the state, before any middleware shaped it.
     async fn prepare_model_call(
         &self,
+        _ctx: &RunContext,
         _request: &ModelRequest,
         _state: &AgentState,
     ) -> Result<StateUpdate, MiddlewareError> {
@@ -119,17 +162,19 @@ pub trait Middleware: Send + Sync + 'static {
     /// messages sent. Changes affect this request only, never the stored conversation.
     async fn before_model(
         &self,
+        _ctx: &RunContext,
         _request: &mut ModelRequest,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {
         Ok(())
     }
 
-    /// Around each model call: retry, fall back, or answer without calling `next`.
+    /// Around each model call: retry, fall back, or answer without calling `next`. The run
+    /// is [`ModelNext::context`].
     async fn wrap_model_call(
         &self,
         request: ModelRequest,
-        next: ModelNext<'_>,
+        next: ModelNext,
     ) -> Result<ModelResponse, ModelError> {
         next.call(request).await
     }
@@ -137,63 +182,78 @@ pub trait Middleware: Send + Sync + 'static {
     /// After each model call, before its answer joins the conversation.
     async fn after_model(
         &self,
+        _ctx: &RunContext,
         _response: &mut ModelResponse,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {
         Ok(())
     }
 
-    /// Around each tool call: check permissions, ask for approval, rewrite the result.
+    /// Around each tool call: check permissions, ask for approval, rewrite the result. The
+    /// run is `ctx.run`.
     async fn wrap_tool_call(
         &self,
         call: ToolCall,
         ctx: ToolContext,
-        next: ToolNext<'_>,
+        next: ToolNext,
     ) -> Result<ToolOutput, ToolError> {
         next.call(call, ctx).await
     }
 
     /// Once when the run has its final answer.
-    async fn after_run(&self, _state: &AgentState) -> Result<(), MiddlewareError> {
+    async fn after_run(
+        &self,
+        _ctx: &RunContext,
+        _state: &AgentState,
+    ) -> Result<(), MiddlewareError> {
         Ok(())
     }
 }
 
-/// The rest of the model-call chain, handed to [`Middleware::wrap_model_call`]. Call it as
-/// often as you like (for retries); each call streams its deltas as events.
-#[derive(Clone, Copy)]
-pub struct ModelNext<'a> {
-    pub(crate) remaining: &'a [Arc<dyn Middleware>],
-    pub(crate) model: &'a dyn Model,
-    pub(crate) events: &'a EventSink,
+/// The rest of the model-call chain, handed to [`Middleware::wrap_model_call`]. It owns what
+/// it needs, so it can move into a task; call it as often as you like (for retries); each
+/// call streams its deltas as events.
+#[derive(Clone)]
+pub struct ModelNext {
+    pub(crate) stack: Arc<[Arc<dyn Middleware>]>,
+    /// Index in `stack` of the next middleware to call.
+    pub(crate) position: usize,
+    pub(crate) model: Arc<dyn Model>,
+    pub(crate) run: RunContext,
 }
 
-impl ModelNext<'_> {
+impl ModelNext {
+    /// The run this call belongs to.
+    pub fn context(&self) -> &RunContext {
+        &self.run
+    }
+
     /// Passes the request on to the next middleware, or to the model.
     pub async fn call(&self, request: ModelRequest) -> Result<ModelResponse, ModelError> {
-        match self.remaining.split_first() {
-            Some((middleware, rest)) => {
+        match self.stack.get(self.position) {
+            Some(middleware) => {
                 let next = ModelNext {
-                    remaining: rest,
-                    ..*self
+                    position: self.position + 1,
+                    ..self.clone()
                 };
                 middleware.wrap_model_call(request, next).await
             }
             None => {
+                let events = &self.run.events;
                 let stream = self.model.stream(&request).await?;
                 collect_stream(stream, |delta| match delta {
-                    StreamEvent::TextDelta { text } => self
-                        .events
-                        .emit(EventKind::TextDelta { text: text.clone() }),
-                    StreamEvent::ReasoningDelta { text } => self
-                        .events
-                        .emit(EventKind::ReasoningDelta { text: text.clone() }),
+                    StreamEvent::TextDelta { text } => {
+                        events.emit(EventKind::TextDelta { text: text.clone() })
+                    }
+                    StreamEvent::ReasoningDelta { text } => {
+                        events.emit(EventKind::ReasoningDelta { text: text.clone() })
+                    }
                     StreamEvent::ToolCallDelta {
                         index,
                         id,
                         name,
                         arguments_delta,
-                    } => self.events.emit(EventKind::ToolCallDelta {
+                    } => events.emit(EventKind::ToolCallDelta {
                         index: *index,
                         call_id: id.clone(),
                         name: name.clone(),
@@ -207,21 +267,24 @@ impl ModelNext<'_> {
     }
 }
 
-/// The rest of the tool-call chain, handed to [`Middleware::wrap_tool_call`].
-#[derive(Clone, Copy)]
-pub struct ToolNext<'a> {
-    pub(crate) remaining: &'a [Arc<dyn Middleware>],
-    pub(crate) registry: &'a ToolRegistry,
+/// The rest of the tool-call chain, handed to [`Middleware::wrap_tool_call`]; it owns what
+/// it needs, so it can move into a task.
+#[derive(Clone)]
+pub struct ToolNext {
+    pub(crate) stack: Arc<[Arc<dyn Middleware>]>,
+    /// Index in `stack` of the next middleware to call.
+    pub(crate) position: usize,
+    pub(crate) registry: Arc<ToolRegistry>,
 }
 
-impl ToolNext<'_> {
+impl ToolNext {
     /// Passes the call on to the next middleware, or to the tool.
     pub async fn call(&self, call: ToolCall, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        match self.remaining.split_first() {
-            Some((middleware, rest)) => {
+        match self.stack.get(self.position) {
+            Some(middleware) => {
                 let next = ToolNext {
-                    remaining: rest,
-                    ..*self
+                    position: self.position + 1,
+                    ..self.clone()
                 };
                 middleware.wrap_tool_call(call, ctx, next).await
             }

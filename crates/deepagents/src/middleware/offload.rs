@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use deepagents_backends::{Backend, BackendContext, VPath};
 use deepagents_core::{
-    AgentState, ContentBlock, Message, ModelRequest, Reducer, StateUpdate, ToolCall, ToolContext,
-    ToolError, ToolOutput,
+    AgentState, ContentBlock, Message, ModelRequest, Reducer, RunContext, StateKey, StateUpdate,
+    ToolCall, ToolContext, ToolError, ToolOutput,
 };
 use serde::{Deserialize, Serialize};
 
@@ -34,13 +34,8 @@ struct LargeInputs {
     files: BTreeMap<usize, String>,
 }
 
-fn large_inputs(state: &AgentState) -> LargeInputs {
-    state
-        .custom
-        .get(LARGE_INPUTS_KEY)
-        .and_then(|v| serde_json::from_value(v.clone()).ok())
-        .unwrap_or_default()
-}
+/// The offloaded user messages, typed.
+const LARGE_INPUTS: StateKey<LargeInputs> = StateKey::new(LARGE_INPUTS_KEY);
 
 /// Tools whose output is already paged and capped.
 const EXEMPT: &[&str] = &[
@@ -105,10 +100,11 @@ impl Middleware for LargeResultsMiddleware {
 
     async fn prepare_model_call(
         &self,
+        ctx: &RunContext,
         _request: &ModelRequest,
         state: &AgentState,
     ) -> Result<StateUpdate, MiddlewareError> {
-        let mut inputs = large_inputs(state);
+        let mut inputs = LARGE_INPUTS.get(state)?.unwrap_or_default();
         let mut update = StateUpdate::default();
         let mut cx = None;
         // User input arrives after the latest assistant turn, so only that stretch is new.
@@ -129,7 +125,8 @@ impl Middleware for LargeResultsMiddleware {
             let Ok(path) = VPath::parse(&format!("/conversation_history/input-{index}.md")) else {
                 continue;
             };
-            let cx = cx.get_or_insert_with(|| BackendContext::with_state(Arc::new(state.clone())));
+            let cx =
+                cx.get_or_insert_with(|| BackendContext::for_run(ctx, Arc::new(state.clone())));
             // If saving fails the message goes whole, as the user sent it.
             if let Ok(changed) = self.backend.write(cx, &path, &text).await {
                 update.files.extend(changed.update.files);
@@ -139,16 +136,17 @@ impl Middleware for LargeResultsMiddleware {
         if update.files.is_empty() {
             return Ok(update);
         }
-        let value = serde_json::to_value(&inputs).map_err(|e| MiddlewareError(e.to_string()))?;
-        Ok(update.with_custom(LARGE_INPUTS_KEY, value))
+        LARGE_INPUTS.set(&mut update, &inputs)?;
+        Ok(update)
     }
 
     async fn before_model(
         &self,
+        _ctx: &RunContext,
         request: &mut ModelRequest,
         state: &AgentState,
     ) -> Result<(), MiddlewareError> {
-        let inputs = large_inputs(state);
+        let inputs = LARGE_INPUTS.get(state)?.unwrap_or_default();
         for (index, path) in inputs.files {
             if let Some(message @ Message::User { .. }) = request.messages.get_mut(index) {
                 let text = message.text();
@@ -166,7 +164,7 @@ impl Middleware for LargeResultsMiddleware {
         &self,
         call: ToolCall,
         ctx: ToolContext,
-        next: ToolNext<'_>,
+        next: ToolNext,
     ) -> Result<ToolOutput, ToolError> {
         let exempt = EXEMPT.contains(&call.name.as_str());
         let cx = backend_context(&ctx);

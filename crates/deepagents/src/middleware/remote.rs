@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use deepagents_core::RunContext;
 use deepagents_core::{
     AgentState, DynTool, ModelRequest, Reducer, StateUpdate, Tool, ToolContext, ToolError,
     ToolOutput, TypedTool,
@@ -130,6 +131,7 @@ impl Middleware for RemoteSubAgentsMiddleware {
 
     async fn before_model(
         &self,
+        _ctx: &RunContext,
         request: &mut ModelRequest,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use deepagents_core::RunContext;
 use deepagents_core::tool::InvalidSchema;
 use deepagents_core::{
     AgentState, DynTool, DynamicTool, Message, ModelRequest, Reducer, Run, StateUpdate, ToolOutput,
@@ -69,6 +70,7 @@ impl Middleware for ResponseFormatMiddleware {
 
     async fn before_model(
         &self,
+        _ctx: &RunContext,
         request: &mut ModelRequest,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {

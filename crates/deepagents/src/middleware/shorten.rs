@@ -1,6 +1,7 @@
 //! Near the context limit, long arguments of old write/edit calls are shortened in requests.
 
 use async_trait::async_trait;
+use deepagents_core::RunContext;
 use deepagents_core::{AgentState, Message, ModelRequest};
 use serde_json::Value;
 
@@ -24,17 +25,17 @@ const TRIGGER: f64 = 0.7;
 #[derive(Debug)]
 pub struct ShortenOldEditsMiddleware {
     window_tokens: u64,
-    /// Keeps the per-step check independent of the history's length.
-    counted: RunningEstimate,
 }
+
+/// The run's running estimate of its requests, which keeps the per-step check independent of
+/// the history's length.
+#[derive(Default)]
+struct RequestEstimate(RunningEstimate);
 
 impl ShortenOldEditsMiddleware {
     /// Shortening for a model whose context window holds `window_tokens`.
     pub fn new(window_tokens: u64) -> Self {
-        Self {
-            window_tokens,
-            counted: RunningEstimate::default(),
-        }
+        Self { window_tokens }
     }
 }
 
@@ -61,11 +62,13 @@ impl Middleware for ShortenOldEditsMiddleware {
 
     async fn before_model(
         &self,
+        ctx: &RunContext,
         request: &mut ModelRequest,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {
         let trigger = (self.window_tokens as f64 * TRIGGER) as u64;
-        let tokens = estimate_fixed(request) + self.counted.messages_from(&request.messages, 0);
+        let counted = ctx.extensions.get_or_insert_with(RequestEstimate::default);
+        let tokens = estimate_fixed(request) + counted.0.messages_from(&request.messages, 0);
         if tokens < trigger {
             return Ok(());
         }

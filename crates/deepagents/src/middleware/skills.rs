@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use deepagents_backends::{Backend, BackendContext, BackendError, VPath};
-use deepagents_core::{AgentState, ModelRequest, Reducer, StateUpdate};
+use deepagents_core::{AgentState, ModelRequest, Reducer, RunContext, StateKey, StateUpdate};
 use serde::{Deserialize, Serialize};
 
 use super::{Middleware, MiddlewareError};
@@ -53,6 +53,11 @@ struct SkillMeta {
 /// there were none. Set once per thread with the listing, so they reach the event stream as
 /// part of that state update.
 pub const SKILL_WARNINGS_KEY: &str = "skill_warnings";
+
+/// The skills found, typed.
+const SKILLS: StateKey<Vec<SkillInfo>> = StateKey::new(SKILLS_KEY);
+/// The skills refused, typed.
+const SKILL_WARNINGS: StateKey<Vec<SkillWarning>> = StateKey::new(SKILL_WARNINGS_KEY);
 
 /// A problem with a skill. Breaking a naming or length rule only warns, and the skill is still
 /// listed; a skill that cannot be read or has no description is left out (`skipped`).
@@ -292,35 +297,30 @@ impl Middleware for SkillsMiddleware {
         ]
     }
 
-    async fn before_run(&self, state: &AgentState) -> Result<StateUpdate, MiddlewareError> {
+    async fn before_run(
+        &self,
+        ctx: &RunContext,
+        state: &AgentState,
+    ) -> Result<StateUpdate, MiddlewareError> {
         if state.custom.contains_key(SKILLS_KEY) {
             return Ok(StateUpdate::default());
         }
-        let cx = BackendContext::with_state(Arc::new(state.clone()));
+        let cx = BackendContext::for_run(ctx, Arc::new(state.clone()));
         let (skills, warnings) = self.load(&cx).await;
-        let value = serde_json::to_value(&skills).map_err(|e| MiddlewareError(e.to_string()))?;
-        let mut update = StateUpdate::default().with_custom(SKILLS_KEY, value);
+        let mut update = SKILLS.update(&skills)?;
         if !warnings.is_empty() {
-            let value =
-                serde_json::to_value(&warnings).map_err(|e| MiddlewareError(e.to_string()))?;
-            update = update.with_custom(SKILL_WARNINGS_KEY, value);
+            SKILL_WARNINGS.set(&mut update, &warnings)?;
         }
         Ok(update)
     }
 
     async fn before_model(
         &self,
+        _ctx: &RunContext,
         request: &mut ModelRequest,
         state: &AgentState,
     ) -> Result<(), MiddlewareError> {
-        let skills: Vec<SkillInfo> = state
-            .custom
-            .get(SKILLS_KEY)
-            .cloned()
-            .map(serde_json::from_value)
-            .transpose()
-            .map_err(|e| MiddlewareError(format!("corrupt skills state: {e}")))?
-            .unwrap_or_default();
+        let skills = SKILLS.get(state)?.unwrap_or_default();
         if skills.is_empty() {
             return Ok(());
         }

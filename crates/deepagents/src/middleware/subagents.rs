@@ -7,8 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use deepagents_core::event::PathSegment;
 use deepagents_core::{
-    AgentState, Checkpointing, DynTool, Message, ModelRequest, Run, StateUpdate, Tool, ToolContext,
-    ToolError, ToolOutput, TypedTool,
+    AgentState, Checkpointing, DynTool, Extensions, Message, ModelRequest, Run, RunContext,
+    RunLimits, StateUpdate, Tool, ToolContext, ToolError, ToolOutput, TypedTool,
 };
 use futures::FutureExt as _;
 use schemars::JsonSchema;
@@ -16,7 +16,7 @@ use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{Middleware, MiddlewareError};
-use crate::agent::{Agent, RunOptions, RunStatus};
+use crate::agent::{Agent, RunStatus};
 use crate::approval::{self, PausedSubagent};
 
 const PROMPT: &str = "\
@@ -38,17 +38,10 @@ pub(crate) struct Registered {
 }
 
 impl SubAgentsMiddleware {
-    pub(crate) fn new(
-        agents: BTreeMap<String, Registered>,
-        shared_keys: BTreeSet<String>,
-        max_depth: usize,
-        max_concurrent: usize,
-    ) -> Self {
+    pub(crate) fn new(agents: BTreeMap<String, Registered>, shared_keys: BTreeSet<String>) -> Self {
         let tool = Task {
             agents: Arc::new(agents),
             shared_keys,
-            max_depth,
-            permits: Arc::new(Semaphore::new(max_concurrent.max(1))),
         };
         Self {
             tool: Arc::new(TypedTool::new(tool)),
@@ -68,6 +61,7 @@ impl Middleware for SubAgentsMiddleware {
 
     async fn before_model(
         &self,
+        _ctx: &RunContext,
         request: &mut ModelRequest,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {
@@ -80,27 +74,36 @@ struct Task {
     agents: Arc<BTreeMap<String, Registered>>,
     /// The owning agent's custom keys that subagent runs may receive.
     shared_keys: BTreeSet<String>,
-    max_depth: usize,
-    /// Bounds this agent's own `task` calls; for a run started from this agent, its whole tree.
-    permits: Arc<Semaphore>,
 }
 
-/// What a subagent run inherits from the chain of agents above it. The subagent's `task`
-/// calls run inside its run's future, so a task-local reaches them without passing through
-/// the run's data (and never ends up in a checkpoint).
+/// The subagent places of one run, kept in its extensions: the limits are per run, so one
+/// agent serving many threads never makes one thread's subagents wait for another's.
+struct Places {
+    /// Bounds this run's own `task` calls.
+    own: Arc<Semaphore>,
+    /// What the run inherited from the runs above it; `None` for a top-level run.
+    chain: Option<Chain>,
+}
+
+impl Places {
+    fn for_run(limits: &RunLimits, chain: Option<Chain>) -> Self {
+        Self {
+            own: Arc::new(Semaphore::new(limits.subagent_concurrency.max(1))),
+            chain,
+        }
+    }
+}
+
+/// What a subagent run inherits from the chain of runs above it.
 #[derive(Clone)]
 struct Chain {
     /// The strictest depth limit along the chain.
     max_depth: usize,
-    /// The concurrency limit of the agent the tree started from.
+    /// The concurrency limit of the run the tree started from.
     budget: Arc<Semaphore>,
     /// The place the running subagent holds, lent to one of its own subagents at a time: it
     /// only waits while they work, and lending keeps nesting from deadlocking on `budget`.
     lendable: Arc<Semaphore>,
-}
-
-tokio::task_local! {
-    static CHAIN: Chain;
 }
 
 /// Arguments of `task`.
@@ -193,10 +196,14 @@ impl Tool for Task {
                 valid.join(", ")
             )));
         };
-        let chain = CHAIN.try_with(Clone::clone).ok();
-        let max_depth = chain
-            .as_ref()
-            .map_or(self.max_depth, |c| c.max_depth.min(self.max_depth));
+        let limits = ctx.run.limits;
+        let places = ctx
+            .run
+            .extensions
+            .get_or_insert_with(|| Places::for_run(&limits, None));
+        let max_depth = places.chain.as_ref().map_or(limits.subagent_depth, |c| {
+            c.max_depth.min(limits.subagent_depth)
+        });
         let depth = ctx.agent_path().len() + 1;
         if depth > max_depth {
             return Err(ToolError::RespondToModel(format!(
@@ -209,7 +216,7 @@ impl Tool for Task {
                     .to_owned(),
             ));
         }
-        let _permits = self.acquire(chain.as_ref()).await?;
+        let _permits = acquire(&places).await?;
         // A subagent that paused for approval inside this call continues its stored run (the
         // decisions are in it) instead of starting over.
         let (initial, start, changed_before) =
@@ -244,7 +251,7 @@ impl Tool for Task {
         // crash resumes it from there (its interrupted calls settled like the parent's), so
         // finished work is not redone. The child thread is removed once the parent has
         // stored this call's result.
-        let mut checkpoint = ctx.checkpoint.as_ref().map(|c| c.child(&ctx.call_id));
+        let mut checkpoint = ctx.run.checkpoint.as_ref().map(|c| c.child(&ctx.call_id));
         let _finished = checkpoint.clone().map(FinishChild);
         let run = match &mut checkpoint {
             Some(child) => match crate::journal::reload(child).await {
@@ -259,25 +266,42 @@ impl Tool for Task {
             },
             None => initial,
         };
-        let options = RunOptions {
-            runtime: ctx.runtime.clone(),
-            cancel: ctx.cancel.child_token(),
+        let child = &registered.agent.inner;
+        let run_context = RunContext {
+            thread_id: ctx.run.thread_id.clone(),
+            assistant_id: ctx.run.assistant_id.clone(),
+            agent: child.name.clone(),
+            events: ctx.run.events.nested(PathSegment {
+                call_id: ctx.call_id.clone(),
+                name: args.subagent_type.clone(),
+            }),
+            cancel: ctx.run.cancel.child_token(),
+            runtime: ctx.run.runtime.clone(),
             checkpoint,
-            ..RunOptions::default()
+            limits: child.limits,
+            extensions: Extensions::default(),
         };
-        let events = ctx.events.nested(PathSegment {
-            call_id: ctx.call_id.clone(),
-            name: args.subagent_type.clone(),
-        });
-        let inner = Chain {
-            max_depth,
-            budget: chain.map_or_else(|| Arc::clone(&self.permits), |c| c.budget),
-            lendable: Arc::new(Semaphore::new(1)),
+        let budget = match &places.chain {
+            Some(chain) => Arc::clone(&chain.budget),
+            // A top-level run's own limit bounds its whole tree.
+            None => Arc::clone(&places.own),
         };
-        let outcome =
-            AssertUnwindSafe(CHAIN.scope(inner, registered.agent.run(run, options, events)))
-                .catch_unwind()
-                .await;
+        run_context.extensions.insert(Places::for_run(
+            &child.limits,
+            Some(Chain {
+                max_depth,
+                budget,
+                lendable: Arc::new(Semaphore::new(1)),
+            }),
+        ));
+        let outcome = AssertUnwindSafe(crate::driver::drive_in(
+            child,
+            run,
+            &run_context,
+            crate::agent::DEFAULT_CANCEL_GRACE,
+        ))
+        .catch_unwind()
+        .await;
         let outcome = match outcome {
             Ok(outcome) => outcome,
             Err(panic) => {
@@ -354,37 +378,24 @@ impl Drop for FinishChild {
     }
 }
 
-impl Task {
-    /// Waits for a place to run a subagent: one of this agent's own, and for a nested call also
-    /// one of the tree's (or the place of the subagent making the call, lent to it).
-    async fn acquire(&self, chain: Option<&Chain>) -> Result<Vec<OwnedSemaphorePermit>, ToolError> {
-        let closed = |_| ToolError::Fatal("the subagent limiter was closed".to_owned());
-        let mut permits = Vec::with_capacity(2);
-        let Some(chain) = chain else {
-            permits.push(
-                Arc::clone(&self.permits)
-                    .acquire_owned()
-                    .await
-                    .map_err(closed)?,
-            );
-            return Ok(permits);
-        };
-        // The tree's root agent can run again inside its own tree (a tool that invokes it);
-        // its permits are then the budget itself.
-        if !Arc::ptr_eq(&chain.budget, &self.permits) {
-            permits.push(
-                Arc::clone(&self.permits)
-                    .acquire_owned()
-                    .await
-                    .map_err(closed)?,
-            );
-        }
+/// Waits for a place to run a subagent: one of the run's own, and for a nested run also one
+/// of the tree's (or the place of the subagent making the call, lent to it).
+async fn acquire(places: &Places) -> Result<Vec<OwnedSemaphorePermit>, ToolError> {
+    let closed = |_| ToolError::Fatal("the subagent limiter was closed".to_owned());
+    let mut permits = Vec::with_capacity(2);
+    permits.push(
+        Arc::clone(&places.own)
+            .acquire_owned()
+            .await
+            .map_err(closed)?,
+    );
+    if let Some(chain) = &places.chain {
         let shared = tokio::select! {
             biased;
             permit = Arc::clone(&chain.budget).acquire_owned() => permit,
             permit = Arc::clone(&chain.lendable).acquire_owned() => permit,
         };
         permits.push(shared.map_err(closed)?);
-        Ok(permits)
     }
+    Ok(permits)
 }

@@ -12,16 +12,14 @@ use deepagents_backends::{Backend, BackendContext, VPath};
 use deepagents_core::event::SummaryTrigger;
 use deepagents_core::{
     AgentState, ContentBlock, DynTool, EventKind, Message, Model, ModelError, ModelRequest,
-    ModelResponse, Reducer, StateUpdate, Tool, ToolContext, ToolError, ToolOutput, TypedTool,
+    ModelResponse, Reducer, RunContext, StateKey, StateUpdate, Tool, ToolContext, ToolError,
+    ToolOutput, TypedTool,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::{Middleware, MiddlewareError, ModelNext};
-use crate::context::{
-    RunningEstimate, current_thread_id, estimate_fixed, estimate_messages, estimate_tokens,
-};
+use crate::context::{RunningEstimate, estimate_fixed, estimate_messages, estimate_tokens};
 use crate::tools::output::truncate_chars;
 
 /// The custom state key holding the summary marker.
@@ -78,7 +76,15 @@ struct SummaryMarker {
     history_file: String,
     /// How many summarizations led here.
     count: u32,
+    /// A trigger learned from a provider's overflow error: requests over it are summarized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    learned_trigger: Option<u64>,
 }
+
+/// The summary marker, typed.
+const SUMMARY: StateKey<SummaryMarker> = StateKey::new(SUMMARY_KEY);
+/// Whether the model asked to compact, typed.
+const COMPACT: StateKey<bool> = StateKey::new(COMPACT_KEY);
 
 const SUMMARIZER_PROMPT: &str = "\
 You compress an agent's conversation so it can continue with less context. Write a summary \
@@ -103,24 +109,59 @@ pub struct SummarizationMiddleware {
     backend: Arc<dyn Backend>,
     window: u64,
     config: SummarizationConfig,
-    /// What passes between the hooks of one model call, and from an overflow to the next step.
-    handoffs: Mutex<Handoffs>,
-    /// A trigger learned from a provider's overflow error: the estimate was too optimistic.
-    learned_trigger: Mutex<Option<u64>>,
+    /// The opt-in `compact_conversation` tool.
+    compact_tool: Option<Arc<dyn DynTool>>,
+}
+
+/// What summarization remembers during one run, in the run's extensions: one agent serves
+/// many runs at once, and each run's hooks are called one after another.
+#[derive(Default)]
+struct PerRun(Mutex<RunMemory>);
+
+#[derive(Default)]
+struct RunMemory {
+    /// A summary `prepare_model_call` made, announced when its request goes out (the first
+    /// hook that sees the request is `wrap_model_call`).
+    announce: Option<EventKind>,
+    /// The run as `before_model` saw it, for `wrap_model_call`'s overflow recovery.
+    view: Option<CallView>,
+    /// A summary made on overflow, for the next `prepare_model_call` to record.
+    pending: Option<Pending>,
+    /// A trigger learned from a provider's overflow error in this run (the estimate was too
+    /// optimistic); recorded in the marker so later runs of the thread keep it.
+    learned_trigger: Option<u64>,
     /// Running estimate of the visible messages, so deciding costs the same at any history
     /// length.
     counted: RunningEstimate,
-    /// The opt-in `compact_conversation` tool.
-    compact_tool: Option<Arc<dyn DynTool>>,
-    /// The latest estimate, and the correction learned from the provider's reported usage
-    /// (reported ÷ estimated input tokens, smoothed), so triggers follow the real tokenizer.
-    calibration: Mutex<Calibration>,
+    /// The latest estimate, and the correction learned from the provider's reported usage.
+    calibration: Calibration,
 }
 
+impl PerRun {
+    fn of(ctx: &RunContext) -> Arc<Self> {
+        ctx.extensions.get_or_insert_with(Self::default)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunMemory> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The latest estimate, and the correction learned from the provider's reported usage
+/// (reported ÷ estimated input tokens, smoothed), so triggers follow the real tokenizer.
 #[derive(Clone, Copy, Debug)]
 struct Calibration {
     last_estimate: u64,
     factor: f64,
+}
+
+impl Default for Calibration {
+    fn default() -> Self {
+        Self {
+            last_estimate: 0,
+            factor: 1.0,
+        }
+    }
 }
 
 /// The custom state key set when the model asked to compact.
@@ -149,7 +190,10 @@ impl Tool for CompactConversation {
     }
 
     async fn call(&self, _args: CompactArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let marker = marker_of(&ctx.state);
+        let marker = SUMMARY
+            .get(&ctx.state)
+            .map_err(|e| ToolError::Fatal(e.to_string()))?
+            .unwrap_or_default();
         let used = estimate_messages(&visible(&marker, &ctx.state.messages));
         if used < self.trigger_tokens / 2 {
             return Err(ToolError::RespondToModel(format!(
@@ -159,7 +203,11 @@ impl Tool for CompactConversation {
         }
         Ok(
             ToolOutput::text("The conversation will be compacted before your next step.")
-                .with_update(StateUpdate::default().with_custom(COMPACT_KEY, Value::Bool(true))),
+                .with_update(
+                    COMPACT
+                        .update(&true)
+                        .map_err(|e| ToolError::Fatal(e.to_string()))?,
+                ),
         )
     }
 }
@@ -177,14 +225,7 @@ impl SummarizationMiddleware {
             backend,
             window: window.unwrap_or(crate::context::FALLBACK_CONTEXT_TOKENS),
             config: config.unwrap_or_else(|| SummarizationConfig::default_for(window)),
-            handoffs: Mutex::new(Handoffs::default()),
-            learned_trigger: Mutex::new(None),
-            counted: RunningEstimate::default(),
             compact_tool: None,
-            calibration: Mutex::new(Calibration {
-                last_estimate: 0,
-                factor: 1.0,
-            }),
         }
     }
 
@@ -209,9 +250,13 @@ impl SummarizationMiddleware {
 
     /// Tokens of the messages a request shows under `marker`, counting only messages added
     /// since the last call (messages are only ever appended).
-    fn visible_tokens(&self, marker: &SummaryMarker, messages: &[Message]) -> u64 {
+    fn visible_tokens(
+        counted: &RunningEstimate,
+        marker: &SummaryMarker,
+        messages: &[Message],
+    ) -> u64 {
         let start = marker.upto.min(messages.len());
-        let tokens = self.counted.messages_from(messages, start);
+        let tokens = counted.messages_from(messages, start);
         let summary = if start > 0 {
             estimate_messages(&visible(marker, &messages[..start.min(messages.len())]))
         } else {
@@ -220,12 +265,9 @@ impl SummarizationMiddleware {
         tokens + summary
     }
 
-    /// Whether a request of `tokens` over `messages` messages should be summarized.
-    fn triggered(&self, tokens: u64, messages: usize) -> bool {
-        let learned = *self
-            .learned_trigger
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+    /// Whether a request of `tokens` over `messages` messages should be summarized, given a
+    /// trigger `learned` from an overflow.
+    fn triggered(&self, tokens: u64, messages: usize, learned: Option<u64>) -> bool {
         if learned.is_some_and(|limit| tokens > limit) {
             return true;
         }
@@ -237,16 +279,12 @@ impl SummarizationMiddleware {
 
     /// The first kept message: enough recent messages to satisfy `keep`, never separating a
     /// tool result from the call that asked for it.
-    fn cut(&self, messages: &[Message], from: usize) -> usize {
+    fn cut(&self, messages: &[Message], from: usize, learned: Option<u64>) -> usize {
         let mut cut = messages.len();
         match self.config.keep {
             Threshold::Messages(keep) => cut = messages.len().saturating_sub(keep),
             other => {
                 // A tail as large as the trigger would leave nothing to gain: keep at most half.
-                let learned = *self
-                    .learned_trigger
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
                 let trigger = [self.tokens_of(self.config.trigger), learned]
                     .into_iter()
                     .flatten()
@@ -288,37 +326,41 @@ impl SummarizationMiddleware {
     /// the history file. Returns the new marker and the file changes.
     async fn summarize(
         &self,
+        ctx: &RunContext,
         state: &AgentState,
         marker: &SummaryMarker,
         cut: usize,
         history_file: String,
     ) -> Result<(SummaryMarker, StateUpdate), String> {
         let transcript = render(&state.messages[marker.upto..cut], marker.upto);
-        let text = self.summary_of(&marker.text, &transcript).await?;
+        let factor = PerRun::of(ctx).lock().calibration.factor;
+        let text = self.summary_of(factor, &marker.text, &transcript).await?;
         let update = self
-            .append_history(state, &history_file, &transcript)
+            .append_history(ctx, state, &history_file, &transcript)
             .await?;
         let next = SummaryMarker {
             upto: cut,
             text,
             history_file,
             count: marker.count + 1,
+            learned_trigger: marker.learned_trigger,
         };
         Ok((next, update))
     }
 
-    /// Asks the model for a summary of `transcript`, continuing `previous`.
-    async fn summary_of(&self, previous: &str, transcript: &str) -> Result<String, String> {
+    /// Asks the model for a summary of `transcript`, continuing `previous`; `factor` is the
+    /// run's calibration (reported ÷ estimated tokens).
+    async fn summary_of(
+        &self,
+        factor: f64,
+        previous: &str,
+        transcript: &str,
+    ) -> Result<String, String> {
         // The summarizer's own input must fit the window however long the conversation got:
         // the previous summary gets an eighth of it and the transcript half (head and tail
         // kept), which leaves room for the instructions and the answer. A provider that counts
         // more tokens than the estimate (see the calibration) gets proportionally less.
-        let factor = self
-            .calibration
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .factor
-            .max(1.0);
+        let factor = factor.max(1.0);
         let chars_for = |tokens: u64| (tokens as f64 * 4.0 / factor) as usize;
         let mut input = String::new();
         if !previous.is_empty() {
@@ -355,12 +397,13 @@ impl SummarizationMiddleware {
 
     async fn append_history(
         &self,
+        ctx: &RunContext,
         state: &AgentState,
         path: &str,
         transcript: &str,
     ) -> Result<StateUpdate, String> {
         let path = VPath::parse(path).map_err(|e| e.to_string())?;
-        let cx = BackendContext::with_state(Arc::new(state.clone()));
+        let cx = BackendContext::for_run(ctx, Arc::new(state.clone()));
         let mut text = match self.backend.read_raw(&cx, &path).await {
             Ok(raw) => String::from_utf8_lossy(&raw.data).into_owned(),
             Err(_) => {
@@ -377,27 +420,26 @@ impl SummarizationMiddleware {
         Ok(changed.update)
     }
 
-    fn handoffs(&self) -> std::sync::MutexGuard<'_, Handoffs> {
-        self.handoffs.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Records a summary made on overflow: the summarizer's answer, and where the transcript
-    /// goes. `prepare_model_call` writes it down at the run's next step, where the state (and
-    /// so the current history file) is at hand.
+    /// Summarizes the request that overflowed and retries it once. The summary is written
+    /// down at the run's next step (`prepare_model_call`), where the state is at hand.
     async fn recover(
         &self,
         request: ModelRequest,
         message: String,
         view: Option<CallView>,
-        next: ModelNext<'_>,
+        next: ModelNext,
     ) -> Result<ModelResponse, ModelError> {
+        let ctx = next.context().clone();
+        let per_run = PerRun::of(&ctx);
         // The estimate undercounted: summarize earlier from now on.
-        *self
-            .learned_trigger
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(estimate_tokens(&request) * 4 / 5);
-        let (marker, anchor) = match &view {
-            Some(view) => (view.marker.clone(), Some(view.anchor)),
+        let learned = estimate_tokens(&request) * 4 / 5;
+        let factor = {
+            let mut memory = per_run.lock();
+            memory.learned_trigger = Some(learned);
+            memory.calibration.factor
+        };
+        let (marker, run_len) = match &view {
+            Some(view) => (view.marker.clone(), Some(view.run_len)),
             None => (SummaryMarker::default(), None),
         };
         let messages = &request.messages;
@@ -407,7 +449,7 @@ impl SummarizationMiddleware {
         let base = if summarized { marker.upto } else { 0 };
         // Keep at most the latest exchange: the provider has already said no once.
         let mut cut = self
-            .cut(messages, start)
+            .cut(messages, start, Some(learned))
             .max(messages.len().saturating_sub(2));
         while cut > start && matches!(messages.get(cut), Some(Message::Tool(_))) {
             cut -= 1;
@@ -420,7 +462,7 @@ impl SummarizationMiddleware {
             });
         }
         // Request positions are the run's only when no other middleware added messages.
-        let maps = anchor.is_some_and(|a| a.len == base + messages.len() - start);
+        let maps = run_len.is_some_and(|len| len == base + messages.len() - start);
         let transcript = if maps {
             render(&messages[start..cut], base)
         } else {
@@ -429,14 +471,9 @@ impl SummarizationMiddleware {
                 render(&messages[start..cut], start)
             )
         };
-        // Without a view of the run the current file is unknown; a fresh one avoids mixing.
-        let history_file = if anchor.is_some() {
-            history_file_for(&marker)
-        } else {
-            format!("{HISTORY_DIR}/{}.md", fresh_id())
-        };
+        let history_file = self.history_file_for(&ctx, &marker);
         let text = self
-            .summary_of(&marker.text, &transcript)
+            .summary_of(factor, &marker.text, &transcript)
             .await
             .map_err(|reason| ModelError::ContextWindowExceeded {
                 message: format!("{message}; summarizing to make room failed: {reason}"),
@@ -446,38 +483,23 @@ impl SummarizationMiddleware {
             text,
             history_file: history_file.clone(),
             count: marker.count + 1,
+            learned_trigger: Some(learned),
         };
         let mut retried_messages = Vec::with_capacity(messages.len() - cut + 1);
         retried_messages.push(summary_message(&next_marker));
         retried_messages.extend(messages[cut..].iter().cloned());
-        next.events.emit(EventKind::Summarized {
+        ctx.events.emit(EventKind::Summarized {
             replaced: cut - start,
             kept_from: maps.then_some(next_marker.upto),
             history_file: history_file.clone(),
             trigger: SummaryTrigger::ContextOverflow,
         });
-        match anchor {
-            Some(anchor) => push_bounded(
-                &mut self.handoffs().pending,
-                Pending {
-                    anchor,
-                    base_upto: marker.upto,
-                    history_file,
-                    transcript,
-                    marker: maps.then_some(next_marker),
-                },
-            ),
-            // Best effort: a disk or store backend keeps it; the state backend's change has
-            // no run to go to.
-            None => {
-                if let Err(reason) = self
-                    .append_history(&AgentState::default(), &history_file, &transcript)
-                    .await
-                {
-                    tracing::warn!(target: "deepagents::summarization", "{reason}");
-                }
-            }
-        }
+        per_run.lock().pending = Some(Pending {
+            base_upto: marker.upto,
+            history_file,
+            transcript,
+            marker: maps.then_some(next_marker),
+        });
         let retried = ModelRequest {
             messages: retried_messages,
             ..request
@@ -489,114 +511,44 @@ impl SummarizationMiddleware {
             other => other,
         })
     }
+
+    /// The file for `marker`'s run: the one it has, else one named after the thread (and the
+    /// subagent path inside it), else a new one.
+    fn history_file_for(&self, ctx: &RunContext, marker: &SummaryMarker) -> String {
+        if !marker.history_file.is_empty() {
+            return marker.history_file.clone();
+        }
+        let stem = match &ctx.thread_id {
+            Some(thread) => {
+                let mut name = thread.clone();
+                for segment in ctx.agent_path() {
+                    name.push_str("--");
+                    name.push_str(&segment.call_id);
+                }
+                file_stem(&name)
+            }
+            None => fresh_id(),
+        };
+        format!("{HISTORY_DIR}/{stem}.md")
+    }
 }
 
-/// Longest each hand-off list gets: entries of runs that never came back (cancelled, failed)
-/// are dropped oldest first.
-const MAX_HANDOFFS: usize = 32;
-
-/// What the hooks of one middleware instance, shared by every run of the agent, pass each
-/// other. Entries are matched to their run by the conversation, never by arrival order.
-#[derive(Default)]
-struct Handoffs {
-    /// Summaries made by `prepare_model_call`, announced when their request goes out.
-    announce: Vec<(Anchor, EventKind)>,
-    /// Requests on their way to the model, keyed by [`request_key`], as `before_model` saw
-    /// their run.
-    calls: Vec<(u64, CallView)>,
-    /// Summaries made on overflow, for their run's next `prepare_model_call` to record.
-    pending: Vec<Pending>,
-}
-
-/// A request's run, as `before_model` saw it.
+/// The run as `before_model` saw it.
 #[derive(Clone, Debug)]
 struct CallView {
-    anchor: Anchor,
+    /// Messages in the run.
+    run_len: usize,
     marker: SummaryMarker,
-    announce: Option<EventKind>,
 }
 
 /// A summary made on overflow, not yet in the run's state.
 struct Pending {
-    /// The run's conversation when it overflowed.
-    anchor: Anchor,
-    /// The run's `marker.upto` then.
+    /// The run's `marker.upto` when it overflowed.
     base_upto: usize,
     history_file: String,
     transcript: String,
     /// The marker to record, when the request's messages mapped onto the run's.
     marker: Option<SummaryMarker>,
-}
-
-fn push_bounded<T>(list: &mut Vec<T>, item: T) {
-    if list.len() >= MAX_HANDOFFS {
-        list.remove(0);
-    }
-    list.push(item);
-}
-
-/// Where a conversation stood: its length and a fingerprint of its last message. A
-/// conversation only grows, so its later states still hold that message at that place.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Anchor {
-    len: usize,
-    last: u64,
-}
-
-impl Anchor {
-    fn of(messages: &[Message]) -> Self {
-        Self {
-            len: messages.len(),
-            last: messages.last().map_or(0, fingerprint),
-        }
-    }
-
-    fn reached_by(self, messages: &[Message]) -> bool {
-        self.len > 0
-            && messages.len() >= self.len
-            && fingerprint(&messages[self.len - 1]) == self.last
-    }
-}
-
-fn fingerprint(message: &Message) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    hash_message(message, &mut hasher);
-    hasher.finish()
-}
-
-fn hash_message(message: &Message, hasher: &mut DefaultHasher) {
-    std::mem::discriminant(message).hash(hasher);
-    message.text().hash(hasher);
-    match message {
-        Message::Assistant(assistant) => {
-            for call in &assistant.tool_calls {
-                call.id.hash(hasher);
-            }
-        }
-        Message::Tool(result) => result.tool_call_id.hash(hasher),
-        Message::System { .. } | Message::User { .. } => {}
-    }
-}
-
-/// A request as sent, for matching `wrap_model_call` to its `before_model`: its length and its
-/// first and last messages.
-fn request_key(messages: &[Message]) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    messages.len().hash(&mut hasher);
-    for message in messages.first().into_iter().chain(messages.last()) {
-        hash_message(message, &mut hasher);
-    }
-    hasher.finish()
-}
-
-/// The file for `marker`'s run: the one it has, else one named after the thread, else a new
-/// one.
-fn history_file_for(marker: &SummaryMarker) -> String {
-    if !marker.history_file.is_empty() {
-        return marker.history_file.clone();
-    }
-    let stem = current_thread_id().map_or_else(fresh_id, |thread| file_stem(&thread));
-    format!("{HISTORY_DIR}/{stem}.md")
 }
 
 /// A name no other run uses: the time, for sorting, and a random part.
@@ -695,14 +647,6 @@ fn clip_middle(text: &str, max: usize) -> String {
     )
 }
 
-fn marker_of(state: &AgentState) -> SummaryMarker {
-    state
-        .custom
-        .get(SUMMARY_KEY)
-        .and_then(|v| serde_json::from_value(v.clone()).ok())
-        .unwrap_or_default()
-}
-
 /// The message standing for everything `marker` replaced.
 fn summary_message(marker: &SummaryMarker) -> Message {
     Message::user(format!(
@@ -741,23 +685,19 @@ impl Middleware for SummarizationMiddleware {
 
     async fn prepare_model_call(
         &self,
+        ctx: &RunContext,
         request: &ModelRequest,
         state: &AgentState,
     ) -> Result<StateUpdate, MiddlewareError> {
+        let per_run = PerRun::of(ctx);
         let mut update = StateUpdate::default();
-        let mut marker = marker_of(state);
+        let stored = SUMMARY.get(state)?.unwrap_or_default();
+        let mut marker = stored.clone();
         // A summary made while recovering from an overflow is written down first.
-        let pending = {
-            let mut handoffs = self.handoffs();
-            handoffs
-                .pending
-                .iter()
-                .position(|p| p.anchor.reached_by(&state.messages) && p.base_upto == marker.upto)
-                .map(|index| handoffs.pending.remove(index))
-        };
-        if let Some(pending) = pending {
+        let pending = per_run.lock().pending.take();
+        if let Some(pending) = pending.filter(|p| p.base_upto == marker.upto) {
             match self
-                .append_history(state, &pending.history_file, &pending.transcript)
+                .append_history(ctx, state, &pending.history_file, &pending.transcript)
                 .await
             {
                 Ok(files) => {
@@ -769,45 +709,48 @@ impl Middleware for SummarizationMiddleware {
                         }
                         _ => {}
                     }
-                    let value = serde_json::to_value(&marker)
-                        .map_err(|e| MiddlewareError(e.to_string()))?;
-                    update.custom.insert(SUMMARY_KEY.to_owned(), value);
                 }
                 Err(reason) => tracing::warn!(target: "deepagents::summarization", "{reason}"),
             }
         }
-        let estimate = estimate_fixed(request) + self.visible_tokens(&marker, &state.messages);
+        let learned = {
+            let memory = per_run.lock();
+            [memory.learned_trigger, marker.learned_trigger]
+                .into_iter()
+                .flatten()
+                .min()
+        };
+        marker.learned_trigger = learned;
         let tokens = {
-            let mut calibration = self
-                .calibration
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            calibration.last_estimate = estimate;
-            (estimate as f64 * calibration.factor) as u64
+            let mut memory = per_run.lock();
+            let estimate = estimate_fixed(request)
+                + Self::visible_tokens(&memory.counted, &marker, &state.messages);
+            memory.calibration.last_estimate = estimate;
+            (estimate as f64 * memory.calibration.factor) as u64
         };
         let shown_messages = state.messages.len() - marker.upto.min(state.messages.len())
             + usize::from(marker.upto > 0);
-        let requested = state.custom.get(COMPACT_KEY) == Some(&Value::Bool(true));
+        let requested = COMPACT.get(state)? == Some(true);
         if requested {
-            update
-                .custom
-                .insert(COMPACT_KEY.to_owned(), Value::Bool(false));
+            COMPACT.set(&mut update, &false)?;
         }
-        if !requested && !self.triggered(tokens, shown_messages) {
-            return Ok(update);
-        }
-        let cut = self.cut(&state.messages, marker.upto);
+        let cut = if requested || self.triggered(tokens, shown_messages, learned) {
+            self.cut(&state.messages, marker.upto, learned)
+        } else {
+            marker.upto
+        };
         if cut <= marker.upto {
+            if marker != stored {
+                SUMMARY.set(&mut update, &marker)?;
+            }
             return Ok(update);
         }
-        let history_file = history_file_for(&marker);
-        match self.summarize(state, &marker, cut, history_file).await {
+        let history_file = self.history_file_for(ctx, &marker);
+        match self.summarize(ctx, state, &marker, cut, history_file).await {
             Ok((next, summarized)) => {
-                let value =
-                    serde_json::to_value(&next).map_err(|e| MiddlewareError(e.to_string()))?;
                 update.files.extend(summarized.files);
-                update.custom.insert(SUMMARY_KEY.to_owned(), value);
-                let event = EventKind::Summarized {
+                SUMMARY.set(&mut update, &next)?;
+                per_run.lock().announce = Some(EventKind::Summarized {
                     replaced: cut - marker.upto,
                     kept_from: Some(cut),
                     history_file: next.history_file,
@@ -816,63 +759,47 @@ impl Middleware for SummarizationMiddleware {
                     } else {
                         SummaryTrigger::Threshold
                     },
-                };
-                push_bounded(
-                    &mut self.handoffs().announce,
-                    (Anchor::of(&state.messages), event),
-                );
-                Ok(update)
+                });
             }
             // The call may still fit; if it does not, the overflow path retries.
             Err(reason) => {
                 tracing::warn!(target: "deepagents::summarization", "{reason}");
-                Ok(update)
+                if marker != stored {
+                    SUMMARY.set(&mut update, &marker)?;
+                }
             }
         }
+        Ok(update)
     }
 
     async fn before_model(
         &self,
+        ctx: &RunContext,
         request: &mut ModelRequest,
         state: &AgentState,
     ) -> Result<(), MiddlewareError> {
-        let marker = marker_of(state);
+        let marker = SUMMARY.get(state)?.unwrap_or_default();
         if marker.upto > 0 && request.messages.len() >= marker.upto {
             request.messages = visible(&marker, &request.messages);
         }
-        // `wrap_model_call` sees only the request; tell it whose run it belongs to.
-        let anchor = Anchor::of(&state.messages);
-        let mut handoffs = self.handoffs();
-        let announce = handoffs
-            .announce
-            .iter()
-            .position(|(at, _)| *at == anchor)
-            .map(|index| handoffs.announce.remove(index).1);
-        let key = request_key(&request.messages);
-        push_bounded(
-            &mut handoffs.calls,
-            (
-                key,
-                CallView {
-                    anchor,
-                    marker,
-                    announce,
-                },
-            ),
-        );
+        // `wrap_model_call` sees only the request: tell it where the run stands.
+        PerRun::of(ctx).lock().view = Some(CallView {
+            run_len: state.messages.len(),
+            marker,
+        });
         Ok(())
     }
 
     async fn after_model(
         &self,
+        ctx: &RunContext,
         response: &mut ModelResponse,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {
         let reported = response.usage.input_tokens;
-        let mut calibration = self
-            .calibration
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let per_run = PerRun::of(ctx);
+        let mut memory = per_run.lock();
+        let calibration = &mut memory.calibration;
         if reported > 0 && calibration.last_estimate > 0 {
             let ratio = (reported as f64 / calibration.last_estimate as f64).clamp(0.25, 4.0);
             calibration.factor = 0.7 * calibration.factor + 0.3 * ratio;
@@ -883,21 +810,16 @@ impl Middleware for SummarizationMiddleware {
     async fn wrap_model_call(
         &self,
         request: ModelRequest,
-        next: ModelNext<'_>,
+        next: ModelNext,
     ) -> Result<ModelResponse, ModelError> {
-        let view = {
-            let key = request_key(&request.messages);
-            let mut handoffs = self.handoffs();
-            handoffs
-                .calls
-                .iter()
-                .position(|(k, _)| *k == key)
-                .map(|index| handoffs.calls.remove(index).1)
+        let (view, announce) = {
+            let per_run = PerRun::of(next.context());
+            let mut memory = per_run.lock();
+            (memory.view.take(), memory.announce.take())
         };
-        // Announced here because this is the first hook with the run's event sink; the
-        // summary was made just before, for this very request.
-        if let Some(event) = view.as_ref().and_then(|v| v.announce.clone()) {
-            next.events.emit(event);
+        // Announced here because the summary was made just before, for this very request.
+        if let Some(event) = announce {
+            next.context().events.emit(event);
         }
         match next.call(request.clone()).await {
             Err(ModelError::ContextWindowExceeded { message }) => {
@@ -915,7 +837,6 @@ mod tests {
     use deepagents_models::ScriptedModel;
 
     use super::*;
-    use crate::context::THREAD_ID;
 
     fn middleware() -> SummarizationMiddleware {
         let script = r#"{"turns": [{"text": "Goal: keep going."}]}"#;
@@ -945,11 +866,9 @@ mod tests {
     async fn history_file(thread: Option<&str>) -> String {
         let mw = middleware();
         let (request, state) = (ModelRequest::default(), state());
-        let prepare = mw.prepare_model_call(&request, &state);
-        let update = THREAD_ID
-            .scope(thread.map(str::to_owned), prepare)
-            .await
-            .unwrap();
+        let mut ctx = RunContext::detached("agent");
+        ctx.thread_id = thread.map(str::to_owned);
+        let update = mw.prepare_model_call(&ctx, &request, &state).await.unwrap();
         let file = update.custom[SUMMARY_KEY]["history_file"]
             .as_str()
             .unwrap()

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use deepagents_core::RunContext;
 use deepagents_core::{
     AgentState, DynTool, ModelRequest, StateUpdate, Todo, TodoStatus, Tool, ToolContext, ToolError,
     ToolOutput, TypedTool,
@@ -35,6 +36,7 @@ impl Middleware for TodoListMiddleware {
 
     async fn before_model(
         &self,
+        _ctx: &RunContext,
         request: &mut ModelRequest,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {

@@ -68,7 +68,7 @@ impl Tool for Execute {
         }
         // Output is shown as it arrives; the model gets it whole when the command ends.
         let on_output = |stream, text: &str| {
-            ctx.events.emit(EventKind::ToolOutputDelta {
+            ctx.run.events.emit(EventKind::ToolOutputDelta {
                 call_id: ctx.call_id.clone(),
                 stream,
                 text: text.to_owned(),

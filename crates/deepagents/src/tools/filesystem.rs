@@ -21,11 +21,7 @@ pub(crate) const LINE_ROW_CHARS: usize = 5_000;
 
 /// The context a backend call runs with, derived from the tool's.
 pub(crate) fn backend_context(ctx: &ToolContext) -> BackendContext {
-    BackendContext {
-        state: Arc::clone(&ctx.state),
-        runtime: ctx.runtime.clone(),
-        ..BackendContext::default()
-    }
+    BackendContext::for_run(&ctx.run, Arc::clone(&ctx.state))
 }
 
 /// A backend error as the model should see it.
