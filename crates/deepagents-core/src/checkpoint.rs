@@ -9,13 +9,31 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::message::{Message, Usage};
-use crate::run::Run;
-use crate::state::{FileData, Todo};
+use crate::run::{Control, PausedRun, Run};
+use crate::state::{FileData, StateError, Todo};
+
+/// The checkpoint format this build writes. Checkpoints without a version come from this
+/// project's earlier format, which kept the harness's bookkeeping in custom state keys
+/// (`deepagents.*`); they load and are upgraded ([`upgrade_legacy_control`]). A newer
+/// version is refused ([`CheckpointError::Incompatible`]).
+pub const CHECKPOINT_SCHEMA: u32 = 2;
+
+/// The custom keys in which the earlier format kept what [`Control`] holds.
+pub const LEGACY_CONTROL_KEYS: [&str; 4] = [
+    "deepagents.pending_approval",
+    "deepagents.decisions",
+    "deepagents.paused_subagents",
+    "deepagents.in_flight",
+];
 
 /// What one step changed: the messages it appended and the new values of whatever else it
 /// touched. Applying a thread's deltas in order rebuilds its run.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunDelta {
+    /// The format version ([`CHECKPOINT_SCHEMA`] when written by this build; 0: the earlier,
+    /// unversioned format).
+    #[serde(default)]
+    pub schema: u32,
     /// Messages appended (or, with [`replace_from`](Self::replace_from), the new tail).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub messages: Vec<Message>,
@@ -33,6 +51,9 @@ pub struct RunDelta {
     /// New values of custom keys (merged already: they replace).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub custom: BTreeMap<String, Value>,
+    /// The parts of the harness's bookkeeping that changed.
+    #[serde(default, skip_serializing_if = "ControlDelta::is_empty")]
+    pub control: ControlDelta,
     /// The run's step count after the step.
     pub steps: u32,
     /// The run's usage after the step.
@@ -43,6 +64,7 @@ impl RunDelta {
     /// A delta that rebuilds `run` from nothing.
     pub fn full(run: &Run) -> Self {
         Self {
+            schema: CHECKPOINT_SCHEMA,
             messages: run.state.messages.clone(),
             replace_from: None,
             todos: Some(run.state.todos.clone()),
@@ -53,6 +75,7 @@ impl RunDelta {
                 .map(|(path, file)| (path.clone(), Some(file.clone())))
                 .collect(),
             custom: run.state.custom.clone(),
+            control: ControlDelta::full(&run.control),
             steps: run.steps,
             usage: run.usage,
         }
@@ -76,9 +99,142 @@ impl RunDelta {
         for (key, value) in &self.custom {
             run.state.custom.insert(key.clone(), value.clone());
         }
+        self.control.apply(&mut run.control);
         run.steps = self.steps;
         run.usage = self.usage;
     }
+
+    /// Reads a stored delta, refusing one written by a newer version.
+    pub fn decode(json: &str) -> Result<Self, CheckpointError> {
+        let delta: Self = serde_json::from_str(json)
+            .map_err(|e| CheckpointError::Storage(format!("unreadable checkpoint: {e}")))?;
+        check_schema(delta.schema)?;
+        Ok(delta)
+    }
+}
+
+/// New values of the parts of a run's [`Control`] that a step changed. The parts change at
+/// different moments (decisions are stored at once; the paused subagent runs holding them
+/// only once the step that uses them is done), so each is written on its own.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ControlDelta {
+    /// New [`Control::pending`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<Vec<crate::interrupt::PendingAction>>,
+    /// New [`Control::decisions`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decisions: Option<BTreeMap<String, crate::interrupt::Decision>>,
+    /// New [`Control::paused_subagents`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_subagents: Option<BTreeMap<String, PausedRun>>,
+    /// New [`Control::in_flight`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<Vec<String>>,
+}
+
+impl ControlDelta {
+    /// A delta that sets every part to `control`'s.
+    pub fn full(control: &Control) -> Self {
+        Self {
+            pending: Some(control.pending.clone()),
+            decisions: Some(control.decisions.clone()),
+            paused_subagents: Some(control.paused_subagents.clone()),
+            in_flight: Some(control.in_flight.clone()),
+        }
+    }
+
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Applies it to `control`.
+    pub fn apply(&self, control: &mut Control) {
+        if let Some(pending) = &self.pending {
+            control.pending.clone_from(pending);
+        }
+        if let Some(decisions) = &self.decisions {
+            control.decisions.clone_from(decisions);
+        }
+        if let Some(paused) = &self.paused_subagents {
+            control.paused_subagents.clone_from(paused);
+        }
+        if let Some(in_flight) = &self.in_flight {
+            control.in_flight.clone_from(in_flight);
+        }
+    }
+}
+
+/// A run as a stored snapshot: its JSON with the format version.
+pub fn encode_snapshot(run: &Run) -> Result<String, CheckpointError> {
+    let mut value = serde_json::to_value(run)
+        .map_err(|e| CheckpointError::Storage(format!("cannot encode the run: {e}")))?;
+    if let Value::Object(map) = &mut value {
+        map.insert("schema".to_owned(), Value::from(CHECKPOINT_SCHEMA));
+    }
+    Ok(value.to_string())
+}
+
+/// Reads a stored snapshot, refusing one written by a newer version.
+pub fn decode_snapshot(json: &str) -> Result<Run, CheckpointError> {
+    let mut value: Value = serde_json::from_str(json)
+        .map_err(|e| CheckpointError::Storage(format!("unreadable snapshot: {e}")))?;
+    let schema = match &mut value {
+        Value::Object(map) => map.remove("schema").and_then(|v| v.as_u64()).unwrap_or(0),
+        _ => 0,
+    };
+    check_schema(u32::try_from(schema).unwrap_or(u32::MAX))?;
+    serde_json::from_value(value)
+        .map_err(|e| CheckpointError::Storage(format!("unreadable snapshot: {e}")))
+}
+
+fn check_schema(found: u32) -> Result<(), CheckpointError> {
+    if found > CHECKPOINT_SCHEMA {
+        return Err(CheckpointError::Incompatible {
+            found,
+            supported: CHECKPOINT_SCHEMA,
+        });
+    }
+    Ok(())
+}
+
+/// Moves the bookkeeping a checkpoint of the earlier format kept in custom keys
+/// ([`LEGACY_CONTROL_KEYS`]) into [`Run::control`], in `run` and in the subagent runs paused
+/// inside it. Returns the keys it removed (none for a run of this format): a store that
+/// upgrades a thread writes them as `null` with the new control. A value that does not decode
+/// is an error naming its key; nothing is dropped silently.
+pub fn upgrade_legacy_control(run: &mut Run) -> Result<Vec<&'static str>, StateError> {
+    let mut removed = Vec::new();
+    let mut take = |run: &mut Run, key: &'static str| -> Option<Value> {
+        let value = run.state.custom.remove(key)?;
+        removed.push(key);
+        Some(value).filter(|v| !v.is_null())
+    };
+    let [pending, decisions, paused, in_flight] = LEGACY_CONTROL_KEYS;
+    if let Some(value) = take(run, pending) {
+        run.control.pending = decode(pending, value)?;
+    }
+    if let Some(value) = take(run, decisions) {
+        run.control.decisions = decode(decisions, value)?;
+    }
+    if let Some(value) = take(run, paused) {
+        let mut runs: BTreeMap<String, PausedRun> = decode(paused, value)?;
+        for child in runs.values_mut() {
+            upgrade_legacy_control(&mut child.run)?;
+        }
+        run.control.paused_subagents = runs;
+    }
+    if let Some(value) = take(run, in_flight) {
+        run.control.in_flight = decode(in_flight, value)?;
+    }
+    Ok(removed)
+}
+
+fn decode<T: serde::de::DeserializeOwned>(key: &str, value: Value) -> Result<T, StateError> {
+    serde_json::from_value(value).map_err(|e| StateError::Decode {
+        key: key.to_owned(),
+        message: e.to_string(),
+    })
 }
 
 /// One stored checkpoint of a thread.
@@ -145,6 +301,19 @@ pub enum CheckpointError {
     /// The storage failed or holds data this build cannot read.
     #[error("checkpoint storage error: {0}")]
     Storage(String),
+    /// The checkpoint was written by a newer version of deepagents.
+    #[error(
+        "the checkpoint was written in format {found} by a newer deepagents; this build reads formats up to {supported}: upgrade deepagents to open this thread"
+    )]
+    Incompatible {
+        /// The checkpoint's format.
+        found: u32,
+        /// The newest format this build reads.
+        supported: u32,
+    },
+    /// A stored value could not be read back as what it should be.
+    #[error("the checkpoint holds a value this version cannot read: {0}")]
+    State(#[from] StateError),
 }
 
 /// The longest thread id accepted, in bytes.

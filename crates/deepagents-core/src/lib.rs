@@ -17,8 +17,9 @@ pub mod state;
 pub mod tool;
 
 pub use checkpoint::{
-    CheckpointError, CheckpointInfo, Checkpointer, Checkpointing, InMemoryCheckpointer,
-    LocalLeases, RunDelta, ThreadInfo, ThreadLease, validate_thread_id,
+    CHECKPOINT_SCHEMA, CheckpointError, CheckpointInfo, Checkpointer, Checkpointing, ControlDelta,
+    InMemoryCheckpointer, LocalLeases, RunDelta, ThreadInfo, ThreadLease, upgrade_legacy_control,
+    validate_thread_id,
 };
 pub use content::ContentBlock;
 pub use event::{AgentPath, Event, EventKind, EventSink};
@@ -27,7 +28,7 @@ pub use model::{
     Model, ModelError, ModelProfile, ModelRequest, ModelResponse, ModelSettings, ModelStream,
     StopReason, StreamEvent,
 };
-pub use run::{NextAction, Run, TurnLimitReached};
+pub use run::{Control, NextAction, PausedRun, Run, TurnLimitReached};
 pub use run_context::{Extensions, RunContext, RunLimits};
 pub use state::{
     AgentState, FileContent, FileData, Reducer, StateError, StateKey, StateSchema, StateUpdate,

@@ -6,11 +6,12 @@
 //! itself, a run loaded from a checkpoint continues exactly where it stopped: tool calls that
 //! already have results are never executed again.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::content::{ContentBlock, joined_text};
+use crate::interrupt::{Decision, PendingAction};
 use crate::message::{Message, ToolCall, ToolResult, Usage};
 use crate::model::ModelResponse;
 use crate::state::{AgentState, StateError, StateSchema, StateUpdate};
@@ -26,6 +27,48 @@ pub struct Run {
     /// Tokens used since the latest user input.
     #[serde(default)]
     pub usage: Usage,
+    /// The harness's bookkeeping: pauses, decisions, in-flight calls.
+    #[serde(default, skip_serializing_if = "Control::is_empty")]
+    pub control: Control,
+}
+
+/// The harness's own bookkeeping of a run, apart from the agent state so no application key
+/// can collide with it: what a pause waits on, the decisions given, subagent runs paused
+/// inside a call, and the calls of a step in progress.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Control {
+    /// The actions the paused run waits on, in the order decisions must be given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<PendingAction>,
+    /// Decisions given for the run's own calls, by call id, until the step uses them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub decisions: BTreeMap<String, Decision>,
+    /// Subagent runs paused inside a call of this run, by the id of that call.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub paused_subagents: BTreeMap<String, PausedRun>,
+    /// The ids of the calls of a step that started but has not finished.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_flight: Vec<String>,
+}
+
+impl Control {
+    /// Whether nothing is recorded.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A subagent run paused inside a tool call, kept in its parent's [`Control`] so it is
+/// checkpointed and resumed with the parent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PausedRun {
+    /// The subagent type the call asked for.
+    pub subagent: String,
+    /// Its run as it paused; its own pending actions and decisions live in it.
+    pub run: Box<Run>,
+    /// Files it changed before pausing, so they still flow back once it finishes.
+    #[serde(default)]
+    pub changed_files: Vec<String>,
 }
 
 /// What the driver must do next.

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::content::ContentBlock;
 use crate::event::AgentPath;
+use crate::run::PausedRun;
 use crate::run_context::RunContext;
 use crate::state::{AgentState, StateUpdate};
 
@@ -41,6 +42,13 @@ pub struct ToolOutput {
     /// agent sees. When calls of one step change the same file, each is told which version
     /// stays, as for files in the state.
     pub changed_files: Vec<String>,
+    /// The result is an error even though the call returned normally (its update still
+    /// applies): a subagent that failed after changing files.
+    pub is_error: bool,
+    /// The call has not finished: an agent run it started paused for approval. The run keeps
+    /// this in its control and pauses; once decided, the call runs again with it in
+    /// [`ToolContext::paused`]. `content` and `update` are ignored.
+    pub paused: Option<PausedRun>,
 }
 
 impl ToolOutput {
@@ -66,6 +74,20 @@ impl ToolOutput {
     /// Attaches a state update.
     pub fn with_update(mut self, update: StateUpdate) -> Self {
         self.update = update;
+        self
+    }
+
+    /// Output for a call whose nested run paused (see [`paused`](Self::paused)).
+    pub fn paused(run: PausedRun) -> Self {
+        Self {
+            paused: Some(run),
+            ..Self::default()
+        }
+    }
+
+    /// Marks the result as an error (see [`is_error`](Self::is_error)).
+    pub fn as_error(mut self) -> Self {
+        self.is_error = true;
         self
     }
 
@@ -131,6 +153,9 @@ pub struct ToolContext {
     /// checkpoint a tool that runs an agent of its own puts that run under
     /// ([`Checkpointing::child`](crate::checkpoint::Checkpointing::child)), limits and per-run extensions.
     pub run: RunContext,
+    /// When this call paused before ([`ToolOutput::paused`]), the run it paused in, with the
+    /// decisions now in it: continue it instead of starting over.
+    pub paused: Option<Arc<PausedRun>>,
 }
 
 impl ToolContext {
@@ -140,6 +165,7 @@ impl ToolContext {
             call_id: call_id.into(),
             state,
             run: RunContext::detached("agent"),
+            paused: None,
         }
     }
 

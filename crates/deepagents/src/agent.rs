@@ -538,8 +538,8 @@ impl Thread {
     }
 
     /// Continues the thread without new input: a run stopped by a crash, a cancellation or an
-    /// error goes on from its latest checkpoint (see the crash settlement of in-flight calls in
-    /// [`IN_FLIGHT_KEY`](crate::IN_FLIGHT_KEY)). A paused run stays paused until
+    /// error goes on from its latest checkpoint (calls in flight at a crash are settled: see
+    /// [`Control::in_flight`](deepagents_core::Control::in_flight)). A paused run stays paused until
     /// [`decide`](Self::decide).
     pub async fn resume(&self) -> Result<RunOutput, RunFailure> {
         self.invoke_with(None, EventSink::discard()).await
@@ -579,7 +579,7 @@ impl Thread {
 
     /// The thread's latest run; `None` when it does not exist yet.
     pub async fn state(&self) -> Result<Option<Run>, CheckpointError> {
-        self.checkpointer.load(&self.id, None).await
+        upgraded(self.checkpointer.load(&self.id, None).await?)
     }
 
     /// The thread's checkpoints, oldest first; load one with [`state_at`](Self::state_at).
@@ -589,8 +589,18 @@ impl Thread {
 
     /// The run at checkpoint `checkpoint`; `None` for an unknown thread.
     pub async fn state_at(&self, checkpoint: u64) -> Result<Option<Run>, CheckpointError> {
-        self.checkpointer.load(&self.id, Some(checkpoint)).await
+        upgraded(self.checkpointer.load(&self.id, Some(checkpoint)).await?)
     }
+}
+
+/// A run as loaded, in this version's format (a thread of the earlier format is upgraded in
+/// the store when a run next opens it; reads upgrade their copy).
+fn upgraded(run: Option<Run>) -> Result<Option<Run>, CheckpointError> {
+    run.map(|mut run| {
+        deepagents_core::upgrade_legacy_control(&mut run)?;
+        Ok(run)
+    })
+    .transpose()
 }
 
 /// Mounts a [`StoreBackend`] over `store` at [`MEMORIES_PREFIX`] on top of `backend`, unless

@@ -6,36 +6,10 @@ use std::sync::Arc;
 use deepagents_backends::{Mode, Operation, Permissions, VPath};
 use deepagents_core::event::PathSegment;
 pub use deepagents_core::interrupt::{Decision, DecisionKind, PendingAction};
-use deepagents_core::{AgentState, Message, Run, ToolCall, ToolResult, ToolStatus};
-use serde::{Deserialize, Serialize};
+use deepagents_core::{Message, PausedRun, Run, ToolCall, ToolResult, ToolStatus};
 use serde_json::Value;
 
 use crate::error::RunError;
-
-/// The custom key holding the actions a paused run waits on.
-pub const PENDING_KEY: &str = "deepagents.pending_approval";
-/// The custom key holding the decisions given for them.
-pub const DECISIONS_KEY: &str = "deepagents.decisions";
-/// The custom key holding the paused runs of subagents, by the id of the `task` call that
-/// started each. A subagent's pause is part of its parent's state, so it is checkpointed and
-/// resumed with it.
-pub const SUBAGENT_RUNS_KEY: &str = "deepagents.paused_subagents";
-/// The artifact key by which the `task` tool hands a paused subagent to the driver instead of
-/// a result.
-pub(crate) const PAUSED_ARTIFACT_KEY: &str = "deepagents.paused_subagent";
-
-/// A subagent run waiting for decisions, kept in its parent's state under
-/// [`SUBAGENT_RUNS_KEY`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct PausedSubagent {
-    /// The subagent type the `task` call asked for.
-    pub(crate) subagent: String,
-    /// Its run as it paused; its own pending actions and decisions live in it.
-    pub(crate) run: Run,
-    /// Files it changed before pausing, so they still flow back once it finishes.
-    #[serde(default)]
-    pub(crate) changed_files: Vec<String>,
-}
 
 /// Decides from a call's arguments whether it needs approval.
 pub type ApprovalPredicate = dyn Fn(&Value) -> bool + Send + Sync;
@@ -121,11 +95,7 @@ pub(crate) fn from_permissions(permissions: &Permissions) -> BTreeMap<String, In
 
 /// The actions a paused run waits on.
 pub fn pending_actions(run: &Run) -> Vec<PendingAction> {
-    run.state
-        .custom
-        .get(PENDING_KEY)
-        .and_then(|v| serde_json::from_value(v.clone()).ok())
-        .unwrap_or_default()
+    run.control.pending.clone()
 }
 
 /// Records decisions for a paused run, one per pending action in order; then continue the run
@@ -133,7 +103,8 @@ pub fn pending_actions(run: &Run) -> Vec<PendingAction> {
 /// kind is not allowed. Decisions for actions inside a subagent go into that subagent's paused
 /// run, which continues from them when the parent resumes.
 pub fn decide(run: &mut Run, decisions: Vec<Decision>) -> Result<(), RunError> {
-    let pending = pending_actions(run);
+    deepagents_core::upgrade_legacy_control(run).map_err(RunError::State)?;
+    let pending = &run.control.pending;
     if pending.len() != decisions.len() {
         return Err(RunError::InvalidDecision(format!(
             "{} actions wait for a decision but {} decisions were given; give one per action, in order",
@@ -141,7 +112,7 @@ pub fn decide(run: &mut Run, decisions: Vec<Decision>) -> Result<(), RunError> {
             decisions.len()
         )));
     }
-    let mut by_call = serde_json::Map::new();
+    let mut by_call = BTreeMap::new();
     let mut nested: BTreeMap<String, Vec<Decision>> = BTreeMap::new();
     for (action, decision) in pending.iter().zip(decisions) {
         if !action.allowed.contains(&decision.kind()) {
@@ -159,116 +130,50 @@ pub fn decide(run: &mut Run, decisions: Vec<Decision>) -> Result<(), RunError> {
                 .or_default()
                 .push(decision),
             None => {
-                let value = serde_json::to_value(&decision)
-                    .map_err(|e| RunError::InvalidDecision(e.to_string()))?;
-                by_call.insert(action.call_id.clone(), value);
+                by_call.insert(action.call_id.clone(), decision);
             }
         }
     }
-    let mut paused = paused_subagents(run);
+    let mut paused = run.control.paused_subagents.clone();
     for (task_call, decisions) in nested {
-        let Some(entry) = paused.get_mut(&task_call) else {
+        let Some(child) = paused.get_mut(&task_call) else {
             return Err(RunError::InvalidDecision(format!(
                 "no paused subagent of call {task_call} is stored in the run"
             )));
         };
-        let mut child: PausedSubagent = serde_json::from_value(entry.clone())
-            .map_err(|e| RunError::InvalidDecision(format!("paused subagent {task_call}: {e}")))?;
         decide(&mut child.run, decisions)?;
-        *entry =
-            serde_json::to_value(&child).map_err(|e| RunError::InvalidDecision(e.to_string()))?;
     }
     // Everything is checked: only now does the run change.
-    run.state.custom.remove(PENDING_KEY);
-    run.state
-        .custom
-        .insert(DECISIONS_KEY.to_owned(), Value::Object(by_call));
-    if !paused.is_empty() {
-        run.state
-            .custom
-            .insert(SUBAGENT_RUNS_KEY.to_owned(), Value::Object(paused));
-    }
+    run.control.pending.clear();
+    run.control.decisions = by_call;
+    run.control.paused_subagents = paused;
     Ok(())
-}
-
-/// The stored paused subagent runs, by `task` call id (as JSON: they are only parsed where used).
-fn paused_subagents(run: &Run) -> serde_json::Map<String, Value> {
-    match run.state.custom.get(SUBAGENT_RUNS_KEY) {
-        Some(Value::Object(map)) => map.clone(),
-        _ => serde_json::Map::new(),
-    }
 }
 
 /// Whether the run holds subagents paused inside the step it is about to run.
 pub(crate) fn has_paused_subagents(run: &Run) -> bool {
-    matches!(run.state.custom.get(SUBAGENT_RUNS_KEY), Some(Value::Object(map)) if !map.is_empty())
-}
-
-/// The paused run of the subagent started by call `call_id`, if it is one of `subagent`.
-pub(crate) fn paused_subagent(
-    state: &AgentState,
-    call_id: &str,
-    subagent: &str,
-) -> Option<PausedSubagent> {
-    let entry = state.custom.get(SUBAGENT_RUNS_KEY)?.get(call_id)?;
-    serde_json::from_value::<PausedSubagent>(entry.clone())
-        .ok()
-        .filter(|paused| paused.subagent == subagent)
-}
-
-/// The artifact by which the `task` tool reports a pause.
-pub(crate) fn paused_artifact(paused: &PausedSubagent) -> Result<Value, serde_json::Error> {
-    let mut artifact = serde_json::Map::new();
-    artifact.insert(
-        PAUSED_ARTIFACT_KEY.to_owned(),
-        serde_json::to_value(paused)?,
-    );
-    Ok(Value::Object(artifact))
-}
-
-/// Takes the paused subagent out of a tool's artifact, if the artifact reports one.
-pub(crate) fn take_paused(artifact: &mut Option<Value>) -> Option<Value> {
-    let reports_pause = matches!(
-        artifact,
-        Some(Value::Object(map)) if map.len() == 1 && map.contains_key(PAUSED_ARTIFACT_KEY)
-    );
-    if !reports_pause {
-        return None;
-    }
-    artifact
-        .take()
-        .and_then(|mut value| value.get_mut(PAUSED_ARTIFACT_KEY).map(Value::take))
+    !run.control.paused_subagents.is_empty()
 }
 
 /// Folds a step's outcome into the stored subagent runs: the subagents of `finished` calls are
-/// done with, those in `paused` wait. Returns whether the stored value changed and the actions
+/// done with, those in `paused` wait. Returns whether the stored runs changed and the actions
 /// the paused ones wait on, marked with their path, in call order.
 pub(crate) fn settle_subagents<'a>(
     run: &mut Run,
     finished: impl IntoIterator<Item = &'a str>,
-    paused: Vec<(String, Value)>,
+    paused: Vec<(String, PausedRun)>,
 ) -> (bool, Vec<PendingAction>) {
-    let mut stored = paused_subagents(run);
+    let stored = &mut run.control.paused_subagents;
     let mut changed = false;
     for id in finished {
         changed |= stored.remove(id).is_some();
     }
     let mut actions = Vec::new();
     for (call_id, entry) in paused {
-        let subagent = entry
-            .get("subagent")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        let waiting: Vec<PendingAction> = entry
-            .pointer("/run/state/custom")
-            .and_then(|custom| custom.get(PENDING_KEY))
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
-            .unwrap_or_default();
-        actions.extend(waiting.into_iter().map(|mut action| {
+        actions.extend(entry.run.control.pending.iter().cloned().map(|mut action| {
             let mut path = vec![PathSegment {
                 call_id: call_id.clone(),
-                name: subagent.clone(),
+                name: entry.subagent.clone(),
             }];
             path.append(&mut action.path);
             action.path = path;
@@ -277,58 +182,48 @@ pub(crate) fn settle_subagents<'a>(
         stored.insert(call_id, entry);
         changed = true;
     }
-    if changed {
-        if stored.is_empty() {
-            run.state.custom.remove(SUBAGENT_RUNS_KEY);
-        } else {
-            run.state
-                .custom
-                .insert(SUBAGENT_RUNS_KEY.to_owned(), Value::Object(stored));
-        }
-    }
     (changed, actions)
 }
 
 /// Marks the run as waiting on `actions`.
 pub(crate) fn record_pause(run: &mut Run, actions: &[PendingAction]) {
-    run.state.custom.insert(
-        PENDING_KEY.to_owned(),
-        serde_json::to_value(actions).unwrap_or(Value::Null),
-    );
+    run.control.pending = actions.to_vec();
+}
+
+/// What [`drop_stale`] changed.
+#[derive(Default)]
+pub(crate) struct Dropped {
+    /// The pending actions and decisions.
+    pub(crate) decisions: bool,
+    /// The paused subagent runs.
+    pub(crate) subagents: bool,
 }
 
 /// Drops approval state left from a step that will never run (new input came instead of
 /// decisions), so stale actions are not reported and paused subagent runs do not linger in
-/// every later checkpoint. Returns the keys it changed.
-pub(crate) fn drop_stale(run: &mut Run) -> Vec<&'static str> {
-    let keys = [PENDING_KEY, DECISIONS_KEY, SUBAGENT_RUNS_KEY];
-    let present = |run: &Run, key: &str| run.state.custom.get(key).is_some_and(|v| !v.is_null());
-    if !keys.iter().any(|key| present(run, key)) {
-        return Vec::new();
+/// every later checkpoint.
+pub(crate) fn drop_stale(run: &mut Run) -> Dropped {
+    let control = &run.control;
+    if control.pending.is_empty()
+        && control.decisions.is_empty()
+        && control.paused_subagents.is_empty()
+    {
+        return Dropped::default();
     }
     let waiting: BTreeSet<String> = run.pending_tool_calls().into_iter().map(|c| c.id).collect();
-    let mut changed = Vec::new();
-    if waiting.is_empty() {
-        for key in [PENDING_KEY, DECISIONS_KEY] {
-            if run.state.custom.remove(key).is_some() {
-                changed.push(key);
-            }
-        }
+    let mut dropped = Dropped::default();
+    let control = &mut run.control;
+    if waiting.is_empty() && !(control.pending.is_empty() && control.decisions.is_empty()) {
+        control.pending.clear();
+        control.decisions.clear();
+        dropped.decisions = true;
     }
-    let mut stored = paused_subagents(run);
-    let before = stored.len();
-    stored.retain(|id, _| waiting.contains(id));
-    if stored.len() != before {
-        if stored.is_empty() {
-            run.state.custom.remove(SUBAGENT_RUNS_KEY);
-        } else {
-            run.state
-                .custom
-                .insert(SUBAGENT_RUNS_KEY.to_owned(), Value::Object(stored));
-        }
-        changed.push(SUBAGENT_RUNS_KEY);
-    }
-    changed
+    let before = control.paused_subagents.len();
+    control
+        .paused_subagents
+        .retain(|id, _| waiting.contains(id));
+    dropped.subagents = control.paused_subagents.len() != before;
+    dropped
 }
 
 /// How the driver should treat a step's calls.
@@ -350,18 +245,10 @@ pub(crate) fn gate(
     calls: Vec<ToolCall>,
     interrupts: &BTreeMap<String, InterruptConfig>,
 ) -> Gate {
-    let decisions: BTreeMap<String, Decision> = run
-        .state
-        .custom
-        .remove(DECISIONS_KEY)
-        .and_then(|v| serde_json::from_value(v).ok())
-        .unwrap_or_default();
+    let decisions = std::mem::take(&mut run.control.decisions);
     // A call whose subagent paused inside it was let through before; its decisions now belong
     // to the subagent.
-    let resuming: BTreeSet<String> = match run.state.custom.get(SUBAGENT_RUNS_KEY) {
-        Some(Value::Object(map)) => map.keys().cloned().collect(),
-        _ => BTreeSet::new(),
-    };
+    let resuming: BTreeSet<String> = run.control.paused_subagents.keys().cloned().collect();
     let mut to_run = Vec::new();
     let mut settled = Vec::new();
     let mut pending = Vec::new();
@@ -415,15 +302,7 @@ pub(crate) fn gate(
         }
     } else {
         // Nothing of this step has run: the decisions given so far are kept for the resume.
-        let kept: serde_json::Map<String, Value> = decisions
-            .into_iter()
-            .filter_map(|(id, d)| serde_json::to_value(d).ok().map(|v| (id, v)))
-            .collect();
-        if !kept.is_empty() {
-            run.state
-                .custom
-                .insert(DECISIONS_KEY.to_owned(), Value::Object(kept));
-        }
+        run.control.decisions = decisions;
         record_pause(run, &pending);
         Gate::Pause(pending)
     }

@@ -7,18 +7,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deepagents_core::{
-    AgentState, ContentBlock, EventKind, Extensions, ModelRequest, NextAction, Run, RunContext,
-    StateUpdate, ToolCall, ToolContext, ToolError, ToolOutput, ToolResult, ToolStatus,
+    AgentState, ContentBlock, EventKind, Extensions, ModelRequest, NextAction, PausedRun, Run,
+    RunContext, StateUpdate, ToolCall, ToolContext, ToolError, ToolOutput, ToolResult, ToolStatus,
 };
 use futures::stream::{self, FuturesUnordered};
 use futures::{FutureExt as _, StreamExt as _};
 
 use crate::agent::{AgentInner, RunOptions, RunOutput, RunStatus};
-use crate::approval::{
-    self, DECISIONS_KEY, Gate, PENDING_KEY, PendingAction, SUBAGENT_RUNS_KEY, gate,
-};
+use crate::approval::{self, Gate, PendingAction, gate};
 use crate::error::{RunError, RunFailure};
-use crate::journal::Journal;
+use crate::journal::{ControlTouched, Journal};
 use crate::middleware::{
     MiddlewareError, ModelNext, STRUCTURED_RESPONSE_KEY, ToolNext, answered_in_latest_step,
     final_structured_answer,
@@ -146,10 +144,19 @@ impl Driver<'_> {
         let agent = self.agent;
         let ctx = self.ctx;
         let events = &ctx.events;
-        journal.settle_interrupted(run, &agent.tools);
+        // A run handed over in the earlier format (its bookkeeping in custom keys).
+        let legacy = deepagents_core::upgrade_legacy_control(run)?;
+        if !legacy.is_empty() {
+            journal.upgraded_legacy(&legacy);
+        }
+        journal.settle_interrupted(run, &self.tools);
         journal.remove_settled_children(run).await;
-        for key in approval::drop_stale(run) {
-            journal.touched_custom(key);
+        let dropped = approval::drop_stale(run);
+        if dropped.decisions {
+            journal.touched_control(ControlTouched::PAUSE);
+        }
+        if dropped.subagents {
+            journal.touched_control(ControlTouched::SUBAGENTS);
         }
         for middleware in agent.middleware.iter() {
             let update = middleware
@@ -178,8 +185,7 @@ impl Driver<'_> {
                         // with the decisions now in them, are saved only once the step is done:
                         // should the process die during it, the subagents ask again rather than
                         // repeat an approved call they may already have made.
-                        journal.touched_custom(PENDING_KEY);
-                        journal.touched_custom(DECISIONS_KEY);
+                        journal.touched_control(ControlTouched::PAUSE);
                         match gate(run, calls, &agent.interrupts) {
                             Gate::Pause(actions) => return Ok(pause(events, actions)),
                             Gate::Proceed {
@@ -202,7 +208,7 @@ impl Driver<'_> {
                         let waiting = self.execute_tools(run, calls, journal).await?;
                         if !waiting.is_empty() {
                             approval::record_pause(run, &waiting);
-                            journal.touched_custom(PENDING_KEY);
+                            journal.touched_control(ControlTouched::PAUSE);
                             return Ok(pause(events, waiting));
                         }
                     }
@@ -270,7 +276,7 @@ enum CallOutcome {
     Fatal(ToolResult, String),
     /// A subagent it ran paused for approval: no result yet, the call runs again on resume
     /// and continues this stored subagent run.
-    Paused(Value),
+    Paused(PausedRun),
 }
 
 impl Driver<'_> {
@@ -357,12 +363,21 @@ impl Driver<'_> {
             cancel: self.ctx.cancel.child_token(),
             ..self.ctx.clone()
         };
+        // Calls whose subagent paused inside them continue that run.
+        let paused_runs: BTreeMap<String, Arc<PausedRun>> = run
+            .control
+            .paused_subagents
+            .iter()
+            .filter(|(id, _)| calls.iter().any(|c| &c.id == *id))
+            .map(|(id, paused)| (id.clone(), Arc::new(paused.clone())))
+            .collect();
         let start_call = |index: usize, state: Arc<AgentState>| {
             let call = calls[index].clone();
             let ctx = ToolContext {
                 call_id: call.id.clone(),
                 state,
                 run: step.clone(),
+                paused: paused_runs.get(&call.id).cloned(),
             };
             run_one(agent, tools, call, ctx).map(move |outcome| (index, outcome))
         };
@@ -480,7 +495,7 @@ impl Driver<'_> {
             let (changed, actions) =
                 approval::settle_subagents(run, finished.iter().map(String::as_str), paused);
             if changed {
-                journal.touched_custom(SUBAGENT_RUNS_KEY);
+                journal.touched_control(ControlTouched::SUBAGENTS);
             }
             waiting = actions;
         }
@@ -572,17 +587,17 @@ async fn run_one(
         .await
     {
         Ok(Ok(mut output)) => {
-            if let Some(subagent) = approval::take_paused(&mut output.artifact) {
+            if let Some(paused) = output.paused.take() {
                 // The call has not finished: no `tool_call_finished` until it does.
-                return (CallOutcome::Paused(subagent), None);
+                return (CallOutcome::Paused(paused), None);
             }
-            // A failed subagent's result is an error that still carries its file changes.
-            let failed = crate::subagents::take_failed(&mut output.artifact);
             let ToolOutput {
                 mut content,
                 artifact,
                 update,
                 changed_files,
+                is_error,
+                paused: _,
             } = output;
             if content.is_empty() {
                 // Some providers reject empty tool results.
@@ -592,7 +607,7 @@ async fn run_one(
                 tool_call_id: call.id.clone(),
                 name: call.name.clone(),
                 content,
-                status: if failed {
+                status: if is_error {
                     ToolStatus::Error
                 } else {
                     ToolStatus::Ok

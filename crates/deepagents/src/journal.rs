@@ -5,16 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deepagents_core::{
-    AgentState, CheckpointError, Checkpointer, Checkpointing, EventSink, Message, Run, RunDelta,
-    StateUpdate, ThreadLease, ToolResult, validate_thread_id,
+    AgentState, CHECKPOINT_SCHEMA, CheckpointError, Checkpointer, Checkpointing, ControlDelta,
+    EventSink, Message, Run, RunDelta, StateUpdate, ThreadLease, ToolResult,
+    upgrade_legacy_control, validate_thread_id,
 };
 use serde_json::Value;
 
 use crate::error::RunError;
 use crate::registry::ToolRegistry;
-
-/// The custom key naming the tool calls of a step that started but has not finished.
-pub const IN_FLIGHT_KEY: &str = "deepagents.in_flight";
 
 /// Loads thread `thread_id` (a new, empty run when it does not exist), appends `input` as user
 /// input, and returns the run with the checkpointing to continue it under. The checkpointing
@@ -48,12 +46,34 @@ pub async fn open_thread_waiting(
 
 /// The thread's latest run as the store holds it (empty when it has none), with
 /// `checkpointing` set to continue it: what a run under an already held lease resumes from.
+///
+/// A thread stored in this project's earlier format is upgraded here, under the lease: its
+/// bookkeeping moves from custom keys into [`Run::control`] and that is stored at once, so
+/// every later load sees the new format.
 pub async fn reload(checkpointing: &mut Checkpointing) -> Result<Run, CheckpointError> {
-    let run = checkpointing
+    let mut run = checkpointing
         .checkpointer
         .load(&checkpointing.thread_id, None)
         .await?
         .unwrap_or_default();
+    let legacy = upgrade_legacy_control(&mut run)?;
+    if !legacy.is_empty() {
+        let upgrade = RunDelta {
+            schema: CHECKPOINT_SCHEMA,
+            custom: legacy
+                .into_iter()
+                .map(|key| (key.to_owned(), Value::Null))
+                .collect(),
+            control: ControlDelta::full(&run.control),
+            steps: run.steps,
+            usage: run.usage,
+            ..RunDelta::default()
+        };
+        checkpointing
+            .checkpointer
+            .append(&checkpointing.thread_id, &upgrade, &run)
+            .await?;
+    }
     checkpointing.persisted_messages = run.state.messages.len();
     Ok(run)
 }
@@ -77,12 +97,53 @@ async fn lease_thread(
     }
 }
 
+/// Which parts of a run's [`Control`](deepagents_core::Control) changed since the last save.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ControlTouched {
+    pub(crate) pending: bool,
+    pub(crate) decisions: bool,
+    pub(crate) paused_subagents: bool,
+    pub(crate) in_flight: bool,
+}
+
+impl ControlTouched {
+    pub(crate) const IN_FLIGHT: Self = Self {
+        pending: false,
+        decisions: false,
+        paused_subagents: false,
+        in_flight: true,
+    };
+    pub(crate) const PAUSE: Self = Self {
+        pending: true,
+        decisions: true,
+        paused_subagents: false,
+        in_flight: false,
+    };
+    pub(crate) const SUBAGENTS: Self = Self {
+        pending: false,
+        decisions: false,
+        paused_subagents: true,
+        in_flight: false,
+    };
+
+    fn all() -> Self {
+        Self {
+            pending: true,
+            decisions: true,
+            paused_subagents: true,
+            in_flight: true,
+        }
+    }
+}
+
 /// Tracks what a run changed since it was last saved.
 pub(crate) struct Journal {
     target: Option<Checkpointing>,
     todos: bool,
     files: BTreeSet<String>,
     custom: BTreeSet<String>,
+    /// Which parts of the run's control changed.
+    control: ControlTouched,
     /// The earliest already-stored message that was changed in place since the last save.
     rewritten_from: Option<usize>,
     /// Step count and usage at the last save, to skip saves that would change nothing.
@@ -106,6 +167,11 @@ impl Journal {
                 run.state.custom.keys().cloned().collect()
             } else {
                 BTreeSet::new()
+            },
+            control: if fresh {
+                ControlTouched::all()
+            } else {
+                ControlTouched::default()
             },
             rewritten_from: None,
             saved_progress: (run.steps, run.usage.input_tokens + run.usage.output_tokens),
@@ -141,8 +207,19 @@ impl Journal {
         std::mem::take(&mut self.changed_outside)
     }
 
-    pub(crate) fn touched_custom(&mut self, key: &str) {
-        self.custom.insert(key.to_owned());
+    /// Records that the run was upgraded from the earlier format: its legacy `keys` are stored
+    /// as `null` and its control whole.
+    pub(crate) fn upgraded_legacy(&mut self, keys: &[&str]) {
+        self.custom.extend(keys.iter().map(|key| (*key).to_owned()));
+        self.control = ControlTouched::all();
+    }
+
+    /// Records that parts of the run's control changed.
+    pub(crate) fn touched_control(&mut self, parts: ControlTouched) {
+        self.control.pending |= parts.pending;
+        self.control.decisions |= parts.decisions;
+        self.control.paused_subagents |= parts.paused_subagents;
+        self.control.in_flight |= parts.in_flight;
     }
 
     /// Records that message `index` was changed in place. Appending deltas cannot express
@@ -169,6 +246,7 @@ impl Journal {
             && !self.todos
             && self.files.is_empty()
             && self.custom.is_empty()
+            && self.control == ControlTouched::default()
             && progress == self.saved_progress
         {
             return Ok(());
@@ -177,7 +255,10 @@ impl Journal {
         let start = replace_from
             .unwrap_or(target.persisted_messages)
             .min(run.state.messages.len());
+        let touched = self.control;
+        let control = &run.control;
         let delta = RunDelta {
+            schema: CHECKPOINT_SCHEMA,
             messages: run.state.messages[start..].to_vec(),
             replace_from,
             todos: self.todos.then(|| run.state.todos.clone()),
@@ -196,6 +277,14 @@ impl Journal {
                     )
                 })
                 .collect(),
+            control: ControlDelta {
+                pending: touched.pending.then(|| control.pending.clone()),
+                decisions: touched.decisions.then(|| control.decisions.clone()),
+                paused_subagents: touched
+                    .paused_subagents
+                    .then(|| control.paused_subagents.clone()),
+                in_flight: touched.in_flight.then(|| control.in_flight.clone()),
+            },
             steps: run.steps,
             usage: run.usage,
         };
@@ -215,6 +304,7 @@ impl Journal {
         self.todos = false;
         self.files.clear();
         self.custom.clear();
+        self.control = ControlTouched::default();
         self.saved_progress = progress;
         Ok(())
     }
@@ -263,17 +353,16 @@ impl Journal {
         if self.target.is_none() {
             return Ok(());
         }
-        run.state
-            .custom
-            .insert(IN_FLIGHT_KEY.to_owned(), Value::from(ids));
-        self.touched_custom(IN_FLIGHT_KEY);
+        run.control.in_flight = ids;
+        self.touched_control(ControlTouched::IN_FLIGHT);
         self.save(run).await
     }
 
     /// Clears the started calls once their results are in the run.
     pub(crate) fn tools_finished(&mut self, run: &mut Run) {
-        if run.state.custom.remove(IN_FLIGHT_KEY).is_some() {
-            self.touched_custom(IN_FLIGHT_KEY);
+        if !run.control.in_flight.is_empty() {
+            run.control.in_flight.clear();
+            self.touched_control(ControlTouched::IN_FLIGHT);
         }
     }
 
@@ -281,11 +370,12 @@ impl Journal {
     /// (they may have partly taken effect, so running them again could do it twice); calls to
     /// other tools are left pending and simply run again.
     pub(crate) fn settle_interrupted(&mut self, run: &mut Run, tools: &ToolRegistry) {
-        let Some(Value::Array(ids)) = run.state.custom.remove(IN_FLIGHT_KEY) else {
+        if run.control.in_flight.is_empty() {
             return;
-        };
-        self.touched_custom(IN_FLIGHT_KEY);
-        let started: BTreeSet<&str> = ids.iter().filter_map(Value::as_str).collect();
+        }
+        let ids = std::mem::take(&mut run.control.in_flight);
+        self.touched_control(ControlTouched::IN_FLIGHT);
+        let started: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
         for call in run.pending_tool_calls() {
             if started.contains(call.id.as_str()) && tools.is_mutating(&call.name) {
                 run.state.messages.push(Message::Tool(ToolResult::error(

@@ -49,7 +49,7 @@ pub use approval::{
     Decision, DecisionKind, InterruptConfig, PendingAction, decide, pending_actions,
 };
 pub use error::{RunError, RunFailure};
-pub use journal::{IN_FLIGHT_KEY, open_thread, open_thread_waiting, reload};
+pub use journal::{open_thread, open_thread_waiting, reload};
 pub use stream::RunStream;
 pub use subagents::SubAgent;
 pub use tools::ask_user::ASK_USER;

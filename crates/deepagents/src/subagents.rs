@@ -234,27 +234,6 @@ pub(crate) const GENERAL_PURPOSE_DESCRIPTION: &str = "\
 An agent with the same tools as you, for any self-contained piece of work (research across many \
 files, a multi-step change) whose details you do not need in your own context.";
 
-/// The artifact key by which the `task` tool marks a result as an error while still handing
-/// back the failed subagent's file changes (an error of the tool itself carries no update).
-const FAILED_ARTIFACT_KEY: &str = "deepagents.failed_subagent";
-
-/// The artifact marking a `task` result as a failure.
-pub(crate) fn failed_artifact() -> Value {
-    serde_json::json!({ FAILED_ARTIFACT_KEY: true })
-}
-
-/// Whether a tool's artifact marks its result as a failure; the marker is removed.
-pub(crate) fn take_failed(artifact: &mut Option<Value>) -> bool {
-    let failed = matches!(
-        artifact,
-        Some(Value::Object(map)) if map.len() == 1 && map.get(FAILED_ARTIFACT_KEY) == Some(&Value::Bool(true))
-    );
-    if failed {
-        *artifact = None;
-    }
-    failed
-}
-
 /// `error` and its sources, one after another (the OS reason of a missing script is a source).
 fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();

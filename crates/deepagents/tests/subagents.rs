@@ -430,12 +430,8 @@ mod approvals_inside_subagents {
         assert_eq!(ids, ["t_b", "t_a"]);
         assert_eq!(text(results[1]), "alpha done");
         assert!(
-            !output
-                .run
-                .state
-                .custom
-                .contains_key(deepagents::approval::SUBAGENT_RUNS_KEY),
-            "the finished subagent's run is dropped from the parent's state"
+            output.run.control.paused_subagents.is_empty(),
+            "the finished subagent's run is dropped from the parent's control"
         );
         assert!(pending_actions(&output.run).is_empty());
     }
@@ -543,13 +539,7 @@ mod approvals_inside_subagents {
         assert_eq!(counts.get(), (1, 2), "nothing that had run ran again");
         let stored = store.load("t", None).await.unwrap().unwrap();
         assert_eq!(stored.state.messages, output.run.state.messages);
-        assert!(
-            stored
-                .state
-                .custom
-                .get(deepagents::approval::SUBAGENT_RUNS_KEY)
-                .is_none_or(Value::is_null)
-        );
+        assert!(stored.control.paused_subagents.is_empty());
         let assistant_turns = stored
             .state
             .messages

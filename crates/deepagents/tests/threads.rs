@@ -129,6 +129,8 @@ macro_rules! on_every_checkpointer {
 
 on_every_checkpointer!(continues_where_it_left_off);
 on_every_checkpointer!(resumes_after_a_crash_mid_step);
+on_every_checkpointer!(resumes_an_earlier_format);
+on_every_checkpointer!(corrupt_control_fails_loudly);
 on_every_checkpointer!(forks_and_the_fork_continues);
 on_every_checkpointer!(an_approval_survives_a_restart);
 on_every_checkpointer!(an_edit_survives_a_restart);
@@ -172,6 +174,16 @@ async fn continues_where_it_left_off(open: impl AsyncFn() -> Store) {
 /// What a process killed in the middle of a tool step leaves behind is settled on resume:
 /// read-only calls run again, mutating ones are marked interrupted and never run twice.
 async fn resumes_after_a_crash_mid_step(open: impl AsyncFn() -> Store) {
+    crash_mid_step(open, false).await;
+}
+
+/// The same crash, stored in this project's earlier format (the bookkeeping in a custom key,
+/// no format version): it loads, is upgraded in the store, and settles the same way.
+async fn resumes_an_earlier_format(open: impl AsyncFn() -> Store) {
+    crash_mid_step(open, true).await;
+}
+
+async fn crash_mid_step(open: impl AsyncFn() -> Store, legacy: bool) {
     let mut run = Run::from_task("go");
     run.state
         .messages
@@ -190,15 +202,21 @@ async fn resumes_after_a_crash_mid_step(open: impl AsyncFn() -> Store) {
                 },
             ],
         }));
-    run.state
-        .custom
-        .insert(deepagents::IN_FLIGHT_KEY.into(), json!(["w", "l"]));
-    run.steps = 1;
-    open()
-        .await
-        .append("crashed", &RunDelta::full(&run), &run)
-        .await
-        .unwrap();
+    let mut delta;
+    if legacy {
+        run.state
+            .custom
+            .insert("deepagents.in_flight".into(), json!(["w", "l"]));
+        run.steps = 1;
+        delta = RunDelta::full(&run);
+        delta.schema = 0;
+        delta.control = Default::default();
+    } else {
+        run.control.in_flight = vec!["w".into(), "l".into()];
+        run.steps = 1;
+        delta = RunDelta::full(&run);
+    }
+    open().await.append("crashed", &delta, &run).await.unwrap();
 
     let agent = Agent::builder(scripted(json!([
         {"tool_calls": [
@@ -222,11 +240,47 @@ async fn resumes_after_a_crash_mid_step(open: impl AsyncFn() -> Store) {
     assert_eq!(results[1].tool_call_id, "l");
     assert_eq!(results[1].status, deepagents::ToolStatus::Ok);
     let stored = open().await.load("crashed", None).await.unwrap().unwrap();
-    assert_same_run(&stored, &output.run);
-    let in_flight = stored.state.custom.get(deepagents::IN_FLIGHT_KEY);
+    assert!(stored.control.in_flight.is_empty(), "the step is settled");
+    if legacy {
+        assert_eq!(
+            stored.state.custom.get("deepagents.in_flight"),
+            Some(&serde_json::Value::Null),
+            "the legacy key is cleared in the store"
+        );
+    } else {
+        assert_same_run(&stored, &output.run);
+    }
+}
+
+/// A control value that does not decode (a thread edited by hand, or written by a broken
+/// version) stops the run with an error naming the key, instead of being dropped.
+async fn corrupt_control_fails_loudly(open: impl AsyncFn() -> Store) {
+    let mut run = Run::from_task("go");
+    run.state.custom.insert(
+        "deepagents.pending_approval".into(),
+        json!({"not": "a list of actions"}),
+    );
+    let mut delta = RunDelta::full(&run);
+    delta.schema = 0;
+    delta.control = Default::default();
+    open().await.append("broken", &delta, &run).await.unwrap();
+    let agent = Agent::builder(scripted(json!([{"text": "never"}])))
+        .checkpointer(open().await)
+        .build()
+        .unwrap();
+    let error = agent
+        .thread("broken")
+        .unwrap()
+        .resume()
+        .await
+        .unwrap_err()
+        .error
+        .to_string();
+    assert!(error.contains("deepagents.pending_approval"), "{error}");
+    let pending = agent.thread("broken").unwrap().pending().await.unwrap_err();
     assert!(
-        in_flight.is_none_or(serde_json::Value::is_null),
-        "the step is settled"
+        pending.to_string().contains("deepagents.pending_approval"),
+        "{pending}"
     );
 }
 

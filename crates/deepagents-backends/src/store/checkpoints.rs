@@ -73,7 +73,7 @@ impl SqliteCheckpointer {
             }
             let id = last + 1;
             let snapshot = if id % SNAPSHOT_EVERY == 0 {
-                Some(serde_json::to_string(run).map_err(storage)?)
+                Some(deepagents_core::checkpoint::encode_snapshot(run)?)
             } else {
                 None
             };
@@ -175,7 +175,7 @@ impl Checkpointer for SqliteCheckpointer {
             Some(row) => {
                 let snapshot: String = row.try_get("snapshot").map_err(storage)?;
                 let id: i64 = row.try_get("id").map_err(storage)?;
-                (serde_json::from_str::<Run>(&snapshot).map_err(storage)?, id)
+                (deepagents_core::checkpoint::decode_snapshot(&snapshot)?, id)
             }
             None => (Run::default(), 0),
         };
@@ -190,9 +190,7 @@ impl Checkpointer for SqliteCheckpointer {
         .map_err(storage)?;
         for row in deltas {
             let delta: String = row.try_get("delta").map_err(storage)?;
-            serde_json::from_str::<RunDelta>(&delta)
-                .map_err(storage)?
-                .apply(&mut run);
+            RunDelta::decode(&delta)?.apply(&mut run);
         }
         Ok(Some(run))
     }

@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deepagents_core::RunContext;
 use deepagents_core::{
-    AgentState, DynTool, ModelRequest, Reducer, StateUpdate, Tool, ToolContext, ToolError,
-    ToolOutput, TypedTool,
+    AgentState, DynTool, ModelRequest, Reducer, RunContext, StateKey, StateUpdate, Tool,
+    ToolContext, ToolError, ToolOutput, TypedTool,
 };
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use schemars::JsonSchema;
@@ -238,12 +237,14 @@ impl Remote {
     }
 }
 
-fn tasks(state: &AgentState) -> BTreeMap<String, AsyncTask> {
-    state
-        .custom
-        .get(ASYNC_TASKS_KEY)
-        .and_then(|v| serde_json::from_value(v.clone()).ok())
-        .unwrap_or_default()
+/// The background tasks, typed.
+const TASKS: StateKey<BTreeMap<String, AsyncTask>> = StateKey::new(ASYNC_TASKS_KEY);
+
+fn tasks(state: &AgentState) -> Result<BTreeMap<String, AsyncTask>, ToolError> {
+    Ok(TASKS
+        .get(state)
+        .map_err(|e| ToolError::Fatal(e.to_string()))?
+        .unwrap_or_default())
 }
 
 fn record(task_id: &str, task: &AsyncTask) -> StateUpdate {
@@ -252,7 +253,7 @@ fn record(task_id: &str, task: &AsyncTask) -> StateUpdate {
 }
 
 fn known_task(state: &AgentState, task_id: &str) -> Result<AsyncTask, ToolError> {
-    tasks(state).remove(task_id).ok_or_else(|| {
+    tasks(state)?.remove(task_id).ok_or_else(|| {
         ToolError::RespondToModel(format!(
             "No background task `{task_id}`; list_async_tasks shows the task ids."
         ))
@@ -436,7 +437,7 @@ impl Tool for ListTasks {
         "List the background tasks of this conversation with their last known status.".to_owned()
     }
     async fn call(&self, _args: NoArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let tasks = tasks(&ctx.state);
+        let tasks = tasks(&ctx.state)?;
         if tasks.is_empty() {
             return Ok(ToolOutput::text("No background tasks."));
         }

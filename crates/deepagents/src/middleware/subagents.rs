@@ -7,8 +7,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use deepagents_core::event::PathSegment;
 use deepagents_core::{
-    AgentState, Checkpointing, DynTool, Extensions, Message, ModelRequest, Run, RunContext,
-    RunLimits, StateUpdate, Tool, ToolContext, ToolError, ToolOutput, TypedTool,
+    AgentState, Checkpointing, DynTool, Extensions, Message, ModelRequest, PausedRun, Run,
+    RunContext, RunLimits, StateUpdate, Tool, ToolContext, ToolError, ToolOutput, TypedTool,
 };
 use futures::FutureExt as _;
 use schemars::JsonSchema;
@@ -17,7 +17,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{Middleware, MiddlewareError};
 use crate::agent::{Agent, RunStatus};
-use crate::approval::{self, PausedSubagent};
 
 const PROMPT: &str = "\
 ## Subagents
@@ -219,34 +218,37 @@ impl Tool for Task {
         let _permits = acquire(&places).await?;
         // A subagent that paused for approval inside this call continues its stored run (the
         // decisions are in it) instead of starting over.
-        let (initial, start, changed_before) =
-            match approval::paused_subagent(&ctx.state, &ctx.call_id, &args.subagent_type) {
-                Some(paused) => {
-                    let start = AgentState {
-                        files: paused.run.state.files.clone(),
-                        ..AgentState::default()
-                    };
-                    (paused.run, start, paused.changed_files)
-                }
-                None => {
-                    // The parent's files and shared custom values travel; its messages, plan,
-                    // structured answer and private values do not.
-                    let start = AgentState {
-                        files: ctx.state.files.clone(),
-                        custom: shared_custom(&ctx.state, &self.shared_keys, &registered.agent),
-                        ..AgentState::default()
-                    };
-                    let run = Run::from_task(args.description);
-                    let run = Run {
-                        state: AgentState {
-                            messages: run.state.messages,
-                            ..start.clone()
-                        },
-                        ..run
-                    };
-                    (run, start, Vec::new())
-                }
-            };
+        let (initial, start, changed_before) = match ctx
+            .paused
+            .as_deref()
+            .filter(|p| p.subagent == args.subagent_type)
+        {
+            Some(paused) => {
+                let start = AgentState {
+                    files: paused.run.state.files.clone(),
+                    ..AgentState::default()
+                };
+                (Run::clone(&paused.run), start, paused.changed_files.clone())
+            }
+            None => {
+                // The parent's files and shared custom values travel; its messages, plan,
+                // structured answer and private values do not.
+                let start = AgentState {
+                    files: ctx.state.files.clone(),
+                    custom: shared_custom(&ctx.state, &self.shared_keys, &registered.agent),
+                    ..AgentState::default()
+                };
+                let run = Run::from_task(args.description);
+                let run = Run {
+                    state: AgentState {
+                        messages: run.state.messages,
+                        ..start.clone()
+                    },
+                    ..run
+                };
+                (run, start, Vec::new())
+            }
+        };
         // A checkpointed parent checkpoints the subagent's run in a child thread as it goes: a
         // crash resumes it from there (its interrupted calls settled like the parent's), so
         // finished work is not redone. The child thread is removed once the parent has
@@ -319,17 +321,12 @@ impl Tool for Task {
                 changed_files.extend(file_changes(&start, &output.run.state).files.into_keys());
                 changed_files.sort();
                 changed_files.dedup();
-                let paused = PausedSubagent {
+                // The driver keeps the paused run in the parent's control and pauses the parent.
+                Ok(ToolOutput::paused(PausedRun {
                     subagent: args.subagent_type,
-                    run: output.run,
+                    run: Box::new(output.run),
                     changed_files,
-                };
-                // The driver keeps the paused run in the parent's state and pauses the parent.
-                let artifact = approval::paused_artifact(&paused).map_err(|e| {
-                    ToolError::Fatal(format!("the paused subagent could not be stored: {e}"))
-                })?;
-                Ok(ToolOutput::text("The subagent is waiting for approval.")
-                    .with_artifact(artifact))
+                }))
             }
             Ok(output) => {
                 let answer = match &output.structured {
@@ -362,7 +359,7 @@ impl Tool for Task {
                     args.subagent_type, failure.error
                 ))
                 .with_update(changes)
-                .with_artifact(crate::subagents::failed_artifact()))
+                .as_error())
             }
         }
     }
