@@ -18,6 +18,7 @@ pub mod glob;
 pub mod memory;
 pub mod mime;
 mod path;
+mod per_run;
 pub mod permissions;
 mod policy;
 mod protocol;
@@ -27,6 +28,7 @@ pub mod text;
 
 pub use composite::CompositeBackend;
 pub use path::{PathError, VPath};
+pub use per_run::{BackendFactory, PerRunBackend};
 pub use permissions::{Mode, Operation, PermissionRule, PermissionedBackend, Permissions};
 pub use policy::{BackendOp, BackendPolicy, PolicyBackend, ReadOnlyPolicy};
 pub use protocol::{

@@ -35,6 +35,6 @@ pub use state::{
     Todo, TodoStatus,
 };
 pub use tool::{
-    DynTool, DynamicTool, RuntimeContext, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,
-    TypedTool,
+    DynTool, DynamicTool, RuntimeContext, Tool, ToolContext, ToolError, ToolOutput, ToolSource,
+    ToolSourceError, ToolSpec, TypedTool,
 };

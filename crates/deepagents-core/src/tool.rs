@@ -396,3 +396,29 @@ impl DynTool for DynamicTool {
         (self.handler)(args, ctx).await
     }
 }
+
+/// Tools that may change while an agent runs, such as those of an MCP server that announces
+/// `list_changed`. Before each model call the run compares [`version`](Self::version) with the
+/// one it last saw and, when it differs, asks for the tools again; the model is offered the
+/// new set from that call on.
+#[async_trait]
+pub trait ToolSource: Send + Sync + 'static {
+    /// A short name for logs and errors.
+    fn name(&self) -> &str;
+
+    /// A number that changes whenever the tools change.
+    fn version(&self) -> u64;
+
+    /// The tools as they are now.
+    async fn tools(&self, run: &RunContext) -> Result<Vec<Arc<dyn DynTool>>, ToolSourceError>;
+}
+
+/// A [`ToolSource`] could not list its tools; the run keeps the tools it had.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("tool source `{source_name}` cannot list its tools: {message}")]
+pub struct ToolSourceError {
+    /// The source.
+    pub source_name: String,
+    /// What went wrong.
+    pub message: String,
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use deepagents_core::{
     CheckpointError, CheckpointInfo, Checkpointer, DynTool, Model, ModelSettings, Reducer, Run,
-    RunLimits, RuntimeContext, StateError, StateSchema, Tool, TypedTool,
+    RunLimits, RuntimeContext, StateError, StateSchema, Tool, ToolSource, TypedTool,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -70,6 +70,8 @@ pub(crate) struct AgentInner {
     pub(crate) settings: ModelSettings,
     pub(crate) middleware: Arc<[Arc<dyn Middleware>]>,
     pub(crate) tools: Arc<ToolRegistry>,
+    /// Tools that may change between model calls, offered after `tools`.
+    pub(crate) tool_sources: Vec<Arc<dyn ToolSource>>,
     pub(crate) schema: StateSchema,
     /// The limits of a run that sets none ([`RunOptions::limits`]).
     pub(crate) limits: RunLimits,
@@ -251,6 +253,7 @@ pub struct AgentBuilder {
     system_prompt: Option<String>,
     settings: ModelSettings,
     tools: Vec<Arc<dyn DynTool>>,
+    tool_sources: Vec<Arc<dyn ToolSource>>,
     middleware: Vec<Arc<dyn Middleware>>,
     state_values: Vec<(String, Reducer)>,
     private_keys: BTreeSet<String>,
@@ -292,6 +295,7 @@ impl Agent {
             system_prompt: None,
             settings: ModelSettings::default(),
             tools: Vec::new(),
+            tool_sources: Vec::new(),
             middleware: Vec::new(),
             state_values: Vec::new(),
             private_keys: BTreeSet::new(),
@@ -683,6 +687,15 @@ impl AgentBuilder {
         self
     }
 
+    /// Adds a source of tools that may change while the agent runs (an MCP server): its
+    /// tools are listed when a run starts and again whenever its version changes, and are
+    /// offered after the fixed tools. A listed tool whose name is taken is left out (with a
+    /// warning in the log); if listing fails, the run keeps the tools it had.
+    pub fn tool_source(mut self, source: Arc<dyn ToolSource>) -> Self {
+        self.tool_sources.push(source);
+        self
+    }
+
     /// Adds a dynamic tool (schema known at run time).
     pub fn dyn_tool(mut self, tool: Arc<dyn DynTool>) -> Self {
         self.tools.push(tool);
@@ -940,6 +953,9 @@ impl AgentBuilder {
                             .offload_threshold(self.offload_threshold)
                             .general_purpose_subagent(false);
                     builder.context_window = self.context_window;
+                    if spec.tools.is_none() {
+                        builder.tool_sources = self.tool_sources.clone();
+                    }
                     builder.tools = spec.tools.unwrap_or_else(|| self.tools.clone());
                     builder.middleware = spec.middleware;
                     builder.permissions = spec.permissions.or_else(|| self.permissions.clone());
@@ -956,9 +972,15 @@ impl AgentBuilder {
                     // Inherited tools may update the parent's custom keys.
                     builder.state_values = self.state_values.clone();
                     builder.private_keys = self.private_keys.clone();
-                    builder.build().map_err(|e| BuildError::Subagent {
-                        name: subagent.name.clone(),
-                        message: e.to_string(),
+                    builder.build().map_err(|e| match e {
+                        // The subagent inherits the application's keys: a clash is the
+                        // application's, reported as such.
+                        BuildError::State(error) => BuildError::State(error),
+                        BuildError::ReservedKey(key) => BuildError::ReservedKey(key),
+                        other => BuildError::Subagent {
+                            name: subagent.name.clone(),
+                            message: other.to_string(),
+                        },
                     })?
                 }
             };
@@ -1064,11 +1086,14 @@ impl AgentBuilder {
                 })?;
             built_ins.push(Arc::new(middleware));
         }
-        let response_format = self.response_format.is_some();
+        let mut structured: Option<Arc<dyn Middleware>> = None;
         if let Some(schema) = self.response_format {
-            let middleware = ResponseFormatMiddleware::new(schema)
-                .map_err(|e| BuildError::InvalidResponseFormat(e.message))?;
-            built_ins.push(Arc::new(middleware));
+            let middleware: Arc<dyn Middleware> = Arc::new(
+                ResponseFormatMiddleware::new(schema)
+                    .map_err(|e| BuildError::InvalidResponseFormat(e.message))?,
+            );
+            structured = Some(Arc::clone(&middleware));
+            built_ins.push(middleware);
         }
         if let Some(threshold) = self.offload_threshold {
             built_ins.push(Arc::new(LargeResultsMiddleware::new(
@@ -1105,6 +1130,10 @@ impl AgentBuilder {
             )));
         }
         let middleware = compose(built_ins, self.middleware);
+        // A user middleware that replaced the built-in one owns structured answers: the loop
+        // then asks for `final_answer` only when the built-in is in the stack.
+        let response_format =
+            structured.is_some_and(|built_in| middleware.iter().any(|m| Arc::ptr_eq(m, &built_in)));
 
         let mut schema = StateSchema::default();
         for (key, reducer) in self.state_values {
@@ -1126,7 +1155,11 @@ impl AgentBuilder {
             RegistryError::InvalidName(name) => BuildError::InvalidToolName(name),
         })?;
         let offered = |name: &str| tools.specs().iter().any(|spec| spec.name == name);
-        if let Some(tool) = explicit.keys().find(|name| !offered(name)) {
+        // Tools of a source are known only at run time, so with sources any name may be one.
+        if let Some(tool) = explicit
+            .keys()
+            .find(|name| !offered(name) && self.tool_sources.is_empty())
+        {
             return Err(BuildError::UnknownInterruptTool {
                 tool: tool.clone(),
                 offered: tools.specs().iter().map(|spec| spec.name.clone()).collect(),
@@ -1144,6 +1177,7 @@ impl AgentBuilder {
                 settings: self.settings,
                 middleware: middleware.into(),
                 tools: Arc::new(tools),
+                tool_sources: self.tool_sources,
                 schema,
                 limits: RunLimits {
                     max_turns: self.max_turns,

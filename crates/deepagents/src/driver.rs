@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deepagents_core::{
-    AgentState, ContentBlock, EventKind, Extensions, ModelRequest, NextAction, PausedRun, Run,
-    RunContext, StateUpdate, ToolCall, ToolContext, ToolError, ToolOutput, ToolResult, ToolStatus,
+    AgentState, ContentBlock, DynTool, EventKind, Extensions, ModelRequest, NextAction, PausedRun,
+    Run, RunContext, StateUpdate, ToolCall, ToolContext, ToolError, ToolOutput, ToolResult,
+    ToolStatus,
 };
 use futures::stream::{self, FuturesUnordered};
 use futures::{FutureExt as _, StreamExt as _};
@@ -79,6 +80,7 @@ pub(crate) async fn drive_in(
         ctx,
         cancel_grace,
         tools: Arc::clone(&agent.tools),
+        sources: agent.tool_sources.iter().map(|_| None).collect(),
     };
     let outcome = driver.advance(&mut run, &mut journal).await;
     // Whatever happened, what the run did so far is kept.
@@ -135,15 +137,59 @@ struct Driver<'a> {
     agent: &'a Arc<AgentInner>,
     ctx: &'a RunContext,
     cancel_grace: Duration,
-    /// The agent's tools as of this step.
+    /// The agent's tools as of this step: its fixed ones and its sources'.
     tools: Arc<ToolRegistry>,
+    /// Per tool source: the version last listed and its tools then (`None`: not listed yet).
+    sources: Vec<Option<Listed>>,
 }
 
+/// A tool source's tools as last listed, with the version they belong to.
+type Listed = (u64, Vec<Arc<dyn DynTool>>);
+
 impl Driver<'_> {
+    /// Lists the tools of the sources whose version changed and rebuilds the offered set.
+    async fn refresh_tools(&mut self) {
+        let mut changed = false;
+        for (source, seen) in self.agent.tool_sources.iter().zip(&mut self.sources) {
+            let version = source.version();
+            if seen.as_ref().is_some_and(|(v, _)| *v == version) {
+                continue;
+            }
+            match source.tools(self.ctx).await {
+                Ok(tools) => {
+                    *seen = Some((version, tools));
+                    changed = true;
+                }
+                Err(error) => tracing::warn!(
+                    target: "deepagents::tools",
+                    "{error}; the run keeps the tools it had"
+                ),
+            }
+        }
+        if !changed {
+            return;
+        }
+        let listed: Vec<Arc<dyn DynTool>> = self
+            .sources
+            .iter()
+            .flatten()
+            .flat_map(|(_, tools)| tools.iter().cloned())
+            .collect();
+        let (tools, refused) = self.agent.tools.extended(listed);
+        for name in refused {
+            tracing::warn!(
+                target: "deepagents::tools",
+                "a tool source offered `{name}`, whose name is invalid or already taken; it is left out"
+            );
+        }
+        self.tools = Arc::new(tools);
+    }
+
     async fn advance(&mut self, run: &mut Run, journal: &mut Journal) -> Result<Ended, RunError> {
         let agent = self.agent;
         let ctx = self.ctx;
         let events = &ctx.events;
+        self.refresh_tools().await;
         // A run handed over in the earlier format (its bookkeeping in custom keys).
         let legacy = deepagents_core::upgrade_legacy_control(run)?;
         if !legacy.is_empty() {
@@ -281,6 +327,7 @@ enum CallOutcome {
 
 impl Driver<'_> {
     async fn call_model(&mut self, run: &mut Run, journal: &mut Journal) -> Result<(), RunError> {
+        self.refresh_tools().await;
         let agent = self.agent;
         let ctx = self.ctx;
         let events = &ctx.events;

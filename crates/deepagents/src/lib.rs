@@ -42,8 +42,8 @@ pub mod subagents;
 mod tools;
 
 pub use agent::{
-    Agent, AgentBuilder, BuildError, DEFAULT_MAX_TURNS, MEMORIES_NAMESPACE, MEMORIES_PREFIX,
-    RunOptions, RunOutput, RunStatus, Thread, ThreadError,
+    Agent, AgentBuilder, BuildError, DEFAULT_CANCEL_GRACE, DEFAULT_MAX_TURNS, MEMORIES_NAMESPACE,
+    MEMORIES_PREFIX, RESERVED_KEY_PREFIX, RunOptions, RunOutput, RunStatus, Thread, ThreadError,
 };
 pub use approval::{
     Decision, DecisionKind, InterruptConfig, PendingAction, decide, pending_actions,
@@ -63,7 +63,7 @@ pub use deepagents_core::{
     Event, EventKind, EventSink, Extensions, InMemoryCheckpointer, Message, Model, ModelError,
     ModelRequest, ModelResponse, Reducer, Run, RunContext, RunLimits, RuntimeContext, StateKey,
     StateUpdate, Todo, TodoStatus, Tool, ToolCall, ToolContext, ToolError, ToolOutput, ToolResult,
-    ToolStatus, Usage, validate_thread_id,
+    ToolSource, ToolSourceError, ToolStatus, Usage, validate_thread_id,
 };
 /// Model implementations and the spec resolver, re-exported.
 pub use deepagents_models as models;

@@ -47,6 +47,24 @@ impl ToolRegistry {
         })
     }
 
+    /// These tools plus `extra`, in that order; extra tools whose names are invalid or taken
+    /// are left out and named in the second value.
+    pub(crate) fn extended(&self, extra: Vec<Arc<dyn DynTool>>) -> (Self, Vec<String>) {
+        let mut specs = self.specs.clone();
+        let mut tools = self.tools.clone();
+        let mut refused = Vec::new();
+        for tool in extra {
+            let spec = tool.spec();
+            if !is_valid_name(&spec.name) || tools.contains_key(&spec.name) {
+                refused.push(spec.name);
+                continue;
+            }
+            tools.insert(spec.name.clone(), tool);
+            specs.push(spec);
+        }
+        (Self { specs, tools }, refused)
+    }
+
     pub(crate) fn specs(&self) -> &[ToolSpec] {
         &self.specs
     }

@@ -15,6 +15,7 @@ mod middleware_capture;
 mod prompts;
 #[cfg(feature = "remote")]
 mod remote;
+mod run_context;
 mod state_merge;
 mod structured;
 mod subagents;
