@@ -217,10 +217,11 @@ async fn two_threads_of_one_agent_run_at_once_without_cross_talk() {
     assert_ne!(a_events[0].run_id, b_events[0].run_id);
 }
 
+/// The thread and assistant ids of backend calls.
+type Seen = Arc<Mutex<Vec<(Option<String>, Option<String>)>>>;
+
 /// Records the thread and assistant ids of every backend call.
-fn recording_store_backend(
-    seen: Arc<Mutex<Vec<(Option<String>, Option<String>)>>>,
-) -> StoreBackend {
+fn recording_store_backend(seen: Seen) -> StoreBackend {
     StoreBackend::new(Arc::new(InMemoryStore::default())).with_namespace(move |cx| {
         seen.lock()
             .unwrap()
