@@ -1,6 +1,8 @@
 //! Google's Gemini API (`POST {base}/v1beta/models/{model}:generateContent`, and
 //! `:streamGenerateContent?alt=sse` for streams).
 
+mod schema;
+
 use deepagents_core::ContentBlock;
 use deepagents_core::message::{AssistantMessage, Message, ToolCall};
 use deepagents_core::model::{
@@ -9,12 +11,14 @@ use deepagents_core::model::{
 use serde_json::{Map, Value, json};
 
 use crate::convert::{
-    ApiMedia, Carried, Formats, arguments_object, base64, carry, gemini_parameters, new_call_id,
-    text_and_media, text_with_notes, tokens, usage,
+    ApiMedia, Carried, Formats, arguments_object, base64, carry, new_call_id, text_and_media,
+    text_with_notes, tokens, usage,
 };
 use crate::http::Secret;
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
+
+use self::schema::gemini_parameters;
 
 const PROVIDER: &str = "google_genai";
 
