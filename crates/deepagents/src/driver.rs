@@ -14,8 +14,8 @@ use deepagents_core::{
 use futures::stream::{self, FuturesUnordered};
 use futures::{FutureExt as _, StreamExt as _};
 
-use crate::agent::{AgentInner, RunOptions, RunOutput, RunStatus};
 use crate::approval::{self, Gate, PendingAction, gate};
+use crate::config::AgentConfig;
 use crate::error::{RunError, RunFailure};
 use crate::journal::{ControlTouched, Journal};
 use crate::middleware::{
@@ -23,6 +23,7 @@ use crate::middleware::{
     final_structured_answer,
 };
 use crate::registry::ToolRegistry;
+use crate::run::{RunOptions, RunOutput, RunStatus};
 use deepagents_core::EventSink;
 use deepagents_core::Message;
 use deepagents_core::message::AssistantMessage;
@@ -31,7 +32,7 @@ use serde_json::Value;
 /// Advances `run` until it has a final answer or fails: a run of its own, described by
 /// `options`.
 pub(crate) async fn drive(
-    agent: &Arc<AgentInner>,
+    agent: &Arc<AgentConfig>,
     run: Run,
     options: &RunOptions,
     events: &EventSink,
@@ -62,7 +63,7 @@ pub(crate) async fn drive(
 /// Advances `run` as the run `ctx` describes (a subagent's run gets its context from the
 /// `task` call that starts it). In-flight tools get `cancel_grace` to finish once cancelled.
 pub(crate) async fn drive_in(
-    agent: &Arc<AgentInner>,
+    agent: &Arc<AgentConfig>,
     mut run: Run,
     ctx: &RunContext,
     cancel_grace: Duration,
@@ -134,7 +135,7 @@ pub(crate) async fn drive_in(
 
 /// One drive in progress: the agent, the run's context and the tools it is offered now.
 struct Driver<'a> {
-    agent: &'a Arc<AgentInner>,
+    agent: &'a Arc<AgentConfig>,
     ctx: &'a RunContext,
     cancel_grace: Duration,
     /// The agent's tools as of this step: its fixed ones and its sources'.
@@ -612,7 +613,7 @@ fn note_file_conflicts(
 /// Runs one call through the middleware chain and the registry, emitting its events.
 /// Runs one call; the duration comes back when its `tool_call_finished` event is still owed.
 async fn run_one(
-    agent: &AgentInner,
+    agent: &AgentConfig,
     tools: &Arc<ToolRegistry>,
     call: ToolCall,
     ctx: ToolContext,
@@ -721,31 +722,4 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .map_or_else(|| "panic".to_owned(), |s| format!("panic: {s}"))
-}
-
-/// Emits one `state_updated` event summarizing `updates`, with values as merged in `state`.
-pub(crate) fn emit_state_updated(events: &EventSink, state: &AgentState, updates: &[StateUpdate]) {
-    if updates.is_empty() {
-        return;
-    }
-    let todos = updates
-        .iter()
-        .any(|u| u.todos.is_some())
-        .then(|| state.todos.clone());
-    let mut files_changed: Vec<String> = updates
-        .iter()
-        .flat_map(|u| u.files.keys().cloned())
-        .collect();
-    files_changed.sort();
-    files_changed.dedup();
-    let custom: BTreeMap<_, _> = updates
-        .iter()
-        .flat_map(|u| u.custom.keys())
-        .filter_map(|key| Some((key.clone(), state.custom.get(key)?.clone())))
-        .collect();
-    events.emit(EventKind::StateUpdated {
-        todos,
-        files_changed,
-        custom,
-    });
 }

@@ -1,12 +1,12 @@
 //! Checkpointing during a run: what changed since the last save, written after every action.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use deepagents_core::{
     AgentState, CHECKPOINT_SCHEMA, CheckpointError, Checkpointer, Checkpointing, ControlDelta,
-    EventSink, Message, Run, RunDelta, StateUpdate, ThreadLease, ToolResult,
+    EventKind, EventSink, Message, Run, RunDelta, StateUpdate, ThreadLease, ToolResult,
     upgrade_legacy_control, validate_thread_id,
 };
 use serde_json::Value;
@@ -192,7 +192,7 @@ impl Journal {
             self.files.extend(update.files.keys().cloned());
             self.custom.extend(update.custom.keys().cloned());
         }
-        crate::driver::emit_state_updated(events, state, updates);
+        emit_state_updated(events, state, updates);
     }
 
     /// Records files a step's tools changed outside the state.
@@ -385,4 +385,31 @@ impl Journal {
             }
         }
     }
+}
+
+/// Emits one `state_updated` event summarizing `updates`, with values as merged in `state`.
+fn emit_state_updated(events: &EventSink, state: &AgentState, updates: &[StateUpdate]) {
+    if updates.is_empty() {
+        return;
+    }
+    let todos = updates
+        .iter()
+        .any(|u| u.todos.is_some())
+        .then(|| state.todos.clone());
+    let mut files_changed: Vec<String> = updates
+        .iter()
+        .flat_map(|u| u.files.keys().cloned())
+        .collect();
+    files_changed.sort();
+    files_changed.dedup();
+    let custom: BTreeMap<_, _> = updates
+        .iter()
+        .flat_map(|u| u.custom.keys())
+        .filter_map(|key| Some((key.clone(), state.custom.get(key)?.clone())))
+        .collect();
+    events.emit(EventKind::StateUpdated {
+        todos,
+        files_changed,
+        custom,
+    });
 }

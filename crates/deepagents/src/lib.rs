@@ -30,6 +30,8 @@
 
 mod agent;
 pub mod approval;
+mod builder;
+mod config;
 pub mod context;
 mod driver;
 mod error;
@@ -37,21 +39,26 @@ pub mod frontmatter;
 mod journal;
 pub mod middleware;
 mod registry;
+mod run;
 mod stream;
 pub mod subagents;
+mod thread;
 mod tools;
 
-pub use agent::{
-    Agent, AgentBuilder, BuildError, DEFAULT_CANCEL_GRACE, DEFAULT_MAX_TURNS, MEMORIES_NAMESPACE,
-    MEMORIES_PREFIX, RESERVED_KEY_PREFIX, RunOptions, RunOutput, RunStatus, Thread, ThreadError,
-};
+pub use agent::Agent;
 pub use approval::{
     Decision, DecisionKind, InterruptConfig, PendingAction, decide, pending_actions,
 };
+pub use builder::{
+    AgentBuilder, BuildError, DEFAULT_MAX_TURNS, MEMORIES_NAMESPACE, MEMORIES_PREFIX,
+    RESERVED_KEY_PREFIX,
+};
 pub use error::{RunError, RunFailure};
 pub use journal::{open_thread, open_thread_waiting, reload};
+pub use run::{DEFAULT_CANCEL_GRACE, RunOptions, RunOutput, RunStatus};
 pub use stream::RunStream;
 pub use subagents::SubAgent;
+pub use thread::{Thread, ThreadError};
 pub use tools::ask_user::ASK_USER;
 
 /// The backends (where files live), re-exported.

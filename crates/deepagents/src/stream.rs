@@ -9,8 +9,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{Agent, RunOptions, RunOutput};
+use crate::agent::Agent;
 use crate::error::{RunError, RunFailure};
+use crate::run::{RunOptions, RunOutput};
 use deepagents_core::EventSink;
 
 /// Events of a running agent. Poll it as a [`Stream`]; when it ends, call

@@ -16,7 +16,8 @@ use serde::Deserialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{Middleware, MiddlewareError};
-use crate::agent::{Agent, RunStatus};
+use crate::agent::Agent;
+use crate::run::RunStatus;
 
 const PROMPT: &str = "\
 ## Subagents
@@ -300,7 +301,7 @@ impl Tool for Task {
             child,
             run,
             &run_context,
-            crate::agent::DEFAULT_CANCEL_GRACE,
+            crate::run::DEFAULT_CANCEL_GRACE,
         ))
         .catch_unwind()
         .await;

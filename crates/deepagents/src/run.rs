@@ -1,0 +1,74 @@
+//! What a run is given and what it ends with.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use deepagents_core::{Checkpointing, Run, RunLimits, RuntimeContext};
+use tokio_util::sync::CancellationToken;
+
+use crate::approval::PendingAction;
+
+/// How long in-flight tools may wind down after cancellation unless
+/// [`RunOptions::cancel_grace`] says otherwise.
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(5);
+
+/// Per-run options.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Application data the tools can read.
+    pub runtime: RuntimeContext,
+    /// Cancel this to stop the run; in-flight tools see it through their context.
+    pub cancel: CancellationToken,
+    /// How long in-flight tools may take to wind down after cancellation before they are
+    /// aborted.
+    pub cancel_grace: Duration,
+    /// Where to checkpoint the run after every step (see [`open_thread`](crate::open_thread)).
+    pub checkpoint: Option<Checkpointing>,
+    /// This run's limits (turns, subagent depth and concurrency); `None`: the agent's.
+    pub limits: Option<RunLimits>,
+    /// Who the run acts for, as middleware, tools and store namespaces see it
+    /// ([`RunContext::assistant_id`](deepagents_core::RunContext::assistant_id)); `None`: the agent's name.
+    pub assistant_id: Option<String>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            runtime: RuntimeContext::default(),
+            cancel: CancellationToken::new(),
+            cancel_grace: DEFAULT_CANCEL_GRACE,
+            checkpoint: None,
+            limits: None,
+            assistant_id: None,
+        }
+    }
+}
+
+/// How a run ended, short of failing: with its answer, or paused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunStatus {
+    /// It reached its final answer.
+    Finished,
+    /// It paused: [`RunOutput::pending`] lists what it waits on. Give one decision per action
+    /// ([`Thread::decide`](crate::Thread::decide), or [`decide`](crate::decide) on the run) to continue it.
+    Interrupted,
+}
+
+/// What a run ended with: its final answer, or the actions it paused for.
+#[derive(Clone, Debug)]
+pub struct RunOutput {
+    /// Finished or paused.
+    pub status: RunStatus,
+    /// The actions a paused run waits on, in the order decisions must be given; empty when
+    /// it finished.
+    pub pending: Vec<PendingAction>,
+    /// The final answer: the text of the last assistant message (empty when paused).
+    pub text: String,
+    /// The validated structured answer, when the agent has a response format.
+    pub structured: Option<serde_json::Value>,
+    /// The finished run, with the whole conversation and state.
+    pub run: Run,
+    /// Files this run's tools changed outside the agent state (on disk, in a store), by the
+    /// path the agent sees; those in the state are in [`run`](Self::run).
+    pub changed_files: BTreeSet<String>,
+}

@@ -1,0 +1,216 @@
+//! A checkpointed conversation of an agent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deepagents_core::{CheckpointError, CheckpointInfo, Checkpointer, EventSink, Run};
+
+use crate::agent::Agent;
+use crate::approval::{Decision, PendingAction};
+use crate::error::{RunError, RunFailure};
+use crate::run::{RunOptions, RunOutput};
+use crate::stream::RunStream;
+
+/// Why a [`Thread`] could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ThreadError {
+    /// The agent has no checkpointer.
+    #[error(
+        "this agent has no checkpointer, so it cannot keep threads; build it with AgentBuilder::checkpointer"
+    )]
+    NoCheckpointer,
+    /// The thread id cannot be stored.
+    #[error(transparent)]
+    InvalidId(CheckpointError),
+}
+
+/// One conversation of an agent, saved in its checkpointer ([`Agent::thread`]). Every run
+/// through the handle loads the thread's latest checkpoint, continues it and checkpoints it
+/// after every step, so handles are cheap and need not be kept: two handles on one thread id
+/// see the same conversation. A run holds the thread's lease from loading to its end, so runs
+/// of one thread never overlap, in one process or across processes: a second one fails with
+/// [`CheckpointError::Busy`], or waits ([`with_lease_wait`](Self::with_lease_wait)).
+#[derive(Clone)]
+pub struct Thread {
+    agent: Agent,
+    checkpointer: Arc<dyn Checkpointer>,
+    id: String,
+    options: RunOptions,
+    lease_wait: Duration,
+}
+
+impl std::fmt::Debug for Thread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Thread")
+            .field("agent", &self.agent.name())
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A run that could not start because its thread did not load.
+fn not_loaded(error: CheckpointError) -> RunFailure {
+    RunFailure {
+        error: RunError::Checkpoint(error),
+        run: Box::default(),
+    }
+}
+
+impl Thread {
+    /// A handle on thread `id` of `agent`, saved in `checkpointer`.
+    pub(crate) fn new(agent: Agent, checkpointer: Arc<dyn Checkpointer>, id: String) -> Self {
+        Self {
+            agent,
+            checkpointer,
+            id,
+            options: RunOptions::default(),
+            lease_wait: Duration::ZERO,
+        }
+    }
+
+    /// The thread id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Options for the runs of this handle: runtime context, cancellation, grace period
+    /// (default [`RunOptions::default`]). Their `checkpoint` is replaced by this thread's.
+    /// Every run of the handle shares the cancellation token, so once cancelled it stops them
+    /// all; give the handle new options to run again.
+    pub fn with_options(mut self, options: RunOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// How long a run of this handle waits for another run of the thread to end before it
+    /// fails with [`CheckpointError::Busy`] (default: it does not wait).
+    pub fn with_lease_wait(mut self, wait: Duration) -> Self {
+        self.lease_wait = wait;
+        self
+    }
+
+    /// Loads the thread (appending `input` as user input, if any) under its checkpointing.
+    async fn open(&self, input: Option<String>) -> Result<(Run, RunOptions), CheckpointError> {
+        let (run, checkpoint) = crate::journal::open_thread_waiting(
+            Arc::clone(&self.checkpointer),
+            &self.id,
+            input,
+            self.lease_wait,
+        )
+        .await?;
+        let options = RunOptions {
+            checkpoint: Some(checkpoint),
+            ..self.options.clone()
+        };
+        Ok((run, options))
+    }
+
+    /// Adds `input` to the conversation and runs until the final answer.
+    pub async fn invoke(&self, input: impl Into<String>) -> Result<RunOutput, RunFailure> {
+        self.invoke_with(Some(input.into()), EventSink::discard())
+            .await
+    }
+
+    /// Like [`invoke`](Self::invoke), sending events to `events`; with `input` `None`, like
+    /// [`resume`](Self::resume).
+    pub async fn invoke_with(
+        &self,
+        input: Option<String>,
+        events: EventSink,
+    ) -> Result<RunOutput, RunFailure> {
+        let (run, options) = self.open(input).await.map_err(not_loaded)?;
+        self.agent.run(run, options, events).await
+    }
+
+    /// Adds `input` to the conversation and runs it on a background task, streaming events.
+    /// Fails before the run starts when the thread cannot be loaded (or another run holds it).
+    pub async fn stream(&self, input: impl Into<String>) -> Result<RunStream, CheckpointError> {
+        let (run, options) = self.open(Some(input.into())).await?;
+        Ok(self.agent.stream_run(run, options))
+    }
+
+    /// Like [`resume`](Self::resume), on a background task, streaming events.
+    pub async fn stream_resume(&self) -> Result<RunStream, CheckpointError> {
+        let (run, options) = self.open(None).await?;
+        Ok(self.agent.stream_run(run, options))
+    }
+
+    /// Like [`decide`](Self::decide), on a background task, streaming events. Decisions that
+    /// do not fit the pause fail here, before anything runs or changes.
+    pub async fn stream_decide(&self, decisions: Vec<Decision>) -> Result<RunStream, RunFailure> {
+        let (mut run, options) = self.open(None).await.map_err(not_loaded)?;
+        if let Err(error) = crate::approval::decide(&mut run, decisions) {
+            return Err(RunFailure {
+                error,
+                run: Box::new(run),
+            });
+        }
+        Ok(self.agent.stream_run(run, options))
+    }
+
+    /// Continues the thread without new input: a run stopped by a crash, a cancellation or an
+    /// error goes on from its latest checkpoint (calls in flight at a crash are settled: see
+    /// [`Control::in_flight`](deepagents_core::Control::in_flight)). A paused run stays paused until
+    /// [`decide`](Self::decide).
+    pub async fn resume(&self) -> Result<RunOutput, RunFailure> {
+        self.invoke_with(None, EventSink::discard()).await
+    }
+
+    /// Answers a pause: one decision per [`pending`](Self::pending) action, in order (see
+    /// [`crate::decide`]), then continues the run. Invalid decisions fail with
+    /// [`RunError::InvalidDecision`] and change nothing.
+    pub async fn decide(&self, decisions: Vec<Decision>) -> Result<RunOutput, RunFailure> {
+        self.decide_with(decisions, EventSink::discard()).await
+    }
+
+    /// Like [`decide`](Self::decide), sending events to `events`.
+    pub async fn decide_with(
+        &self,
+        decisions: Vec<Decision>,
+        events: EventSink,
+    ) -> Result<RunOutput, RunFailure> {
+        let (mut run, options) = self.open(None).await.map_err(not_loaded)?;
+        if let Err(error) = crate::approval::decide(&mut run, decisions) {
+            return Err(RunFailure {
+                error,
+                run: Box::new(run),
+            });
+        }
+        self.agent.run(run, options, events).await
+    }
+
+    /// The actions the thread's run waits on (empty when it is not paused or does not exist).
+    pub async fn pending(&self) -> Result<Vec<PendingAction>, CheckpointError> {
+        Ok(self
+            .state()
+            .await?
+            .map(|run| crate::approval::pending_actions(&run))
+            .unwrap_or_default())
+    }
+
+    /// The thread's latest run; `None` when it does not exist yet.
+    pub async fn state(&self) -> Result<Option<Run>, CheckpointError> {
+        upgraded(self.checkpointer.load(&self.id, None).await?)
+    }
+
+    /// The thread's checkpoints, oldest first; load one with [`state_at`](Self::state_at).
+    pub async fn history(&self) -> Result<Vec<CheckpointInfo>, CheckpointError> {
+        self.checkpointer.checkpoints(&self.id).await
+    }
+
+    /// The run at checkpoint `checkpoint`; `None` for an unknown thread.
+    pub async fn state_at(&self, checkpoint: u64) -> Result<Option<Run>, CheckpointError> {
+        upgraded(self.checkpointer.load(&self.id, Some(checkpoint)).await?)
+    }
+}
+
+/// A run as loaded, in this version's format (a thread of the earlier format is upgraded in
+/// the store when a run next opens it; reads upgrade their copy).
+fn upgraded(run: Option<Run>) -> Result<Option<Run>, CheckpointError> {
+    run.map(|mut run| {
+        deepagents_core::upgrade_legacy_control(&mut run)?;
+        Ok(run)
+    })
+    .transpose()
+}
