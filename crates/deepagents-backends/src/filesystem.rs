@@ -16,11 +16,12 @@ use grep_matcher::LineTerminator;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, MmapChoice, Searcher, SearcherBuilder, Sink, SinkMatch};
 use ignore::{DirEntry, WalkBuilder, WalkState};
-use rustix::fs::{
-    AtFlags, Dir, FileType, FlockOperation, Mode, OFlags, RenameFlags, ResolveFlags, Stat,
-};
+use rustix::fs::{AtFlags, Dir, FileType, FlockOperation, Mode, OFlags, RenameFlags, Stat};
 use rustix::io::Errno;
 
+use crate::confine::{
+    DirCache, RootDir, TargetError, addressable, join_rel, rel, relative_to, remove_tree,
+};
 use crate::glob::GlobPattern;
 use crate::mime;
 use crate::path::VPath;
@@ -38,9 +39,6 @@ pub const DEFAULT_SEARCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// streamed and skipped at their first NUL byte.
 const SLURP_LIMIT: u64 = 16 * 1024 * 1024;
 
-/// Retries of an `openat2` that failed with `EAGAIN` (a concurrent rename during resolution).
-const EAGAIN_RETRIES: usize = 16;
-
 /// Bytes read at a time when a file over the size limit is paged or sniffed.
 const STREAM_CHUNK: usize = 64 * 1024;
 
@@ -51,9 +49,6 @@ const WRITE_ATTEMPTS: usize = 16;
 /// at the last moment, while that process keeps moving entries: enough to outlast it in
 /// practice.
 const PUT_BACK_ATTEMPTS: usize = 10_000;
-
-/// Symlinks followed to find the file a write replaces (the kernel's `MAXSYMLINKS`).
-const MAX_SYMLINKS: usize = 40;
 
 /// How long a write or edit waits for the others in the same directory.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -204,36 +199,12 @@ impl FilesystemBackendBuilder {
             .root
             .canonicalize()
             .map_err(|e| io_error(format!("{e}; check that the root directory exists")))?;
-        let dir_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let root_fd = rustix::fs::open(&root, dir_flags, Mode::empty())
+        let root_dir = RootDir::new(&root, self.virtual_mode, self.follow_symlinks)
             .map_err(|e| io_error(e.to_string()))?;
-        let (resolver, host_root, host_fd) = if self.virtual_mode {
-            let probe = rustix::fs::openat2(
-                &root_fd,
-                ".",
-                dir_flags,
-                Mode::empty(),
-                ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
-            );
-            let resolver = match probe {
-                Ok(_) if !self.follow_symlinks => Resolver::NoSymlinks,
-                Ok(_) => Resolver::Beneath,
-                // Old kernels and some seccomp filters lack openat2.
-                Err(Errno::NOSYS | Errno::PERM | Errno::INVAL) => Resolver::NoSymlinks,
-                Err(e) => return Err(io_error(e.to_string())),
-            };
-            (resolver, root.clone(), root_fd)
-        } else {
-            let slash = rustix::fs::open("/", dir_flags, Mode::empty())
-                .map_err(|e| io_error(e.to_string()))?;
-            (Resolver::Host, PathBuf::from("/"), slash)
-        };
         Ok(FilesystemBackend {
             inner: Arc::new(Inner {
                 root,
-                host_root,
-                fd: host_fd,
-                resolver,
+                root_dir,
                 max_file_size: self.max_file_size,
                 search_timeout: self.search_timeout,
                 respect_gitignore: self.respect_gitignore,
@@ -269,13 +240,13 @@ impl FilesystemBackend {
 
     /// Whether virtual paths are confined to the root.
     pub fn is_virtual(&self) -> bool {
-        !matches!(self.inner.resolver, Resolver::Host)
+        self.inner.root_dir.is_virtual()
     }
 
     /// Whether symlinks inside the root are followed (`false` when the host lacks `openat2` and
     /// every symlink is refused instead).
     pub fn follows_symlinks(&self) -> bool {
-        !matches!(self.inner.resolver, Resolver::NoSymlinks)
+        self.inner.root_dir.follows_symlinks()
     }
 
     /// Runs blocking filesystem work off the async runtime.
@@ -300,46 +271,16 @@ impl FilesystemBackend {
     }
 }
 
-/// How paths are resolved against the root descriptor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Resolver {
-    /// `openat2` with `RESOLVE_BENEATH`: in-root symlinks followed, escapes refused.
-    Beneath,
-    /// An `O_NOFOLLOW` walk: every symlink refused (hosts without `openat2`).
-    NoSymlinks,
-    /// Non-virtual mode: plain `openat` from `/`.
-    Host,
-}
-
 #[derive(Debug)]
 struct Inner {
     /// The canonical root (shell working directory; shown in messages).
     root: PathBuf,
-    /// The host directory virtual `/` maps to: `root`, or `/` in non-virtual mode.
-    host_root: PathBuf,
-    /// An `O_PATH` descriptor of `host_root`; every path is resolved relative to it.
-    fd: OwnedFd,
-    resolver: Resolver,
+    /// Where virtual `/` is (`root`, or `/` in non-virtual mode): every path is opened through
+    /// it.
+    root_dir: RootDir,
     max_file_size: u64,
     search_timeout: Duration,
     respect_gitignore: bool,
-}
-
-/// `path` relative to the host root, `.` for the root.
-fn rel(path: &VPath) -> &str {
-    if path.is_root() {
-        "."
-    } else {
-        path.as_str().trim_start_matches('/')
-    }
-}
-
-fn join_rel(dir: &str, name: &str) -> String {
-    if dir == "." {
-        name.to_owned()
-    } else {
-        format!("{dir}/{name}")
-    }
 }
 
 fn is_dir(stat: &Stat) -> bool {
@@ -607,70 +548,11 @@ impl Drop for TempFile<'_> {
 }
 
 impl Inner {
-    /// Opens `rel` (relative to the host root) without ever leaving the root in virtual mode.
-    fn open(&self, rel: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
-        let flags = flags | OFlags::CLOEXEC;
-        match self.resolver {
-            Resolver::Beneath => {
-                let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
-                let mut attempt = 0;
-                loop {
-                    match rustix::fs::openat2(&self.fd, rel, flags, mode, resolve) {
-                        Err(Errno::AGAIN) if attempt < EAGAIN_RETRIES => attempt += 1,
-                        result => return result,
-                    }
-                }
-            }
-            Resolver::Host => rustix::fs::openat(&self.fd, rel, flags, mode),
-            Resolver::NoSymlinks => self.open_no_symlinks(rel, flags, mode),
-        }
-    }
-
-    /// The fallback walk: one component at a time from the root, never following a symlink.
-    fn open_no_symlinks(&self, rel: &str, flags: OFlags, mode: Mode) -> Result<OwnedFd, Errno> {
-        let segments: Vec<&str> = rel
-            .split('/')
-            .filter(|s| !s.is_empty() && *s != ".")
-            .collect();
-        let dir_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let Some((last, dirs)) = segments.split_last() else {
-            return rustix::fs::openat(&self.fd, ".", flags, mode);
-        };
-        let mut current = rustix::fs::openat(&self.fd, ".", dir_flags, Mode::empty())?;
-        for dir in dirs {
-            current = match rustix::fs::openat(&current, *dir, dir_flags, Mode::empty()) {
-                Ok(fd) => fd,
-                Err(Errno::NOTDIR) => {
-                    let stat = rustix::fs::statat(&current, *dir, AtFlags::SYMLINK_NOFOLLOW)?;
-                    return Err(match FileType::from_raw_mode(stat.st_mode) {
-                        FileType::Symlink => Errno::LOOP,
-                        _ => Errno::NOTDIR,
-                    });
-                }
-                Err(e) => return Err(e),
-            };
-        }
-        let fd = rustix::fs::openat(&current, *last, flags | OFlags::NOFOLLOW, mode)?;
-        // O_PATH | O_NOFOLLOW opens a symlink itself instead of failing: refuse it like any
-        // other open would, so nothing treats the link as its target.
-        if flags.contains(OFlags::PATH)
-            && FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) == FileType::Symlink
-        {
-            return Err(Errno::LOOP);
-        }
-        Ok(fd)
-    }
-
-    /// Metadata of what `rel` resolves to (inside the root).
-    fn stat(&self, rel: &str) -> Result<Stat, Errno> {
-        let fd = self.open(rel, OFlags::PATH, Mode::empty())?;
-        rustix::fs::fstat(&fd)
-    }
-
     fn ls(&self, path: &VPath) -> Result<Vec<FileInfo>, BackendError> {
         let shown = path.as_str();
         let dir_rel = rel(path);
         let fd = self
+            .root_dir
             .open(dir_rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty())
             .map_err(|e| host_error(e, "ls", shown))?;
         let mut dir = Dir::new(fd).map_err(|e| host_error(e, "ls", shown))?;
@@ -701,7 +583,8 @@ impl Inner {
             let stat = if FileType::from_raw_mode(own.st_mode) == FileType::Symlink {
                 // A link is shown as what it resolves to inside the root; a link that escapes,
                 // loops or dangles is shown as an empty file (reading it explains why it fails).
-                self.stat(&join_rel(dir_rel, &name))
+                self.root_dir
+                    .stat(&join_rel(dir_rel, &name))
                     .ok()
                     .filter(|s| is_dir(s) || is_file(s))
             } else {
@@ -739,6 +622,7 @@ impl Inner {
         }
         // NONBLOCK: opening a FIFO must not hang; NOCTTY: a terminal must not become ours.
         let fd = self
+            .root_dir
             .open(
                 rel(path),
                 flags | OFlags::NONBLOCK | OFlags::NOCTTY,
@@ -880,7 +764,7 @@ impl Inner {
         for depth in 1..segments.len() {
             let prefix = segments[..depth].join("/");
             let shown = format!("/{prefix}");
-            match self.open(&prefix, dir_flags, Mode::empty()) {
+            match self.root_dir.open(&prefix, dir_flags, Mode::empty()) {
                 Ok(_) => {}
                 Err(Errno::NOENT) => {
                     let parent = if depth == 1 {
@@ -891,6 +775,7 @@ impl Inner {
                     // mkdirat gets a single name relative to a parent resolved beneath the root,
                     // so no symlink in the prefix can redirect it.
                     let parent_fd = self
+                        .root_dir
                         .open(&parent, dir_flags, Mode::empty())
                         .map_err(|e| host_error(e, "write", &shown))?;
                     match rustix::fs::mkdirat(
@@ -1083,79 +968,27 @@ impl Inner {
     }
 
     /// The directory (opened beneath the root) and the name in it that a write of `path`
-    /// replaces or creates. A symlink at the name is followed hop by hop, each hop's directory
-    /// opened beneath the root like any path, since renaming over the link would replace the
-    /// link instead of writing through it.
+    /// replaces or creates, through any symlinks at the name (see [`RootDir::write_target`]).
     fn write_target(
         &self,
         path: &VPath,
         operation: &'static str,
     ) -> Result<(OwnedFd, String), BackendError> {
         let shown = path.as_str();
-        let fail = |e: Errno| match e {
+        self.root_dir.write_target(path).map_err(|e| match e {
             // A file where a directory was expected on the way: nothing is there.
-            Errno::NOTDIR => BackendError::NotFound {
+            TargetError::Host(Errno::NOTDIR) => BackendError::NotFound {
                 path: shown.to_owned(),
             },
-            e => host_error(e, operation, shown),
-        };
-        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            return Err(BackendError::IsDirectory {
+            TargetError::Host(e) => host_error(e, operation, shown),
+            TargetError::Directory => BackendError::IsDirectory {
                 path: shown.to_owned(),
-            });
-        };
-        let mut dir_rel = rel(&parent).to_owned();
-        let mut name = name.to_owned();
-        for _ in 0..=MAX_SYMLINKS {
-            let dir = self.open_dir(&dir_rel).map_err(fail)?;
-            let stat = match rustix::fs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(stat) => stat,
-                Err(Errno::NOENT) => return Ok((dir, name)),
-                Err(e) => return Err(fail(e)),
-            };
-            if FileType::from_raw_mode(stat.st_mode) != FileType::Symlink {
-                return Ok((dir, name));
-            }
-            if self.resolver == Resolver::NoSymlinks {
-                return Err(fail(Errno::LOOP));
-            }
-            let target = rustix::fs::readlinkat(&dir, name.as_str(), Vec::new()).map_err(fail)?;
-            let target = target
-                .to_str()
-                .map_err(|_| BackendError::PermissionDenied {
-                    path: shown.to_owned(),
-                    reason: "it is a symlink whose target is not UTF-8".to_owned(),
-                })?;
-            let (link_dir, link_name) = match target.rsplit_once('/') {
-                Some(("", last)) => ("/", last),
-                Some((dir, last)) => (dir, last),
-                None => ("", target),
-            };
-            if matches!(link_name, "" | "." | "..") {
-                return Err(BackendError::IsDirectory {
-                    path: shown.to_owned(),
-                });
-            }
-            // An absolute target stays absolute: resolved beneath the root the kernel refuses
-            // it, exactly as it does when a read goes through the same link.
-            if link_dir.starts_with('/') {
-                dir_rel = link_dir.to_owned();
-            } else if !link_dir.is_empty() {
-                dir_rel = join_rel(&dir_rel, link_dir);
-            }
-            name = link_name.to_owned();
-        }
-        Err(fail(Errno::LOOP))
-    }
-
-    /// A directory descriptor to create, rename and sync in, resolved beneath the root.
-    fn open_dir(&self, rel: &str) -> Result<OwnedFd, Errno> {
-        match self.open(rel, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()) {
-            // A directory we may write but not list: a path descriptor still serves the `*at`
-            // calls; only its sync is lost.
-            Err(Errno::ACCESS) => self.open(rel, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()),
-            result => result,
-        }
+            },
+            TargetError::NotUtf8 => BackendError::PermissionDenied {
+                path: shown.to_owned(),
+                reason: "it is a symlink whose target is not UTF-8".to_owned(),
+            },
+        })
     }
 
     fn delete(&self, path: &VPath) -> Result<usize, BackendError> {
@@ -1167,6 +1000,7 @@ impl Inner {
             });
         };
         let parent_fd = self
+            .root_dir
             .open(
                 rel(&parent),
                 OFlags::PATH | OFlags::DIRECTORY,
@@ -1196,16 +1030,16 @@ impl Inner {
         base: &VPath,
         operation: &'static str,
     ) -> Result<(PathBuf, Stat), BackendError> {
-        let stat = self.stat(rel(base)).map_err(|e| match e {
+        let stat = self.root_dir.stat(rel(base)).map_err(|e| match e {
             Errno::NOTDIR => BackendError::NotFound {
                 path: base.to_string(),
             },
             e => host_error(e, operation, base.as_str()),
         })?;
         let host = if base.is_root() {
-            self.host_root.clone()
+            self.root_dir.host_root().to_path_buf()
         } else {
-            self.host_root.join(rel(base))
+            self.root_dir.host_root().join(rel(base))
         };
         Ok((host, stat))
     }
@@ -1219,59 +1053,6 @@ impl Inner {
             .git_exclude(self.respect_gitignore)
             .require_git(false);
         builder
-    }
-
-    /// The virtual path of a host path found by a walk (`None` if it is not UTF-8).
-    fn virtual_of<'a>(&self, host: &'a Path) -> Option<&'a str> {
-        relative_to(&self.host_root, host)
-    }
-
-    /// Opens a file found by a walk, through a per-thread cached descriptor of its directory
-    /// (resolved beneath the root like any path). The last component is opened with
-    /// `O_NOFOLLOW`; a symlink there is resolved from the root instead, so the symlink rule is
-    /// the same as for direct paths.
-    fn open_entry(
-        &self,
-        cache: &mut DirCache,
-        root_rel: &str,
-        flags: OFlags,
-    ) -> Result<OwnedFd, Errno> {
-        let (dir_fd, name) = self.entry_dir(cache, root_rel)?;
-        let single = OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        match rustix::fs::openat(dir_fd, name, flags | single, Mode::empty()) {
-            Err(Errno::LOOP) => self.open(root_rel, flags, Mode::empty()),
-            result => result,
-        }
-    }
-
-    /// Metadata of a file found by a walk (see [`Self::open_entry`]).
-    fn stat_entry(&self, cache: &mut DirCache, root_rel: &str) -> Result<Stat, Errno> {
-        let (dir_fd, name) = self.entry_dir(cache, root_rel)?;
-        let own = rustix::fs::statat(dir_fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
-        if FileType::from_raw_mode(own.st_mode) == FileType::Symlink {
-            self.stat(root_rel)
-        } else {
-            Ok(own)
-        }
-    }
-
-    fn entry_dir<'c, 'p>(
-        &self,
-        cache: &'c mut DirCache,
-        root_rel: &'p str,
-    ) -> Result<(BorrowedFd<'c>, &'p str), Errno> {
-        let (dir, name) = root_rel.rsplit_once('/').unwrap_or((".", root_rel));
-        if cache.fd.is_none() || cache.rel != dir {
-            cache.fd = None;
-            let fd = self.open(dir, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())?;
-            cache.rel.clear();
-            cache.rel.push_str(dir);
-            cache.fd = Some(fd);
-        }
-        match &cache.fd {
-            Some(fd) => Ok((fd.as_fd(), name)),
-            None => Err(Errno::NOENT),
-        }
     }
 
     fn glob(&self, pattern: &str, base: &VPath) -> Result<GlobResult, BackendError> {
@@ -1333,7 +1114,7 @@ impl Inner {
         if entry.file_type().is_none_or(|t| t.is_dir()) {
             return None;
         }
-        let root_rel = self.virtual_of(entry.path())?;
+        let root_rel = self.root_dir.virtual_of(entry.path())?;
         let relative = if base_rel == "." {
             root_rel
         } else {
@@ -1345,7 +1126,7 @@ impl Inner {
             return None;
         }
         // Re-resolve beneath the root: what is reported is what the root holds now.
-        let stat = self.stat_entry(cache, root_rel).ok()?;
+        let stat = self.root_dir.stat_entry(cache, root_rel).ok()?;
         is_file(&stat).then(|| info(format!("/{root_rel}"), &stat))
     }
 
@@ -1444,7 +1225,7 @@ impl Inner {
             return;
         }
         let Some(root_rel) = walk_error_path(error)
-            .and_then(|host| self.virtual_of(host))
+            .and_then(|host| self.root_dir.virtual_of(host))
             .filter(|r| addressable(r))
         else {
             return;
@@ -1457,7 +1238,11 @@ impl Inner {
         if entry.file_type().is_none_or(|t| t.is_dir()) {
             return;
         }
-        let Some(root_rel) = self.virtual_of(entry.path()).filter(|r| addressable(r)) else {
+        let Some(root_rel) = self
+            .root_dir
+            .virtual_of(entry.path())
+            .filter(|r| addressable(r))
+        else {
             return;
         };
         let shown = format!("/{root_rel}");
@@ -1522,7 +1307,7 @@ impl Inner {
             return binary(mime_type);
         }
         let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
-        let fd = match self.open_entry(cache, root_rel, flags) {
+        let fd = match self.root_dir.open_entry(cache, root_rel, flags) {
             Ok(fd) => fd,
             // Removed since the walk listed it, or a dangling link: nothing to search.
             Err(Errno::NOENT) => return Searched::Gone,
@@ -1635,12 +1420,6 @@ impl<T> Drop for Batch<'_, T> {
     }
 }
 
-/// Whether a walked path (relative to the root) can be named by a [`VPath`]: walks never yield
-/// empty, `.` or `..` segments, so only backslashes and control characters can spoil it.
-fn addressable(root_rel: &str) -> bool {
-    !root_rel.contains('\\') && !root_rel.chars().any(char::is_control)
-}
-
 /// Checks the search budget after a walk handled an entry. Checking after rather than before
 /// means the entry in hand is always finished, so a budget spent before the walk reached its
 /// first file (a slow disk, a busy machine) still yields that file's results; the cost is at
@@ -1669,60 +1448,6 @@ struct GrepWorker {
     searcher: Searcher,
     buffer: Vec<u8>,
     cache: DirCache,
-}
-
-/// The directory a walk thread is in, as a descriptor resolved beneath the root.
-#[derive(Default)]
-struct DirCache {
-    rel: String,
-    fd: Option<OwnedFd>,
-}
-
-/// `path` below `base` as UTF-8 without a leading slash (`None` if not below, not UTF-8, or
-/// equal). Works on bytes: walks produce `base/...` paths verbatim.
-fn relative_to<'a>(base: &Path, path: &'a Path) -> Option<&'a str> {
-    use std::os::unix::ffi::OsStrExt;
-    let base = base.as_os_str().as_bytes();
-    let rest = path.as_os_str().as_bytes().strip_prefix(base)?;
-    let rest = if base.ends_with(b"/") {
-        rest
-    } else {
-        rest.strip_prefix(b"/")?
-    };
-    std::str::from_utf8(rest).ok().filter(|r| !r.is_empty())
-}
-
-/// Deletes the directory `name` in `parent` and everything below it, without following
-/// symlinks: each level is opened with `O_NOFOLLOW` relative to its parent's descriptor.
-/// Returns the number of non-directory entries removed.
-fn remove_tree<P: rustix::path::Arg + Copy>(
-    parent: BorrowedFd<'_>,
-    name: P,
-) -> Result<usize, Errno> {
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let fd = rustix::fs::openat(parent, name, flags, Mode::empty())?;
-    let mut dir = Dir::new(fd)?;
-    let mut names = Vec::new();
-    while let Some(entry) = dir.read() {
-        let entry = entry?;
-        let entry_name = entry.file_name().to_bytes();
-        if entry_name != b"." && entry_name != b".." {
-            names.push(entry.file_name().to_owned());
-        }
-    }
-    let dir_fd = dir.fd()?;
-    let mut removed = 0;
-    for child in &names {
-        let stat = rustix::fs::statat(dir_fd, child.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
-        if is_dir(&stat) {
-            removed += remove_tree(dir_fd, child.as_c_str())?;
-        } else {
-            rustix::fs::unlinkat(dir_fd, child.as_c_str(), AtFlags::empty())?;
-            removed += 1;
-        }
-    }
-    rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR)?;
-    Ok(removed)
 }
 
 /// Matches of all files, kept to the first `cap` in (path, line) order so the result does not
@@ -1851,7 +1576,7 @@ impl Backend for FilesystemBackend {
     fn path_mappings(&self) -> Vec<PathMapping> {
         vec![PathMapping {
             prefix: VPath::root(),
-            host: Some(self.inner.host_root.clone()),
+            host: Some(self.inner.root_dir.host_root().to_path_buf()),
         }]
     }
 

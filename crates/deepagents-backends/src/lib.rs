@@ -13,6 +13,8 @@
 //! runs user checks around any backend.
 
 mod composite;
+mod confine;
+mod delegate;
 mod filtered;
 pub mod glob;
 pub mod memory;

@@ -8,10 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::OnceCell;
 
-use crate::path::VPath;
+use crate::delegate::delegate_backend;
 use crate::protocol::{
-    Backend, BackendContext, BackendError, Changed, ExecuteResult, FileInfo, FileOpError,
-    GlobResult, GrepQuery, GrepResult, OutputSink, RawFile, ReadResult, Sandbox,
+    Backend, BackendContext, BackendError, Changed, ExecuteResult, FileOpError, OutputSink, Sandbox,
 };
 
 /// Makes the backend of a run from the context of its first call: the thread and assistant
@@ -89,108 +88,48 @@ impl PerRunBackend {
     }
 }
 
-#[async_trait]
-impl Backend for PerRunBackend {
-    fn name(&self) -> &'static str {
-        "per-run"
-    }
+delegate_backend! {
+    impl Backend for PerRunBackend {
+        forward [ls, read, read_raw, write, edit, delete, glob, grep]
+            to |self, cx| self.instance(cx).await?;
 
-    async fn ls(&self, cx: &BackendContext, path: &VPath) -> Result<Vec<FileInfo>, BackendError> {
-        self.instance(cx).await?.ls(cx, path).await
-    }
+        fn name(&self) -> &'static str {
+            "per-run"
+        }
 
-    async fn read(
-        &self,
-        cx: &BackendContext,
-        path: &VPath,
-        offset: usize,
-        limit: usize,
-    ) -> Result<ReadResult, BackendError> {
-        self.instance(cx).await?.read(cx, path, offset, limit).await
-    }
+        async fn upload_files(
+            &self,
+            cx: &BackendContext,
+            files: Vec<(String, Vec<u8>)>,
+        ) -> Changed<Vec<Result<(), FileOpError>>> {
+            match self.instance(cx).await {
+                Ok(backend) => backend.upload_files(cx, files).await,
+                Err(_) => Changed::outside_state(
+                    files
+                        .iter()
+                        .map(|_| Err(FileOpError::PermissionDenied))
+                        .collect(),
+                ),
+            }
+        }
 
-    async fn read_raw(&self, cx: &BackendContext, path: &VPath) -> Result<RawFile, BackendError> {
-        self.instance(cx).await?.read_raw(cx, path).await
-    }
-
-    async fn write(
-        &self,
-        cx: &BackendContext,
-        path: &VPath,
-        content: &str,
-    ) -> Result<Changed<()>, BackendError> {
-        self.instance(cx).await?.write(cx, path, content).await
-    }
-
-    async fn edit(
-        &self,
-        cx: &BackendContext,
-        path: &VPath,
-        old: &str,
-        new: &str,
-        replace_all: bool,
-    ) -> Result<Changed<usize>, BackendError> {
-        let backend = self.instance(cx).await?;
-        backend.edit(cx, path, old, new, replace_all).await
-    }
-
-    async fn delete(
-        &self,
-        cx: &BackendContext,
-        path: &VPath,
-    ) -> Result<Changed<usize>, BackendError> {
-        self.instance(cx).await?.delete(cx, path).await
-    }
-
-    async fn glob(
-        &self,
-        cx: &BackendContext,
-        pattern: &str,
-        base: &VPath,
-    ) -> Result<GlobResult, BackendError> {
-        self.instance(cx).await?.glob(cx, pattern, base).await
-    }
-
-    async fn grep(
-        &self,
-        cx: &BackendContext,
-        query: &GrepQuery,
-    ) -> Result<GrepResult, BackendError> {
-        self.instance(cx).await?.grep(cx, query).await
-    }
-
-    async fn upload_files(
-        &self,
-        cx: &BackendContext,
-        files: Vec<(String, Vec<u8>)>,
-    ) -> Changed<Vec<Result<(), FileOpError>>> {
-        match self.instance(cx).await {
-            Ok(backend) => backend.upload_files(cx, files).await,
-            Err(_) => Changed::outside_state(
-                files
+        async fn download_files(
+            &self,
+            cx: &BackendContext,
+            paths: Vec<String>,
+        ) -> Vec<Result<Vec<u8>, FileOpError>> {
+            match self.instance(cx).await {
+                Ok(backend) => backend.download_files(cx, paths).await,
+                Err(_) => paths
                     .iter()
                     .map(|_| Err(FileOpError::PermissionDenied))
                     .collect(),
-            ),
+            }
         }
-    }
 
-    async fn download_files(
-        &self,
-        cx: &BackendContext,
-        paths: Vec<String>,
-    ) -> Vec<Result<Vec<u8>, FileOpError>> {
-        match self.instance(cx).await {
-            Ok(backend) => backend.download_files(cx, paths).await,
-            Err(_) => paths
-                .iter()
-                .map(|_| Err(FileOpError::PermissionDenied))
-                .collect(),
+        fn as_sandbox(&self) -> Option<&dyn Sandbox> {
+            self.executes.then_some(self as &dyn Sandbox)
         }
-    }
-
-    fn as_sandbox(&self) -> Option<&dyn Sandbox> {
-        self.executes.then_some(self as &dyn Sandbox)
     }
 }
 

@@ -10,11 +10,10 @@ use deepagents_core::event::OutputStream;
 use rustix::process::{Pid, Signal};
 use tokio::io::AsyncReadExt;
 
+use crate::delegate::delegate_backend;
 use crate::filesystem::FilesystemBackend;
-use crate::path::VPath;
 use crate::protocol::{
-    Backend, BackendContext, BackendError, Changed, ExecuteResult, FileInfo, FileOpError,
-    GlobResult, GrepQuery, GrepResult, OutputSink, PathMapping, RawFile, ReadResult, Sandbox,
+    BackendContext, BackendError, ExecuteResult, OutputSink, PathMapping, Sandbox,
 };
 
 /// Commands are killed after this long unless configured or overridden per call.
@@ -407,96 +406,22 @@ impl Sandbox for LocalShellBackend {
     }
 }
 
-#[async_trait]
-impl Backend for LocalShellBackend {
-    fn name(&self) -> &'static str {
-        "local_shell"
-    }
+delegate_backend! {
+    impl Backend for LocalShellBackend {
+        forward [
+            ls, read, read_raw, write, edit, delete, glob, grep, upload_files, download_files,
+        ] to |self, cx| self.fs;
 
-    async fn ls(&self, cx: &BackendContext, path: &VPath) -> Result<Vec<FileInfo>, BackendError> {
-        self.fs.ls(cx, path).await
-    }
+        fn name(&self) -> &'static str {
+            "local_shell"
+        }
 
-    async fn read(
-        &self,
-        cx: &BackendContext,
-        path: &VPath,
-        offset: usize,
-        limit: usize,
-    ) -> Result<ReadResult, BackendError> {
-        self.fs.read(cx, path, offset, limit).await
-    }
+        fn as_sandbox(&self) -> Option<&dyn Sandbox> {
+            Some(self)
+        }
 
-    async fn read_raw(&self, cx: &BackendContext, path: &VPath) -> Result<RawFile, BackendError> {
-        self.fs.read_raw(cx, path).await
-    }
-
-    async fn write(
-        &self,
-        cx: &BackendContext,
-        path: &VPath,
-        content: &str,
-    ) -> Result<Changed<()>, BackendError> {
-        self.fs.write(cx, path, content).await
-    }
-
-    async fn edit(
-        &self,
-        cx: &BackendContext,
-        path: &VPath,
-        old: &str,
-        new: &str,
-        replace_all: bool,
-    ) -> Result<Changed<usize>, BackendError> {
-        self.fs.edit(cx, path, old, new, replace_all).await
-    }
-
-    async fn delete(
-        &self,
-        cx: &BackendContext,
-        path: &VPath,
-    ) -> Result<Changed<usize>, BackendError> {
-        self.fs.delete(cx, path).await
-    }
-
-    async fn glob(
-        &self,
-        cx: &BackendContext,
-        pattern: &str,
-        base: &VPath,
-    ) -> Result<GlobResult, BackendError> {
-        self.fs.glob(cx, pattern, base).await
-    }
-
-    async fn grep(
-        &self,
-        cx: &BackendContext,
-        query: &GrepQuery,
-    ) -> Result<GrepResult, BackendError> {
-        self.fs.grep(cx, query).await
-    }
-
-    async fn upload_files(
-        &self,
-        cx: &BackendContext,
-        files: Vec<(String, Vec<u8>)>,
-    ) -> Changed<Vec<Result<(), FileOpError>>> {
-        self.fs.upload_files(cx, files).await
-    }
-
-    async fn download_files(
-        &self,
-        cx: &BackendContext,
-        paths: Vec<String>,
-    ) -> Vec<Result<Vec<u8>, FileOpError>> {
-        self.fs.download_files(cx, paths).await
-    }
-
-    fn as_sandbox(&self) -> Option<&dyn Sandbox> {
-        Some(self)
-    }
-
-    fn path_mappings(&self) -> Vec<PathMapping> {
-        self.fs.path_mappings()
+        fn path_mappings(&self) -> Vec<PathMapping> {
+            self.fs.path_mappings()
+        }
     }
 }
