@@ -3,7 +3,6 @@
 //! database. Without a URL the tests skip, except under `CI=true`, where they fail.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use deepagents_backends::store::{SearchQuery, StoreError};
 use deepagents_backends::{PostgresStore, Store, StoreBackend};
@@ -16,32 +15,12 @@ use crate::memory_backends::exercise_store;
 
 /// The server's URL, or `None` (after saying so) when there is none and this is not CI.
 fn server_url() -> Option<String> {
-    match std::env::var("DEEPAGENTS_TEST_POSTGRES_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI=true but DEEPAGENTS_TEST_POSTGRES_URL is unset: start PostgreSQL (see .ci/run) \
-                 and export its URL, e.g. postgres://postgres@127.0.0.1:55432/deepagents_test"
-            );
-            eprintln!("skipped: no PostgreSQL (set DEEPAGENTS_TEST_POSTGRES_URL)");
-            None
-        }
-    }
+    deepagents_test_support::postgres_url()
 }
 
 /// A schema name no other test (in this or another process) uses.
 fn fresh_schema(test: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!(
-        "t_{test}_{}_{}_{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    deepagents_test_support::unique_name(&format!("t_{test}"))
 }
 
 #[tokio::test]

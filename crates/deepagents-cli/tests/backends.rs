@@ -23,9 +23,7 @@ fn final_line(output: &Output) -> Value {
     serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
 }
 
-fn stderr(output: &Output) -> String {
-    String::from_utf8(output.stderr.clone()).unwrap()
-}
+use deepagents_test_support::stderr;
 
 #[test]
 fn the_demo_on_the_state_backend_lists_the_files_it_left() {

@@ -2,7 +2,7 @@
 //! endpoints and retries, model limits, and their precedence under flags and variables.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::{Value, json};
 
@@ -53,13 +53,7 @@ fn answering(dir: &Path, name: &str, answer: &str) -> String {
     format!("scripted:{}", path.display())
 }
 
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).unwrap()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8(output.stderr.clone()).unwrap()
-}
+use deepagents_test_support::{stderr, stdout};
 
 /// TOML's basic string for a path or spec.
 fn quoted(text: &str) -> String {

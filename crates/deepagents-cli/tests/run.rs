@@ -22,13 +22,7 @@ fn run(args: &[&str]) -> Output {
     bin().arg("run").args(args).output().unwrap()
 }
 
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).unwrap()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8(output.stderr.clone()).unwrap()
-}
+use deepagents_test_support::{stderr, stdout};
 
 #[test]
 fn the_demo_prints_its_answer_on_stdout_and_progress_on_stderr() {

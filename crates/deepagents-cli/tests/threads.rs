@@ -180,15 +180,7 @@ fn sigkill_during_subagents_never_repeats_their_finished_commands_on_postgres() 
 }
 
 fn postgres() -> Option<Database> {
-    let Ok(url) = std::env::var("DEEPAGENTS_TEST_POSTGRES_URL") else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI must provide PostgreSQL (DEEPAGENTS_TEST_POSTGRES_URL); see .ci/run"
-        );
-        eprintln!("skipped: no PostgreSQL (set DEEPAGENTS_TEST_POSTGRES_URL)");
-        return None;
-    };
-    Some(Database::Postgres(url))
+    deepagents_test_support::postgres_url().map(Database::Postgres)
 }
 
 /// A thread-id prefix no other test run uses (the PostgreSQL database is shared).

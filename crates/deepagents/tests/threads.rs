@@ -3,7 +3,7 @@
 //! `DEEPAGENTS_TEST_POSTGRES_URL` is set) PostgreSQL checkpointers.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use deepagents::backends::{PostgresStore, SqliteStore};
 use deepagents::core::message::{AssistantMessage, ToolCall};
@@ -70,28 +70,8 @@ fn sqlite(dir: &tempfile::TempDir) -> impl AsyncFn() -> Store {
 /// A fresh schema of the PostgreSQL server at `DEEPAGENTS_TEST_POSTGRES_URL`, connected anew
 /// at every call; `None` (after saying so) without a server, except under `CI=true`.
 fn postgres(test: &str) -> Option<impl AsyncFn() -> Store> {
-    let url = match std::env::var("DEEPAGENTS_TEST_POSTGRES_URL") {
-        Ok(url) if !url.trim().is_empty() => url,
-        _ => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "CI=true but DEEPAGENTS_TEST_POSTGRES_URL is unset: start PostgreSQL (see .ci/run) \
-                 and export its URL, e.g. postgres://postgres@127.0.0.1:55432/deepagents_test"
-            );
-            eprintln!("skipped: no PostgreSQL (set DEEPAGENTS_TEST_POSTGRES_URL)");
-            return None;
-        }
-    };
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let schema = format!(
-        "threads_{test}_{}_{}_{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
+    let url = deepagents_test_support::postgres_url()?;
+    let schema = deepagents_test_support::unique_name(&format!("threads_{test}"));
     Some(async move || {
         let store = PostgresStore::connect_in_schema(&url, &schema)
             .await
