@@ -45,6 +45,10 @@ pub struct ToolOutput {
     /// The result is an error even though the call returned normally (its update still
     /// applies): a subagent that failed after changing files.
     pub is_error: bool,
+    /// The run's final answer, given by the tool: once the step is done the turn closes with
+    /// this text, without another model call (LangChain's `return_direct`). When several
+    /// calls of a step give one, the first in call order wins; an error result gives none.
+    pub final_answer: Option<String>,
     /// The call has not finished: an agent run it started paused for approval. The run keeps
     /// this in its control and pauses; once decided, the call runs again with it in
     /// [`ToolContext::paused`]. `content` and `update` are ignored.
@@ -83,6 +87,12 @@ impl ToolOutput {
             paused: Some(run),
             ..Self::default()
         }
+    }
+
+    /// Ends the run with `answer` after this step (see [`final_answer`](Self::final_answer)).
+    pub fn with_final_answer(mut self, answer: impl Into<String>) -> Self {
+        self.final_answer = Some(answer.into());
+        self
     }
 
     /// Marks the result as an error (see [`is_error`](Self::is_error)).

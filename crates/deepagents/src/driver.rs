@@ -18,16 +18,12 @@ use crate::approval::{self, Gate, PendingAction, gate};
 use crate::config::AgentConfig;
 use crate::error::{RunError, RunFailure};
 use crate::journal::{ControlTouched, Journal};
-use crate::middleware::{
-    MiddlewareError, ModelNext, STRUCTURED_RESPONSE_KEY, ToolNext, answered_in_latest_step,
-    final_structured_answer,
-};
+use crate::middleware::{MiddlewareError, ModelNext, ToolNext, final_structured_answer};
 use crate::registry::ToolRegistry;
 use crate::run::{RunOptions, RunOutput, RunStatus};
 use deepagents_core::EventSink;
 use deepagents_core::Message;
 use deepagents_core::message::AssistantMessage;
-use serde_json::Value;
 
 /// Advances `run` until it has a final answer or fails: a run of its own, described by
 /// `options`.
@@ -259,18 +255,6 @@ impl Driver<'_> {
                             return Ok(pause(events, waiting));
                         }
                     }
-                    if agent.response_format && answered_in_latest_step(run) {
-                        // The valid structured answer is the final answer: close the turn with it.
-                        let json = run
-                            .state
-                            .custom
-                            .get(STRUCTURED_RESPONSE_KEY)
-                            .map(Value::to_string)
-                            .unwrap_or_default();
-                        run.state
-                            .messages
-                            .push(Message::Assistant(AssistantMessage::text(json)));
-                    }
                 }
                 NextAction::Finish { .. }
                     if agent.response_format && final_structured_answer(run).is_none() =>
@@ -318,8 +302,9 @@ fn middleware_error(name: &str, error: MiddlewareError) -> RunError {
 
 /// How one tool call ended.
 enum CallOutcome {
-    /// Finished, with its state changes and the files it changed outside the state.
-    Done(ToolResult, StateUpdate, Vec<String>),
+    /// Finished, with its state changes, the files it changed outside the state and the
+    /// answer it gave for the run, if any.
+    Done(ToolResult, StateUpdate, Vec<String>, Option<String>),
     Fatal(ToolResult, String),
     /// A subagent it ran paused for approval: no result yet, the call runs again on resume
     /// and continues this stored subagent run.
@@ -451,7 +436,7 @@ impl Driver<'_> {
                     let index = rest.next()?;
                     let (index, outcome) = start_call(index, Arc::clone(&view)).await;
                     let view = match &outcome {
-                        (CallOutcome::Done(_, update, _), _)
+                        (CallOutcome::Done(_, update, _, _), _)
                             if !update.is_empty() && rest.len() > 0 =>
                         {
                             let mut next = AgentState::clone(&view);
@@ -489,6 +474,8 @@ impl Driver<'_> {
         let mut changed_outside: Vec<Vec<String>> = Vec::with_capacity(calls.len());
         let mut paused = Vec::new();
         let mut fatal = None;
+        // The first answer a call of this step gave directly (`ToolOutput::final_answer`).
+        let mut final_answer: Option<String> = None;
         // Calls whose finished event waits for the conflict notes, by result index.
         let mut unannounced: Vec<(usize, u64)> = Vec::new();
         for (call, outcome) in calls.iter().zip(outcomes) {
@@ -499,7 +486,10 @@ impl Driver<'_> {
                 outcome
             });
             match outcome {
-                Some(CallOutcome::Done(result, update, changed)) => {
+                Some(CallOutcome::Done(result, update, changed, answer)) => {
+                    if answer.is_some() && final_answer.is_none() {
+                        final_answer = answer;
+                    }
                     changed_outside.push(changed);
                     results.push((result, update));
                 }
@@ -553,6 +543,12 @@ impl Driver<'_> {
         }
         if cancelled {
             return Err(RunError::Cancelled);
+        }
+        if let Some(answer) = final_answer.filter(|_| waiting.is_empty()) {
+            // A tool answered for the run: close the turn with it, without another model call.
+            run.state
+                .messages
+                .push(Message::Assistant(AssistantMessage::text(answer)));
         }
         Ok(waiting)
     }
@@ -645,6 +641,7 @@ async fn run_one(
                 update,
                 changed_files,
                 is_error,
+                final_answer,
                 paused: _,
             } = output;
             if content.is_empty() {
@@ -662,12 +659,14 @@ async fn run_one(
                 },
                 artifact,
             };
-            CallOutcome::Done(result, update, changed_files)
+            let final_answer = final_answer.filter(|_| !is_error);
+            CallOutcome::Done(result, update, changed_files, final_answer)
         }
         Ok(Err(ToolError::RespondToModel(message))) => CallOutcome::Done(
             ToolResult::error(&call, message),
             StateUpdate::default(),
             Vec::new(),
+            None,
         ),
         Ok(Err(ToolError::Fatal(message))) => CallOutcome::Fatal(
             ToolResult::error(
@@ -687,18 +686,19 @@ async fn run_one(
             ),
             StateUpdate::default(),
             Vec::new(),
+            None,
         ),
     };
     let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     match &outcome {
         // A call that changed files may still get a note about a same-step conflict: it is
         // announced once the step's results are settled, with what the model sees.
-        CallOutcome::Done(_, update, changed)
+        CallOutcome::Done(_, update, changed, _)
             if !update.files.is_empty() || !changed.is_empty() =>
         {
             return (outcome, Some(elapsed));
         }
-        CallOutcome::Done(result, _, _) | CallOutcome::Fatal(result, _) => {
+        CallOutcome::Done(result, ..) | CallOutcome::Fatal(result, _) => {
             finish_event(events, result, elapsed);
         }
         CallOutcome::Paused(_) => {}

@@ -496,3 +496,25 @@ fn typed_tool_schema_is_self_contained() {
     assert!(!todos.contains("$ref"), "{todos}");
     assert!(todos.contains("in_progress"), "{todos}");
 }
+
+#[tokio::test]
+async fn a_tool_can_answer_for_the_run() {
+    let direct = DynamicTool::new(
+        "lookup",
+        "Looks the answer up.",
+        json!({"type": "object"}),
+        |_, _| async { Ok(ToolOutput::text("found it").with_final_answer("42")) },
+    )
+    .unwrap();
+    // The second turn would be a model call; the tool's answer ends the run first.
+    let agent = Agent::builder(scripted(json!([
+        {"tool_calls": [{"id": "a", "name": "lookup", "args": {}}]},
+        {"text": "should not be asked"}
+    ])))
+    .dyn_tool(Arc::new(direct))
+    .build()
+    .unwrap();
+    let output = agent.invoke("what is it?").await.unwrap();
+    assert_eq!(output.text, "42");
+    assert_eq!(output.run.steps, 1, "one model call");
+}

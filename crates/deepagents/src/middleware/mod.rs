@@ -53,8 +53,8 @@ pub use offload::{
 };
 #[cfg(feature = "remote")]
 pub use remote::{ASYNC_TASKS_KEY, RemoteSetupError, RemoteSubAgent, RemoteSubAgentsMiddleware};
+pub(crate) use response_format::final_structured_answer;
 pub use response_format::{FINAL_ANSWER_TOOL, ResponseFormatMiddleware, STRUCTURED_RESPONSE_KEY};
-pub(crate) use response_format::{answered_in_latest_step, final_structured_answer};
 pub use shorten::ShortenOldEditsMiddleware;
 pub use skills::{SKILL_WARNINGS_KEY, SKILLS_KEY, SkillInfo, SkillWarning, SkillsMiddleware};
 pub(crate) use subagents::Registered;

@@ -44,8 +44,11 @@ impl ResponseFormatMiddleware {
              done; the arguments are the answer.",
             schema,
             |args, _ctx| async move {
+                // The valid answer is the run's final answer: the turn closes with its JSON.
+                let answer = args.to_string();
                 Ok(ToolOutput::text("Answer recorded.")
-                    .with_update(StateUpdate::default().with_custom(STRUCTURED_RESPONSE_KEY, args)))
+                    .with_update(StateUpdate::default().with_custom(STRUCTURED_RESPONSE_KEY, args))
+                    .with_final_answer(answer))
             },
         )?;
         Ok(Self {
@@ -77,15 +80,6 @@ impl Middleware for ResponseFormatMiddleware {
         request.push_system_section(PROMPT);
         Ok(())
     }
-}
-
-/// Whether the latest step ended with a valid `final_answer` call.
-pub(crate) fn answered_in_latest_step(run: &Run) -> bool {
-    let mut results = run.state.messages.iter().rev().map_while(|m| match m {
-        Message::Tool(result) => Some(result),
-        _ => None,
-    });
-    results.any(|r| r.name == FINAL_ANSWER_TOOL && r.status == ToolStatus::Ok)
 }
 
 /// The structured answer, when the conversation ends with one: a valid `final_answer` result
