@@ -17,6 +17,14 @@
 //! added later sits closer to the model and the tools, and sees the request after the earlier
 //! ones shaped it. Built-ins come first so that user middleware can observe and adjust what
 //! they produce (prompt sections, tool results).
+//!
+//! # One middleware, many runs
+//! An agent's middleware serve all its runs at once. Each hook gets the run it is called for:
+//! a [`RunContext`] (in [`Middleware::wrap_model_call`] through [`ModelNext::context`], in
+//! [`Middleware::wrap_tool_call`] as `ctx.run`) with the thread and assistant ids, the event
+//! sink, the cancellation token, the runtime data, the limits and typed per-run
+//! [`extensions`](RunContext::extensions). Keep whatever a run must remember between hooks
+//! there, under a type of your own, never in the middleware value.
 
 mod dangling;
 mod filesystem;
