@@ -2,14 +2,12 @@
 
 mod backend;
 #[cfg(feature = "sqlite")]
-mod checkpoints;
-#[cfg(feature = "sqlite")]
 mod file_lock;
 mod memory;
 #[cfg(feature = "postgres")]
-mod pg_checkpoints;
-#[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
@@ -18,15 +16,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use backend::{NamespaceFn, StoreBackend};
-#[cfg(feature = "sqlite")]
-pub use checkpoints::SqliteCheckpointer;
 pub use memory::InMemoryStore;
 #[cfg(feature = "postgres")]
-pub use pg_checkpoints::PostgresCheckpointer;
-#[cfg(feature = "postgres")]
-pub use postgres::PostgresStore;
+pub use postgres::{PostgresCheckpointer, PostgresStore};
 #[cfg(feature = "sqlite")]
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteCheckpointer, SqliteStore};
 
 /// One stored value.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

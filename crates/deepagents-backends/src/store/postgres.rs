@@ -1,14 +1,19 @@
-//! A store in PostgreSQL: shared by every process that reaches the server.
+//! PostgreSQL: a store and checkpointer shared by every process that reaches the server,
+//! and what the shared SQL ([`super::sql`]) needs done the PostgreSQL way.
 
 use std::str::FromStr;
 
 use async_trait::async_trait;
+use deepagents_core::{
+    CheckpointError, CheckpointInfo, Checkpointer, Run, RunDelta, ThreadInfo, ThreadLease,
+    validate_thread_id,
+};
 use serde_json::Value;
-use sqlx::Row;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgQueryResult};
+use sqlx::{Connection as _, PgConnection, Postgres, Transaction};
 
-use super::{SearchQuery, Store, StoreError, StoreItem, validate_namespace};
-use crate::memory::now_ms;
+use super::sql::{self, Access, Dialect, Sql, checkpoint_storage, storage};
+use super::{SearchQuery, Store, StoreError, StoreItem};
 
 /// Schema migrations, applied in order; the `deepagents_schema` table records how many ran.
 /// Text columns use the `C` collation so ordering and prefixes are bytewise, as in SQLite.
@@ -37,21 +42,18 @@ const MIGRATIONS: &[&str] = &[
 /// The advisory lock held while migrating, so concurrent openers apply migrations once.
 const MIGRATION_LOCK: i64 = 0x6465_6570_6167_6e74; // "deepagnt"
 
+/// The first key of the per-thread advisory locks taken while appending.
+const APPEND_LOCK_CLASS: i32 = 0x6461_636b; // "dack"
+
+/// The session lock that leases a thread: a 64-bit hash of the schema and the thread id.
+/// Session locks belong to the connection, so a lease dies with its process.
+const LEASE_LOCK: &str = "hashtextextended(current_schema() || '/' || $1, 7)";
+
 /// A [`Store`] in a PostgreSQL database. The same database also holds checkpoints: see
 /// [`PostgresStore::checkpointer`].
 #[derive(Clone, Debug)]
 pub struct PostgresStore {
-    pub(super) pool: PgPool,
-}
-
-fn storage(error: impl std::fmt::Display) -> StoreError {
-    StoreError::Storage(error.to_string())
-}
-
-/// Components cannot contain `/` (see [`validate_namespace`]), so joining with it is lossless
-/// and keeps namespace prefixes as string prefixes.
-fn encode(namespace: &[String]) -> String {
-    namespace.join("/")
+    pool: PgPool,
 }
 
 /// Checks a schema name: letters, digits and `_`, not starting with a digit, at most 63 bytes.
@@ -87,6 +89,7 @@ impl PostgresStore {
         Self::connect_with(options, Some(schema)).await
     }
 
+    /// The connection options `url` describes.
     fn options(url: &str) -> Result<PgConnectOptions, StoreError> {
         PgConnectOptions::from_str(url).map_err(|e| {
             StoreError::Storage(format!(
@@ -95,6 +98,7 @@ impl PostgresStore {
         })
     }
 
+    /// Connects with `options` and migrates the tables in `schema` (the default one without).
     async fn connect_with(
         options: PgConnectOptions,
         schema: Option<&str>,
@@ -132,10 +136,23 @@ impl PostgresStore {
         Ok(Self { pool })
     }
 
+    /// The shared SQL over this store's database.
+    fn sql(&self) -> Sql<'_, Postgres> {
+        Sql(&self.pool)
+    }
+
+    /// Checkpoints kept in this store's database.
+    pub fn checkpointer(&self) -> PostgresCheckpointer {
+        PostgresCheckpointer {
+            store: self.clone(),
+        }
+    }
+
     /// The schema version this build writes: the number of migrations it knows. A connected
     /// database records it in its `deepagents_schema` table.
     pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
+    /// Applies the migrations the database lacks, inside the caller's transaction.
     async fn migrate(
         conn: &mut sqlx::PgConnection,
         schema: Option<&str>,
@@ -156,17 +173,7 @@ impl PostgresStore {
             .fetch_one(&mut *conn)
             .await
             .map_err(storage)?;
-        let version = version.unwrap_or(0);
-        let Some(pending) = usize::try_from(version)
-            .ok()
-            .and_then(|applied| MIGRATIONS.get(applied..))
-        else {
-            return Err(StoreError::Storage(newer_schema(
-                location,
-                version,
-                MIGRATIONS.len(),
-            )));
-        };
+        let pending = sql::pending(MIGRATIONS, version.unwrap_or(0), location)?;
         if pending.is_empty() {
             return Ok(());
         }
@@ -189,70 +196,18 @@ impl PostgresStore {
     }
 }
 
-/// The refusal to open a database that a newer build migrated: this build cannot know what
-/// the newer schema means, so writing to it could corrupt it.
-fn newer_schema(what: &str, found: i64, known: usize) -> String {
-    format!(
-        "{what} has schema version {found}, but this build of deepagents knows versions up to {known}; \
-         it was written by a newer deepagents (or another program). Upgrade deepagents to use it, \
-         or point it at another database; it was left unchanged"
-    )
-}
-
-fn item(row: &PgRow) -> Result<StoreItem, StoreError> {
-    let namespace: String = row.try_get("namespace").map_err(storage)?;
-    let value: String = row.try_get("value").map_err(storage)?;
-    let created: i64 = row.try_get("created_at_ms").map_err(storage)?;
-    let updated: i64 = row.try_get("updated_at_ms").map_err(storage)?;
-    Ok(StoreItem {
-        namespace: namespace.split('/').map(str::to_owned).collect(),
-        key: row.try_get("key").map_err(storage)?,
-        value: serde_json::from_str(&value).map_err(storage)?,
-        created_at_ms: u64::try_from(created).unwrap_or(0),
-        updated_at_ms: u64::try_from(updated).unwrap_or(0),
-    })
-}
-
 #[async_trait]
 impl Store for PostgresStore {
     async fn get(&self, namespace: &[String], key: &str) -> Result<Option<StoreItem>, StoreError> {
-        validate_namespace(namespace)?;
-        let row = sqlx::query("SELECT * FROM store_items WHERE namespace = $1 AND key = $2")
-            .bind(encode(namespace))
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(storage)?;
-        row.as_ref().map(item).transpose()
+        self.sql().get(namespace, key).await
     }
 
     async fn put(&self, namespace: &[String], key: &str, value: Value) -> Result<(), StoreError> {
-        validate_namespace(namespace)?;
-        let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
-        sqlx::query(
-            "INSERT INTO store_items (namespace, key, value, created_at_ms, updated_at_ms)
-             VALUES ($1, $2, $3, $4, $4)
-             ON CONFLICT (namespace, key) DO UPDATE SET value = $3, updated_at_ms = $4",
-        )
-        .bind(encode(namespace))
-        .bind(key)
-        .bind(value.to_string())
-        .bind(now)
-        .execute(&self.pool)
-        .await
-        .map_err(storage)?;
-        Ok(())
+        self.sql().put(namespace, key, value).await
     }
 
     async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError> {
-        validate_namespace(namespace)?;
-        let done = sqlx::query("DELETE FROM store_items WHERE namespace = $1 AND key = $2")
-            .bind(encode(namespace))
-            .bind(key)
-            .execute(&self.pool)
-            .await
-            .map_err(storage)?;
-        Ok(done.rows_affected() > 0)
+        self.sql().delete(namespace, key).await
     }
 
     async fn search(
@@ -260,30 +215,164 @@ impl Store for PostgresStore {
         namespace_prefix: &[String],
         query: &SearchQuery,
     ) -> Result<Vec<StoreItem>, StoreError> {
-        if !namespace_prefix.is_empty() {
-            validate_namespace(namespace_prefix)?;
-        }
-        let prefix = encode(namespace_prefix);
-        // starts_with instead of LIKE: `_` is legal in components and keys.
-        let rows = sqlx::query(
-            "SELECT * FROM store_items
-             WHERE ($1 = '' OR namespace = $1 OR starts_with(namespace, $1 || '/'))
-               AND starts_with(key, $2)
-             ORDER BY namespace, key
-             LIMIT $3 OFFSET $4",
-        )
-        .bind(prefix)
-        .bind(&query.key_prefix)
-        .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
-        .bind(i64::try_from(query.offset).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(storage)?;
-        rows.iter().map(item).collect()
+        self.sql().search(namespace_prefix, query).await
     }
 
     /// Closes the connection pool (and the checkpointer's, which is the same one).
     async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+/// A [`Checkpointer`] in the database of a [`PostgresStore`]. Each step writes only its delta,
+/// so a step's cost does not grow with the conversation; every 50th checkpoint also holds the
+/// whole run, so loading replays at most 49 deltas.
+#[derive(Clone, Debug)]
+pub struct PostgresCheckpointer {
+    store: PostgresStore,
+}
+
+#[async_trait]
+impl Checkpointer for PostgresCheckpointer {
+    async fn append(
+        &self,
+        thread_id: &str,
+        delta: &RunDelta,
+        run: &Run,
+    ) -> Result<u64, CheckpointError> {
+        self.store.sql().append(thread_id, delta, run).await
+    }
+
+    /// Checks that the thread is absent and writes its first checkpoint in one transaction,
+    /// so two creations (forks) of the same id cannot both succeed.
+    async fn create(&self, thread_id: &str, run: &Run) -> Result<u64, CheckpointError> {
+        self.store.sql().create(thread_id, run).await
+    }
+
+    async fn load(&self, thread_id: &str, at: Option<u64>) -> Result<Option<Run>, CheckpointError> {
+        self.store.sql().load(thread_id, at).await
+    }
+
+    async fn checkpoints(&self, thread_id: &str) -> Result<Vec<CheckpointInfo>, CheckpointError> {
+        self.store.sql().checkpoints(thread_id).await
+    }
+
+    async fn threads(&self) -> Result<Vec<ThreadInfo>, CheckpointError> {
+        self.store.sql().threads().await
+    }
+
+    async fn try_lease(&self, thread_id: &str) -> Result<ThreadLease, CheckpointError> {
+        validate_thread_id(thread_id)?;
+        let mut conn = self
+            .store
+            .pool
+            .acquire()
+            .await
+            .map_err(checkpoint_storage)?
+            .detach();
+        // A lease this process just dropped is unlocked by a spawned task: give it a moment
+        // before calling the thread busy.
+        for attempt in 0..10 {
+            let locked: bool =
+                sqlx::query_scalar(&format!("SELECT pg_try_advisory_lock({LEASE_LOCK})"))
+                    .bind(thread_id)
+                    .fetch_one(&mut conn)
+                    .await
+                    .map_err(checkpoint_storage)?;
+            if locked {
+                return Ok(ThreadLease::new(thread_id, PgLease { conn: Some(conn) }));
+            }
+            if attempt < 9 {
+                tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            }
+        }
+        let _ = conn.close().await;
+        Err(CheckpointError::Busy {
+            thread_id: thread_id.to_owned(),
+            holder: Some("another database session".to_owned()),
+        })
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError> {
+        self.store.sql().delete_thread(thread_id).await
+    }
+}
+
+/// A lease: the connection holding the thread's session lock.
+struct PgLease {
+    conn: Option<PgConnection>,
+}
+
+impl Drop for PgLease {
+    fn drop(&mut self) {
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
+        // Unlocking explicitly frees the thread at once; a dropped connection would free it
+        // only once the server noticed. Without a runtime, dropping it is all there is.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = sqlx::query("SELECT pg_advisory_unlock_all()")
+                    .execute(&mut conn)
+                    .await;
+                let _ = conn.close().await;
+            });
+        }
+    }
+}
+
+impl Dialect for Postgres {
+    type Session = Transaction<'static, Postgres>;
+
+    fn starts_with(text: &str, prefix: &str) -> String {
+        format!("starts_with({text}, {prefix})")
+    }
+
+    fn position(text: &str, part: &str) -> String {
+        format!("strpos({text}, {part})")
+    }
+
+    fn rows_affected(done: &PgQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
+    async fn begin(
+        pool: &PgPool,
+        thread_id: &str,
+        access: Access,
+    ) -> Result<Self::Session, sqlx::Error> {
+        let mut tx = pool.begin().await?;
+        let lock = match access {
+            // One lock per thread, released at commit or rollback: concurrent appends to a
+            // thread queue here and get distinct ids; other threads proceed.
+            Access::Append => "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+            // The thread's lock, shared: an append still committing — typically one whose
+            // process was killed after it sent COMMIT, which the server completes on its own
+            // time — holds it until its row is visible. Reading without it could return the
+            // thread as it was before that checkpoint, and a run resumed from there would
+            // append on top of it again (duplicated turns and results). It also keeps the
+            // reads of the load consistent.
+            Access::Load => "SELECT pg_advisory_xact_lock_shared($1, hashtext($2))",
+            // One transaction, so a thread never loses its children without itself.
+            Access::Delete => return Ok(tx),
+        };
+        sqlx::query(lock)
+            .bind(APPEND_LOCK_CLASS)
+            .bind(thread_id)
+            .execute(&mut *tx)
+            .await?;
+        Ok(tx)
+    }
+
+    fn conn(session: &mut Self::Session) -> Result<&mut PgConnection, sqlx::Error> {
+        Ok(session)
+    }
+
+    async fn end(session: Self::Session, commit: bool) -> Result<(), sqlx::Error> {
+        if commit {
+            session.commit().await
+        } else {
+            session.rollback().await
+        }
     }
 }

@@ -1,18 +1,23 @@
-//! A store in SQLite: the embedded default.
+//! SQLite: the embedded default store and its checkpointer, and what the shared SQL
+//! ([`super::sql`]) needs done the SQLite way.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deepagents_core::LocalLeases;
+use deepagents_core::{
+    CheckpointError, CheckpointInfo, Checkpointer, LocalLeases, Run, RunDelta, ThreadInfo,
+    ThreadLease,
+};
 use serde_json::Value;
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions};
-use sqlx::{Row, SqlitePool as Pool};
+use sqlx::pool::PoolConnection;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteQueryResult};
+use sqlx::{Sqlite, SqliteConnection, SqlitePool as Pool};
 
 use super::file_lock;
-use super::{SearchQuery, Store, StoreError, StoreItem, validate_namespace};
-use crate::memory::now_ms;
+use super::sql::{self, Access, Dialect, Sql, storage};
+use super::{SearchQuery, Store, StoreError, StoreItem};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
 const MIGRATIONS: &[&str] = &[
@@ -41,13 +46,13 @@ const MIGRATIONS: &[&str] = &[
 /// checkpoints: see [`SqliteStore::checkpointer`].
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
-    pub(super) pool: Pool,
-    pub(super) leases: Leases,
+    pool: Pool,
+    leases: Leases,
 }
 
 /// Where a store's thread leases live.
 #[derive(Clone, Debug)]
-pub(super) enum Leases {
+enum Leases {
     /// Lock files in this directory, shared by every process that opens the database.
     Files(PathBuf),
     /// In this process: nobody else can open an in-memory database.
@@ -59,23 +64,24 @@ pub(super) enum Leases {
 /// instead of returned to the pool: closing ends its open transaction, whereas a pooled
 /// connection would keep the database's write lock for as long as it lives.
 pub(super) struct WriteConnection {
-    conn: Option<sqlx::pool::PoolConnection<sqlx::Sqlite>>,
+    conn: Option<PoolConnection<Sqlite>>,
 }
 
 impl WriteConnection {
-    pub(super) async fn acquire(pool: &Pool) -> Result<Self, sqlx::Error> {
+    /// A connection of `pool` for one write transaction.
+    async fn acquire(pool: &Pool) -> Result<Self, sqlx::Error> {
         Ok(Self {
             conn: Some(pool.acquire().await?),
         })
     }
 
     /// The connection (always there until [`done`](Self::done) consumes the guard).
-    pub(super) fn conn(&mut self) -> Result<&mut sqlx::SqliteConnection, sqlx::Error> {
+    fn conn(&mut self) -> Result<&mut SqliteConnection, sqlx::Error> {
         self.conn.as_deref_mut().ok_or(sqlx::Error::PoolClosed)
     }
 
     /// The transaction ended: the connection may go back to the pool.
-    pub(super) fn done(mut self) {
+    fn done(mut self) {
         self.conn.take();
     }
 }
@@ -90,16 +96,6 @@ impl Drop for WriteConnection {
 
 /// How long a connection waits for another one's write to finish.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-
-fn storage(error: impl std::fmt::Display) -> StoreError {
-    StoreError::Storage(error.to_string())
-}
-
-/// Components cannot contain `/` (see [`validate_namespace`]), so joining with it is lossless
-/// and keeps namespace prefixes as string prefixes.
-fn encode(namespace: &[String]) -> String {
-    namespace.join("/")
-}
 
 impl SqliteStore {
     /// Opens (creating if needed) the database at `path` and migrates it.
@@ -181,21 +177,13 @@ impl SqliteStore {
         Ok(Self { pool, leases })
     }
 
-    async fn migrate(conn: &mut sqlx::SqliteConnection, location: &str) -> Result<(), StoreError> {
+    /// Applies the migrations the database lacks, inside the caller's transaction.
+    async fn migrate(conn: &mut SqliteConnection, location: &str) -> Result<(), StoreError> {
         let version: i64 = sqlx::query_scalar("PRAGMA user_version")
             .fetch_one(&mut *conn)
             .await
             .map_err(storage)?;
-        let Some(pending) = usize::try_from(version)
-            .ok()
-            .and_then(|applied| MIGRATIONS.get(applied..))
-        else {
-            return Err(StoreError::Storage(newer_schema(
-                &format!("the SQLite store {location}"),
-                version,
-                MIGRATIONS.len(),
-            )));
-        };
+        let pending = sql::pending(MIGRATIONS, version, &format!("the SQLite store {location}"))?;
         if pending.is_empty() {
             return Ok(());
         }
@@ -210,6 +198,18 @@ impl SqliteStore {
             .await
             .map_err(storage)?;
         Ok(())
+    }
+
+    /// The shared SQL over this store's database.
+    fn sql(&self) -> Sql<'_, Sqlite> {
+        Sql(&self.pool)
+    }
+
+    /// Checkpoints kept in this store's database.
+    pub fn checkpointer(&self) -> SqliteCheckpointer {
+        SqliteCheckpointer {
+            store: self.clone(),
+        }
     }
 }
 
@@ -230,6 +230,7 @@ fn sqlite_open_error(path: &Path, error: &sqlx::Error) -> String {
     open_error(path, &error.to_string(), kind)
 }
 
+/// Why `path` could not be opened, from an error of the given kind.
 fn open_error(path: &Path, error: &str, kind: std::io::ErrorKind) -> String {
     let hint = match kind {
         std::io::ErrorKind::ResourceBusy | std::io::ErrorKind::TimedOut => {
@@ -247,70 +248,18 @@ fn open_error(path: &Path, error: &str, kind: std::io::ErrorKind) -> String {
     )
 }
 
-/// The refusal to open a database that a newer build migrated: this build cannot know what
-/// the newer schema means, so writing to it could corrupt it.
-fn newer_schema(what: &str, found: i64, known: usize) -> String {
-    format!(
-        "{what} has schema version {found}, but this build of deepagents knows versions up to {known}; \
-         it was written by a newer deepagents (or another program). Upgrade deepagents to use it, \
-         or point it at another database; it was left unchanged"
-    )
-}
-
-fn item(row: &sqlx::sqlite::SqliteRow) -> Result<StoreItem, StoreError> {
-    let namespace: String = row.try_get("namespace").map_err(storage)?;
-    let value: String = row.try_get("value").map_err(storage)?;
-    let created: i64 = row.try_get("created_at_ms").map_err(storage)?;
-    let updated: i64 = row.try_get("updated_at_ms").map_err(storage)?;
-    Ok(StoreItem {
-        namespace: namespace.split('/').map(str::to_owned).collect(),
-        key: row.try_get("key").map_err(storage)?,
-        value: serde_json::from_str(&value).map_err(storage)?,
-        created_at_ms: u64::try_from(created).unwrap_or(0),
-        updated_at_ms: u64::try_from(updated).unwrap_or(0),
-    })
-}
-
 #[async_trait]
 impl Store for SqliteStore {
     async fn get(&self, namespace: &[String], key: &str) -> Result<Option<StoreItem>, StoreError> {
-        validate_namespace(namespace)?;
-        let row = sqlx::query("SELECT * FROM store_items WHERE namespace = ?1 AND key = ?2")
-            .bind(encode(namespace))
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(storage)?;
-        row.as_ref().map(item).transpose()
+        self.sql().get(namespace, key).await
     }
 
     async fn put(&self, namespace: &[String], key: &str, value: Value) -> Result<(), StoreError> {
-        validate_namespace(namespace)?;
-        let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
-        sqlx::query(
-            "INSERT INTO store_items (namespace, key, value, created_at_ms, updated_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?4)
-             ON CONFLICT (namespace, key) DO UPDATE SET value = ?3, updated_at_ms = ?4",
-        )
-        .bind(encode(namespace))
-        .bind(key)
-        .bind(value.to_string())
-        .bind(now)
-        .execute(&self.pool)
-        .await
-        .map_err(storage)?;
-        Ok(())
+        self.sql().put(namespace, key, value).await
     }
 
     async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError> {
-        validate_namespace(namespace)?;
-        let done = sqlx::query("DELETE FROM store_items WHERE namespace = ?1 AND key = ?2")
-            .bind(encode(namespace))
-            .bind(key)
-            .execute(&self.pool)
-            .await
-            .map_err(storage)?;
-        Ok(done.rows_affected() > 0)
+        self.sql().delete(namespace, key).await
     }
 
     async fn search(
@@ -318,26 +267,7 @@ impl Store for SqliteStore {
         namespace_prefix: &[String],
         query: &SearchQuery,
     ) -> Result<Vec<StoreItem>, StoreError> {
-        if !namespace_prefix.is_empty() {
-            validate_namespace(namespace_prefix)?;
-        }
-        let prefix = encode(namespace_prefix);
-        // substr comparisons instead of LIKE: `_` is legal in components and keys.
-        let rows = sqlx::query(
-            "SELECT * FROM store_items
-             WHERE (?1 = '' OR namespace = ?1 OR substr(namespace, 1, length(?1) + 1) = ?1 || '/')
-               AND substr(key, 1, length(?2)) = ?2
-             ORDER BY namespace, key
-             LIMIT ?3 OFFSET ?4",
-        )
-        .bind(prefix)
-        .bind(&query.key_prefix)
-        .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
-        .bind(i64::try_from(query.offset).unwrap_or(i64::MAX))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(storage)?;
-        rows.iter().map(item).collect()
+        self.sql().search(namespace_prefix, query).await
     }
 
     /// Waits for connections in use to be returned, then closes them all, which folds the
@@ -350,5 +280,122 @@ impl Store for SqliteStore {
             .execute(&self.pool)
             .await;
         self.pool.close().await;
+    }
+}
+
+/// A [`Checkpointer`] in the database of a [`SqliteStore`]. Each step writes only its delta,
+/// so a step's cost does not grow with the conversation; every 50th checkpoint also holds the
+/// whole run, so loading the latest state replays at most 49 deltas. Only the newest snapshot
+/// is kept (an older checkpoint loads by replaying from the start), so storage grows linearly.
+#[derive(Clone, Debug)]
+pub struct SqliteCheckpointer {
+    store: SqliteStore,
+}
+
+#[async_trait]
+impl Checkpointer for SqliteCheckpointer {
+    async fn append(
+        &self,
+        thread_id: &str,
+        delta: &RunDelta,
+        run: &Run,
+    ) -> Result<u64, CheckpointError> {
+        self.store.sql().append(thread_id, delta, run).await
+    }
+
+    /// Checks that the thread is absent and writes its first checkpoint in one transaction,
+    /// so two creations (forks) of the same id cannot both succeed.
+    async fn create(&self, thread_id: &str, run: &Run) -> Result<u64, CheckpointError> {
+        self.store.sql().create(thread_id, run).await
+    }
+
+    async fn load(&self, thread_id: &str, at: Option<u64>) -> Result<Option<Run>, CheckpointError> {
+        self.store.sql().load(thread_id, at).await
+    }
+
+    async fn checkpoints(&self, thread_id: &str) -> Result<Vec<CheckpointInfo>, CheckpointError> {
+        self.store.sql().checkpoints(thread_id).await
+    }
+
+    async fn threads(&self) -> Result<Vec<ThreadInfo>, CheckpointError> {
+        self.store.sql().threads().await
+    }
+
+    async fn try_lease(&self, thread_id: &str) -> Result<ThreadLease, CheckpointError> {
+        match &self.store.leases {
+            Leases::Files(dir) => file_lock::try_lease(dir, thread_id),
+            Leases::Local(leases) => leases.try_lease(thread_id),
+        }
+    }
+
+    async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError> {
+        let deleted = self.store.sql().delete_thread(thread_id).await?;
+        if let Leases::Files(dir) = &self.store.leases {
+            file_lock::remove_lease(dir, thread_id);
+        }
+        Ok(deleted)
+    }
+}
+
+/// Where an operation on a thread's checkpoints runs in SQLite.
+pub(super) enum SqliteSession {
+    /// A write transaction, begun `IMMEDIATE`.
+    Write(WriteConnection),
+    /// A pooled connection, each statement its own transaction: a load reads only rows up
+    /// to the last id it found first, which later appends leave alone, and a delete removes
+    /// the children before the thread, so a failure half-way leaves a thread that still loads.
+    Plain(PoolConnection<Sqlite>),
+}
+
+impl Dialect for Sqlite {
+    type Session = SqliteSession;
+
+    fn starts_with(text: &str, prefix: &str) -> String {
+        format!("substr({text}, 1, length({prefix})) = {prefix}")
+    }
+
+    fn position(text: &str, part: &str) -> String {
+        format!("instr({text}, {part})")
+    }
+
+    fn rows_affected(done: &SqliteQueryResult) -> u64 {
+        done.rows_affected()
+    }
+
+    async fn begin(
+        pool: &Pool,
+        _thread_id: &str,
+        access: Access,
+    ) -> Result<SqliteSession, sqlx::Error> {
+        match access {
+            Access::Append => {
+                // IMMEDIATE takes the write lock up front, so the last id read is still the
+                // last at the insert. Should the caller be cancelled mid-way, the guard closes
+                // the connection, which ends the transaction and frees the lock.
+                let mut guard = WriteConnection::acquire(pool).await?;
+                sqlx::query("BEGIN IMMEDIATE")
+                    .execute(guard.conn()?)
+                    .await?;
+                Ok(SqliteSession::Write(guard))
+            }
+            Access::Load | Access::Delete => Ok(SqliteSession::Plain(pool.acquire().await?)),
+        }
+    }
+
+    fn conn(session: &mut SqliteSession) -> Result<&mut SqliteConnection, sqlx::Error> {
+        match session {
+            SqliteSession::Write(guard) => guard.conn(),
+            SqliteSession::Plain(conn) => Ok(conn),
+        }
+    }
+
+    async fn end(session: SqliteSession, commit: bool) -> Result<(), sqlx::Error> {
+        let SqliteSession::Write(mut guard) = session else {
+            return Ok(());
+        };
+        let end = if commit { "COMMIT" } else { "ROLLBACK" };
+        sqlx::query(end).execute(guard.conn()?).await?;
+        guard.done();
+        Ok(())
     }
 }

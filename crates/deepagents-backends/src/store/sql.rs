@@ -1,0 +1,446 @@
+//! The one SQL implementation of the SQLite and PostgreSQL stores and checkpointers: every
+//! query, row decoding and the delta/snapshot scheme, written once over a [`Dialect`] that
+//! holds only what the two databases do differently.
+//!
+//! Placeholders are `$N` in both: SQLite reads `$1` as a parameter named `1`, which sqlx binds
+//! by that number, so one query text serves both wherever their SQL agrees.
+
+use std::future::Future;
+
+use deepagents_core::checkpoint::CHILD_THREAD_SEPARATOR;
+use deepagents_core::{CheckpointError, CheckpointInfo, Run, RunDelta, ThreadInfo};
+use serde_json::Value;
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
+
+use super::{SearchQuery, StoreError, StoreItem, validate_namespace};
+use crate::memory::now_ms;
+
+/// How often a checkpoint also stores the whole run.
+const SNAPSHOT_EVERY: i64 = 50;
+
+/// What an operation on one thread's checkpoints does, so the dialect can isolate it.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Access {
+    /// Reads the thread to load a run from it.
+    Load,
+    /// Appends a checkpoint: the read of the last id and the insert must not interleave with
+    /// another append to the thread.
+    Append,
+    /// Deletes the thread and its children.
+    Delete,
+}
+
+/// What the databases do differently; everything else is in [`Sql`].
+pub(super) trait Dialect: Database {
+    /// Where one operation on a thread's checkpoints runs (a transaction, or a connection
+    /// where none is needed); dropping it unfinished rolls back what it began.
+    type Session: Send;
+
+    /// SQL true when the text expression `text` starts with the text expression `prefix`.
+    /// Compared as text rather than with `LIKE`: `_` is legal in components, keys and ids.
+    fn starts_with(text: &str, prefix: &str) -> String;
+
+    /// SQL for the 1-based position of `part` in `text`, 0 when it is not there.
+    fn position(text: &str, part: &str) -> String;
+
+    /// How many rows a statement changed (sqlx has no trait for it).
+    fn rows_affected(done: &Self::QueryResult) -> u64;
+
+    /// Opens the session for `access` to thread `thread_id`.
+    fn begin<'a>(
+        pool: &'a Pool<Self>,
+        thread_id: &'a str,
+        access: Access,
+    ) -> impl Future<Output = Result<Self::Session, sqlx::Error>> + Send + 'a;
+
+    /// The session's connection.
+    fn conn(session: &mut Self::Session) -> Result<&mut Self::Connection, sqlx::Error>;
+
+    /// Ends the session, committing what it wrote or, with `commit` false, rolling it back.
+    fn end(
+        session: Self::Session,
+        commit: bool,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+}
+
+/// A storage failure of the store.
+pub(super) fn storage(error: impl std::fmt::Display) -> StoreError {
+    StoreError::Storage(error.to_string())
+}
+
+/// A storage failure of the checkpointer.
+pub(super) fn checkpoint_storage(error: impl std::fmt::Display) -> CheckpointError {
+    CheckpointError::Storage(error.to_string())
+}
+
+/// Components cannot contain `/` (see [`validate_namespace`]), so joining with it is lossless
+/// and keeps namespace prefixes as string prefixes.
+fn encode(namespace: &[String]) -> String {
+    namespace.join("/")
+}
+
+/// Milliseconds since the Unix epoch, as the columns hold them.
+fn now() -> i64 {
+    i64::try_from(now_ms()).unwrap_or(i64::MAX)
+}
+
+/// The migrations a database at schema `version` still needs. A database that a newer build
+/// migrated is refused: this build cannot know what the newer schema means, so writing to it
+/// could corrupt it. `location` names the database in that refusal.
+pub(super) fn pending<'m>(
+    migrations: &'m [&'static str],
+    version: i64,
+    location: &str,
+) -> Result<&'m [&'static str], StoreError> {
+    usize::try_from(version)
+        .ok()
+        .and_then(|applied| migrations.get(applied..))
+        .ok_or_else(|| {
+            StoreError::Storage(format!(
+                "{location} has schema version {version}, but this build of deepagents knows versions up to {}; \
+                 it was written by a newer deepagents (or another program). Upgrade deepagents to use it, \
+                 or point it at another database; it was left unchanged",
+                migrations.len()
+            ))
+        })
+}
+
+/// The store and checkpoint operations on the database behind a pool.
+pub(super) struct Sql<'a, D: Database>(pub(super) &'a Pool<D>);
+
+// The bounds say, once for every operation, that sqlx can run these queries on `D` and
+// move their text and integer columns in and out; both databases meet them.
+impl<D> Sql<'_, D>
+where
+    D: Dialect,
+    for<'c> &'c mut D::Connection: Executor<'c, Database = D>,
+    for<'q> D::Arguments<'q>: IntoArguments<'q, D>,
+    for<'q> &'q str: Encode<'q, D> + Type<D>,
+    for<'q> String: Encode<'q, D>,
+    for<'q> Option<String>: Encode<'q, D>,
+    for<'r> String: Decode<'r, D> + Type<D>,
+    for<'q, 'r> i64: Encode<'q, D> + Decode<'r, D> + Type<D>,
+    &'static str: ColumnIndex<D::Row>,
+    usize: ColumnIndex<D::Row>,
+{
+    /// The item at `key` in `namespace`.
+    pub(super) async fn get(
+        &self,
+        namespace: &[String],
+        key: &str,
+    ) -> Result<Option<StoreItem>, StoreError> {
+        validate_namespace(namespace)?;
+        let row = sqlx::query("SELECT * FROM store_items WHERE namespace = $1 AND key = $2")
+            .bind(encode(namespace))
+            .bind(key)
+            .fetch_optional(self.0)
+            .await
+            .map_err(storage)?;
+        row.as_ref().map(Self::item).transpose()
+    }
+
+    /// Creates or replaces the item at `key`.
+    pub(super) async fn put(
+        &self,
+        namespace: &[String],
+        key: &str,
+        value: Value,
+    ) -> Result<(), StoreError> {
+        validate_namespace(namespace)?;
+        sqlx::query(
+            "INSERT INTO store_items (namespace, key, value, created_at_ms, updated_at_ms)
+             VALUES ($1, $2, $3, $4, $4)
+             ON CONFLICT (namespace, key) DO UPDATE SET value = $3, updated_at_ms = $4",
+        )
+        .bind(encode(namespace))
+        .bind(key)
+        .bind(value.to_string())
+        .bind(now())
+        .execute(self.0)
+        .await
+        .map_err(storage)?;
+        Ok(())
+    }
+
+    /// Removes the item at `key`; returns whether it existed.
+    pub(super) async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError> {
+        validate_namespace(namespace)?;
+        let done = sqlx::query("DELETE FROM store_items WHERE namespace = $1 AND key = $2")
+            .bind(encode(namespace))
+            .bind(key)
+            .execute(self.0)
+            .await
+            .map_err(storage)?;
+        Ok(D::rows_affected(&done) > 0)
+    }
+
+    /// One page of the items under `namespace_prefix` whose key starts with the query's prefix.
+    pub(super) async fn search(
+        &self,
+        namespace_prefix: &[String],
+        query: &SearchQuery,
+    ) -> Result<Vec<StoreItem>, StoreError> {
+        if !namespace_prefix.is_empty() {
+            validate_namespace(namespace_prefix)?;
+        }
+        let sql = format!(
+            "SELECT * FROM store_items
+             WHERE ($1 = '' OR namespace = $1 OR {})
+               AND {}
+             ORDER BY namespace, key
+             LIMIT $3 OFFSET $4",
+            D::starts_with("namespace", "$1 || '/'"),
+            D::starts_with("key", "$2"),
+        );
+        let rows = sqlx::query(&sql)
+            .bind(encode(namespace_prefix))
+            .bind(query.key_prefix.as_str())
+            .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+            .bind(i64::try_from(query.offset).unwrap_or(i64::MAX))
+            .fetch_all(self.0)
+            .await
+            .map_err(storage)?;
+        rows.iter().map(Self::item).collect()
+    }
+
+    /// A row of `store_items` as an item.
+    fn item(row: &D::Row) -> Result<StoreItem, StoreError> {
+        let namespace: String = row.try_get("namespace").map_err(storage)?;
+        let value: String = row.try_get("value").map_err(storage)?;
+        let created: i64 = row.try_get("created_at_ms").map_err(storage)?;
+        let updated: i64 = row.try_get("updated_at_ms").map_err(storage)?;
+        Ok(StoreItem {
+            namespace: namespace.split('/').map(str::to_owned).collect(),
+            key: row.try_get("key").map_err(storage)?,
+            value: serde_json::from_str(&value).map_err(storage)?,
+            created_at_ms: u64::try_from(created).unwrap_or(0),
+            updated_at_ms: u64::try_from(updated).unwrap_or(0),
+        })
+    }
+
+    /// Appends `delta` as the thread's next checkpoint.
+    pub(super) async fn append(
+        &self,
+        thread_id: &str,
+        delta: &RunDelta,
+        run: &Run,
+    ) -> Result<u64, CheckpointError> {
+        self.write(thread_id, delta, run, false).await
+    }
+
+    /// Checks that the thread is absent and writes its first checkpoint in one transaction,
+    /// so two creations (forks) of the same id cannot both succeed.
+    pub(super) async fn create(&self, thread_id: &str, run: &Run) -> Result<u64, CheckpointError> {
+        self.write(thread_id, &RunDelta::full(run), run, true).await
+    }
+
+    /// Appends `delta` as the thread's next checkpoint; with `new_thread`, refuses a thread
+    /// that already has checkpoints. One append session, so the check holds at the insert.
+    async fn write(
+        &self,
+        thread_id: &str,
+        delta: &RunDelta,
+        run: &Run,
+        new_thread: bool,
+    ) -> Result<u64, CheckpointError> {
+        let delta_json = serde_json::to_string(delta).map_err(checkpoint_storage)?;
+        let mut session = D::begin(self.0, thread_id, Access::Append)
+            .await
+            .map_err(checkpoint_storage)?;
+        let conn = D::conn(&mut session).map_err(checkpoint_storage)?;
+        let written = async {
+            let last = Self::last_id(&mut *conn, thread_id).await?;
+            if new_thread && last > 0 {
+                return Err(CheckpointError::AlreadyExists {
+                    thread_id: thread_id.to_owned(),
+                });
+            }
+            let id = last + 1;
+            let snapshot = if id % SNAPSHOT_EVERY == 0 {
+                Some(deepagents_core::checkpoint::encode_snapshot(run)?)
+            } else {
+                None
+            };
+            let snapshot_written = snapshot.is_some();
+            sqlx::query(
+                "INSERT INTO checkpoints (thread_id, id, delta, snapshot, created_at_ms, messages)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+            )
+            .bind(thread_id)
+            .bind(id)
+            .bind(delta_json.as_str())
+            .bind(snapshot)
+            .bind(now())
+            .bind(i64::try_from(run.state.messages.len()).unwrap_or(i64::MAX))
+            .execute(&mut *conn)
+            .await
+            .map_err(checkpoint_storage)?;
+            if snapshot_written {
+                // Only the newest snapshot is kept: older checkpoints load by replaying deltas
+                // from the start, and storage stays linear in the conversation's length.
+                sqlx::query(
+                    "UPDATE checkpoints SET snapshot = NULL
+                     WHERE thread_id = $1 AND id < $2 AND snapshot IS NOT NULL",
+                )
+                .bind(thread_id)
+                .bind(id)
+                .execute(&mut *conn)
+                .await
+                .map_err(checkpoint_storage)?;
+            }
+            Ok::<i64, CheckpointError>(id)
+        }
+        .await;
+        D::end(session, written.is_ok())
+            .await
+            .map_err(checkpoint_storage)?;
+        Ok(u64::try_from(written?).unwrap_or(0))
+    }
+
+    /// The id of the thread's newest checkpoint, 0 when it has none.
+    async fn last_id(conn: &mut D::Connection, thread_id: &str) -> Result<i64, CheckpointError> {
+        sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM checkpoints WHERE thread_id = $1")
+            .bind(thread_id)
+            .fetch_one(conn)
+            .await
+            .map_err(checkpoint_storage)
+    }
+
+    /// The run at checkpoint `at` of the thread (its newest without `at`): the newest snapshot
+    /// at or before it, then the deltas after that snapshot replayed in order.
+    pub(super) async fn load(
+        &self,
+        thread_id: &str,
+        at: Option<u64>,
+    ) -> Result<Option<Run>, CheckpointError> {
+        let mut session = D::begin(self.0, thread_id, Access::Load)
+            .await
+            .map_err(checkpoint_storage)?;
+        let conn = D::conn(&mut session).map_err(checkpoint_storage)?;
+        let last = Self::last_id(&mut *conn, thread_id).await?;
+        if last == 0 {
+            return Ok(None);
+        }
+        let target = match at {
+            None => last,
+            Some(at) => {
+                let at = i64::try_from(at).unwrap_or(i64::MAX);
+                if at < 1 || at > last {
+                    return Err(CheckpointError::NotFound {
+                        what: format!("{at} in thread `{thread_id}` (it has 1 to {last})"),
+                    });
+                }
+                at
+            }
+        };
+        let base = sqlx::query(
+            "SELECT id, snapshot FROM checkpoints
+             WHERE thread_id = $1 AND id <= $2 AND snapshot IS NOT NULL
+             ORDER BY id DESC LIMIT 1",
+        )
+        .bind(thread_id)
+        .bind(target)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(checkpoint_storage)?;
+        let (mut run, from) = match base {
+            Some(row) => {
+                let snapshot: String = row.try_get("snapshot").map_err(checkpoint_storage)?;
+                let id: i64 = row.try_get("id").map_err(checkpoint_storage)?;
+                (deepagents_core::checkpoint::decode_snapshot(&snapshot)?, id)
+            }
+            None => (Run::default(), 0),
+        };
+        let deltas = sqlx::query(
+            "SELECT delta FROM checkpoints WHERE thread_id = $1 AND id > $2 AND id <= $3 ORDER BY id",
+        )
+        .bind(thread_id)
+        .bind(from)
+        .bind(target)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(checkpoint_storage)?;
+        D::end(session, true).await.map_err(checkpoint_storage)?;
+        for row in deltas {
+            let delta: String = row.try_get("delta").map_err(checkpoint_storage)?;
+            RunDelta::decode(&delta)?.apply(&mut run);
+        }
+        Ok(Some(run))
+    }
+
+    /// The thread's checkpoints, oldest first.
+    pub(super) async fn checkpoints(
+        &self,
+        thread_id: &str,
+    ) -> Result<Vec<CheckpointInfo>, CheckpointError> {
+        let rows = sqlx::query(
+            "SELECT id, created_at_ms, messages FROM checkpoints WHERE thread_id = $1 ORDER BY id",
+        )
+        .bind(thread_id)
+        .fetch_all(self.0)
+        .await
+        .map_err(checkpoint_storage)?;
+        rows.iter()
+            .map(|row| {
+                Ok(CheckpointInfo {
+                    id: Self::count(row, "id")?,
+                    created_at_ms: Self::count(row, "created_at_ms")?,
+                    messages: usize::try_from(Self::count(row, "messages")?).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    /// The threads that are not children of another, most recently updated first.
+    pub(super) async fn threads(&self) -> Result<Vec<ThreadInfo>, CheckpointError> {
+        let sql = format!(
+            "SELECT thread_id, COUNT(*) AS n, MAX(created_at_ms) AS updated FROM checkpoints
+             WHERE {} = 0
+             GROUP BY thread_id ORDER BY updated DESC, thread_id",
+            D::position("thread_id", "$1"),
+        );
+        let rows = sqlx::query(&sql)
+            .bind(CHILD_THREAD_SEPARATOR.to_string())
+            .fetch_all(self.0)
+            .await
+            .map_err(checkpoint_storage)?;
+        rows.iter()
+            .map(|row| {
+                Ok(ThreadInfo {
+                    thread_id: row.try_get("thread_id").map_err(checkpoint_storage)?,
+                    checkpoints: Self::count(row, "n")?,
+                    updated_at_ms: Self::count(row, "updated")?,
+                })
+            })
+            .collect()
+    }
+
+    /// A non-negative integer column (a negative one, which this code never writes, as 0).
+    fn count(row: &D::Row, column: &'static str) -> Result<u64, CheckpointError> {
+        let value: i64 = row.try_get(column).map_err(checkpoint_storage)?;
+        Ok(u64::try_from(value).unwrap_or(0))
+    }
+
+    /// Deletes the thread's checkpoints and its children's; returns whether it had any.
+    pub(super) async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError> {
+        let mut session = D::begin(self.0, thread_id, Access::Delete)
+            .await
+            .map_err(checkpoint_storage)?;
+        let conn = D::conn(&mut session).map_err(checkpoint_storage)?;
+        sqlx::query(&format!(
+            "DELETE FROM checkpoints WHERE {}",
+            D::starts_with("thread_id", "$1")
+        ))
+        .bind(format!("{thread_id}{CHILD_THREAD_SEPARATOR}"))
+        .execute(&mut *conn)
+        .await
+        .map_err(checkpoint_storage)?;
+        let done = sqlx::query("DELETE FROM checkpoints WHERE thread_id = $1")
+            .bind(thread_id)
+            .execute(&mut *conn)
+            .await
+            .map_err(checkpoint_storage)?;
+        D::end(session, true).await.map_err(checkpoint_storage)?;
+        Ok(D::rows_affected(&done) > 0)
+    }
+}
