@@ -1592,3 +1592,94 @@ async fn parallel_subagents_writing_one_file_on_disk_are_told_which_version_stay
         ["/shared.txt"]
     );
 }
+
+/// The parent's permission rules bind the subagents built from its configuration: the
+/// general-purpose subagent can neither read nor write what the parent may not, and sees
+/// the file it may.
+#[tokio::test]
+async fn subagents_inherit_the_parents_permissions() {
+    let parent = json!({"turns": [
+        {"tool_calls": [{"id": "t", "name": "task", "args": {"description": "look", "subagent_type": "general-purpose"}}]},
+        {"text": "done"}
+    ]});
+    let child = json!({"turns": [
+        {"tool_calls": [
+            {"id": "r", "name": "read_file", "args": {"file_path": "/secrets/key.txt"}},
+            {"id": "w", "name": "write_file", "args": {"file_path": "/secrets/new.txt", "content": "x"}},
+            {"id": "o", "name": "read_file", "args": {"file_path": "/open.txt"}}
+        ]},
+        {"text": "tried"}
+    ]});
+    // One script per conversation: the scripted model picks by assistant turns, so the
+    // parent's and the subagent's turns come from the same list, told apart by the task.
+    let model = Arc::new(Router {
+        parent: ScriptedModel::from_json(&parent.to_string()).unwrap(),
+        child: ScriptedModel::from_json(&child.to_string()).unwrap(),
+    });
+    let rules = Permissions::new(vec![PermissionRule {
+        operations: vec![Operation::Read, Operation::Write],
+        paths: vec!["/secrets/**".into()],
+        mode: Mode::Deny,
+    }])
+    .unwrap();
+    let agent = Agent::builder(model).permissions(rules).build().unwrap();
+    let run = fixtures::run_with_files(
+        "go",
+        &[("/secrets/key.txt", "hunter2"), ("/open.txt", "hello")],
+    );
+    let mut events = agent.stream_run(run, deepagents::RunOptions::default());
+    let mut nested = Vec::new();
+    while let Some(event) = events.next().await {
+        if let EventKind::ToolCallFinished {
+            call_id,
+            status,
+            content,
+            ..
+        } = &event.kind
+            && !event.path.is_empty()
+        {
+            let shown: String = content.iter().filter_map(|b| b.as_text()).collect();
+            nested.push((call_id.clone(), *status, shown));
+        }
+    }
+    let output = events.outcome().await.unwrap();
+    let status_of = |id: &str| nested.iter().find(|(c, ..)| c == id).cloned().unwrap();
+    let (_, read, shown) = status_of("r");
+    assert_eq!(read, ToolStatus::Error, "{shown}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert_eq!(status_of("w").1, ToolStatus::Error);
+    let (_, open, shown) = status_of("o");
+    assert_eq!(open, ToolStatus::Ok);
+    assert!(shown.contains("hello"), "{shown}");
+    assert!(!output.run.state.files.contains_key("/secrets/new.txt"));
+}
+
+/// Answers the parent's conversation from one script and subagents' from another.
+struct Router {
+    parent: ScriptedModel,
+    child: ScriptedModel,
+}
+
+#[async_trait::async_trait]
+impl Model for Router {
+    fn id(&self) -> &str {
+        "router"
+    }
+
+    async fn generate(
+        &self,
+        request: &deepagents::ModelRequest,
+    ) -> Result<deepagents::ModelResponse, deepagents::ModelError> {
+        let first = request
+            .messages
+            .iter()
+            .find(|m| matches!(m, deepagents::Message::User { .. }))
+            .map(deepagents::Message::text)
+            .unwrap_or_default();
+        if first == "look" {
+            self.child.generate(request).await
+        } else {
+            self.parent.generate(request).await
+        }
+    }
+}
