@@ -19,9 +19,9 @@ use crate::context::FALLBACK_CONTEXT_TOKENS;
 use crate::middleware::Registered;
 use crate::middleware::{
     DEFAULT_OFFLOAD_THRESHOLD, DanglingToolCallsMiddleware, FilesystemMiddleware,
-    GuidanceMiddleware, LargeResultsMiddleware, MemoryMiddleware, Middleware,
-    ResponseFormatMiddleware, ShortenOldEditsMiddleware, SkillsMiddleware, SubAgentsMiddleware,
-    SummarizationConfig, SummarizationMiddleware, TodoListMiddleware, compose,
+    GuidanceMiddleware, HumanInTheLoopMiddleware, LargeResultsMiddleware, MemoryMiddleware,
+    Middleware, ResponseFormatMiddleware, ShortenOldEditsMiddleware, SkillsMiddleware,
+    SubAgentsMiddleware, SummarizationConfig, SummarizationMiddleware, TodoListMiddleware, compose,
 };
 use crate::middleware::{HISTORY_DIR, LARGE_RESULTS_DIR};
 #[cfg(feature = "remote")]
@@ -749,6 +749,18 @@ impl AgentBuilder {
                 Arc::clone(&backend),
                 Self::parse_paths(&self.memory)?,
             )));
+        }
+        // Questions (`ask_user`) pause on the same mechanism but are not approvals.
+        let approved: Vec<String> = explicit
+            .keys()
+            .chain(implied.keys())
+            .filter(|name| *name != crate::tools::ask_user::ASK_USER)
+            .cloned()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if !approved.is_empty() {
+            built_ins.push(Arc::new(HumanInTheLoopMiddleware::new(approved)));
         }
         let middleware = compose(built_ins, self.middleware);
         // A user middleware that replaced the built-in one owns structured answers: the loop

@@ -217,3 +217,75 @@ async fn shell_and_routed_paths_are_explained() {
     assert!(!prompt.contains("## Shell"), "{prompt}");
     assert!(!request.tools.iter().any(|t| t.name == "execute"));
 }
+
+#[tokio::test]
+async fn approval_prompt_names_the_gated_tools_last() {
+    let request = first_request(|b| {
+        b.base_prompt(false)
+            .general_purpose_subagent(false)
+            .interrupt_on("write_file", deepagents::InterruptConfig::default())
+            .interrupt_on("edit_file", deepagents::InterruptConfig::default())
+            .ask_user(true)
+    })
+    .await;
+    let prompt = request.system_prompt.unwrap();
+    let section = prompt
+        .rfind("## Approval")
+        .map(|at| &prompt[at..])
+        .expect("an approval section");
+    assert!(!section[3..].contains("\n## "), "it is the last section");
+    assert!(!section.contains("ask_user"), "questions are not approvals");
+    insta::assert_snapshot!(section);
+
+    // Without interrupts (ask_user alone is a question), there is none.
+    let request = first_request(|b| b.ask_user(true)).await;
+    assert!(!request.system_prompt.unwrap().contains("## Approval"));
+}
+
+#[tokio::test]
+async fn middleware_can_write_prompt_sections_from_the_runtime_context() {
+    struct Tenant(&'static str);
+    struct ForTenant;
+    #[async_trait::async_trait]
+    impl deepagents::middleware::Middleware for ForTenant {
+        fn name(&self) -> &str {
+            "for_tenant"
+        }
+        async fn before_model(
+            &self,
+            ctx: &deepagents::RunContext,
+            request: &mut ModelRequest,
+            _state: &deepagents::AgentState,
+        ) -> Result<(), deepagents::middleware::MiddlewareError> {
+            if let Some(Tenant(name)) = ctx.runtime.get::<Tenant>() {
+                request.push_system_section(&format!("## Tenant\nYou work for {name}."));
+            }
+            Ok(())
+        }
+    }
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let agent = Agent::builder(scripted(json!([{"text": "ok"}])))
+        .middleware(ForTenant)
+        .middleware(Capture {
+            requests: requests.clone(),
+        })
+        .build()
+        .unwrap();
+    let options = deepagents::RunOptions {
+        runtime: deepagents::RuntimeContext::new(Tenant("ACME")),
+        ..deepagents::RunOptions::default()
+    };
+    agent
+        .run(
+            deepagents::Run::from_task("hi"),
+            options,
+            deepagents::EventSink::discard(),
+        )
+        .await
+        .unwrap();
+    let prompt = requests.lock().unwrap()[0].system_prompt.clone().unwrap();
+    assert!(
+        prompt.ends_with("## Tenant\nYou work for ACME."),
+        "{prompt}"
+    );
+}

@@ -3,8 +3,9 @@
 //! # Order
 //! The stack is the built-in middleware in their fixed order — `guidance`, `todos`,
 //! `filesystem`, `skills`, `subagents`, `remote_subagents`, `response_format`, `large_results`,
-//! `shorten_old_edits`, `summarization`, `dangling_tool_calls`, `memory` (those enabled; memory last so that
-//! the stable part of the prompt comes first and stays cacheable) — then the user's in the
+//! `shorten_old_edits`, `summarization`, `dangling_tool_calls`, `memory`, `human_in_the_loop`
+//! (those enabled; memory and approvals last so that the stable part of the prompt comes
+//! first and stays cacheable) — then the user's in the
 //! order given; a user middleware whose [`name`](Middleware::name) equals a built-in one takes
 //! that built-in's place instead of being appended. Then:
 //!
@@ -26,6 +27,7 @@
 //! [`extensions`](RunContext::extensions). Keep whatever a run must remember between hooks
 //! there, under a type of your own, never in the middleware value.
 
+mod approvals;
 mod dangling;
 mod filesystem;
 mod guidance;
@@ -51,6 +53,7 @@ use deepagents_core::{
 
 use crate::registry::ToolRegistry;
 
+pub use approvals::HumanInTheLoopMiddleware;
 pub use dangling::DanglingToolCallsMiddleware;
 pub use filesystem::FilesystemMiddleware;
 pub use guidance::GuidanceMiddleware;
