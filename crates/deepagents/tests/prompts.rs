@@ -162,22 +162,27 @@ async fn shell_and_routed_paths_are_explained() {
         "{prompt}"
     );
     assert!(
-        prompt.contains(&format!("- `/` is `{}` in the shell", root_host.display())),
+        prompt.contains(&format!(
+            "`/` is `{}`, the shell's working directory",
+            root_host.display()
+        )),
         "{prompt}"
     );
     assert!(
         prompt.contains(&format!(
-            "- `/docs/` is `{}` in the shell",
+            "- `/docs/` → `{0}/` (`/docs/dir/x.py` → `{0}/dir/x.py`)",
             docs_host.display()
         )),
         "{prompt}"
     );
     assert!(
-        prompt.contains("- `/host/` is `/` in the shell"),
+        prompt.contains("- `/host/` → `/` (`/host/dir/x.py` → `/dir/x.py`)"),
         "{prompt}"
     );
     assert!(
-        prompt.contains("- `/memories/` is not on the shell's disk; use the file tools for it"),
+        prompt.contains(
+            "Not reachable from the shell (use the file tools for them):\n- `/memories/`"
+        ),
         "{prompt}"
     );
     assert!(request.tools.iter().any(|t| t.name == "execute"));
@@ -286,6 +291,64 @@ async fn middleware_can_write_prompt_sections_from_the_runtime_context() {
     let prompt = requests.lock().unwrap()[0].system_prompt.clone().unwrap();
     assert!(
         prompt.ends_with("## Tenant\nYou work for ACME."),
+        "{prompt}"
+    );
+}
+
+/// A default backend whose shell runs elsewhere (a sandbox) maps no route to the host, not
+/// even a local disk route: the shell cannot see this machine's directories.
+#[tokio::test]
+async fn a_sandboxed_default_maps_no_route_to_the_host() {
+    let docs = tempfile::tempdir().unwrap();
+    let sandbox =
+        deepagents::backends::PerRunBackend::new(|_: &deepagents::backends::BackendContext| {
+            Ok(Arc::new(StateBackend::default()) as Arc<dyn deepagents::backends::Backend>)
+        })
+        .executes();
+    let composite = CompositeBackend::new(Arc::new(sandbox))
+        .route(
+            "/docs",
+            Arc::new(FilesystemBackend::new(docs.path()).unwrap()),
+        )
+        .unwrap()
+        .route("/notes/", Arc::new(StateBackend::default()))
+        .unwrap();
+    let request = first_request(|b| b.backend(Arc::new(composite))).await;
+    let prompt = request.system_prompt.unwrap();
+    let section = prompt
+        .find("## Shell paths vs file paths")
+        .map(|at| &prompt[at..])
+        .expect("a shell paths section");
+    let section = &section[..section[3..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 3)];
+    assert!(!section.contains('→'), "{section}");
+    insta::assert_snapshot!(section);
+}
+
+/// Routes of a composite mounted inside another are listed with their full prefix.
+#[tokio::test]
+async fn nested_routes_are_listed_with_their_full_prefix() {
+    let root = tempfile::tempdir().unwrap();
+    let inner_dir = tempfile::tempdir().unwrap();
+    let inner = CompositeBackend::new(Arc::new(StateBackend::default()))
+        .route(
+            "/disk",
+            Arc::new(FilesystemBackend::new(inner_dir.path()).unwrap()),
+        )
+        .unwrap();
+    let composite = CompositeBackend::new(Arc::new(shell(root.path())))
+        .route("/outer", Arc::new(inner))
+        .unwrap();
+    let request = first_request(|b| b.backend(Arc::new(composite))).await;
+    let prompt = request.system_prompt.unwrap();
+    let host = inner_dir.path().canonicalize().unwrap();
+    assert!(
+        prompt.contains(&format!("- `/outer/disk/` → `{}/`", host.display())),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("Not reachable from the shell (use the file tools for them):\n- `/outer/`"),
         "{prompt}"
     );
 }

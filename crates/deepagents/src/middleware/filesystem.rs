@@ -45,52 +45,91 @@ impl FilesystemMiddleware {
 /// When the shell and the file tools see different trees, says how each virtual prefix maps
 /// to the host, and which cannot be reached from the shell. Nothing is said when both see the
 /// same tree (a non-virtual disk, or a sandbox whose files are its own).
+///
+/// Routes fall in three classes, each listed sorted: mapped to a host directory (a confined
+/// disk route, at its root), mapped to the host's root (a non-virtual disk route: the prefix is
+/// dropped), and not reachable (state, store, and every route when the default backend's shell
+/// does not run on this host, as with a remote sandbox).
 fn shell_paths_section(backend: &dyn Backend) -> Option<String> {
     backend.as_sandbox()?;
+    let mappings = backend.path_mappings();
+    // The shell runs where the default backend's files are: on this host only if they are.
+    let shell_root = mappings
+        .iter()
+        .find(|m| m.prefix.is_root())
+        .and_then(|m| m.host.clone());
     // The harness's own directories are explained with the file tools; listing them here
     // would only repeat that the shell cannot reach them.
     let harness_dirs = [super::LARGE_RESULTS_DIR, super::HISTORY_DIR];
-    let mappings: Vec<_> = backend
-        .path_mappings()
-        .into_iter()
+    let mut routes: Vec<(String, Option<std::path::PathBuf>)> = mappings
+        .iter()
+        .filter(|m| !m.prefix.is_root())
         .filter(|m| m.host.is_some() || !harness_dirs.contains(&m.prefix.as_str()))
+        .map(|m| {
+            let host = m.host.clone().filter(|_| shell_root.is_some());
+            (format!("{}/", m.prefix), host)
+        })
         .collect();
-    if let [only] = mappings.as_slice() {
-        let host = only
-            .host
-            .as_ref()
-            .filter(|host| host.as_path() != Path::new("/"))?;
-        if !only.prefix.is_root() {
-            return None;
-        }
+    routes.sort();
+    routes.dedup_by(|a, b| a.0 == b.0);
+    let confined_root = shell_root
+        .as_ref()
+        .filter(|host| host.as_path() != Path::new("/"))
+        .map(|host| host.display().to_string());
+    if routes.is_empty() {
         // A disk confined to its root: the shell's `/` is the host's, not the file tools'.
-        let host = host.display();
+        let host = confined_root?;
         return Some(format!(
             "## Shell paths vs file paths\nThe shell sees the host's disk, where file path `/` is \
              `{host}`, the shell's working directory: the file tools' `/src/main.rs` is \
              `{host}/src/main.rs`, or `src/main.rs`, in a command."
         ));
     }
-    if mappings.len() < 2 {
-        return None;
+    let mut section = String::from(if shell_root.is_some() {
+        "## Shell paths vs file paths\nThe shell sees this machine's files, not the file tools' \
+         tree. Before using a file-tool path in a command, replace its prefix as listed here; \
+         never pass a file-tool path to the shell unchanged."
+    } else {
+        "## Shell paths vs file paths\nThe shell runs in its own environment: the routes \
+         listed here are not in its filesystem, so never pass their paths to a command."
+    });
+    if let Some(host) = &confined_root {
+        section.push_str(&format!(
+            "\n\nEverything not listed below: `/` is `{host}`, the shell's working directory \
+             (`/src/main.rs` → `{host}/src/main.rs`)."
+        ));
     }
-    let mut section = String::from(
-        "## Shell paths vs file paths\nThe file tools and the shell see different trees. File-tool paths map to the shell like this:",
-    );
-    for mapping in &mappings {
-        let prefix = if mapping.prefix.is_root() {
-            "/".to_owned()
-        } else {
-            format!("{}/", mapping.prefix)
-        };
-        match &mapping.host {
-            Some(host) => section.push_str(&format!(
-                "\n- `{prefix}` is `{}` in the shell",
-                host.display()
-            )),
-            None => section.push_str(&format!(
-                "\n- `{prefix}` is not on the shell's disk; use the file tools for it"
-            )),
+    let example = |prefix: &str, host: &str| {
+        let host = host.trim_end_matches('/');
+        format!("- `{prefix}` → `{host}/` (`{prefix}dir/x.py` → `{host}/dir/x.py`)")
+    };
+    let to_dirs: Vec<String> = routes
+        .iter()
+        .filter_map(|(prefix, host)| {
+            let host = host.as_ref().filter(|h| h.as_path() != Path::new("/"))?;
+            Some(example(prefix, &host.display().to_string()))
+        })
+        .collect();
+    let to_root: Vec<String> = routes
+        .iter()
+        .filter(|(_, host)| host.as_deref() == Some(Path::new("/")))
+        .map(|(prefix, _)| example(prefix, "/"))
+        .collect();
+    let unreachable: Vec<String> = routes
+        .iter()
+        .filter(|(_, host)| host.is_none())
+        .map(|(prefix, _)| format!("- `{prefix}`"))
+        .collect();
+    for (title, lines) in [
+        ("Mapped to host directories:", to_dirs),
+        ("Mapped to the host's root (drop the prefix):", to_root),
+        (
+            "Not reachable from the shell (use the file tools for them):",
+            unreachable,
+        ),
+    ] {
+        if !lines.is_empty() {
+            section.push_str(&format!("\n\n{title}\n{}", lines.join("\n")));
         }
     }
     Some(section)
