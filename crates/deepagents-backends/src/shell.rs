@@ -25,9 +25,6 @@ pub const MAX_TIMEOUT: Duration = Duration::from_secs(3_600);
 /// Output kept per command unless configured, in bytes.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 100_000;
 
-/// The `PATH` of the default (otherwise empty) environment.
-pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
-
 /// The prefix of every line a command writes to stderr.
 pub const STDERR_PREFIX: &str = "[stderr] ";
 
@@ -42,9 +39,11 @@ pub const TIMEOUT_EXIT_CODE: i32 = 124;
 ///
 /// Each command runs as `sh -c COMMAND` in the root directory, in a new process group, with
 /// stdin closed. On timeout the whole group is killed (background children included) and the
-/// result says `timed_out` with exit code 124. The environment is empty except for
-/// `PATH=/usr/local/bin:/usr/bin:/bin` (so plain command names work without exposing host
-/// secrets); add variables with [`LocalShellBackend::with_env`] or pass the host's through with
+/// result says `timed_out` with exit code 124. The environment is empty, so no host secret
+/// leaks into a command: `sh` still finds programs by name through its built-in search path
+/// (`/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin` for dash and bash), but
+/// exports no `PATH` to them. Add variables with [`LocalShellBackend::with_env`] (set
+/// `PATH` there for programs that look it up themselves) or pass the host's through with
 /// [`LocalShellBackend::inherit_env`].
 ///
 /// The output is stdout and stderr interleaved by whole lines in arrival order, each stderr line
@@ -324,7 +323,7 @@ impl Sandbox for LocalShellBackend {
             .process_group(0)
             .kill_on_drop(true);
         if !self.inherit_env {
-            cmd.env_clear().env("PATH", DEFAULT_PATH);
+            cmd.env_clear();
         }
         cmd.envs(&self.env);
         let mut child = cmd

@@ -38,12 +38,36 @@ pub struct Config {
     /// memory under `/memories/` become read-only (`--read-only-memory` sets it too).
     #[serde(default)]
     pub read_only_memory: bool,
+    /// Whether the filesystem and shell backends confine paths to the root (default `true`);
+    /// `false` makes `/etc/hosts` the host's `/etc/hosts`. `--virtual-mode` beats it.
+    pub virtual_mode: Option<bool>,
+    /// The `execute` tool's shell (`--backend shell`).
+    #[serde(default)]
+    pub shell: ShellConfig,
     /// Settings by provider name (`openai`, `anthropic`, `vllm`, …).
     #[serde(default)]
     providers: BTreeMap<String, toml::Spanned<ProviderConfig>>,
     /// Limits by model spec (`openai:my-finetune`).
     #[serde(default)]
     models: BTreeMap<String, toml::Spanned<ModelConfig>>,
+}
+
+/// `[shell]`: how `execute` runs commands.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShellConfig {
+    /// Seconds a command may run unless the call asks for another limit (default 120, at
+    /// most 3,600).
+    pub timeout: Option<u64>,
+    /// Bytes of output a command may return before it is cut (default 100,000).
+    pub max_output: Option<usize>,
+    /// Variables every command gets.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Whether commands inherit this process's environment (default `false`: an empty one,
+    /// plus `env`).
+    #[serde(default)]
+    pub inherit_env: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -79,6 +79,11 @@ struct RunArgs {
     /// The workspace root for the filesystem and shell backends (default: current directory).
     #[arg(long, value_name = "DIR")]
     root: Option<std::path::PathBuf>,
+    /// Whether file paths are confined to --root (default true). With false, `/etc/hosts` is
+    /// the host's `/etc/hosts` (the root is only the shell's working directory). Also
+    /// `virtual_mode = false` in the config file.
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    virtual_mode: Option<bool>,
     /// Permission rules (TOML: [[rules]] operations, paths, mode) for every file operation.
     #[arg(long, value_name = "FILE")]
     permissions: Option<std::path::PathBuf>,
@@ -211,6 +216,10 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         args.root,
         &args.skill_dirs,
         args.read_only_memory || config.read_only_memory,
+        &workspace::DiskOptions {
+            virtual_mode: args.virtual_mode.or(config.virtual_mode).unwrap_or(true),
+            shell: &config.shell,
+        },
     )
     .await?;
     builder = builder

@@ -76,11 +76,40 @@ fn data_dir() -> anyhow::Result<PathBuf> {
 }
 
 fn disk(root: &Path) -> anyhow::Result<FilesystemBackend> {
+    disk_in_mode(root, true)
+}
+
+/// The disk under `root`; with `virtual_mode` off, paths are the host's own.
+fn disk_in_mode(root: &Path, virtual_mode: bool) -> anyhow::Result<FilesystemBackend> {
     // A typo in a path should fail, not create a stray directory.
     FilesystemBackend::builder(root)
         .create_root(false)
+        .virtual_mode(virtual_mode)
         .build()
         .with_context(|| format!("cannot use {} as a workspace directory", root.display()))
+}
+
+/// How the workspace's disk and shell behave (`virtual_mode`, `[shell]` in the config).
+pub struct DiskOptions<'a> {
+    /// Whether paths are confined to the root.
+    pub virtual_mode: bool,
+    /// The shell's timeout, output cap and environment.
+    pub shell: &'a crate::config::ShellConfig,
+}
+
+/// The shell over `fs` as `options` configure it.
+fn shell(fs: FilesystemBackend, options: &crate::config::ShellConfig) -> LocalShellBackend {
+    let mut shell = LocalShellBackend::new(fs).inherit_env(options.inherit_env);
+    if let Some(seconds) = options.timeout {
+        shell = shell.with_timeout(std::time::Duration::from_secs(seconds));
+    }
+    if let Some(bytes) = options.max_output {
+        shell = shell.with_max_output_bytes(bytes);
+    }
+    for (name, value) in &options.env {
+        shell = shell.with_env(name, value);
+    }
+    shell
 }
 
 /// Opens the workspace for `kind` rooted at `root` (default: the current directory).
@@ -97,6 +126,7 @@ pub async fn open(
     root: Option<PathBuf>,
     skill_dirs: &[PathBuf],
     read_only_memory: bool,
+    disk_options: &DiskOptions<'_>,
 ) -> anyhow::Result<Workspace> {
     let base: Arc<dyn Backend> = match kind {
         BackendKind::State => Arc::new(StateBackend::default()),
@@ -106,9 +136,9 @@ pub async fn open(
                 None => std::env::current_dir()
                     .context("cannot read the current directory; pass --root")?,
             };
-            let fs = disk(&root)?;
+            let fs = disk_in_mode(&root, disk_options.virtual_mode)?;
             if kind == BackendKind::Shell {
-                Arc::new(LocalShellBackend::new(fs))
+                Arc::new(shell(fs, disk_options.shell))
             } else {
                 Arc::new(fs)
             }

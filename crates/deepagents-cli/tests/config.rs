@@ -189,7 +189,7 @@ fn unknown_keys_are_refused_with_the_known_ones() {
     let (_home, error) = config_error("modle = \"a:b\"\n");
     assert!(error.contains("line 1, key `modle`"), "{error}");
     assert!(
-        error.contains("expected one of `model`, `read_only_memory`, `providers`, `models`"),
+        error.contains("expected one of `model`, `read_only_memory`, `virtual_mode`, `shell`, `providers`, `models`"),
         "{error}"
     );
 
@@ -357,5 +357,128 @@ fn a_small_context_window_in_the_config_file_makes_the_run_summarize() {
             &[]
         ),
         0
+    );
+}
+
+/// The tool results of a `--json` run, by call id.
+fn results(output: &std::process::Output) -> std::collections::BTreeMap<String, String> {
+    String::from_utf8(output.stdout.clone())
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "tool_call_finished")
+        .map(|e| {
+            (
+                e["call_id"].as_str().unwrap().to_owned(),
+                e["content"][0]["text"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_shell_section_sets_timeout_output_cap_and_environment() {
+    let home = Home::new(Some(
+        "[shell]\ntimeout = 1\nmax_output = 200\nenv = { GREETING = \"hello there\" }\n",
+    ));
+    let root = tempfile::tempdir().unwrap();
+    let script = home.dir.path().join("shell.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [
+            {"tool_calls": [
+                {"id": "env", "name": "execute", "args": {"command": "env"}},
+                {"id": "slow", "name": "execute", "args": {"command": "sleep 5; echo late"}},
+                {"id": "loud", "name": "execute", "args": {"command": "yes | head -c 5000"}}
+            ]},
+            {"text": "done"}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let output = bin()
+        .env("HOME", home.dir.path())
+        .env_remove("DEEPAGENTS_CONFIG")
+        .env("SECRET_TOKEN", "do-not-leak")
+        .args([
+            "run",
+            "--json",
+            "--auto-approve",
+            "--backend",
+            "shell",
+            "--model",
+        ])
+        .arg(format!("scripted:{}", script.display()))
+        .arg("--root")
+        .arg(root.path())
+        .arg("go")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let results = results(&output);
+    let env = &results["env"];
+    assert!(env.contains("GREETING=hello there"), "{env}");
+    assert!(
+        !env.contains("SECRET_TOKEN"),
+        "the host's environment stays out: {env}"
+    );
+    assert!(
+        !env.contains("PATH="),
+        "the environment is empty unless asked: {env}"
+    );
+    assert!(!results["slow"].contains("late"), "{}", results["slow"]);
+    assert!(
+        results["slow"].contains("past its timeout"),
+        "{}",
+        results["slow"]
+    );
+    assert!(results["loud"].len() < 1_000, "{}", results["loud"]);
+
+    let error = config_error("[shell]\ntimeot = 1\n").1;
+    assert!(error.contains("timeot"), "{error}");
+}
+
+#[test]
+fn virtual_mode_false_reaches_host_paths() {
+    let home = Home::new(None);
+    let root = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let file = outside.path().join("note.txt");
+    std::fs::write(&file, "from outside the root\n").unwrap();
+    let script = home.dir.path().join("read.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [
+            {"tool_calls": [{"id": "r", "name": "read_file", "args": {"file_path": file.display().to_string()}}]},
+            {"text": "done"}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        bin()
+            .env("HOME", home.dir.path())
+            .env_remove("DEEPAGENTS_CONFIG")
+            .args(["run", "--json", "--model"])
+            .arg(format!("scripted:{}", script.display()))
+            .args(extra)
+            .arg("--root")
+            .arg(root.path())
+            .arg("go")
+            .output()
+            .unwrap()
+    };
+    let confined = run(&[]);
+    assert!(confined.status.success(), "{}", stderr(&confined));
+    assert!(
+        !results(&confined)["r"].contains("from outside"),
+        "confined by default"
+    );
+    let host = run(&["--virtual-mode", "false"]);
+    assert!(host.status.success(), "{}", stderr(&host));
+    assert!(
+        results(&host)["r"].contains("from outside the root"),
+        "{:?}",
+        results(&host)
     );
 }
