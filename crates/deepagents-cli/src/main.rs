@@ -3,6 +3,7 @@
 mod agents;
 mod approvals;
 mod config;
+mod local_context;
 mod progress;
 mod threads;
 mod workspace;
@@ -226,6 +227,9 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .backend(workspace.backend.clone())
         .memory(workspace.memory)
         .skills(workspace.skills);
+    if let Some(root) = &workspace.root {
+        builder = builder.middleware(local_context::LocalContext::new(root));
+    }
     if let Some(path) = &args.permissions {
         builder = builder.permissions(workspace::permissions(path)?);
     }

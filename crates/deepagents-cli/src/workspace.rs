@@ -36,6 +36,8 @@ pub struct Workspace {
     pub checkpointer: Arc<dyn Checkpointer>,
     /// The database of long-term memory and threads, to close before exiting.
     pub store: Arc<dyn Store>,
+    /// The directory the disk backends work in; `None` for the state backend.
+    pub root: Option<PathBuf>,
 }
 
 /// Where the user's own agent directory (`~/.deepagents/agent`) appears to the agent.
@@ -128,6 +130,7 @@ pub async fn open(
     read_only_memory: bool,
     disk_options: &DiskOptions<'_>,
 ) -> anyhow::Result<Workspace> {
+    let mut workspace_root = None;
     let base: Arc<dyn Backend> = match kind {
         BackendKind::State => Arc::new(StateBackend::default()),
         BackendKind::Filesystem | BackendKind::Shell => {
@@ -136,6 +139,7 @@ pub async fn open(
                 None => std::env::current_dir()
                     .context("cannot read the current directory; pass --root")?,
             };
+            workspace_root = Some(root.clone());
             let fs = disk_in_mode(&root, disk_options.virtual_mode)?;
             if kind == BackendKind::Shell {
                 Arc::new(shell(fs, disk_options.shell))
@@ -189,6 +193,7 @@ pub async fn open(
         store,
         memory,
         skills,
+        root: workspace_root,
     })
 }
 

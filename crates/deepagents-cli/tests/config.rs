@@ -482,3 +482,47 @@ fn virtual_mode_false_reaches_host_paths() {
         results(&host)
     );
 }
+
+#[test]
+fn the_prompt_tells_the_model_where_it_works() {
+    let server = stub("ok", 200);
+    let home = Home::new(Some(&format!(
+        "model = \"vllm:tiny\"\n[providers.vllm]\nbase_url = {}\n",
+        quoted(&server.url)
+    )));
+    let root = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let status = Command::new("git")
+            .arg("-C")
+            .arg(root.path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(status.status.success(), "{}", stderr(&status));
+    };
+    git(&["init", "-q", "-b", "trunk"]);
+    std::fs::write(root.path().join("new.txt"), "x").unwrap();
+    let output = bin()
+        .env("HOME", home.dir.path())
+        .env_remove("DEEPAGENTS_CONFIG")
+        .env_remove("VLLM_BASE_URL")
+        .args(["run", "--root"])
+        .arg(root.path())
+        .arg("hello")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let body = server.bodies.lock().unwrap()[0].clone();
+    let system = body["messages"][0]["content"].to_string();
+    let root_path = root.path().canonicalize().unwrap();
+    assert!(system.contains("## Environment"), "{system}");
+    assert!(
+        system.contains(&format!("Working directory: `{}`", root_path.display())),
+        "{system}"
+    );
+    assert!(
+        system.contains("Git: branch `trunk`, 0 changed and 1 untracked file(s)"),
+        "{system}"
+    );
+    assert!(system.contains(std::env::consts::OS), "{system}");
+}
