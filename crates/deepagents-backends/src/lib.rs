@@ -26,6 +26,8 @@ mod policy;
 mod protocol;
 mod state;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod text;
 
 pub use composite::CompositeBackend;
