@@ -210,10 +210,10 @@ fn mount_memories(
     Ok(Arc::new(composite))
 }
 
-/// Offloaded tool results and summarized history are the thread's own data: where `backend`
-/// would put them on the host's disk (the user's working tree), they are kept in the agent
-/// state instead, checkpointed with the thread. A directory the backend routes itself (at it
-/// or below) stays where it is routed.
+/// Offloaded tool results and summarized history are the thread's own data: unless `backend`
+/// is the agent state already, they are kept in the agent state, checkpointed with the thread,
+/// rather than in the user's working tree, a shared store or a sandbox. A directory the backend
+/// routes itself (at it or below) stays where it is routed.
 fn keep_artifacts_off_disk(backend: Arc<dyn Backend>) -> Result<Arc<dyn Backend>, BuildError> {
     let mappings = backend.path_mappings();
     let mut composite: Option<CompositeBackend> = None;
@@ -222,13 +222,9 @@ fn keep_artifacts_off_disk(backend: Arc<dyn Backend>) -> Result<Arc<dyn Backend>
         let routed = mappings
             .iter()
             .any(|mapping| !mapping.prefix.is_root() && mapping.prefix.starts_with(&dir));
-        // The most specific mapping above the directory says where it would land.
-        let on_disk = mappings
-            .iter()
-            .filter(|mapping| dir.starts_with(&mapping.prefix))
-            .max_by_key(|mapping| mapping.prefix.as_str().len())
-            .is_some_and(|mapping| mapping.host.is_some());
-        if routed || !on_disk {
+        // Only the agent state is the thread's own storage: a disk is the user's tree, and a
+        // store, a sandbox or a per-run backend may be shared beyond the thread.
+        if routed || backend.name() == "state" {
             continue;
         }
         let base = composite.unwrap_or_else(|| CompositeBackend::new(Arc::clone(&backend)));

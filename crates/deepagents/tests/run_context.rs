@@ -630,3 +630,41 @@ async fn a_middleware_replacing_the_response_format_owns_the_answer() {
         "the loop no longer insists on final_answer"
     );
 }
+
+/// Offloaded results are the thread's own data: over a store shared by every thread they
+/// still land in the thread's state, not in the store.
+#[tokio::test]
+async fn offloaded_results_stay_with_the_thread_over_a_shared_store() {
+    let store = Arc::new(InMemoryStore::default());
+    let big = DynamicTool::new(
+        "big",
+        "Big output.",
+        json!({"type": "object"}),
+        |_, _| async { Ok(ToolOutput::text("line\n".repeat(30_000))) },
+    )
+    .unwrap();
+    let agent = Agent::builder(scripted(json!([
+        {"tool_calls": [{"id": "b", "name": "big", "args": {}}]},
+        {"text": "done"}
+    ])))
+    .backend(Arc::new(StoreBackend::new(store.clone())))
+    .dyn_tool(Arc::new(big))
+    .build()
+    .unwrap();
+    let output = agent.invoke("go").await.unwrap();
+    assert!(
+        output.run.state.files.contains_key("/large_tool_results/b"),
+        "{:?}",
+        output.run.state.files.keys().collect::<Vec<_>>()
+    );
+    let in_store = StoreBackend::new(store)
+        .read_raw(
+            &BackendContext::default(),
+            &VPath::parse("/large_tool_results/b").unwrap(),
+        )
+        .await;
+    assert!(
+        in_store.is_err(),
+        "nothing of the thread's went to the shared store"
+    );
+}
