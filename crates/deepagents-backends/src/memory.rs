@@ -473,6 +473,7 @@ pub fn file_data(path: &VPath, bytes: Vec<u8>, modified_at_ms: u64) -> FileData 
     FileData {
         content,
         modified_at_ms,
+        created_at_ms: modified_at_ms,
     }
 }
 

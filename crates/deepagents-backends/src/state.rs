@@ -102,14 +102,18 @@ impl Backend for StateBackend {
         path: &VPath,
         content: &str,
     ) -> Result<Changed<()>, BackendError> {
-        self.tree(cx).check_write(path, content.len())?;
+        let tree = self.tree(cx);
+        tree.check_write(path, content.len())?;
         let mut update = StateUpdate::default();
+        let now = now_ms();
         let file = FileData {
             content: FileContent::Text {
                 text: content.to_owned(),
             },
-            modified_at_ms: now_ms(),
-        };
+            modified_at_ms: now,
+            created_at_ms: now,
+        }
+        .replacing(tree.file(path));
         Self::put(cx, &mut update, path, file);
         Ok(Changed { value: (), update })
     }
@@ -123,12 +127,16 @@ impl Backend for StateBackend {
         replace_all: bool,
     ) -> Result<Changed<usize>, BackendError> {
         // Text that is not UTF-8 stays bytes, with every byte the edit does not replace kept.
-        let (content, count) = self.tree(cx).edit_content(path, old, new, replace_all)?;
+        let tree = self.tree(cx);
+        let (content, count) = tree.edit_content(path, old, new, replace_all)?;
         let mut update = StateUpdate::default();
+        let now = now_ms();
         let file = FileData {
             content,
-            modified_at_ms: now_ms(),
-        };
+            modified_at_ms: now,
+            created_at_ms: now,
+        }
+        .replacing(tree.file(path));
         Self::put(cx, &mut update, path, file);
         Ok(Changed {
             value: count,
@@ -185,7 +193,7 @@ impl Backend for StateBackend {
                 let path = VPath::parse(&raw).map_err(|_| FileOpError::InvalidPath)?;
                 tree.check_write(&path, bytes.len())
                     .map_err(|e| e.file_op_code())?;
-                let file = file_data(&path, bytes, now_ms());
+                let file = file_data(&path, bytes, now_ms()).replacing(tree.file(&path));
                 Self::put(cx, &mut update, &path, file);
                 Ok(())
             })

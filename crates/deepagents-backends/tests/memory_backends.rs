@@ -184,6 +184,7 @@ fn planted() -> FileData {
             text: "0123456789AB".into(),
         },
         modified_at_ms: 0,
+        created_at_ms: 0,
     }
 }
 
@@ -736,4 +737,54 @@ async fn state_edits_of_non_utf8_text_keep_every_other_byte() {
             text: "caf\u{E9} cr\u{E8}me!\nneedle here\n".into()
         }
     );
+}
+
+/// A file keeps the time it was first written through overwrites and edits; its modification
+/// time moves on.
+#[tokio::test]
+async fn files_carry_their_creation_and_modification_times() {
+    let store = StoreBackend::new(Arc::new(InMemoryStore::new()));
+    let cx_store = BackendContext::default();
+    let path = p("/notes.txt");
+    let state_backend = StateBackend::default();
+    let mut state = deepagents_core::AgentState::default();
+    let schema = deepagents_core::StateSchema::default();
+    let apply = |state: &mut deepagents_core::AgentState, update| {
+        schema.apply_all(state, [update]).unwrap();
+    };
+    let cx =
+        |state: &deepagents_core::AgentState| BackendContext::with_state(Arc::new(state.clone()));
+
+    let written = state_backend
+        .write(&cx(&state), &path, "one\n")
+        .await
+        .unwrap();
+    apply(&mut state, written.update);
+    store.write(&cx_store, &path, "one\n").await.unwrap();
+    let first = state.files["/notes.txt"].clone();
+    assert_eq!(first.created_at_ms, first.modified_at_ms);
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+
+    let edited = state_backend
+        .edit(&cx(&state), &path, "one", "two", false)
+        .await
+        .unwrap();
+    apply(&mut state, edited.update);
+    let rewritten = state_backend
+        .write(&cx(&state), &path, "three\n")
+        .await
+        .unwrap();
+    apply(&mut state, rewritten.update);
+    let last = &state.files["/notes.txt"];
+    assert_eq!(last.created_at_ms, first.created_at_ms, "created once");
+    assert!(last.modified_at_ms > first.modified_at_ms, "modified later");
+
+    store
+        .edit(&cx_store, &path, "one", "two", false)
+        .await
+        .unwrap();
+    let stored = store
+        .download_files(&cx_store, vec!["/notes.txt".into()])
+        .await;
+    assert_eq!(stored[0].as_deref(), Ok(&b"two\n"[..]));
 }

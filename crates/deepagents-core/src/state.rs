@@ -59,6 +59,29 @@ pub struct FileData {
     pub content: FileContent,
     /// Last modification, in milliseconds since the Unix epoch.
     pub modified_at_ms: u64,
+    /// When the file was first written, in milliseconds since the Unix epoch; 0 when unknown
+    /// (files written by an earlier version).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub created_at_ms: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+impl FileData {
+    /// This file as a new version of `previous` (the file it replaces, if any): it keeps
+    /// the creation time of the first version.
+    pub fn replacing(mut self, previous: Option<&FileData>) -> Self {
+        if let Some(previous) = previous {
+            self.created_at_ms = if previous.created_at_ms != 0 {
+                previous.created_at_ms
+            } else {
+                previous.modified_at_ms.min(self.modified_at_ms)
+            };
+        }
+        self
+    }
 }
 
 /// Contents of a [`FileData`].

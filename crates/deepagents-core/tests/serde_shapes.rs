@@ -107,6 +107,7 @@ fn responses_usage_and_runs_round_trip() {
                 data: vec![1, 2, 3],
             },
             modified_at_ms: 1,
+            created_at_ms: 0,
         },
     );
     run.state.custom.insert("k".into(), json!([1]));

@@ -10,6 +10,7 @@ fn file(text: &str) -> Option<FileData> {
     Some(FileData {
         content: FileContent::Text { text: text.into() },
         modified_at_ms: 0,
+        created_at_ms: 0,
     })
 }
 

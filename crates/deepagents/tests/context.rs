@@ -14,6 +14,7 @@ fn file(text: &str) -> FileData {
     FileData {
         content: FileContent::Text { text: text.into() },
         modified_at_ms: 0,
+        created_at_ms: 0,
     }
 }
 

@@ -692,6 +692,7 @@ mod fixtures {
                         text: (*text).to_owned(),
                     },
                     modified_at_ms: 0,
+                    created_at_ms: 0,
                 },
             );
         }

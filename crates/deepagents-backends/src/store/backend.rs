@@ -166,13 +166,17 @@ impl Backend for StoreBackend {
         path: &VPath,
         content: &str,
     ) -> Result<Changed<()>, BackendError> {
-        self.tree(cx).await?.check_write(path, content.len())?;
+        let tree = self.tree(cx).await?;
+        tree.check_write(path, content.len())?;
+        let now = now_ms();
         let file = FileData {
             content: FileContent::Text {
                 text: content.to_owned(),
             },
-            modified_at_ms: now_ms(),
-        };
+            modified_at_ms: now,
+            created_at_ms: now,
+        }
+        .replacing(tree.file(path));
         self.put(cx, path, &file).await?;
         Ok(Changed::outside_state(()))
     }
@@ -186,14 +190,15 @@ impl Backend for StoreBackend {
         replace_all: bool,
     ) -> Result<Changed<usize>, BackendError> {
         // Non-UTF-8 text keeps every byte the edit does not replace.
-        let (content, count) = self
-            .tree(cx)
-            .await?
-            .edit_content(path, old, new, replace_all)?;
+        let tree = self.tree(cx).await?;
+        let (content, count) = tree.edit_content(path, old, new, replace_all)?;
+        let now = now_ms();
         let file = FileData {
             content,
-            modified_at_ms: now_ms(),
-        };
+            modified_at_ms: now,
+            created_at_ms: now,
+        }
+        .replacing(tree.file(path));
         self.put(cx, path, &file).await?;
         Ok(Changed::outside_state(count))
     }
@@ -249,7 +254,11 @@ impl Backend for StoreBackend {
                 Ok(path) => match tree.check_write(&path, bytes.len()) {
                     Err(error) => Err(error.file_op_code()),
                     Ok(()) => self
-                        .put(cx, &path, &file_data(&path, bytes, now_ms()))
+                        .put(
+                            cx,
+                            &path,
+                            &file_data(&path, bytes, now_ms()).replacing(tree.file(&path)),
+                        )
                         .await
                         .map_err(|e| e.file_op_code()),
                 },
