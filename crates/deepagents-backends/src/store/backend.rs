@@ -51,7 +51,13 @@ fn io<'a>(operation: &'static str, path: &'a str) -> impl Fn(StoreError) -> Back
 }
 
 impl StoreBackend {
-    /// Files in `store` under the namespace `["filesystem"]`.
+    /// Files in `store` under the one namespace `["filesystem"]`, shared by every thread,
+    /// assistant and user. For anything multi-user, give a factory
+    /// ([`with_namespace`](Self::with_namespace)): each call's context carries the thread id,
+    /// the assistant id and the runtime data to key on. (The reference system's legacy default
+    /// keys on the assistant id; a fixed default is chosen here so that data never moves when
+    /// an agent is renamed, and the factory is one line:
+    /// `.with_namespace(|cx| vec![cx.assistant_id.clone().unwrap_or_default()])`.)
     pub fn new(store: Arc<dyn Store>) -> Self {
         Self {
             store,
