@@ -57,7 +57,7 @@ impl StoreBackend {
     /// the assistant id and the runtime data to key on. (The reference system's legacy default
     /// keys on the assistant id; a fixed default is chosen here so that data never moves when
     /// an agent is renamed, and the factory is one line:
-    /// `.with_namespace(|cx| vec![cx.assistant_id.clone().unwrap_or_default()])`.)
+    /// `.with_namespace(|cx| vec![cx.assistant_id.clone().unwrap_or_else(|| "default".into())])`.)
     pub fn new(store: Arc<dyn Store>) -> Self {
         Self {
             store,
