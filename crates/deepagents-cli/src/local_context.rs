@@ -15,11 +15,17 @@ pub struct LocalContext {
 }
 
 impl LocalContext {
-    /// The context of `root`, the workspace directory.
-    pub fn new(root: &Path) -> Self {
+    /// The context of `root`, the workspace directory; `virtual_mode` tells whether file
+    /// paths are confined to it (it is then file path `/`) or are the host's own.
+    pub fn new(root: &Path, virtual_mode: bool) -> Self {
         let root = root.canonicalize().unwrap_or_else(|_| root.to_owned());
+        let paths = if virtual_mode {
+            "file path `/`; the shell starts there"
+        } else {
+            "the shell starts there; file paths are the host's own"
+        };
         let mut section = format!(
-            "## Environment\n- Working directory: `{}` (file path `/`; the shell starts there)",
+            "## Environment\n- Working directory: `{}` ({paths})",
             root.display()
         );
         if let Some(git) = git_summary(&root) {

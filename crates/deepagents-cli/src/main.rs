@@ -212,13 +212,14 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .compact_tool(args.compact_tool)
         .max_turns(args.max_turns);
     let agent_dirs = agents::sources(args.root.as_deref(), &args.agent_dirs);
+    let virtual_mode = args.virtual_mode.or(config.virtual_mode).unwrap_or(true);
     let workspace = workspace::open(
         args.backend,
         args.root,
         &args.skill_dirs,
         args.read_only_memory || config.read_only_memory,
         &workspace::DiskOptions {
-            virtual_mode: args.virtual_mode.or(config.virtual_mode).unwrap_or(true),
+            virtual_mode,
             shell: &config.shell,
         },
     )
@@ -228,7 +229,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .memory(workspace.memory)
         .skills(workspace.skills);
     if let Some(root) = &workspace.root {
-        builder = builder.middleware(local_context::LocalContext::new(root));
+        builder = builder.middleware(local_context::LocalContext::new(root, virtual_mode));
     }
     if let Some(path) = &args.permissions {
         builder = builder.permissions(workspace::permissions(path)?);
