@@ -513,8 +513,15 @@ pub struct PathMapping {
 }
 
 /// A filesystem the agent can use. Every operation takes absolute virtual paths and returns
-/// errors as values. Implement every method; [`crate::text`] has helpers for backends that keep
-/// whole files in memory.
+/// errors as values.
+///
+/// The core is `name`, `ls`, `read`, `write`, `edit`, `glob` and `grep`; the rest have defaults
+/// built on it: `read_raw` rebuilds a text file from `read` (its line terminators become
+/// `\n`), `upload_files` writes UTF-8 files with `write` (other bytes are refused per path as
+/// `invalid_path`), `download_files` uses `read_raw`, and `delete` reports that the backend
+/// cannot delete. Override them to keep bytes exact, to store binary files, or to delete.
+/// [`crate::memory`] has helpers for backends that keep whole files in memory, and the
+/// `testing` feature's suite checks a backend against every rule.
 #[async_trait]
 pub trait Backend: Send + Sync {
     /// A short name for messages, e.g. `state` or `filesystem`.
@@ -532,8 +539,22 @@ pub trait Backend: Send + Sync {
         limit: usize,
     ) -> Result<ReadResult, BackendError>;
 
-    /// The whole file as bytes.
-    async fn read_raw(&self, cx: &BackendContext, path: &VPath) -> Result<RawFile, BackendError>;
+    /// The whole file as bytes. The default rebuilds it from [`read`](Self::read).
+    async fn read_raw(&self, cx: &BackendContext, path: &VPath) -> Result<RawFile, BackendError> {
+        match self.read(cx, path, 0, usize::MAX).await? {
+            ReadResult::Binary { mime_type, data } => Ok(RawFile { mime_type, data }),
+            ReadResult::Text { lines, .. } => {
+                let mut data = lines.join("\n").into_bytes();
+                if !lines.is_empty() {
+                    data.push(b'\n');
+                }
+                Ok(RawFile {
+                    mime_type: crate::mime::TEXT_MIME.to_owned(),
+                    data,
+                })
+            }
+        }
+    }
 
     /// Creates or overwrites a text file, creating parent directories.
     async fn write(
@@ -554,12 +575,18 @@ pub trait Backend: Send + Sync {
         replace_all: bool,
     ) -> Result<Changed<usize>, BackendError>;
 
-    /// Deletes a file or a directory tree. Returns how many files were removed.
+    /// Deletes a file or a directory tree. Returns how many files were removed. The default
+    /// cannot delete.
     async fn delete(
         &self,
-        cx: &BackendContext,
-        path: &VPath,
-    ) -> Result<Changed<usize>, BackendError>;
+        _cx: &BackendContext,
+        _path: &VPath,
+    ) -> Result<Changed<usize>, BackendError> {
+        Err(BackendError::Unsupported {
+            operation: "delete",
+            backend: self.name(),
+        })
+    }
 
     /// Files under `base` matching `pattern` (see [`crate::glob`] for the semantics).
     async fn glob(
@@ -576,19 +603,54 @@ pub trait Backend: Send + Sync {
         query: &GrepQuery,
     ) -> Result<GrepResult, BackendError>;
 
-    /// Writes files as bytes; one answer per file, in input order.
+    /// Writes files as bytes; one answer per file, in input order. The default writes UTF-8
+    /// files with [`write`](Self::write) and refuses other bytes as `invalid_path`.
     async fn upload_files(
         &self,
         cx: &BackendContext,
         files: Vec<(String, Vec<u8>)>,
-    ) -> Changed<Vec<Result<(), FileOpError>>>;
+    ) -> Changed<Vec<Result<(), FileOpError>>> {
+        let mut update = StateUpdate::default();
+        let mut answers = Vec::with_capacity(files.len());
+        for (raw, bytes) in files {
+            let answer = match (VPath::parse(&raw), String::from_utf8(bytes)) {
+                (Ok(path), Ok(text)) => match self.write(cx, &path, &text).await {
+                    Ok(changed) => {
+                        update.files.extend(changed.update.files);
+                        Ok(())
+                    }
+                    Err(error) => Err(error.file_op_code()),
+                },
+                _ => Err(FileOpError::InvalidPath),
+            };
+            answers.push(answer);
+        }
+        Changed {
+            value: answers,
+            update,
+        }
+    }
 
-    /// Reads files as bytes; one answer per path, in input order.
+    /// Reads files as bytes; one answer per path, in input order. The default uses
+    /// [`read_raw`](Self::read_raw).
     async fn download_files(
         &self,
         cx: &BackendContext,
         paths: Vec<String>,
-    ) -> Vec<Result<Vec<u8>, FileOpError>>;
+    ) -> Vec<Result<Vec<u8>, FileOpError>> {
+        let mut answers = Vec::with_capacity(paths.len());
+        for raw in paths {
+            answers.push(match VPath::parse(&raw) {
+                Ok(path) => self
+                    .read_raw(cx, &path)
+                    .await
+                    .map(|file| file.data)
+                    .map_err(|error| error.file_op_code()),
+                Err(_) => Err(FileOpError::InvalidPath),
+            });
+        }
+        answers
+    }
 
     /// The shell of this backend, when it has one.
     fn as_sandbox(&self) -> Option<&dyn Sandbox> {

@@ -1,6 +1,7 @@
 //! The conformance suite: the cases every backend must pass, for your own backend too.
 //!
-//! Enable the `testing` feature (as a dev-dependency) and call it from a test:
+//! Enable the `testing` feature (as a dev-dependency) and call it from a test
+//! ([`check_core_backend`] for a backend that implements only the core methods):
 //!
 //! ```ignore
 //! #[tokio::test]
@@ -242,6 +243,29 @@ pub async fn check_mounted(backend: Arc<dyn Backend>) {
         ..outside
     };
     run_cases(h).await;
+}
+
+/// Runs the cases of the core protocol (write, read and page, list, edit, glob, grep) against
+/// a fresh, empty backend: for a backend that implements only the core and keeps the defaults
+/// for the rest (no delete, no binary uploads).
+pub async fn check_core_backend(backend: Arc<dyn Backend>) {
+    let mut h = Harness::new(backend);
+    let name = h.backend.name();
+    write_read_and_page(&mut h).await;
+    listing(&mut h).await;
+    editing(&mut h).await;
+    globbing(&mut h).await;
+    grepping(&mut h).await;
+    // The defaults built on the core: UTF-8 uploads are written, other bytes refused per path.
+    let answers = h
+        .upload(vec![
+            ("/up.txt", b"up\n".to_vec()),
+            ("/up.bin", vec![0xff, 0xfe, 0]),
+        ])
+        .await;
+    assert_eq!(answers, [Ok(()), Err(FileOpError::InvalidPath)]);
+    assert_eq!(h.download(&["/up.txt"]).await, [Ok(b"up\n".to_vec())]);
+    eprintln!("core conformance passed: {name} at {}", h.root);
 }
 
 async fn run_cases(mut h: Harness) {

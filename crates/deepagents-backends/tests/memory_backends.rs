@@ -788,3 +788,117 @@ async fn files_carry_their_creation_and_modification_times() {
         .await;
     assert_eq!(stored[0].as_deref(), Ok(&b"two\n"[..]));
 }
+
+/// A backend written against the core protocol only — name, ls, read, write, edit, glob,
+/// grep — with the defaults for the rest, as a user would write one.
+mod core_only {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use async_trait::async_trait;
+    use deepagents_backends::memory::{MemoryTree, file_data, now_ms};
+    use deepagents_backends::{
+        Backend, BackendContext, BackendError, Changed, FileInfo, GlobResult, GrepQuery,
+        GrepResult, ReadResult, VPath,
+    };
+    use deepagents_core::FileData;
+
+    #[derive(Default)]
+    pub struct MapBackend(Mutex<BTreeMap<VPath, FileData>>);
+
+    impl MapBackend {
+        fn tree(&self) -> MemoryTree<FileData> {
+            MemoryTree::new(self.0.lock().unwrap().clone())
+        }
+    }
+
+    #[async_trait]
+    impl Backend for MapBackend {
+        fn name(&self) -> &'static str {
+            "map"
+        }
+
+        async fn ls(
+            &self,
+            _: &BackendContext,
+            path: &VPath,
+        ) -> Result<Vec<FileInfo>, BackendError> {
+            self.tree().ls(path)
+        }
+
+        async fn read(
+            &self,
+            _: &BackendContext,
+            path: &VPath,
+            offset: usize,
+            limit: usize,
+        ) -> Result<ReadResult, BackendError> {
+            self.tree().read(path, offset, limit)
+        }
+
+        async fn write(
+            &self,
+            _: &BackendContext,
+            path: &VPath,
+            content: &str,
+        ) -> Result<Changed<()>, BackendError> {
+            self.tree().check_write(path, content.len())?;
+            let file = file_data(path, content.as_bytes().to_vec(), now_ms());
+            self.0.lock().unwrap().insert(path.clone(), file);
+            Ok(Changed::outside_state(()))
+        }
+
+        async fn edit(
+            &self,
+            _: &BackendContext,
+            path: &VPath,
+            old: &str,
+            new: &str,
+            replace_all: bool,
+        ) -> Result<Changed<usize>, BackendError> {
+            let (content, count) = self.tree().edit_content(path, old, new, replace_all)?;
+            let file = FileData {
+                content,
+                modified_at_ms: now_ms(),
+                created_at_ms: 0,
+            };
+            self.0.lock().unwrap().insert(path.clone(), file);
+            Ok(Changed::outside_state(count))
+        }
+
+        async fn glob(
+            &self,
+            _: &BackendContext,
+            pattern: &str,
+            base: &VPath,
+        ) -> Result<GlobResult, BackendError> {
+            self.tree().glob(pattern, base)
+        }
+
+        async fn grep(
+            &self,
+            _: &BackendContext,
+            query: &GrepQuery,
+        ) -> Result<GrepResult, BackendError> {
+            self.tree().grep(query)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_backend_of_only_the_core_methods_passes_the_core_suite() {
+        deepagents_backends::testing::check_core_backend(Arc::new(MapBackend::default())).await;
+        let backend = MapBackend::default();
+        let cx = BackendContext::default();
+        let deleted = backend.delete(&cx, &VPath::parse("/x").unwrap()).await;
+        assert!(
+            matches!(
+                deleted,
+                Err(BackendError::Unsupported {
+                    operation: "delete",
+                    ..
+                })
+            ),
+            "{deleted:?}"
+        );
+    }
+}
