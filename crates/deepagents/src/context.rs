@@ -66,9 +66,10 @@ pub fn estimate_messages(messages: &[Message]) -> u64 {
 /// A running estimate of `messages[start..]` for a conversation that only grows, so a step
 /// costs what the new messages cost, not what the whole history does.
 ///
-/// The count is reused only when the start is unchanged and the last counted message is still
-/// where it was (a fingerprint of it is kept), so conversations sharing one agent never use each
-/// other's count; otherwise it is recomputed.
+/// Keep one per run (in its extensions). The count is reused only when the start is unchanged
+/// and the last counted message is still where it was (a fingerprint of it is kept): a
+/// summary moves the start and a request shaped by middleware may differ from the last one,
+/// and then it is recomputed.
 #[derive(Debug, Default)]
 pub struct RunningEstimate {
     /// (start, messages counted, fingerprint of the last one, their tokens).

@@ -18,6 +18,7 @@ use deepagents::{
 };
 use serde_json::json;
 
+use crate::middleware_capture::Capture;
 use crate::support::{scripted, text, tool_results};
 
 /// The first user message of a request: which conversation (or subagent task) it is.
@@ -250,7 +251,7 @@ async fn a_namespace_factory_sees_the_thread_and_the_assistant() {
         .unwrap();
     seen.lock().unwrap().clear();
 
-    let requests = Arc::new(Mutex::new(Vec::<String>::new()));
+    let requests = Arc::new(Mutex::new(Vec::new()));
     let agent = Agent::builder(scripted(json!([
         {"tool_calls": [{"id": "w", "name": "write_file", "args": {"file_path": "/out.txt", "content": "x"}}]},
         {"text": "done"},
@@ -259,13 +260,19 @@ async fn a_namespace_factory_sees_the_thread_and_the_assistant() {
     .name("bot")
     .backend(backend.clone())
     .memory(["/AGENTS.md"])
-    .middleware(CaptureSystem(Arc::clone(&requests)))
+    .middleware(Capture {
+        requests: Arc::clone(&requests),
+    })
     .checkpointer(Arc::new(InMemoryCheckpointer::new()))
     .build()
     .unwrap();
     agent.thread("t1").unwrap().invoke("go").await.unwrap();
     assert!(
-        requests.lock().unwrap()[0].contains("Always answer in haiku."),
+        requests.lock().unwrap()[0]
+            .system_prompt
+            .as_deref()
+            .unwrap_or_default()
+            .contains("Always answer in haiku."),
         "memory loaded from the thread's and assistant's namespace"
     );
     let calls = seen.lock().unwrap().clone();
@@ -314,29 +321,6 @@ async fn a_namespace_factory_sees_the_thread_and_the_assistant() {
         calls.contains(&(Some("t3".into()), Some("helper".into()))),
         "{calls:?}"
     );
-}
-
-/// Keeps the system prompt of every request.
-struct CaptureSystem(Arc<Mutex<Vec<String>>>);
-
-#[async_trait]
-impl Middleware for CaptureSystem {
-    fn name(&self) -> &str {
-        "capture_system"
-    }
-
-    async fn before_model(
-        &self,
-        _ctx: &RunContext,
-        request: &mut ModelRequest,
-        _state: &deepagents::AgentState,
-    ) -> Result<(), deepagents::middleware::MiddlewareError> {
-        self.0
-            .lock()
-            .unwrap()
-            .push(request.system_prompt.clone().unwrap_or_default());
-        Ok(())
-    }
 }
 
 #[test]
@@ -500,7 +484,7 @@ async fn a_tool_source_can_change_its_tools_between_model_calls() {
         version: AtomicU64::new(0),
         listed: AtomicUsize::new(0),
     });
-    let offered = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
+    let requests = Arc::new(Mutex::new(Vec::new()));
     let agent = Agent::builder(scripted(json!([
         {"tool_calls": [{"id": "1", "name": "first", "args": {}}]},
         {"tool_calls": [{"id": "2", "name": "second", "args": {}}, {"id": "3", "name": "ls", "args": {}}]},
@@ -508,7 +492,9 @@ async fn a_tool_source_can_change_its_tools_between_model_calls() {
     ])))
     .tool_source(source.clone())
     .middleware(Bump(Arc::clone(&source)))
-    .middleware(CaptureTools(Arc::clone(&offered)))
+    .middleware(Capture {
+        requests: Arc::clone(&requests),
+    })
     .build()
     .unwrap();
     let output = agent.invoke("go").await.unwrap();
@@ -517,7 +503,12 @@ async fn a_tool_source_can_change_its_tools_between_model_calls() {
     assert_eq!(text(results[0]), "first ran");
     assert_eq!(text(results[1]), "second ran");
     assert_ne!(text(results[2]), "impostor", "the built-in ls ran");
-    let offered = offered.lock().unwrap();
+    let offered: Vec<Vec<String>> = requests
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.tools.iter().map(|t| t.name.clone()).collect())
+        .collect();
     assert!(!offered[0].contains(&"second".to_owned()));
     assert!(offered[1].contains(&"second".to_owned()));
     assert_eq!(offered[1].iter().filter(|n| *n == "ls").count(), 1);
@@ -526,29 +517,6 @@ async fn a_tool_source_can_change_its_tools_between_model_calls() {
         2,
         "listed again only after the change"
     );
-}
-
-/// Keeps the tool names of every request.
-struct CaptureTools(Arc<Mutex<Vec<Vec<String>>>>);
-
-#[async_trait]
-impl Middleware for CaptureTools {
-    fn name(&self) -> &str {
-        "capture_tools"
-    }
-
-    async fn before_model(
-        &self,
-        _ctx: &RunContext,
-        request: &mut ModelRequest,
-        _state: &deepagents::AgentState,
-    ) -> Result<(), deepagents::middleware::MiddlewareError> {
-        self.0
-            .lock()
-            .unwrap()
-            .push(request.tools.iter().map(|t| t.name.clone()).collect());
-        Ok(())
-    }
 }
 
 #[tokio::test]
