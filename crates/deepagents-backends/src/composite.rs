@@ -281,6 +281,19 @@ impl Backend for CompositeBackend {
             .map_err(restore_error(&prefix))
     }
 
+    async fn overwrite(
+        &self,
+        cx: &BackendContext,
+        path: &VPath,
+        content: &str,
+    ) -> Result<Changed<()>, BackendError> {
+        let (backend, inner, prefix, routed) = self.resolve(cx, path);
+        backend
+            .overwrite(&routed, &inner, content)
+            .await
+            .map_err(restore_error(&prefix))
+    }
+
     async fn edit(
         &self,
         cx: &BackendContext,

@@ -53,6 +53,11 @@ macro_rules! delegate_backend {
             write(path: &$crate::VPath, content: &str)
                 -> Result<$crate::Changed<()>, $crate::BackendError>);
     };
+    (@next $ty:tt $to:tt [overwrite $($more:ident)*] $done:tt $rest:tt) => {
+        $crate::delegate::delegate_backend!(@method $ty $to [$($more)*] $done $rest
+            overwrite(path: &$crate::VPath, content: &str)
+                -> Result<$crate::Changed<()>, $crate::BackendError>);
+    };
     (@next $ty:tt $to:tt [edit $($more:ident)*] $done:tt $rest:tt) => {
         $crate::delegate::delegate_backend!(@method $ty $to [$($more)*] $done $rest
             edit(path: &$crate::VPath, old: &str, new: &str, replace_all: bool)

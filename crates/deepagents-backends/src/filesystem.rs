@@ -87,17 +87,23 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 ///
 /// # Writes
 ///
-/// write, edit and upload never change a file in place: the new content goes to a temporary
-/// file created (`O_EXCL | O_NOFOLLOW`) in the target's directory, itself opened beneath the
-/// root, is synced, and is renamed over the target relative to that directory's descriptor. A
-/// reader or a crash sees the old content or the new, never a mix, and concurrent writers of one
-/// file leave exactly one writer's content. Writers also take an exclusive `flock` on the
-/// directory for the few moments of a write, so concurrent edits apply one after the other
-/// instead of losing one (processes that do not take it still never tear a file). The
-/// replaced file's permission bits are kept. A symlink at the target is followed (by the
-/// symlink rule above, each hop resolved beneath the root) and its target replaced, so the link
-/// stays a link. Hard links to the old file keep the old content. One exception: a writable
-/// file in a directory the host does not let us add entries to is written in place.
+/// `write` only creates: it is refused ([`BackendError::AlreadyExists`]) when a file exists at
+/// the path, and a file that appears while it writes is never replaced (the new file is renamed
+/// into place with `RENAME_NOREPLACE`, or hard-linked where the filesystem has no rename
+/// flags).
+///
+/// Writes, overwrites, edits and uploads never change a file in place: the new content goes to
+/// a temporary file created (`O_EXCL | O_NOFOLLOW`) in the target's directory, itself opened
+/// beneath the root, is synced, and is renamed over the target relative to that directory's
+/// descriptor. A reader or a crash sees the old content or the new, never a mix, and
+/// concurrent writers of one file leave exactly one writer's content. Writers also take an
+/// exclusive `flock` on the directory for the few moments of a write, so concurrent edits
+/// apply one after the other instead of losing one (processes that do not take it still never
+/// tear a file). The replaced file's permission bits are kept. A symlink at the target is
+/// followed (by the symlink rule above, each hop resolved beneath the root) and its target
+/// replaced (or, for `write`, refused as existing), so the link stays a link. Hard links to
+/// the old file keep the old content. One exception: an overwrite or edit of a writable file
+/// in a directory the host does not let us add entries to is done in place.
 ///
 /// # Reading large files
 ///
@@ -480,13 +486,25 @@ impl<'d> TempFile<'d> {
     }
 
     /// Renames the file to `target`, which did not exist when checked. `EEXIST` when it has
-    /// been created meanwhile (then nothing was changed).
-    fn commit_new(mut self, target: &str) -> Result<(), Errno> {
+    /// been created meanwhile (then nothing was changed). `exclusive`: never replace what was
+    /// created meanwhile, even where the filesystem has no rename flags.
+    fn commit_new(mut self, target: &str, exclusive: bool) -> Result<(), Errno> {
         let (dir, name) = (self.dir, self.name.as_str());
         match rustix::fs::renameat_with(dir, name, dir, target, RenameFlags::NOREPLACE) {
             Ok(()) => {}
-            // Filesystems without rename flags: a plain rename, which replaces what was
-            // created in the meantime.
+            // Filesystems without rename flags: a hard link fails on an existing name as the
+            // flag does (our name is then removed on drop).
+            Err(Errno::INVAL | Errno::NOSYS) if exclusive => {
+                match rustix::fs::linkat(dir, name, dir, target, AtFlags::empty()) {
+                    Ok(()) => return Ok(()),
+                    Err(Errno::EXIST) => return Err(Errno::EXIST),
+                    // Nor hard links: a plain rename, which replaces a file created in the
+                    // moment since the check (only by a writer that does not lock).
+                    Err(_) => rustix::fs::renameat(dir, name, dir, target)?,
+                }
+            }
+            // A plain rename, which replaces what was created in the meantime, as the caller
+            // would have anyway.
             Err(Errno::INVAL | Errno::NOSYS) => rustix::fs::renameat(dir, name, dir, target)?,
             Err(e) => return Err(e),
         }
@@ -545,6 +563,17 @@ impl Drop for TempFile<'_> {
             let _ = rustix::fs::unlinkat(self.dir, self.name.as_str(), AtFlags::empty());
         }
     }
+}
+
+/// What a write may find at its target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    /// Nothing: a create-only write, refused with [`BackendError::AlreadyExists`] otherwise.
+    New,
+    /// A file, which it replaces (edit); nothing is [`BackendError::NotFound`].
+    Existing,
+    /// A file or nothing (overwrite, upload).
+    Any,
 }
 
 impl Inner {
@@ -807,7 +836,9 @@ impl Inner {
         Ok(())
     }
 
-    fn write_bytes(&self, path: &VPath, data: &[u8]) -> Result<(), BackendError> {
+    /// Puts `data` at `path`, creating parent directories: a new file only
+    /// ([`Target::New`]) or a new or existing one ([`Target::Any`]).
+    fn write_bytes(&self, path: &VPath, data: &[u8], target: Target) -> Result<(), BackendError> {
         if path.is_root() {
             return Err(BackendError::IsDirectory {
                 path: path.to_string(),
@@ -816,7 +847,7 @@ impl Inner {
         // Before anything is created, so a refused write leaves no parent directories behind.
         self.check_size_to_write(path, data.len())?;
         self.ensure_parents(path)?;
-        self.replace_file(path, "write", true, |_| Ok((Cow::Borrowed(data), ())))
+        self.replace_file(path, "write", target, |_| Ok((Cow::Borrowed(data), ())))
     }
 
     fn edit(
@@ -827,7 +858,7 @@ impl Inner {
         replace_all: bool,
     ) -> Result<usize, BackendError> {
         let shown = path.as_str();
-        self.replace_file(path, "edit", false, |current| {
+        self.replace_file(path, "edit", Target::Existing, |current| {
             let Some((file, size)) = current else {
                 return Err(BackendError::NotFound {
                     path: shown.to_owned(),
@@ -855,14 +886,15 @@ impl Inner {
     }
 
     /// Replaces the content of the file at `path` with what `build` makes of the current file
-    /// (`None` when there is none yet; then only with `create`), atomically: the new bytes go to
-    /// a temporary file in the same directory, which is synced and renamed over the target (see
-    /// the type's docs). `build` may run more than once when the file is replaced meanwhile.
+    /// (`None` when there is none yet, unless `target` is [`Target::Existing`]), atomically:
+    /// the new bytes go to a temporary file in the same directory, which is synced and renamed
+    /// over the target (see the type's docs). `build` may run more than once when the file is
+    /// replaced meanwhile.
     fn replace_file<'d, T>(
         &self,
         path: &VPath,
         operation: &'static str,
-        create: bool,
+        target: Target,
         mut build: impl FnMut(Option<(&mut File, u64)>) -> Result<(Cow<'d, [u8]>, T), BackendError>,
     ) -> Result<T, BackendError> {
         let shown = path.as_str();
@@ -895,7 +927,7 @@ impl Inner {
                 Err(e) => return Err(fail(e)),
             };
             let Some(checked) = existing else {
-                if !create {
+                if target == Target::Existing {
                     return Err(BackendError::NotFound {
                         path: shown.to_owned(),
                     });
@@ -904,18 +936,27 @@ impl Inner {
                 let temp = TempFile::create(dir.as_fd(), &name, None).map_err(fail)?;
                 temp.fill(&data)
                     .map_err(|e| io_error(&e, operation, shown))?;
-                match temp.commit_new(&name) {
+                match temp.commit_new(&name, target == Target::New) {
                     Ok(()) => {
                         sync_dir(&dir);
                         return Ok(value);
                     }
-                    // Created meanwhile (by a writer that does not lock): replace it as an
-                    // existing file.
+                    // Created meanwhile (by a writer that does not lock): look again, so it is
+                    // replaced as an existing file, or refused by a create-only write.
                     Err(Errno::EXIST) => continue,
                     Err(e) => return Err(fail(e)),
                 }
             };
-            let access = if create { OFlags::WRONLY } else { OFlags::RDWR };
+            if target == Target::New {
+                return Err(BackendError::AlreadyExists {
+                    path: shown.to_owned(),
+                });
+            }
+            let access = if target == Target::Any {
+                OFlags::WRONLY
+            } else {
+                OFlags::RDWR
+            };
             // Opening the file checks the host lets us write it, as writing in place did; the
             // rename alone would only need the directory to be writable.
             let flags = access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY;
@@ -1622,7 +1663,22 @@ impl Backend for FilesystemBackend {
         let owned = path.clone();
         let content = content.to_owned();
         self.blocking("write", path.to_string(), move |inner| {
-            inner.write_bytes(&owned, content.as_bytes())
+            inner.write_bytes(&owned, content.as_bytes(), Target::New)
+        })
+        .await?;
+        Ok(Changed::outside_state(()))
+    }
+
+    async fn overwrite(
+        &self,
+        _cx: &BackendContext,
+        path: &VPath,
+        content: &str,
+    ) -> Result<Changed<()>, BackendError> {
+        let owned = path.clone();
+        let content = content.to_owned();
+        self.blocking("write", path.to_string(), move |inner| {
+            inner.write_bytes(&owned, content.as_bytes(), Target::Any)
         })
         .await?;
         Ok(Changed::outside_state(()))
@@ -1699,7 +1755,7 @@ impl Backend for FilesystemBackend {
                     .map(|(raw, data)| {
                         let path = VPath::parse(&raw).map_err(|_| FileOpError::InvalidPath)?;
                         inner
-                            .write_bytes(&path, &data)
+                            .write_bytes(&path, &data, Target::Any)
                             .map_err(|e| e.file_op_code())
                     })
                     .collect::<Vec<_>>())

@@ -116,6 +116,18 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
         self.check_writable(path)
     }
 
+    /// [`check_write`](Self::check_write) for a create-only write: also refuses a file that
+    /// already exists at `path` ([`BackendError::AlreadyExists`]).
+    pub fn check_create(&self, path: &VPath, size: usize) -> Result<(), BackendError> {
+        self.check_write(path, size)?;
+        if self.file(path).is_some() {
+            return Err(BackendError::AlreadyExists {
+                path: path.to_string(),
+            });
+        }
+        Ok(())
+    }
+
     fn check_size_to_write(&self, path: &VPath, size: usize) -> Result<(), BackendError> {
         let size = u64::try_from(size).unwrap_or(u64::MAX);
         if size > self.max_file_size {
@@ -362,7 +374,8 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
             (FileContent::Binary { .. }, _) => Err(BackendError::NotUtf8 {
                 path: path.to_string(),
                 reason: "this backend stores edited files as UTF-8 text, which would rewrite \
-                         those bytes, so nothing was changed. Rewrite the file with write_file"
+                         those bytes, so nothing was changed. Delete the file and write it again with \
+                         write_file"
                     .to_owned(),
             }),
         }

@@ -90,7 +90,7 @@ impl PerRunBackend {
 
 delegate_backend! {
     impl Backend for PerRunBackend {
-        forward [ls, read, read_raw, write, edit, delete, glob, grep]
+        forward [ls, read, read_raw, write, overwrite, edit, delete, glob, grep]
             to |self, cx| self.instance(cx).await?;
 
         fn name(&self) -> &'static str {

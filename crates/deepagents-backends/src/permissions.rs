@@ -20,7 +20,7 @@ use crate::protocol::{
 pub enum Operation {
     /// ls, read, glob, grep, download.
     Read,
-    /// write, edit, delete, upload.
+    /// write, overwrite, edit, delete, upload.
     Write,
 }
 
@@ -259,6 +259,16 @@ impl Backend for PermissionedBackend {
     ) -> Result<Changed<()>, BackendError> {
         self.require(Operation::Write, path)?;
         self.inner.write(cx, path, content).await
+    }
+
+    async fn overwrite(
+        &self,
+        cx: &BackendContext,
+        path: &VPath,
+        content: &str,
+    ) -> Result<Changed<()>, BackendError> {
+        self.require(Operation::Write, path)?;
+        self.inner.overwrite(cx, path, content).await
     }
 
     async fn edit(

@@ -25,7 +25,7 @@ pub enum BackendOp<'a> {
         /// The file.
         path: &'a VPath,
     },
-    /// `write`.
+    /// `write` or `overwrite`.
     Write {
         /// The file.
         path: &'a VPath,
@@ -167,6 +167,21 @@ impl Backend for PolicyBackend {
             cx,
             BackendOp::Write { path, content },
             self.inner.write(cx, path, content),
+        )
+        .await
+    }
+
+    async fn overwrite(
+        &self,
+        cx: &BackendContext,
+        path: &VPath,
+        content: &str,
+    ) -> Result<Changed<()>, BackendError> {
+        // The same change as far as a policy goes: content put at a path.
+        self.guarded(
+            cx,
+            BackendOp::Write { path, content },
+            self.inner.overwrite(cx, path, content),
         )
         .await
     }
@@ -343,7 +358,7 @@ impl Sandbox for PolicyBackend {
     }
 }
 
-/// A [`BackendPolicy`] that makes a backend read-only: `write`, `delete`, uploads and `execute`
+/// A [`BackendPolicy`] that makes a backend read-only: writes, `delete`, uploads and `execute`
 /// are refused, and so are edits except of the files named by [`editable`](Self::editable).
 /// Mount directories from outside the workspace with it (skills, the user's agent directory),
 /// so the agent can read them but neither change, delete nor plant files there.

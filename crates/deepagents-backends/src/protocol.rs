@@ -319,6 +319,15 @@ pub enum BackendError {
         /// The path.
         path: String,
     },
+    /// write: a file already exists at the path; nothing was changed. `write` only creates;
+    /// [`Backend::overwrite`] replaces.
+    #[error(
+        "{path} already exists: read it and change it with edit_file, or delete it first to replace it whole"
+    )]
+    AlreadyExists {
+        /// The path.
+        path: String,
+    },
     /// A directory operation was given a file, or a parent is a file.
     #[error("{path} is not a directory")]
     NotADirectory {
@@ -444,6 +453,7 @@ impl BackendError {
             }),
             Self::NotFound { path } => Self::NotFound { path: map(&path) },
             Self::IsDirectory { path } => Self::IsDirectory { path: map(&path) },
+            Self::AlreadyExists { path } => Self::AlreadyExists { path: map(&path) },
             Self::NotADirectory { path } => Self::NotADirectory { path: map(&path) },
             Self::PermissionDenied { path, reason } => Self::PermissionDenied {
                 path: map(&path),
@@ -490,7 +500,9 @@ impl BackendError {
         }
     }
 
-    /// The batch error code of this error.
+    /// The batch error code of this error. Uploads replace files, so
+    /// [`AlreadyExists`](Self::AlreadyExists) does not arise there; should a backend report it
+    /// anyway it counts as refused (`permission_denied`).
     pub fn file_op_code(&self) -> FileOpError {
         match self {
             Self::NotFound { .. } => FileOpError::FileNotFound,
@@ -517,9 +529,15 @@ pub struct PathMapping {
 ///
 /// The core is `name`, `ls`, `read`, `write`, `edit`, `glob` and `grep`; the rest have defaults
 /// built on it: `read_raw` rebuilds a text file from `read` (its line terminators become
-/// `\n`), `upload_files` writes UTF-8 files with `write` (other bytes are refused per path as
+/// `\n`), `overwrite` is `write`, or `delete` then `write` when the file exists,
+/// `upload_files` writes UTF-8 files with `overwrite` (other bytes are refused per path as
 /// `invalid_path`), `download_files` uses `read_raw`, and `delete` reports that the backend
-/// cannot delete. Override them to keep bytes exact, to store binary files, or to delete.
+/// cannot delete. Override them to keep bytes exact, to store binary files, to delete, or to
+/// replace a file in one step.
+///
+/// `write` only creates: a file that exists is [`BackendError::AlreadyExists`] and stays as it
+/// was, so the model never loses a file it did not read. [`overwrite`](Self::overwrite)
+/// replaces, for callers that mean to (the harness's own files, uploads).
 /// [`crate::memory`] has helpers for backends that keep whole files in memory, and the
 /// `testing` feature's suite checks a backend against every rule.
 #[async_trait]
@@ -556,13 +574,54 @@ pub trait Backend: Send + Sync {
         }
     }
 
-    /// Creates or overwrites a text file, creating parent directories.
+    /// Creates a text file, creating parent directories. Create-only: when a file exists at
+    /// the path it fails with [`BackendError::AlreadyExists`] and changes nothing (a directory
+    /// there is [`BackendError::IsDirectory`]). Use [`overwrite`](Self::overwrite) to replace.
     async fn write(
         &self,
         cx: &BackendContext,
         path: &VPath,
         content: &str,
     ) -> Result<Changed<()>, BackendError>;
+
+    /// Creates or replaces a text file, creating parent directories. The built-in backends
+    /// replace in one step and keep a replaced file's creation time where they record one.
+    ///
+    /// The default is [`write`](Self::write), and when that reports
+    /// [`AlreadyExists`](BackendError::AlreadyExists), [`delete`](Self::delete) then `write`
+    /// again: not atomic (a reader may find the file missing in between, and the file is
+    /// created anew), and on a backend that cannot delete it fails with `delete`'s
+    /// [`Unsupported`](BackendError::Unsupported) error, the file unchanged. Override it to
+    /// replace in one step.
+    async fn overwrite(
+        &self,
+        cx: &BackendContext,
+        path: &VPath,
+        content: &str,
+    ) -> Result<Changed<()>, BackendError> {
+        match self.write(cx, path, content).await {
+            Err(BackendError::AlreadyExists { .. }) => {}
+            done => return done,
+        }
+        let deleted = self.delete(cx, path).await?;
+        // The write must see the delete: a state backend only returns updates, so its context
+        // is advanced by them before writing again.
+        let mut after = cx.clone();
+        if !deleted.update.is_empty() {
+            let mut state = AgentState::clone(&cx.state);
+            for (key, file) in &deleted.update.files {
+                match file {
+                    Some(file) => state.files.insert(key.clone(), file.clone()),
+                    None => state.files.remove(key),
+                };
+            }
+            after.state = Arc::new(state);
+        }
+        let written = self.write(&after, path, content).await?;
+        let mut update = deleted.update;
+        update.files.extend(written.update.files);
+        Ok(Changed { value: (), update })
+    }
 
     /// Replaces `old` by `new`; `old` must occur exactly once unless `replace_all`. Returns the
     /// number of replacements.
@@ -603,8 +662,9 @@ pub trait Backend: Send + Sync {
         query: &GrepQuery,
     ) -> Result<GrepResult, BackendError>;
 
-    /// Writes files as bytes; one answer per file, in input order. The default writes UTF-8
-    /// files with [`write`](Self::write) and refuses other bytes as `invalid_path`.
+    /// Writes files as bytes, creating or replacing each; one answer per file, in input order.
+    /// The default writes UTF-8 files with [`overwrite`](Self::overwrite) and refuses other
+    /// bytes as `invalid_path`.
     async fn upload_files(
         &self,
         cx: &BackendContext,
@@ -614,7 +674,7 @@ pub trait Backend: Send + Sync {
         let mut answers = Vec::with_capacity(files.len());
         for (raw, bytes) in files {
             let answer = match (VPath::parse(&raw), String::from_utf8(bytes)) {
-                (Ok(path), Ok(text)) => match self.write(cx, &path, &text).await {
+                (Ok(path), Ok(text)) => match self.overwrite(cx, &path, &text).await {
                     Ok(changed) => {
                         update.files.extend(changed.update.files);
                         Ok(())

@@ -408,7 +408,8 @@ impl Sandbox for LocalShellBackend {
 delegate_backend! {
     impl Backend for LocalShellBackend {
         forward [
-            ls, read, read_raw, write, edit, delete, glob, grep, upload_files, download_files,
+            ls, read, read_raw, write, overwrite, edit, delete, glob, grep, upload_files,
+            download_files,
         ] to |self, cx| self.fs;
 
         fn name(&self) -> &'static str {

@@ -65,6 +65,28 @@ impl StateBackend {
         MemoryTree::new(files).with_max_file_size(self.max_file_size)
     }
 
+    /// The update that puts `content` at `path`, in place of `previous` (whose creation time
+    /// it keeps).
+    fn text_file(
+        cx: &BackendContext,
+        previous: Option<&FileData>,
+        path: &VPath,
+        content: &str,
+    ) -> Changed<()> {
+        let mut update = StateUpdate::default();
+        let now = now_ms();
+        let file = FileData {
+            content: FileContent::Text {
+                text: content.to_owned(),
+            },
+            modified_at_ms: now,
+            created_at_ms: now,
+        }
+        .replacing(previous);
+        Self::put(cx, &mut update, path, file);
+        Changed { value: (), update }
+    }
+
     fn put(cx: &BackendContext, update: &mut StateUpdate, path: &VPath, file: FileData) {
         update
             .files
@@ -102,20 +124,19 @@ impl Backend for StateBackend {
         path: &VPath,
         content: &str,
     ) -> Result<Changed<()>, BackendError> {
+        self.tree(cx).check_create(path, content.len())?;
+        Ok(Self::text_file(cx, None, path, content))
+    }
+
+    async fn overwrite(
+        &self,
+        cx: &BackendContext,
+        path: &VPath,
+        content: &str,
+    ) -> Result<Changed<()>, BackendError> {
         let tree = self.tree(cx);
         tree.check_write(path, content.len())?;
-        let mut update = StateUpdate::default();
-        let now = now_ms();
-        let file = FileData {
-            content: FileContent::Text {
-                text: content.to_owned(),
-            },
-            modified_at_ms: now,
-            created_at_ms: now,
-        }
-        .replacing(tree.file(path));
-        Self::put(cx, &mut update, path, file);
-        Ok(Changed { value: (), update })
+        Ok(Self::text_file(cx, tree.file(path), path, content))
     }
 
     async fn edit(

@@ -45,6 +45,7 @@ pub fn p(path: &str) -> VPath {
 pub fn error_path(error: &BackendError) -> Option<&str> {
     match error {
         BackendError::NotFound { path }
+        | BackendError::AlreadyExists { path }
         | BackendError::IsDirectory { path }
         | BackendError::NotADirectory { path }
         | BackendError::PermissionDenied { path, .. }
@@ -122,6 +123,29 @@ impl Harness {
             .await?;
         self.absorb(changed);
         Ok(())
+    }
+
+    pub async fn overwrite(&mut self, path: &str, content: &str) {
+        self.try_overwrite(path, content).await.unwrap();
+    }
+
+    pub async fn try_overwrite(&mut self, path: &str, content: &str) -> Result<(), BackendError> {
+        let changed = self
+            .backend
+            .overwrite(&self.cx, &self.at(path), content)
+            .await?;
+        self.absorb(changed);
+        Ok(())
+    }
+
+    /// The creation time the agent state records for a case path, when the backend keeps its
+    /// files there (other backends do not report one).
+    pub fn created_at_ms(&self, path: &str) -> Option<u64> {
+        self.cx
+            .state
+            .files
+            .get(self.at(path).as_str())
+            .map(|file| file.created_at_ms)
     }
 
     pub async fn edit(
@@ -247,11 +271,35 @@ pub async fn check_mounted(backend: Arc<dyn Backend>) {
 
 /// Runs the cases of the core protocol (write, read and page, list, edit, glob, grep) against
 /// a fresh, empty backend: for a backend that implements only the core and keeps the defaults
-/// for the rest (no delete, no binary uploads).
+/// for the rest (no delete, no binary uploads). Without delete, the default `overwrite` (and
+/// so an upload over an existing file) cannot replace a file; the suite accepts that it fails
+/// then, with the file unchanged.
 pub async fn check_core_backend(backend: Arc<dyn Backend>) {
     let mut h = Harness::new(backend);
     let name = h.backend.name();
     write_read_and_page(&mut h).await;
+    writing_creates_only(&mut h).await;
+    h.write("/core-over.log", "before\n").await;
+    match h.try_overwrite("/core-over.log", "after\n").await {
+        Ok(()) => assert_eq!(h.read_raw("/core-over.log").await.unwrap().data, b"after\n"),
+        Err(error) => {
+            assert!(
+                matches!(
+                    error,
+                    BackendError::Unsupported {
+                        operation: "delete",
+                        ..
+                    }
+                ),
+                "overwrite without delete says delete is missing: {error}"
+            );
+            assert_eq!(
+                h.read_raw("/core-over.log").await.unwrap().data,
+                b"before\n",
+                "a failed overwrite changes nothing"
+            );
+        }
+    }
     listing(&mut h).await;
     editing(&mut h).await;
     globbing(&mut h).await;
@@ -271,6 +319,8 @@ pub async fn check_core_backend(backend: Arc<dyn Backend>) {
 async fn run_cases(mut h: Harness) {
     let name = h.backend.name();
     write_read_and_page(&mut h).await;
+    writing_creates_only(&mut h).await;
+    overwriting(&mut h).await;
     listing(&mut h).await;
     editing(&mut h).await;
     globbing(&mut h).await;
@@ -320,8 +370,13 @@ async fn write_read_and_page(h: &mut Harness) {
             total_lines: 0
         }
     );
-    // Overwrite.
-    h.write("/notes.txt", "hello\nworld\nagain\n").await;
+    // Extended in place of a rewrite, which write refuses.
+    assert_eq!(
+        h.edit("/notes.txt", "world\n", "world\nagain\n", false)
+            .await
+            .unwrap(),
+        1
+    );
     assert_eq!(h.text("/notes.txt").await.len(), 3);
     let raw = h.read_raw("/notes.txt").await.unwrap();
     assert_eq!(raw.data, b"hello\nworld\nagain\n");
@@ -334,6 +389,71 @@ async fn write_read_and_page(h: &mut Harness) {
     h.assert_names(&missing, "/missing.txt");
     let missing = h.read_raw("/missing.txt").await.unwrap_err();
     h.assert_names(&missing, "/missing.txt");
+}
+
+/// write only creates: over an existing file it fails, names the path, says what to do
+/// instead, and changes nothing.
+async fn writing_creates_only(h: &mut Harness) {
+    h.write("/once.log", "first\n").await;
+    let again = h.try_write("/once.log", "second\n").await.unwrap_err();
+    assert!(
+        matches!(again, BackendError::AlreadyExists { .. }),
+        "write over an existing file: {again}"
+    );
+    h.assert_names(&again, "/once.log");
+    assert!(again.to_string().contains("edit_file"), "{again}");
+    assert_eq!(h.read_raw("/once.log").await.unwrap().data, b"first\n");
+    assert_eq!(h.text("/once.log").await, ["first"]);
+    // Nor does an empty write slip through.
+    let empty = h.try_write("/once.log", "").await.unwrap_err();
+    assert!(
+        matches!(empty, BackendError::AlreadyExists { .. }),
+        "{empty}"
+    );
+    assert_eq!(h.read_raw("/once.log").await.unwrap().data, b"first\n");
+}
+
+/// overwrite creates or replaces (keeping the creation time where the backend reports one),
+/// with write's checks on directories; uploads replace too.
+async fn overwriting(h: &mut Harness) {
+    h.write("/over.txt", "one\n").await;
+    let created = h.created_at_ms("/over.txt");
+    // So a replacement that took a new creation time would show a different one.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    h.overwrite("/over.txt", "two\nlines\n").await;
+    assert_eq!(h.text("/over.txt").await, ["two", "lines"]);
+    assert_eq!(
+        h.created_at_ms("/over.txt"),
+        created,
+        "an overwrite keeps the creation time"
+    );
+    h.overwrite("/over/new.txt", "fresh\n").await;
+    assert_eq!(
+        h.text("/over/new.txt").await,
+        ["fresh"],
+        "overwrite creates"
+    );
+    let over_dir = h.try_overwrite("/over", "x").await.unwrap_err();
+    assert!(
+        matches!(over_dir, BackendError::IsDirectory { .. }),
+        "{over_dir}"
+    );
+    h.assert_names(&over_dir, "/over");
+    let under_file = h.try_overwrite("/over.txt/child", "x").await.unwrap_err();
+    assert!(
+        matches!(under_file, BackendError::NotADirectory { .. }),
+        "{under_file}"
+    );
+    h.assert_names(&under_file, "/over.txt");
+    assert_eq!(
+        h.upload(vec![("/over.txt", b"uploaded\n".to_vec())]).await,
+        [Ok(())],
+        "an upload replaces an existing file"
+    );
+    assert_eq!(h.read_raw("/over.txt").await.unwrap().data, b"uploaded\n");
+    assert_eq!(h.created_at_ms("/over.txt"), created);
+    assert_eq!(h.delete("/over").await.unwrap(), 1);
+    assert_eq!(h.delete("/over.txt").await.unwrap(), 1);
 }
 
 async fn listing(h: &mut Harness) {
@@ -723,8 +843,13 @@ async fn text_under_binary_names(h: &mut Harness) {
             .any(|m| m.starts_with("/pic.svg") || m.starts_with("/looks-like")),
         "binary files are not searched: {found:?}"
     );
-    // Overwriting with text is always allowed: the agent can still replace the file.
-    h.write("/pic.svg", "<svg/>").await;
+    // Replacing it with text is always allowed: the agent can still replace the file.
+    let again = h.try_write("/pic.svg", "<svg/>").await.unwrap_err();
+    assert!(
+        matches!(again, BackendError::AlreadyExists { .. }),
+        "{again}"
+    );
+    h.overwrite("/pic.svg", "<svg/>").await;
     assert_eq!(h.read_raw("/pic.svg").await.unwrap().data, b"<svg/>");
     assert_eq!(h.delete("/pic.svg").await.unwrap(), 1);
     assert_eq!(h.delete("/looks-like.txt").await.unwrap(), 1);

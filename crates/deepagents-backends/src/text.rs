@@ -163,8 +163,10 @@ fn check_old(old: &str) -> Result<(), BackendError> {
     if old.is_empty() {
         return Err(BackendError::InvalidQuery {
             what: "edit",
-            message: "the text to replace is empty; to create or overwrite a file use write_file"
-                .to_owned(),
+            message:
+                "the text to replace is empty; to create a file use write_file (to replace one \
+                      whole, delete it first)"
+                    .to_owned(),
         });
     }
     Ok(())
@@ -236,7 +238,7 @@ pub fn replace_bytes(
                 path: path.to_owned(),
                 reason: "the part of the text this edit changes holds such bytes, and U+FFFD in \
                          the replacement cannot reproduce them. Change a smaller span that leaves \
-                         them out, or rewrite the file with write_file"
+                         them out, or delete the file and write it again with write_file"
                     .to_owned(),
             });
         }

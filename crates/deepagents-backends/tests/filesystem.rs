@@ -126,8 +126,14 @@ async fn write_creates_parents_on_disk() {
         std::fs::read_to_string(b.root().join("a/b/c.txt")).unwrap(),
         "x\n"
     );
+    // write only creates: the file is left as it was.
+    assert!(matches!(
+        b.write(&cx(), &p("/a/b/c.txt"), "").await,
+        Err(BackendError::AlreadyExists { .. })
+    ));
+    assert_eq!(std::fs::read(b.root().join("a/b/c.txt")).unwrap(), b"x\n");
     // Overwrite truncates.
-    b.write(&cx(), &p("/a/b/c.txt"), "").await.unwrap();
+    b.overwrite(&cx(), &p("/a/b/c.txt"), "").await.unwrap();
     assert_eq!(std::fs::read(b.root().join("a/b/c.txt")).unwrap(), b"");
     assert!(matches!(
         b.write(&cx(), &p("/"), "x").await,
@@ -1300,6 +1306,38 @@ fn temporaries(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Writers creating one file at once: `write` only creates, so exactly one of them succeeds,
+/// its content whole, and every other is told the file exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_creators_of_one_file_let_exactly_one_win() {
+    for round in 0..10 {
+        let (_tmp, b) = setup();
+        let path = format!("/new-{round}.txt");
+        let contents: Vec<String> = (b'A'..=b'H')
+            .map(|c| String::from(char::from(c)).repeat(100_000))
+            .collect();
+        let writers: Vec<_> = contents
+            .iter()
+            .map(|content| {
+                let (b, path, content) = (b.clone(), p(&path), content.clone());
+                tokio::spawn(async move { b.write(&cx(), &path, &content).await.map(|_| ()) })
+            })
+            .collect();
+        let mut won = 0;
+        for writer in writers {
+            match writer.await.unwrap() {
+                Ok(()) => won += 1,
+                Err(BackendError::AlreadyExists { path: named }) => assert_eq!(named, path),
+                Err(other) => panic!("{other}"),
+            }
+        }
+        assert_eq!(won, 1, "exactly one creator wins");
+        let kept = std::fs::read_to_string(b.root().join(&path[1..])).unwrap();
+        assert!(contents.contains(&kept), "{} bytes", kept.len());
+        assert_eq!(temporaries(b.root()), Vec::<String>::new());
+    }
+}
+
 /// Writers of different full contents to one file, with readers watching: every read sees
 /// exactly one writer's content (or the first), never a mix, a prefix or an empty file. In
 /// place, two writers left 100k `B` then 100k `A`, and readers saw truncated files.
@@ -1341,7 +1379,9 @@ async fn concurrent_writers_never_leave_a_torn_file() {
             let (b, content) = (b.clone(), content.clone());
             tokio::spawn(async move {
                 for _ in 0..20 {
-                    b.write(&cx(), &p("/shared.txt"), &content).await.unwrap();
+                    b.overwrite(&cx(), &p("/shared.txt"), &content)
+                        .await
+                        .unwrap();
                 }
             })
         })
@@ -1419,7 +1459,8 @@ async fn writes_keep_permission_bits_and_leave_no_temporary_files() {
     b.edit(&cx(), &p("/run.sh"), "hi", "bye", false)
         .await
         .unwrap();
-    b.write(&cx(), &p("/secret.txt"), "t\n").await.unwrap();
+    b.overwrite(&cx(), &p("/secret.txt"), "t\n").await.unwrap();
+    assert_eq!(mode("secret.txt"), 0o600);
     b.upload_files(&cx(), vec![("/secret.txt".into(), b"u\n".to_vec())])
         .await;
     assert_eq!(mode("run.sh"), 0o751);
@@ -1434,7 +1475,10 @@ async fn writes_keep_permission_bits_and_leave_no_temporary_files() {
     if rustix::process::geteuid().is_root() {
         return; // root writes anything; the rest needs an ordinary user.
     }
-    let refused = b.write(&cx(), &p("/secret.txt"), "v\n").await.unwrap_err();
+    let refused = b
+        .overwrite(&cx(), &p("/secret.txt"), "v\n")
+        .await
+        .unwrap_err();
     assert!(
         matches!(refused, BackendError::PermissionDenied { .. }),
         "{refused:?}"
@@ -1451,7 +1495,7 @@ async fn writes_keep_permission_bits_and_leave_no_temporary_files() {
     b.edit(&cx(), &p("/locked/notes.txt"), "old", "new", false)
         .await
         .unwrap();
-    b.write(&cx(), &p("/locked/notes.txt"), "newest\n")
+    b.overwrite(&cx(), &p("/locked/notes.txt"), "newest\n")
         .await
         .unwrap();
     assert_eq!(
@@ -1483,7 +1527,16 @@ async fn writes_through_an_in_root_symlink_keep_the_link() {
     if !b.follows_symlinks() {
         return; // hosts without openat2 refuse every symlink; escape.rs covers that.
     }
-    b.write(&cx(), &p("/chain.txt"), "new\n").await.unwrap();
+    // The link's target exists, so a create-only write is refused and changes nothing.
+    assert!(matches!(
+        b.write(&cx(), &p("/chain.txt"), "new\n").await,
+        Err(BackendError::AlreadyExists { .. })
+    ));
+    assert_eq!(
+        std::fs::read_to_string(b.root().join("real/file.txt")).unwrap(),
+        "old\n"
+    );
+    b.overwrite(&cx(), &p("/chain.txt"), "new\n").await.unwrap();
     b.edit(&cx(), &p("/link.txt"), "new", "newer", false)
         .await
         .unwrap();

@@ -743,7 +743,8 @@ async fn state_edits_of_non_utf8_text_keep_every_other_byte() {
 /// time moves on.
 #[tokio::test]
 async fn files_carry_their_creation_and_modification_times() {
-    let store = StoreBackend::new(Arc::new(InMemoryStore::new()));
+    let items = Arc::new(InMemoryStore::new());
+    let store = StoreBackend::new(items.clone());
     let cx_store = BackendContext::default();
     let path = p("/notes.txt");
     let state_backend = StateBackend::default();
@@ -770,8 +771,13 @@ async fn files_carry_their_creation_and_modification_times() {
         .await
         .unwrap();
     apply(&mut state, edited.update);
+    let refused = state_backend.write(&cx(&state), &path, "three\n").await;
+    assert!(
+        matches!(refused, Err(BackendError::AlreadyExists { .. })),
+        "{refused:?}"
+    );
     let rewritten = state_backend
-        .write(&cx(&state), &path, "three\n")
+        .overwrite(&cx(&state), &path, "three\n")
         .await
         .unwrap();
     apply(&mut state, rewritten.update);
@@ -787,6 +793,31 @@ async fn files_carry_their_creation_and_modification_times() {
         .download_files(&cx_store, vec!["/notes.txt".into()])
         .await;
     assert_eq!(stored[0].as_deref(), Ok(&b"two\n"[..]));
+    let stored_file = || async {
+        let item = items
+            .get(&["filesystem".to_owned()], "/notes.txt")
+            .await
+            .unwrap()
+            .unwrap();
+        serde_json::from_value::<FileData>(item.value).unwrap()
+    };
+    let store_created = stored_file().await.created_at_ms;
+    let refused = store.write(&cx_store, &path, "three\n").await;
+    assert!(
+        matches!(refused, Err(BackendError::AlreadyExists { .. })),
+        "{refused:?}"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    store.overwrite(&cx_store, &path, "three\n").await.unwrap();
+    let replaced = stored_file().await;
+    assert_eq!(replaced.created_at_ms, store_created, "created once");
+    assert!(replaced.modified_at_ms > store_created, "modified later");
+    assert_eq!(
+        replaced.content,
+        FileContent::Text {
+            text: "three\n".into()
+        }
+    );
 }
 
 /// A backend written against the core protocol only — name, ls, read, write, edit, glob,
@@ -798,10 +829,12 @@ mod core_only {
     use async_trait::async_trait;
     use deepagents_backends::memory::{MemoryTree, file_data, now_ms};
     use deepagents_backends::{
-        Backend, BackendContext, BackendError, Changed, FileInfo, GlobResult, GrepQuery,
-        GrepResult, ReadResult, VPath,
+        Backend, BackendContext, BackendError, Changed, FileInfo, FileOpError, GlobResult,
+        GrepQuery, GrepResult, ReadResult, StateBackend, VPath,
     };
     use deepagents_core::FileData;
+
+    use crate::conformance::Harness;
 
     #[derive(Default)]
     pub struct MapBackend(Mutex<BTreeMap<VPath, FileData>>);
@@ -842,7 +875,8 @@ mod core_only {
             path: &VPath,
             content: &str,
         ) -> Result<Changed<()>, BackendError> {
-            self.tree().check_write(path, content.len())?;
+            // Create-only, as the protocol says: an existing file is AlreadyExists.
+            self.tree().check_create(path, content.len())?;
             let file = file_data(path, content.as_bytes().to_vec(), now_ms());
             self.0.lock().unwrap().insert(path.clone(), file);
             Ok(Changed::outside_state(()))
@@ -900,5 +934,128 @@ mod core_only {
             ),
             "{deleted:?}"
         );
+    }
+
+    /// Without delete, the default overwrite (and an upload over a file) cannot replace an
+    /// existing file: it says delete is missing and changes nothing.
+    #[tokio::test]
+    async fn without_delete_the_default_overwrite_fails_and_changes_nothing() {
+        let mut h = Harness::new(Arc::new(MapBackend::default()));
+        h.write("/a.txt", "before\n").await;
+        let error = h.try_overwrite("/a.txt", "after\n").await.unwrap_err();
+        assert!(
+            matches!(
+                error,
+                BackendError::Unsupported {
+                    operation: "delete",
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        assert_eq!(
+            h.upload(vec![("/a.txt", b"after\n".to_vec())]).await,
+            [Err(FileOpError::PermissionDenied)]
+        );
+        assert_eq!(h.text("/a.txt").await, ["before"]);
+        h.overwrite("/b.txt", "new\n").await;
+        assert_eq!(
+            h.text("/b.txt").await,
+            ["new"],
+            "a new file is simply written"
+        );
+    }
+
+    /// The core and delete over the state backend, with the defaults for the rest: the
+    /// default overwrite deletes then writes, the write seeing the delete though the state
+    /// only changes when the run merges the updates.
+    struct StateCore(StateBackend);
+
+    #[async_trait]
+    impl Backend for StateCore {
+        fn name(&self) -> &'static str {
+            "state-core"
+        }
+
+        async fn ls(
+            &self,
+            cx: &BackendContext,
+            path: &VPath,
+        ) -> Result<Vec<FileInfo>, BackendError> {
+            self.0.ls(cx, path).await
+        }
+
+        async fn read(
+            &self,
+            cx: &BackendContext,
+            path: &VPath,
+            offset: usize,
+            limit: usize,
+        ) -> Result<ReadResult, BackendError> {
+            self.0.read(cx, path, offset, limit).await
+        }
+
+        async fn write(
+            &self,
+            cx: &BackendContext,
+            path: &VPath,
+            content: &str,
+        ) -> Result<Changed<()>, BackendError> {
+            self.0.write(cx, path, content).await
+        }
+
+        async fn edit(
+            &self,
+            cx: &BackendContext,
+            path: &VPath,
+            old: &str,
+            new: &str,
+            replace_all: bool,
+        ) -> Result<Changed<usize>, BackendError> {
+            self.0.edit(cx, path, old, new, replace_all).await
+        }
+
+        async fn delete(
+            &self,
+            cx: &BackendContext,
+            path: &VPath,
+        ) -> Result<Changed<usize>, BackendError> {
+            self.0.delete(cx, path).await
+        }
+
+        async fn glob(
+            &self,
+            cx: &BackendContext,
+            pattern: &str,
+            base: &VPath,
+        ) -> Result<GlobResult, BackendError> {
+            self.0.glob(cx, pattern, base).await
+        }
+
+        async fn grep(
+            &self,
+            cx: &BackendContext,
+            query: &GrepQuery,
+        ) -> Result<GrepResult, BackendError> {
+            self.0.grep(cx, query).await
+        }
+    }
+
+    #[tokio::test]
+    async fn the_default_overwrite_deletes_then_writes() {
+        deepagents_backends::testing::check_core_backend(Arc::new(StateCore(
+            StateBackend::default(),
+        )))
+        .await;
+        let mut h = Harness::new(Arc::new(StateCore(StateBackend::default())));
+        h.write("/a.txt", "before\n").await;
+        h.overwrite("/a.txt", "after\n").await;
+        assert_eq!(h.text("/a.txt").await, ["after"]);
+        assert_eq!(
+            h.upload(vec![("/a.txt", b"uploaded\n".to_vec())]).await,
+            [Ok(())]
+        );
+        assert_eq!(h.text("/a.txt").await, ["uploaded"]);
+        assert_eq!(h.ls("/").await.unwrap(), [("/a.txt".to_owned(), false)]);
     }
 }

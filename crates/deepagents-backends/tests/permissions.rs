@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use deepagents_backends::{
     BackendContext, BackendError, BackendOp, BackendPolicy, FileOpError, GrepQuery, Mode,
-    Operation, PermissionRule, PermissionedBackend, Permissions, PolicyBackend, StateBackend,
+    Operation, PermissionRule, PermissionedBackend, Permissions, PolicyBackend, ReadOnlyPolicy,
+    StateBackend,
 };
 
 use crate::conformance::{Harness, p};
@@ -133,7 +134,15 @@ async fn writes_and_subtree_deletes_respect_deny_rules() {
         rule(&[Operation::Write], &["/src/**"], Mode::Interrupt),
     ])
     .await;
-    assert!(h.try_write("/secrets/key.txt", "x").await.is_err());
+    for refused in [
+        h.try_write("/secrets/key.txt", "x").await,
+        h.try_overwrite("/secrets/key.txt", "x").await,
+    ] {
+        assert!(
+            matches!(refused, Err(BackendError::PermissionDenied { .. })),
+            "{refused:?}"
+        );
+    }
     assert!(
         h.edit("/secrets/key.txt", "token", "x", false)
             .await
@@ -144,7 +153,7 @@ async fn writes_and_subtree_deletes_respect_deny_rules() {
     assert!(error.to_string().contains("/secrets/key.txt"), "{error}");
     assert!(h.delete("/").await.is_err());
     // Interrupt rules are approved before the tool runs; at the backend they allow.
-    h.write("/src/main.rs", "changed").await;
+    h.overwrite("/src/main.rs", "changed").await;
     assert_eq!(h.delete("/public").await.unwrap(), 1);
     let answers = h
         .upload(vec![
@@ -244,6 +253,30 @@ impl BackendPolicy for Audit {
     }
 }
 
+/// A read-only mount refuses overwrites and uploads over its files as it refuses writes.
+#[tokio::test]
+async fn a_read_only_policy_refuses_overwrites() {
+    let mut inner = Harness::new(Arc::new(StateBackend::default()));
+    inner.write("/notes.md", "kept\n").await;
+    let mut h = Harness {
+        backend: Arc::new(PolicyBackend::new(
+            Arc::new(StateBackend::default()),
+            Arc::new(ReadOnlyPolicy::new()),
+        )),
+        ..inner
+    };
+    let error = h.try_overwrite("/notes.md", "changed\n").await.unwrap_err();
+    assert!(
+        matches!(error, BackendError::PermissionDenied { .. }),
+        "{error}"
+    );
+    assert_eq!(
+        h.upload(vec![("/notes.md", b"changed\n".to_vec())]).await,
+        [Err(FileOpError::PermissionDenied)]
+    );
+    assert_eq!(h.text("/notes.md").await, ["kept"]);
+}
+
 #[tokio::test]
 async fn a_policy_wraps_any_backend() {
     let audit = Arc::new(Audit::default());
@@ -260,6 +293,14 @@ async fn a_policy_wraps_any_backend() {
     assert_eq!(h.text("/ok.txt").await, ["fine"]);
     assert!(h.backend.read(&h.cx, &p("/missing"), 0, 1).await.is_err());
     h.upload(vec![("/up.bin", vec![0, 1])]).await;
+    // An overwrite is a write to a policy: checked and observed as one.
+    let error = h
+        .try_overwrite("/ok.txt", "forbidden words")
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("content inspection"), "{error}");
+    h.overwrite("/ok.txt", "finer").await;
+    assert_eq!(h.text("/ok.txt").await, ["finer"]);
     assert_eq!(
         *audit.log.lock().unwrap(),
         [
@@ -267,7 +308,10 @@ async fn a_policy_wraps_any_backend() {
             "write /bad.txt refused",
             "read /ok.txt ok",
             "read /missing refused",
-            "upload /up.bin ok"
+            "upload /up.bin ok",
+            "write /ok.txt refused",
+            "write /ok.txt ok",
+            "read /ok.txt ok"
         ]
     );
     assert!(h.backend.as_sandbox().is_none());

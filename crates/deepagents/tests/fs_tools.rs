@@ -187,6 +187,7 @@ on_both_backends!(
     write_read_edit_glob_grep_ls_delete_round_trip,
     tool_errors_tell_the_model_what_to_do,
     write_file_errors,
+    write_file_never_replaces_a_file,
     edit_file_errors,
     read_file_pages_long_files_and_splits_long_lines,
     paging_by_the_notes_reaches_every_character_of_huge_lines,
@@ -308,7 +309,8 @@ async fn write_file_errors(kind: Kind) {
                 {"name": "write_file", "args": {"file_path": "/a\\b.txt", "content": "x"}},
                 {"name": "write_file", "args": {"file_path": "/bad\u{0}name.txt", "content": "x"}},
                 {"name": "write_file", "args": {"file_path": "/", "content": "x"}},
-                {"name": "write_file", "args": {"file_path": "/x.txt"}}
+                {"name": "write_file", "args": {"file_path": "/x.txt"}},
+                {"name": "write_file", "args": {"file_path": "/src/app.py", "content": "over a file"}}
             ]),
         ])
         .await;
@@ -326,10 +328,55 @@ async fn write_file_errors(kind: Kind) {
     );
     assert_error_containing(results[9], "/ is a directory");
     assert_error_containing(results[10], "\"content\" is a required property");
+    assert_error_containing(results[11], "/src/app.py already exists");
     // Nothing but the first write landed.
     assert_eq!(
         fixture.files(&output),
         BTreeMap::from([("/src/app.py".to_owned(), b"x\n".to_vec())]),
+        "{kind:?}"
+    );
+}
+
+/// write_file only creates: over an existing file (seeded, or written earlier in the same
+/// step) the model gets the error, which says what to do instead, and the file stays as it
+/// was; delete then write replaces it.
+async fn write_file_never_replaces_a_file(kind: Kind) {
+    let mut fixture = Fixture::new(kind);
+    fixture.seed("/seeded.txt", b"kept\n");
+    let (output, fixture) = fixture
+        .run(vec![
+            json!([
+                {"name": "write_file", "args": {"file_path": "/seeded.txt", "content": "lost\n"}},
+                {"name": "write_file", "args": {"file_path": "/new.txt", "content": "first\n"}},
+                {"name": "write_file", "args": {"file_path": "/new.txt", "content": "second\n"}}
+            ]),
+            json!([{"name": "read_file", "args": {"file_path": "/seeded.txt"}}]),
+            json!([
+                {"name": "delete", "args": {"path": "/seeded.txt"}},
+                {"name": "write_file", "args": {"file_path": "/seeded.txt", "content": "replaced\n"}}
+            ]),
+        ])
+        .await;
+    let results = tool_results(&output.run.state.messages);
+    assert_error_containing(
+        results[0],
+        "/seeded.txt already exists: read it and change it with edit_file, or delete it first",
+    );
+    assert_eq!(text(results[1]), "Wrote /new.txt (1 lines, 6 bytes).");
+    assert_error_containing(results[2], "/new.txt already exists");
+    assert_eq!(
+        text(results[3]),
+        "     1\tkept\n",
+        "the refused write changed nothing"
+    );
+    assert_eq!(text(results[4]), "Deleted /seeded.txt (1 file).");
+    assert_eq!(text(results[5]), "Wrote /seeded.txt (1 lines, 9 bytes).");
+    assert_eq!(
+        fixture.files(&output),
+        BTreeMap::from([
+            ("/new.txt".to_owned(), b"first\n".to_vec()),
+            ("/seeded.txt".to_owned(), b"replaced\n".to_vec()),
+        ]),
         "{kind:?}"
     );
 }
@@ -820,6 +867,64 @@ async fn large_results_are_offloaded_and_can_be_read_back(kind: Kind) {
                 .contains_key("/large_tool_results/call_dump")
         );
     }
+}
+
+/// Call ids need not be unique across the runs of one thread: a later run's large result
+/// under an id already used replaces the saved file rather than failing to save.
+#[tokio::test]
+async fn a_repeated_call_id_in_a_later_run_saves_its_own_large_result() {
+    use deepagents::{DynamicTool, ToolOutput};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let calls = Arc::new(AtomicUsize::new(0));
+    let dump = DynamicTool::new("dump", "dump", json!({"type": "object"}), move |_, _| {
+        let round = calls.fetch_add(1, Ordering::Relaxed);
+        async move {
+            let big: String = (0..20_000)
+                .map(|i| format!("run {round} row {i}\n"))
+                .collect();
+            Ok(ToolOutput::text(big))
+        }
+    })
+    .unwrap();
+    let model = scripted(json!([
+        {"tool_calls": [{"id": "call_dump", "name": "dump", "args": {}}]},
+        {"text": "first done"},
+        {"tool_calls": [{"id": "call_dump", "name": "dump", "args": {}}]},
+        {"tool_calls": [{"name": "read_file", "args": {"file_path": "/large_tool_results/call_dump", "limit": 1}}]},
+        {"text": "second done"}
+    ]));
+    let agent = Agent::builder(model)
+        .dyn_tool(Arc::new(dump))
+        .build()
+        .unwrap();
+    let first = agent
+        .run(
+            Run::from_task("go"),
+            Default::default(),
+            EventSink::discard(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.text, "first done");
+    let mut run = first.run;
+    run.push_user_input(vec![ContentBlock::text("again")]);
+    let second = agent
+        .run(run, Default::default(), EventSink::discard())
+        .await
+        .unwrap();
+    assert_eq!(second.text, "second done");
+    let t = texts(&second);
+    assert!(
+        t[1].starts_with("The result was too large to show")
+            && t[1].contains("saved to /large_tool_results/call_dump"),
+        "{}",
+        &t[1][..t[1].len().min(300)]
+    );
+    assert!(
+        t[2].starts_with("     1\trun 1 row 0\n"),
+        "the file holds the later run's result: {}",
+        t[2]
+    );
 }
 
 /// The disk backend refuses to follow a symlink out of its root, for reads and writes alike.

@@ -1551,10 +1551,11 @@ mod limits {
     }
 }
 
-/// Two parallel subagents that write the same file on disk: the file holds one of the two
-/// versions whole (never a mix), and each `task` result says the other call changed it too.
+/// Two parallel subagents that create the same file on disk: `write_file` only creates, so
+/// exactly one of them writes it (whole, never a mix) and the other is refused, leaving it as
+/// it is; with only one change there is nothing to note.
 #[tokio::test]
-async fn parallel_subagents_writing_one_file_on_disk_are_told_which_version_stays() {
+async fn parallel_subagents_creating_one_file_on_disk_leave_one_version_whole() {
     let root = tempfile::tempdir().unwrap();
     let a = "A".repeat(100_000);
     let b = "B".repeat(100_000);
@@ -1576,6 +1577,48 @@ async fn parallel_subagents_writing_one_file_on_disk_are_told_which_version_stay
     let output = agent.invoke("go").await.unwrap();
     let on_disk = std::fs::read_to_string(root.path().join("shared.txt")).unwrap();
     assert!(on_disk == a || on_disk == b, "a torn file");
+    let results = tool_results(&output.run.state.messages);
+    assert_eq!(results.len(), 2);
+    for result in &results {
+        assert!(
+            !text(result).contains("at the same time"),
+            "only one call changed the file: {}",
+            text(result)
+        );
+    }
+    assert_eq!(
+        output.changed_files.into_iter().collect::<Vec<_>>(),
+        ["/shared.txt"]
+    );
+}
+
+/// Two parallel subagents that edit the same file on disk: the edits apply one after the other
+/// (both kept), and each `task` result says the other call changed the file too.
+#[tokio::test]
+async fn parallel_subagents_editing_one_file_on_disk_are_told_of_each_other() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("shared.txt"), "left\nright\n").unwrap();
+    let a = "A".repeat(100_000);
+    let b = "B".repeat(100_000);
+    let edit = |old: &str, new: &str| json!({"name": "edit_file", "args": {"file_path": "/shared.txt", "old_string": old, "new_string": new}});
+    let script = json!({
+        "turns": [
+            {"tool_calls": [task("ta", "LEFT: edit", "general-purpose"), task("tb", "RIGHT: edit", "general-purpose")]},
+            {"text": "done"}
+        ],
+        "conversations": [
+            {"when_task_contains": "LEFT", "turns": [{"tool_calls": [edit("left", &a)]}, {"text": "left edited"}]},
+            {"when_task_contains": "RIGHT", "turns": [{"tool_calls": [edit("right", &b)]}, {"text": "right edited"}]}
+        ]
+    });
+    let backend = deepagents::backends::FilesystemBackend::new(root.path()).unwrap();
+    let agent = Agent::builder(model(script))
+        .backend(Arc::new(backend))
+        .build()
+        .unwrap();
+    let output = agent.invoke("go").await.unwrap();
+    let on_disk = std::fs::read_to_string(root.path().join("shared.txt")).unwrap();
+    assert_eq!(on_disk, format!("{a}\n{b}\n"), "both edits are kept");
     let results = tool_results(&output.run.state.messages);
     assert_eq!(results.len(), 2);
     assert!(

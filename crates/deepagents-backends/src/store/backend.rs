@@ -123,6 +123,27 @@ impl StoreBackend {
         }
     }
 
+    /// Puts `content` at `path` in place of `previous` (whose creation time it keeps).
+    async fn put_text(
+        &self,
+        cx: &BackendContext,
+        previous: Option<&FileData>,
+        path: &VPath,
+        content: &str,
+    ) -> Result<Changed<()>, BackendError> {
+        let now = now_ms();
+        let file = FileData {
+            content: FileContent::Text {
+                text: content.to_owned(),
+            },
+            modified_at_ms: now,
+            created_at_ms: now,
+        }
+        .replacing(previous);
+        self.put(cx, path, &file).await?;
+        Ok(Changed::outside_state(()))
+    }
+
     async fn put(
         &self,
         cx: &BackendContext,
@@ -172,19 +193,22 @@ impl Backend for StoreBackend {
         path: &VPath,
         content: &str,
     ) -> Result<Changed<()>, BackendError> {
+        // Checked, then put: a store has no put-if-absent, so two writers racing to create one
+        // file may both succeed (the later one kept), as two edits may.
+        let tree = self.tree(cx).await?;
+        tree.check_create(path, content.len())?;
+        self.put_text(cx, None, path, content).await
+    }
+
+    async fn overwrite(
+        &self,
+        cx: &BackendContext,
+        path: &VPath,
+        content: &str,
+    ) -> Result<Changed<()>, BackendError> {
         let tree = self.tree(cx).await?;
         tree.check_write(path, content.len())?;
-        let now = now_ms();
-        let file = FileData {
-            content: FileContent::Text {
-                text: content.to_owned(),
-            },
-            modified_at_ms: now,
-            created_at_ms: now,
-        }
-        .replacing(tree.file(path));
-        self.put(cx, path, &file).await?;
-        Ok(Changed::outside_state(()))
+        self.put_text(cx, tree.file(path), path, content).await
     }
 
     async fn edit(

@@ -128,7 +128,7 @@ impl Middleware for LargeResultsMiddleware {
             let cx =
                 cx.get_or_insert_with(|| BackendContext::for_run(ctx, Arc::new(state.clone())));
             // If saving fails the message goes whole, as the user sent it.
-            if let Ok(changed) = self.backend.write(cx, &path, &text).await {
+            if let Ok(changed) = self.backend.overwrite(cx, &path, &text).await {
                 update.files.extend(changed.update.files);
                 inputs.files.insert(index, path.to_string());
             }
@@ -192,7 +192,7 @@ impl Middleware for LargeResultsMiddleware {
         let Ok(path) = VPath::parse(&format!("{LARGE_RESULTS_DIR}/{safe_id}")) else {
             return Ok(output);
         };
-        match self.backend.write(&cx, &path, &text).await {
+        match self.backend.overwrite(&cx, &path, &text).await {
             Ok(changed) => {
                 let lines = text.lines().count();
                 let notice = format!(

@@ -414,7 +414,7 @@ impl SummarizationMiddleware {
         text.push_str(transcript);
         let changed = self
             .backend
-            .write(&cx, &path, &text)
+            .overwrite(&cx, &path, &text)
             .await
             .map_err(|e| format!("cannot write the history file: {e}"))?;
         Ok(changed.update)

@@ -268,7 +268,7 @@ fn numbered(
     Ok(out)
 }
 
-/// `write_file`.
+/// `write_file`: creates a file, never replaces one ([`Backend::write`] is create-only).
 pub(crate) struct WriteFile(pub(crate) Arc<dyn Backend>);
 
 /// Arguments of `write_file`.
@@ -277,7 +277,7 @@ pub(crate) struct WriteFile(pub(crate) Arc<dyn Backend>);
 pub(crate) struct WriteFileArgs {
     /// Absolute path of the file; parent directories are created.
     file_path: String,
-    /// The complete new content.
+    /// The file's content.
     content: String,
 }
 
@@ -289,8 +289,8 @@ impl Tool for WriteFile {
     }
 
     fn description(&self) -> String {
-        "Create a file or replace its whole content. Parent directories are created. Prefer \
-         edit_file for changing part of an existing file."
+        "Create a new file; parent directories are created. It fails if the file exists: \
+         change an existing file with edit_file, or delete it first to replace it whole."
             .to_owned()
     }
 
