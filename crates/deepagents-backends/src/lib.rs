@@ -7,6 +7,7 @@
 //! - [`FilesystemBackend`]: a directory on disk, confined to its root;
 //! - [`LocalShellBackend`]: the same plus `execute` through a local shell ([`Sandbox`]);
 //! - [`StoreBackend`]: a namespaced key-value [`Store`] shared across threads;
+//! - [`RepoBackend`]: a git repository, one commit per change, with linked skill repositories;
 //! - [`CompositeBackend`]: several of these routed by path prefix.
 //!
 //! [`PermissionedBackend`] enforces permission rules over any backend, and [`PolicyBackend`]
@@ -24,6 +25,7 @@ mod per_run;
 pub mod permissions;
 mod policy;
 mod protocol;
+pub mod repo;
 mod state;
 pub mod store;
 #[cfg(feature = "testing")]
@@ -40,6 +42,7 @@ pub use protocol::{
     ExecuteResult, FileInfo, FileOpError, GlobResult, GrepMatch, GrepQuery, GrepResult, OutputSink,
     PathMapping, RawFile, ReadResult, Sandbox, SkipReason, SkippedFile,
 };
+pub use repo::{RepoBackend, RepoBackendBuilder, RepoCommit};
 pub use state::StateBackend;
 pub use store::{InMemoryStore, Store, StoreBackend};
 #[cfg(feature = "postgres")]

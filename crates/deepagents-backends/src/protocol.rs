@@ -328,6 +328,15 @@ pub enum BackendError {
         /// The path.
         path: String,
     },
+    /// Another writer changed the storage since it was read (a repository whose branch moved),
+    /// so nothing was saved; the backend has read the new state, so a retry works on it.
+    #[error(
+        "{path} was not saved: another writer changed the repository since it was read. Read the file again (it now shows their change) and redo yours"
+    )]
+    Conflict {
+        /// The path.
+        path: String,
+    },
     /// A directory operation was given a file, or a parent is a file.
     #[error("{path} is not a directory")]
     NotADirectory {
@@ -454,6 +463,7 @@ impl BackendError {
             Self::NotFound { path } => Self::NotFound { path: map(&path) },
             Self::IsDirectory { path } => Self::IsDirectory { path: map(&path) },
             Self::AlreadyExists { path } => Self::AlreadyExists { path: map(&path) },
+            Self::Conflict { path } => Self::Conflict { path: map(&path) },
             Self::NotADirectory { path } => Self::NotADirectory { path: map(&path) },
             Self::PermissionDenied { path, reason } => Self::PermissionDenied {
                 path: map(&path),

@@ -316,6 +316,64 @@ pub async fn check_core_backend(backend: Arc<dyn Backend>) {
     eprintln!("core conformance passed: {name} at {}", h.root);
 }
 
+/// Runs every conformance case for a backend that stores text only (such as the repository
+/// backend): all but the cases that upload binary or non-UTF-8 bytes, which must instead be
+/// refused per path as `invalid_path` with nothing stored.
+pub async fn check_text_backend(backend: Arc<dyn Backend>) {
+    run_text_cases(Harness::new(backend)).await;
+}
+
+/// [`check_text_backend`] with the backend mounted at `/work/` of a composite, as
+/// [`check_mounted`] does.
+pub async fn check_text_mounted(backend: Arc<dyn Backend>) {
+    let composite = CompositeBackend::new(Arc::new(StateBackend::default()))
+        .route("/work/", backend)
+        .unwrap();
+    let mut outside = Harness::new(Arc::new(composite));
+    outside.write("/outside.md", "needle outside\n").await;
+    let h = Harness {
+        root: p("/work"),
+        ..outside
+    };
+    run_text_cases(h).await;
+}
+
+async fn run_text_cases(mut h: Harness) {
+    let name = h.backend.name();
+    write_read_and_page(&mut h).await;
+    writing_creates_only(&mut h).await;
+    overwriting(&mut h).await;
+    listing(&mut h).await;
+    editing(&mut h).await;
+    globbing(&mut h).await;
+    grepping(&mut h).await;
+    text_under_binary_names(&mut h).await;
+    deleting(&mut h).await;
+    siblings_that_sort_between_a_directory_and_its_files(&mut h).await;
+    let answers = h
+        .upload(vec![
+            ("/text-only/ok.txt", b"ok\n".to_vec()),
+            ("/text-only/pixel.png", PNG.to_vec()),
+            ("/text-only/latin.txt", b"caf\xe9\n".to_vec()),
+        ])
+        .await;
+    assert_eq!(
+        answers,
+        [
+            Ok(()),
+            Err(FileOpError::InvalidPath),
+            Err(FileOpError::InvalidPath)
+        ],
+        "a text-only backend refuses other bytes per path"
+    );
+    assert_eq!(
+        h.download(&["/text-only/ok.txt", "/text-only/pixel.png"])
+            .await,
+        [Ok(b"ok\n".to_vec()), Err(FileOpError::FileNotFound)]
+    );
+    eprintln!("text conformance passed: {name} at {}", h.root);
+}
+
 async fn run_cases(mut h: Harness) {
     let name = h.backend.name();
     write_read_and_page(&mut h).await;

@@ -10,5 +10,6 @@ mod mime;
 mod paths;
 mod permissions;
 mod postgres;
+mod repo;
 mod shell;
 mod text;

@@ -44,6 +44,9 @@ pub struct Config {
     /// The `execute` tool's shell (`--backend shell`).
     #[serde(default)]
     pub shell: ShellConfig,
+    /// The repository backend (`--backend repo`).
+    #[serde(default)]
+    pub repo: RepoConfig,
     /// Settings by provider name (`openai`, `anthropic`, `vllm`, …).
     #[serde(default)]
     providers: BTreeMap<String, toml::Spanned<ProviderConfig>>,
@@ -68,6 +71,20 @@ pub struct ShellConfig {
     /// plus `env`).
     #[serde(default)]
     pub inherit_env: bool,
+}
+
+/// `[repo]`: how the repository backend finds repositories and commits.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepoConfig {
+    /// Where `owner/name` repositories are: a URL prefix or a local directory.
+    pub base: Option<String>,
+    /// The commits' author name (default `deepagents`).
+    pub author_name: Option<String>,
+    /// The commits' author email (default `deepagents@localhost`).
+    pub author_email: Option<String>,
+    /// The commit message, with `{operation}` and `{path}` replaced.
+    pub message: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

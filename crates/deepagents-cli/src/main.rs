@@ -12,7 +12,7 @@ use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum as _};
 use deepagents::{Agent, CheckpointError, RunOptions, RunStatus, RunStream, models};
 use futures::StreamExt as _;
 
@@ -31,6 +31,39 @@ enum Command {
     /// List, show or delete conversation threads.
     #[command(subcommand)]
     Threads(ThreadsCommand),
+    /// Look into a repository the repository backend works on.
+    #[command(subcommand)]
+    Repo(RepoCommand),
+}
+
+#[derive(Subcommand)]
+enum RepoCommand {
+    /// List the commits that changed a file or directory, newest first.
+    Log {
+        /// The path as the agent sees it (default `/`, the whole repository); under
+        /// `/skills/NAME/` it is the linked skill repository's history.
+        path: Option<String>,
+        #[command(flatten)]
+        repo: RepoArgs,
+        /// One JSON object per commit (id, author, email, time, summary).
+        #[arg(long)]
+        json: bool,
+        /// The config file (its `[repo]` section); as for `run`.
+        #[arg(long, value_name = "FILE", env = "DEEPAGENTS_CONFIG")]
+        config: Option<std::path::PathBuf>,
+    },
+}
+
+/// Which repository, for `--backend repo` and `deepagents repo`.
+#[derive(Args)]
+struct RepoArgs {
+    /// The repository: a local path (created on the first write when missing), a URL git can
+    /// reach, or `owner/name` under `base` of `[repo]` in the config file.
+    #[arg(long, value_name = "PATH_OR_URL")]
+    repo: Option<String>,
+    /// The branch (default: the repository's default branch, `main` for a new one).
+    #[arg(long, value_name = "BRANCH", requires = "repo")]
+    repo_branch: Option<String>,
 }
 
 #[derive(Args)]
@@ -73,10 +106,13 @@ struct RunArgs {
     /// Offer the write_todos planning tool.
     #[arg(long)]
     todos: bool,
-    /// Where files live: real files under --root (filesystem), the same plus shell commands
-    /// (shell), or the run's memory (state).
-    #[arg(long, value_enum, default_value = "filesystem")]
-    backend: workspace::BackendKind,
+    /// Where files live: real files under --root (filesystem, the default), the same plus
+    /// shell commands (shell), the run's memory (state), or a git repository with a commit
+    /// per change (repo, with --repo; --repo alone implies it).
+    #[arg(long, value_enum)]
+    backend: Option<workspace::BackendKind>,
+    #[command(flatten)]
+    repo: RepoArgs,
     /// The workspace root for the filesystem and shell backends (default: current directory).
     #[arg(long, value_name = "DIR")]
     root: Option<std::path::PathBuf>,
@@ -157,6 +193,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => runtime.block_on(run(*args)),
         Command::Threads(command) => runtime.block_on(threads::run(command)),
+        Command::Repo(command) => runtime.block_on(repo_command(command)),
     };
     match result {
         Ok(code) => code,
@@ -165,6 +202,45 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `deepagents repo …`.
+async fn repo_command(command: RepoCommand) -> anyhow::Result<ExitCode> {
+    let RepoCommand::Log {
+        path,
+        repo,
+        json,
+        config,
+    } = command;
+    let Some(source) = repo.repo else {
+        bail!("which repository? pass --repo PATH_OR_URL");
+    };
+    let config = config::load(config.as_deref())?;
+    let backend = workspace::repo_backend(&source, repo.repo_branch.as_deref(), &config.repo)?;
+    let path = path.unwrap_or_else(|| "/".to_owned());
+    let vpath = deepagents::backends::VPath::parse(&path)
+        .with_context(|| format!("`{path}` is not a path in the repository"))?;
+    let commits = backend.history(&vpath).await?;
+    let mut stdout = std::io::stdout().lock();
+    for commit in &commits {
+        if json {
+            let line = serde_json::json!({
+                "id": commit.id,
+                "author": commit.author,
+                "email": commit.email,
+                "time": commit.time,
+                "summary": commit.summary,
+            });
+            writeln!(stdout, "{line}")?;
+        } else {
+            let short = commit.id.get(..12).unwrap_or(&commit.id);
+            writeln!(stdout, "{short} {} {}", commit.author, commit.summary)?;
+        }
+    }
+    if commits.is_empty() && !json {
+        eprintln!("no commits changed {path}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Exit status after Ctrl-C, as shells report a SIGINT death.
@@ -213,8 +289,29 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .max_turns(args.max_turns);
     let agent_dirs = agents::sources(args.root.as_deref(), &args.agent_dirs);
     let virtual_mode = args.virtual_mode.or(config.virtual_mode).unwrap_or(true);
+    let (backend, repo) = match (args.backend, &args.repo.repo) {
+        (None | Some(workspace::BackendKind::Repo), Some(source)) => (
+            workspace::BackendKind::Repo,
+            Some(workspace::repo_backend(
+                source,
+                args.repo.repo_branch.as_deref(),
+                &config.repo,
+            )?),
+        ),
+        (Some(workspace::BackendKind::Repo), None) => {
+            bail!("--backend repo needs the repository: --repo PATH_OR_URL")
+        }
+        (Some(other), Some(_)) => bail!(
+            "--repo is for --backend repo, not --backend {}",
+            other
+                .to_possible_value()
+                .map_or_else(String::new, |v| v.get_name().to_owned())
+        ),
+        (kind, None) => (kind.unwrap_or(workspace::BackendKind::Filesystem), None),
+    };
     let workspace = workspace::open(
-        args.backend,
+        backend,
+        repo,
         args.root,
         &args.skill_dirs,
         args.read_only_memory || config.read_only_memory,

@@ -8,8 +8,8 @@ use clap::ValueEnum;
 use deepagents::Checkpointer;
 use deepagents::backends::{
     Backend, CompositeBackend, FilesystemBackend, LocalShellBackend, PermissionRule, Permissions,
-    PolicyBackend, PostgresStore, ReadOnlyPolicy, SqliteStore, StateBackend, Store, StoreBackend,
-    VPath,
+    PolicyBackend, PostgresStore, ReadOnlyPolicy, RepoBackend, SqliteStore, StateBackend, Store,
+    StoreBackend, VPath,
 };
 use serde::Deserialize;
 
@@ -22,6 +22,39 @@ pub enum BackendKind {
     Filesystem,
     /// Like filesystem, plus `execute` runs shell commands in --root.
     Shell,
+    /// Files are those of the git repository --repo; every change is a commit.
+    Repo,
+}
+
+/// The repository backend for `source` (`--repo`), on `branch` when given, as the config's
+/// `[repo]` section says.
+pub fn repo_backend(
+    source: &str,
+    branch: Option<&str>,
+    config: &crate::config::RepoConfig,
+) -> anyhow::Result<RepoBackend> {
+    let mut builder = RepoBackend::builder(source);
+    if let Some(branch) = branch {
+        builder = builder.branch(branch);
+    }
+    if let Some(base) = &config.base {
+        builder = builder.base(base);
+    }
+    if config.author_name.is_some() || config.author_email.is_some() {
+        builder = builder.author(
+            config.author_name.as_deref().unwrap_or("deepagents"),
+            config
+                .author_email
+                .as_deref()
+                .unwrap_or("deepagents@localhost"),
+        );
+    }
+    if let Some(message) = &config.message {
+        builder = builder.message(message);
+    }
+    builder
+        .build()
+        .with_context(|| format!("cannot use `{source}` as a repository (--repo)"))
 }
 
 /// What a run works on: the backend, and the memory files and skill directories in it.
@@ -114,7 +147,8 @@ fn shell(fs: FilesystemBackend, options: &crate::config::ShellConfig) -> LocalSh
     shell
 }
 
-/// Opens the workspace for `kind` rooted at `root` (default: the current directory).
+/// Opens the workspace for `kind` rooted at `root` (default: the current directory); `repo`
+/// is the repository of [`BackendKind::Repo`].
 ///
 /// Memory comes from `~/.deepagents/agent/AGENTS.md`, then `.deepagents/AGENTS.md` and
 /// `AGENTS.md` in the root, then `/memories/AGENTS.md` — long-term memory kept in a SQLite store
@@ -122,9 +156,11 @@ fn shell(fs: FilesystemBackend, options: &crate::config::ShellConfig) -> LocalSh
 /// `.agents/skills`, then each `--skills DIR`. Directories outside the root are mounted into the
 /// agent's tree (`/.deepagents-user/`, `/.skills-1/`, …) so the file tools can read them; they
 /// are read-only, except that `edit_file` may change `/.deepagents-user/AGENTS.md`. Unless
-/// `read_only_memory`, which also makes `/memories/` read-only.
+/// `read_only_memory`, which also makes `/memories/` read-only. In a repository, memory is
+/// its `AGENTS.md` and skills are under `/skills` (linked skill repositories included).
 pub async fn open(
     kind: BackendKind,
+    repo: Option<RepoBackend>,
     root: Option<PathBuf>,
     skill_dirs: &[PathBuf],
     read_only_memory: bool,
@@ -133,6 +169,9 @@ pub async fn open(
     let mut workspace_root = None;
     let base: Arc<dyn Backend> = match kind {
         BackendKind::State => Arc::new(StateBackend::default()),
+        BackendKind::Repo => {
+            Arc::new(repo.context("--backend repo needs the repository: --repo PATH_OR_URL")?)
+        }
         BackendKind::Filesystem | BackendKind::Shell => {
             let root = match root {
                 Some(root) => root,
@@ -161,7 +200,10 @@ pub async fn open(
         memory.push(format!("{USER_MOUNT}/AGENTS.md"));
         skills.push(format!("{USER_MOUNT}/skills"));
     }
-    if kind != BackendKind::State {
+    if kind == BackendKind::Repo {
+        memory.push("/AGENTS.md".to_owned());
+        skills.push("/skills".to_owned());
+    } else if kind != BackendKind::State {
         memory.push("/.deepagents/AGENTS.md".to_owned());
         memory.push("/AGENTS.md".to_owned());
         skills.push("/.deepagents/skills".to_owned());

@@ -4,6 +4,7 @@
 mod backends;
 mod config;
 mod providers;
+mod repo;
 mod run;
 mod stub;
 mod subagents;

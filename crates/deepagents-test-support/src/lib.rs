@@ -67,3 +67,75 @@ fn utf8(stream: &str, bytes: &[u8]) -> String {
         Err(error) => panic!("{stream} is not UTF-8: {error}"),
     }
 }
+
+/// Runs `git` in `dir` as a fixed author (`Someone <someone@example.com>`), panicking with
+/// git's message when it fails; returns its stdout.
+///
+/// # Panics
+/// When git cannot run or fails: the test's setup is broken.
+#[allow(clippy::panic)]
+pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "Someone")
+        .env("GIT_AUTHOR_EMAIL", "someone@example.com")
+        .env("GIT_COMMITTER_NAME", "Someone")
+        .env("GIT_COMMITTER_EMAIL", "someone@example.com")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run git: {e}"));
+    assert!(output.status.success(), "git {args:?}: {}", stderr(&output));
+    stdout(&output)
+}
+
+/// A bare repository `dir/NAME.git` on branch `main`, holding `files` (path, text) in one
+/// commit `seed` when there are any.
+pub fn bare_repo(dir: &std::path::Path, name: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+    let bare = dir.join(format!("{name}.git"));
+    git(
+        dir,
+        &[
+            "init",
+            "--bare",
+            "--quiet",
+            "--initial-branch=main",
+            &bare.to_string_lossy(),
+        ],
+    );
+    if !files.is_empty() {
+        push_files(&bare, files, "seed");
+    }
+    bare
+}
+
+/// Commits `files` on top of `main` of the bare repository `bare` from a fresh clone and
+/// pushes them, as another writer would.
+///
+/// # Panics
+/// When git fails or the files cannot be written.
+#[allow(clippy::panic)]
+pub fn push_files(bare: &std::path::Path, files: &[(&str, &str)], message: &str) {
+    let work = bare.with_extension(format!("work-{}", unique_name("clone")));
+    let parent = bare.parent().unwrap_or(std::path::Path::new("/"));
+    git(
+        parent,
+        &[
+            "clone",
+            "--quiet",
+            &bare.to_string_lossy(),
+            &work.to_string_lossy(),
+        ],
+    );
+    git(&work, &["checkout", "--quiet", "-B", "main"]);
+    for (path, text) in files {
+        let file = work.join(path);
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{e}"));
+        }
+        std::fs::write(file, text).unwrap_or_else(|e| panic!("{e}"));
+    }
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "--quiet", "-m", message]);
+    git(&work, &["push", "--quiet", "origin", "main"]);
+    let _ = std::fs::remove_dir_all(&work);
+}

@@ -293,3 +293,48 @@ fn invalid_memory_paths_are_refused_at_build_time() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn a_repository_gives_memory_and_linked_skills_and_keeps_what_the_agent_learns() {
+    use deepagents::backends::RepoBackend;
+    use deepagents_test_support::{bare_repo, git};
+    let tmp = tempfile::tempdir().unwrap();
+    let skill = "---\nname: review\ndescription: Reviews a change line by line\n---\nBe picky.\n";
+    bare_repo(tmp.path(), "review", &[("SKILL.md", skill)]);
+    let agent_repo = bare_repo(
+        tmp.path(),
+        "agent",
+        &[
+            ("AGENTS.md", "Answer in French.\n"),
+            (
+                "deepagents.json",
+                r#"{"skills": {"review": "../review.git"}}"#,
+            ),
+        ],
+    );
+    let backend = || Arc::new(RepoBackend::new(agent_repo.to_str().unwrap()).unwrap());
+    let requests = requests_of(
+        json!([
+            {"tool_calls": [{"name": "edit_file", "args": {"file_path": "/AGENTS.md", "old_string": "French.", "new_string": "French. Use metric units."}}]},
+            {"text": "noted"}
+        ]),
+        &[],
+        |b| b.backend(backend()).memory(["/AGENTS.md"]).skills(["/skills"]),
+    )
+    .await;
+    let prompt = requests[0].system_prompt.clone().unwrap();
+    assert!(prompt.contains("Answer in French."), "{prompt}");
+    assert!(prompt.contains("Reviews a change line by line"), "{prompt}");
+    assert!(prompt.contains("/skills/review/SKILL.md"), "{prompt}");
+    // What the agent wrote down is a commit, so the next run (another process) starts with it.
+    assert_eq!(
+        git(&agent_repo, &["show", "main:AGENTS.md"]),
+        "Answer in French. Use metric units.\n"
+    );
+    let requests = requests_of(json!([{"text": "ok"}]), &[], |b| {
+        b.backend(backend()).memory(["/AGENTS.md"])
+    })
+    .await;
+    let prompt = requests[0].system_prompt.clone().unwrap();
+    assert!(prompt.contains("Use metric units."), "{prompt}");
+}
