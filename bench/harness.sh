@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of our harness (`deepagents run`, release build) against the Python
+# deepagents harness, both driven by ONE aimock server as an OpenAI Chat Completions model.
+#
+#   bash bench/harness.sh [--reps R] [--sizes 10,50,200,1000] [--quick] [--checkpoint]
+#                         [--context-window TOKENS] [--no-build]
+#
+#   --reps R            timed runs of each harness per size (default 5)
+#   --sizes LIST        the step counts N, comma-separated (default 10,50,200,1000)
+#   --quick             --reps 1 --sizes 10,50
+#   --checkpoint        also time ours with --thread bench-N (SQLite checkpoints in the data
+#                       directory) and report store.db bytes per step
+#   --context-window T  the context window both harnesses are told the model has (default
+#                       1000000; 0 keeps each one's gpt-4o profile, 128k). The history of the
+#                       N=1000 run grows past 85 % of 128k tokens, where either harness would
+#                       summarize with an extra model call, which this workload does not script
+#   --python-streaming  make the Python harness stream too (ChatOpenAI(streaming=True)); by
+#                       default ours streams and langchain-openai does not
+#   --no-build          use target/release/deepagents as it is (fail when missing)
+#
+# Pinned: Python deepagents==0.7.32 and langchain-openai==1.7.4 (both resolve on PyPI), their
+# dependencies pinned by bench/harness/requirements.lock (pip freeze; installed from it with
+# --no-deps into target/bench-venv, which is reused while it matches the lock exactly), and
+# aimock @copilotkit/aimock@1.43.0 in target/mock-servers/node_modules (where .ci/run puts it).
+#
+# The workload, identical for both (bench/harness/bench.py holds its definition): one user
+# message, then N model turns each answering with exactly one tool call, cycling write_file,
+# read_file, edit_file, ls, grep, glob over /f{i/6}.txt in the agent's in-memory filesystem
+# (ours: --backend state; Python: the default StateBackend), then a final text answer. Both
+# harnesses are used as they come: ours sends streaming Chat Completions requests (with
+# stream_options.include_usage), langchain-openai's ChatOpenAI non-streaming ones (the journal
+# check prints which; --python-streaming makes Python stream as well). Turn i's fixture only matches a request with i assistant messages whose last message
+# is the expected result of tool call i-1, and guard fixtures answer HTTP 400 to a tool result
+# with error text; after every run the journal must hold exactly N+1 requests answered 200 by
+# the fixtures of turns 0..N in order, or the run is reported as failed and not timed.
+#
+# Each run is one whole process under /usr/bin/time -f '%U %S %M' (CPU = user+sys, children
+# included; peak RSS in KB), harnesses interleaved (ours N=10, python N=10, ours N=50, ...),
+# after one untimed warm-up run of each. Results: the table on stdout and target/bench-harness.md
+# (raw runs in target/bench-harness.tsv).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+
+REPS=5
+SIZES=10,50,200,1000
+CHECKPOINT=0
+CONTEXT_WINDOW=1000000
+BUILD=1
+PY_STREAMING=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --reps) REPS="${2:?--reps needs a number}"; shift 2 ;;
+    --reps=*) REPS="${1#*=}"; shift ;;
+    --sizes) SIZES="${2:?--sizes needs a list like 10,50}"; shift 2 ;;
+    --sizes=*) SIZES="${1#*=}"; shift ;;
+    --quick) REPS=1; SIZES=10,50; shift ;;
+    --checkpoint) CHECKPOINT=1; shift ;;
+    --context-window) CONTEXT_WINDOW="${2:?--context-window needs a number}"; shift 2 ;;
+    --context-window=*) CONTEXT_WINDOW="${1#*=}"; shift ;;
+    --python-streaming) PY_STREAMING=1; shift ;;
+    --no-build) BUILD=0; shift ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ "$REPS" =~ ^[1-9][0-9]*$ ]] || { echo "error: --reps must be a positive integer" >&2; exit 2; }
+[[ "$SIZES" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] \
+  || { echo "error: --sizes must be positive integers separated by commas" >&2; exit 2; }
+[[ "$CONTEXT_WINDOW" =~ ^[0-9]+$ ]] || { echo "error: --context-window must be a number" >&2; exit 2; }
+IFS=, read -r -a SIZE_LIST <<<"$SIZES"
+
+log() { printf '[bench] %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+apt_install() {
+  [ "$(id -u)" = 0 ] || die "missing Debian packages ($*) and not root; install them and re-run"
+  log "installing Debian packages: $*"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# --- tools -------------------------------------------------------------------------------
+if [ ! -x /usr/bin/time ]; then
+  apt_install time
+  [ -x /usr/bin/time ] || die "/usr/bin/time is still missing after installing 'time'"
+fi
+command -v python3 >/dev/null 2>&1 || die "python3 is not on PATH"
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  apt_install nodejs npm
+fi
+node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=15)?0:1)' \
+  || die "aimock needs Node.js >= 20.15 on PATH (found: $(node --version))"
+
+# --- Python anchor ---------------------------------------------------------------------------
+VENV="$ROOT/target/bench-venv"
+LOCK="$ROOT/bench/harness/requirements.lock"
+PY="$VENV/bin/python"
+PINS=(deepagents==0.7.32 langchain-openai==1.7.4)
+venv_matches() {
+  [ -x "$PY" ] || return 1
+  if [ -f "$LOCK" ]; then
+    diff -q <("$PY" -m pip freeze --disable-pip-version-check 2>/dev/null | sort) \
+      <(grep -v '^#' "$LOCK" | sed '/^$/d' | sort) >/dev/null
+  else
+    for pin in "${PINS[@]}"; do
+      [ "$("$PY" -m pip show "${pin%%==*}" 2>/dev/null | sed -n 's/^Version: //p')" = "${pin#*==}" ] \
+        || return 1
+    done
+  fi
+}
+if ! venv_matches; then
+  log "creating the Python venv $VENV"
+  rm -rf "$VENV"
+  if ! python3 -m venv "$VENV" 2>/dev/null; then
+    rm -rf "$VENV"
+    apt_install python3-venv
+    python3 -m venv "$VENV"
+  fi
+  if [ -f "$LOCK" ]; then
+    "$PY" -m pip install --quiet --disable-pip-version-check --no-deps -r "$LOCK"
+  else
+    "$PY" -m pip install --quiet --disable-pip-version-check "${PINS[@]}"
+    {
+      echo "# pip freeze of ${PINS[*]} (bench/harness.sh installs it with --no-deps)"
+      "$PY" -m pip freeze --disable-pip-version-check
+    } >"$LOCK"
+    log "wrote $LOCK"
+  fi
+  venv_matches || die "the venv $VENV does not match $LOCK after installing it"
+fi
+for pin in "${PINS[@]}"; do
+  [ "$("$PY" -m pip show "${pin%%==*}" 2>/dev/null | sed -n 's/^Version: //p')" = "${pin#*==}" ] \
+    || die "the venv lacks $pin"
+done
+
+# --- aimock ------------------------------------------------------------------------------------
+MOCK_DIR="$ROOT/target/mock-servers"
+AIMOCK_CLI="$MOCK_DIR/node_modules/@copilotkit/aimock/dist/cli.js"
+if [ ! -f "$AIMOCK_CLI" ] \
+  || ! grep -q '"version": "1.43.0"' "$MOCK_DIR/node_modules/@copilotkit/aimock/package.json"; then
+  log "installing @copilotkit/aimock@1.43.0 into $MOCK_DIR"
+  mkdir -p "$MOCK_DIR"
+  npm install --prefix "$MOCK_DIR" --no-save --no-audit --no-fund --loglevel=error @copilotkit/aimock@1.43.0
+fi
+
+# --- our binary ------------------------------------------------------------------------------
+BIN="$ROOT/target/release/deepagents"
+if [ "$BUILD" = 1 ]; then
+  log "building the release binary (cargo build --release -p deepagents-cli --locked)"
+  cargo build --release -p deepagents-cli --locked
+fi
+[ -x "$BIN" ] || die "$BIN is missing (build it: cargo build --release -p deepagents-cli --locked)"
+
+busy=0
+for name in cargo rustc; do
+  count="$(pgrep -c -x "$name" || true)"
+  busy=$((busy + ${count:-0}))
+done
+if [ "$busy" != 0 ]; then
+  log "warning: a build is running on this machine ($busy cargo/rustc processes): timings will be disturbed"
+fi
+START_LOAD="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+log "load average at start: $START_LOAD"
+
+# --- the mock server, one for the whole benchmark -----------------------------------------------
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/bench-harness.XXXXXX")"
+AIMOCK_PID=""
+cleanup() {
+  if [ -n "$AIMOCK_PID" ] && kill -0 "$AIMOCK_PID" 2>/dev/null; then
+    kill "$AIMOCK_PID" 2>/dev/null || true
+    wait "$AIMOCK_PID" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo '{"fixtures": []}' >"$WORK/empty.json"
+# Strict turnIndex: a fixture for turn i never answers a request at another depth. Journal
+# unbounded (the default keeps 1000 entries; N=1000 makes 1001 requests).
+AIMOCK_STRICT_TURN_INDEX=1 node "$AIMOCK_CLI" --host 127.0.0.1 --port 0 \
+  --fixtures "$WORK/empty.json" --journal-max 0 --log-level info >"$WORK/aimock.log" 2>&1 &
+AIMOCK_PID=$!
+URL=""
+for _ in $(seq 1 100); do
+  URL="$(sed -n 's#.*listening on \(http://127\.0\.0\.1:[0-9][0-9]*\).*#\1#p' "$WORK/aimock.log" | head -n 1)"
+  [ -n "$URL" ] && break
+  kill -0 "$AIMOCK_PID" 2>/dev/null || { cat "$WORK/aimock.log" >&2; die "aimock exited at start"; }
+  sleep 0.1
+done
+[ -n "$URL" ] || { cat "$WORK/aimock.log" >&2; die "aimock did not report its port within 10 s"; }
+log "aimock $AIMOCK_PID on $URL"
+
+BENCH=("$PY" "$ROOT/bench/harness/bench.py")
+TASK="$("$PY" -c 'import sys; sys.path.insert(0, "bench/harness"); import bench; print(bench.TASK)')"
+RESULTS="$ROOT/target/bench-harness.tsv"
+printf '# harness\tn\trep\tstatus\tcpu_s\trss_kb\tdb_bytes\n' >"$RESULTS"
+
+# Environment of both harnesses: nothing of the caller's provider, tracing or agent settings.
+CLEAN_ENV=(env -u OPENAI_BASE_URL -u OPENAI_API_BASE -u DEEPAGENTS_MODEL -u DEEPAGENTS_CONFIG
+  -u DEEPAGENTS_DATABASE_URL -u LANGSMITH_TRACING -u LANGCHAIN_TRACING_V2 -u LANGSMITH_API_KEY
+  -u LANGCHAIN_API_KEY OPENAI_API_KEY=test)
+
+# run_one HARNESS N REP: one run under /usr/bin/time, checked against the journal; appends a
+# row to $RESULTS unless REP is "warmup". HARNESS: ours, python or ours-thread.
+run_one() {
+  local harness="$1" n="$2" rep="$3"
+  local dir="$WORK/run-$harness-$n-$rep"
+  mkdir -p "$dir/home" "$dir/data" "$dir/cwd"
+  "${BENCH[@]}" load --url "$URL" --n "$n"
+  local cmd
+  case "$harness" in
+    ours | ours-thread)
+      cmd=("$BIN" run --model openai_chat:gpt-4o --base-url "$URL/v1" --backend state
+        --max-turns "$((n + 10))")
+      if [ "$CONTEXT_WINDOW" != 0 ]; then cmd+=(--max-input-tokens "$CONTEXT_WINDOW"); fi
+      if [ "$harness" = ours-thread ]; then cmd+=(--thread "bench-$n"); fi
+      cmd+=("$TASK")
+      ;;
+    python)
+      cmd=("$PY" "$ROOT/bench/harness/run_python.py" --n "$n" --base-url "$URL/v1"
+        --context-window "$CONTEXT_WINDOW")
+      if [ "$PY_STREAMING" = 1 ]; then cmd+=(--streaming); fi
+      ;;
+  esac
+  local rc=0
+  (cd "$dir/cwd" && "${CLEAN_ENV[@]}" HOME="$dir/home" DEEPAGENTS_DATA_DIR="$dir/data" \
+    /usr/bin/time -f '%U %S %M' -o "$dir/time" "${cmd[@]}" >"$dir/stdout" 2>"$dir/stderr") || rc=$?
+  local status=ok why=""
+  if [ "$rc" != 0 ]; then
+    status=failed
+    why="exit $rc: $( (grep -v '^Command exited' "$dir/stderr" || true) | tail -n 3 | tr '\n' ' ')"
+  elif ! grep -qF "Done: $n tool calls." "$dir/stdout"; then
+    status=failed
+    why="final answer missing from stdout: $(tail -c 300 "$dir/stdout" | tr '\n' ' ')"
+  fi
+  local check
+  if check="$("${BENCH[@]}" check --url "$URL" --n "$n" 2>&1)"; then
+    :
+  else
+    status=failed
+    why="$why $check"
+  fi
+  local user sys rss cpu db=""
+  user=0 sys=0 rss=0
+  if [ -s "$dir/time" ]; then read -r user sys rss < <(tail -n 1 "$dir/time"); fi
+  cpu="$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.3f", u + s }')"
+  if [ "$harness" = ours-thread ] && [ -f "$dir/data/store.db" ]; then
+    db="$(stat -c %s "$dir/data/store.db")"
+    # A WAL the process left behind holds checkpoints too.
+    if [ -f "$dir/data/store.db-wal" ]; then db=$((db + $(stat -c %s "$dir/data/store.db-wal"))); fi
+  fi
+  if [ "$status" = ok ]; then
+    log "$(printf '%-11s N=%-5s %-6s cpu %7.0f ms  rss %6.1f MB%s  (%s)' "$harness" "$n" "$rep" \
+      "$(awk -v c="$cpu" 'BEGIN { print c * 1000 }')" "$(awk -v r="$rss" 'BEGIN { print r / 1024 }')" \
+      "${db:+  db $db B}" "$check")"
+  else
+    log "$harness N=$n $rep FAILED: $why"
+  fi
+  if [ "$rep" != warmup ]; then
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$harness" "$n" "$rep" "$status" "$cpu" "$rss" "$db" >>"$RESULTS"
+  fi
+  rm -rf "$dir"
+}
+
+HARNESSES=(ours python)
+[ "$CHECKPOINT" = 1 ] && HARNESSES+=(ours-thread)
+
+log "warm-up (untimed): ${HARNESSES[*]} at N=${SIZE_LIST[0]}"
+for h in "${HARNESSES[@]}"; do run_one "$h" "${SIZE_LIST[0]}" warmup; done
+
+for n in "${SIZE_LIST[@]}"; do
+  for rep in $(seq 1 "$REPS"); do
+    for h in "${HARNESSES[@]}"; do run_one "$h" "$n" "$rep"; done
+  done
+done
+
+OUT="$ROOT/target/bench-harness.md"
+HEADER="# Harness benchmark: deepagents-rs vs Python deepagents\\n\\n"
+HEADER+="$(date -u +%Y-%m-%dT%H:%MZ), $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), "
+WINDOW_TEXT="$CONTEXT_WINDOW tokens"; [ "$CONTEXT_WINDOW" = 0 ] && WINDOW_TEXT="from the gpt-4o profiles"
+HEADER+="reps $REPS, sizes $SIZES, context window $WINDOW_TEXT; "
+STREAM_TEXT="ours streaming, Python non-streaming"; [ "$PY_STREAMING" = 1 ] && STREAM_TEXT="both streaming"
+HEADER+="$STREAM_TEXT; "
+HEADER+="Python deepagents 0.7.32 + langchain-openai 1.7.4 ($("$PY" -V 2>&1)), aimock 1.43.0 (node $(node --version)), "
+HEADER+="$(nproc) cores. Medians of user+sys CPU and peak RSS of the whole process "
+HEADER+="(/usr/bin/time, which counts CPU in 10 ms steps); a failed run is not timed.\\n\\n"
+HEADER+="Load average at start / end: $START_LOAD / $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?').\\n\\n"
+echo
+"${BENCH[@]}" table --results "$RESULTS" --out "$OUT" --header "$HEADER"
+echo
+log "wrote $OUT (raw runs: $RESULTS)"
+if grep -q $'\tfailed\t' "$RESULTS"; then
+  log "some runs failed (see above)"
+  exit 1
+fi
