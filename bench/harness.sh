@@ -152,11 +152,16 @@ if [ "$BUILD" = 1 ]; then
 fi
 [ -x "$BIN" ] || die "$BIN is missing (build it: cargo build --release -p deepagents-cli --locked)"
 
-busy=0
-for name in cargo rustc; do
-  count="$(pgrep -c -x "$name" || true)"
-  busy=$((busy + ${count:-0}))
-done
+# How many cargo/rustc processes run now (another build disturbs the timings).
+builds_running() {
+  local total=0 name count
+  for name in cargo rustc; do
+    count="$(pgrep -c -x "$name" || true)"
+    total=$((total + ${count:-0}))
+  done
+  echo "$total"
+}
+busy="$(builds_running)"
 if [ "$busy" != 0 ]; then
   log "warning: a build is running on this machine ($busy cargo/rustc processes): timings will be disturbed"
 fi
@@ -195,7 +200,7 @@ log "aimock $AIMOCK_PID on $URL"
 BENCH=("$PY" "$ROOT/bench/harness/bench.py")
 TASK="$("$PY" -c 'import sys; sys.path.insert(0, "bench/harness"); import bench; print(bench.TASK)')"
 RESULTS="$ROOT/target/bench-harness.tsv"
-printf '# harness\tn\trep\tstatus\tcpu_s\trss_kb\tdb_bytes\n' >"$RESULTS"
+printf '# harness\tn\trep\tstatus\tcpu_s\trss_kb\tdb_bytes\tbuild_running\n' >"$RESULTS"
 
 # Environment of both harnesses: nothing of the caller's provider, tracing or agent settings.
 CLEAN_ENV=(env -u OPENAI_BASE_URL -u OPENAI_API_BASE -u DEEPAGENTS_MODEL -u DEEPAGENTS_CONFIG
@@ -224,10 +229,13 @@ run_one() {
       if [ "$PY_STREAMING" = 1 ]; then cmd+=(--streaming); fi
       ;;
   esac
-  local rc=0
+  local rc=0 busy_before busy_after
+  busy_before="$(builds_running)"
   (cd "$dir/cwd" && "${CLEAN_ENV[@]}" HOME="$dir/home" DEEPAGENTS_DATA_DIR="$dir/data" \
     /usr/bin/time -f '%U %S %M' -o "$dir/time" "${cmd[@]}" >"$dir/stdout" 2>"$dir/stderr") || rc=$?
-  local status=ok why=""
+  busy_after="$(builds_running)"
+  local status=ok why="" disturbed=0
+  if [ "$busy_before" != 0 ] || [ "$busy_after" != 0 ]; then disturbed=1; fi
   if [ "$rc" != 0 ]; then
     status=failed
     why="exit $rc: $( (grep -v '^Command exited' "$dir/stderr" || true) | tail -n 3 | tr '\n' ' ')"
@@ -255,11 +263,13 @@ run_one() {
     log "$(printf '%-11s N=%-5s %-6s cpu %7.0f ms  rss %6.1f MB%s  (%s)' "$harness" "$n" "$rep" \
       "$(awk -v c="$cpu" 'BEGIN { print c * 1000 }')" "$(awk -v r="$rss" 'BEGIN { print r / 1024 }')" \
       "${db:+  db $db B}" "$check")"
+    if [ "$disturbed" = 1 ]; then log "  warning: a cargo build ran during this run; its timing is disturbed"; fi
   else
     log "$harness N=$n $rep FAILED: $why"
   fi
   if [ "$rep" != warmup ]; then
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$harness" "$n" "$rep" "$status" "$cpu" "$rss" "$db" >>"$RESULTS"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$harness" "$n" "$rep" "$status" "$cpu" "$rss" "$db" \
+      "$disturbed" >>"$RESULTS"
   fi
   rm -rf "$dir"
 }

@@ -198,7 +198,7 @@ def median(values):
 
 
 def cmd_table(args):
-    """Results TSV: harness, n, rep, status, cpu_s, rss_kb[, db_bytes]."""
+    """Results TSV: harness, n, rep, status, cpu_s, rss_kb[, db_bytes[, build_running]]."""
     rows = []
     with open(args.results) as f:
         for line in f:
@@ -210,8 +210,11 @@ def cmd_table(args):
     by = {}
     failed = {}
     dbs = {}
+    disturbed = 0
     for harness, n, _rep, status, cpu, rss, *rest in rows:
         n = int(n)
+        if len(rest) > 1 and rest[1] == "1":
+            disturbed += 1
         if status != "ok":
             failed[(harness, n)] = failed.get((harness, n), 0) + 1
             continue
@@ -263,6 +266,11 @@ def cmd_table(args):
                     f"- marginal CPU per extra step, {h}, N={a}→{b}: "
                     f"{(cb - ca) * 1000 / (b - a):.2f} ms/step"
                 )
+    if disturbed:
+        lines.append(
+            f"- warning: {disturbed} of {len(rows)} runs overlapped a cargo build "
+            "(column build_running of the raw TSV); their timings are disturbed"
+        )
     db_sizes = sorted(n for (h, n) in dbs if h == "ours-thread")
     if db_sizes:
         lines.append("")
