@@ -315,6 +315,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         args.root,
         &args.skill_dirs,
         args.read_only_memory || config.read_only_memory,
+        args.thread.is_some(),
         &workspace::DiskOptions {
             virtual_mode,
             shell: &config.shell,
@@ -345,10 +346,10 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(prompt) = args.system_prompt {
         builder = builder.system_prompt(prompt);
     }
-    let agent = builder
-        .checkpointer(workspace.checkpointer.clone())
-        .ask_user(true)
-        .build()?;
+    if let Some(checkpointer) = &workspace.checkpointer {
+        builder = builder.checkpointer(checkpointer.clone());
+    }
+    let agent = builder.ask_user(true).build()?;
 
     let options = RunOptions::default();
     let cancel = options.cancel.clone();

@@ -6,12 +6,14 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::ValueEnum;
 use deepagents::Checkpointer;
+use deepagents::backends::store::{SearchQuery, StoreError, StoreItem};
 use deepagents::backends::{
     Backend, CompositeBackend, FilesystemBackend, LocalShellBackend, PermissionRule, Permissions,
     PolicyBackend, PostgresStore, ReadOnlyPolicy, RepoBackend, SqliteStore, StateBackend, Store,
     StoreBackend, VPath,
 };
 use serde::Deserialize;
+use serde_json::Value;
 
 /// The `--backend` choices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -65,8 +67,9 @@ pub struct Workspace {
     pub memory: Vec<String>,
     /// Skill directories, lowest precedence first.
     pub skills: Vec<String>,
-    /// Where threads are checkpointed (the same database as long-term memory).
-    pub checkpointer: Arc<dyn Checkpointer>,
+    /// Where threads are checkpointed (the same database as long-term memory); only for a
+    /// run on a thread.
+    pub checkpointer: Option<Arc<dyn Checkpointer>>,
     /// The database of long-term memory and threads, to close before exiting.
     pub store: Arc<dyn Store>,
     /// The directory the disk backends work in; `None` for the state backend.
@@ -91,6 +94,77 @@ pub async fn open_store() -> anyhow::Result<(Arc<dyn Store>, Arc<dyn Checkpointe
         .await
         .context("cannot open the data store (DEEPAGENTS_DATA_DIR chooses its directory)")?;
     Ok((Arc::new(store.clone()), Arc::new(store.checkpointer())))
+}
+
+/// The long-term memory store of a run that keeps no thread: SQLite in the data directory,
+/// opened on first use, and not even then while the database does not exist and nothing is
+/// written (reads of a missing database find nothing). A run that never touches `/memories/`
+/// beyond reading its `AGENTS.md` so costs no database.
+struct LazySqliteStore {
+    path: PathBuf,
+    opened: tokio::sync::OnceCell<SqliteStore>,
+}
+
+impl LazySqliteStore {
+    fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            opened: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The store, opened (and created) now if it was not.
+    async fn open(&self) -> Result<&SqliteStore, StoreError> {
+        self.opened
+            .get_or_try_init(|| SqliteStore::open(&self.path))
+            .await
+    }
+
+    /// The store when there is something to read: `None` while no database exists.
+    async fn existing(&self) -> Result<Option<&SqliteStore>, StoreError> {
+        if self.opened.get().is_none() && !self.path.exists() {
+            return Ok(None);
+        }
+        self.open().await.map(Some)
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for LazySqliteStore {
+    async fn get(&self, namespace: &[String], key: &str) -> Result<Option<StoreItem>, StoreError> {
+        match self.existing().await? {
+            Some(store) => store.get(namespace, key).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn put(&self, namespace: &[String], key: &str, value: Value) -> Result<(), StoreError> {
+        self.open().await?.put(namespace, key, value).await
+    }
+
+    async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError> {
+        match self.existing().await? {
+            Some(store) => store.delete(namespace, key).await,
+            None => Ok(false),
+        }
+    }
+
+    async fn search(
+        &self,
+        namespace_prefix: &[String],
+        query: &SearchQuery,
+    ) -> Result<Vec<StoreItem>, StoreError> {
+        match self.existing().await? {
+            Some(store) => store.search(namespace_prefix, query).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    async fn close(&self) {
+        if let Some(store) = self.opened.get() {
+            store.close().await;
+        }
+    }
 }
 
 /// The CLI's data directory: `DEEPAGENTS_DATA_DIR`, else `$XDG_DATA_HOME/deepagents`, else
@@ -164,6 +238,7 @@ pub async fn open(
     root: Option<PathBuf>,
     skill_dirs: &[PathBuf],
     read_only_memory: bool,
+    threaded: bool,
     disk_options: &DiskOptions<'_>,
 ) -> anyhow::Result<Workspace> {
     let mut workspace_root = None;
@@ -210,7 +285,15 @@ pub async fn open(
         skills.push("/.agents/skills".to_owned());
     }
     // Long-term memory: one SQLite store in the user's data directory, shared by every thread.
-    let (store, checkpointer) = open_store().await?;
+    // A run without a thread opens it only when it is used.
+    let (store, checkpointer) = if threaded || std::env::var_os("DEEPAGENTS_DATABASE_URL").is_some()
+    {
+        let (store, checkpointer) = open_store().await?;
+        (store, Some(checkpointer))
+    } else {
+        let store: Arc<dyn Store> = Arc::new(LazySqliteStore::new(data_dir()?.join("store.db")));
+        (store, None)
+    };
     let memories = StoreBackend::new(store.clone())
         .with_namespace(|_| vec!["agents".to_owned(), "agent".to_owned()]);
     let memories: Arc<dyn Backend> = if read_only_memory {

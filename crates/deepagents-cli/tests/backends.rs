@@ -298,6 +298,27 @@ fn user_and_extra_skill_directories_are_mounted_for_the_file_tools() {
 }
 
 #[test]
+fn a_run_that_writes_no_memory_opens_no_database() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let model = script(
+        dir.path(),
+        json!([
+            {"tool_calls": [{"name": "ls", "args": {"path": "/memories"}}]},
+            {"text": "nothing there"}
+        ]),
+    );
+    let output = bin()
+        .args(["run", "--backend", "state", "--model", &model, "look"])
+        .env("DEEPAGENTS_DATA_DIR", data.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    // Reading memory (AGENTS.md at the start, the listing) found nothing and created nothing.
+    assert!(!data.path().join("store.db").exists());
+}
+
+#[test]
 fn long_term_memory_persists_across_runs() {
     let data = tempfile::tempdir().unwrap();
     let dir = tempfile::tempdir().unwrap();

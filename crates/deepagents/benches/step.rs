@@ -1,0 +1,180 @@
+//! The cost of one step as the conversation grows: a run that already holds H messages of
+//! history takes one tool step and answers. The model encodes every request it gets with the
+//! real Chat Completions wire format (to bytes, as the HTTP client sends it) and answers from
+//! the message count, so the time is the harness's own work plus the encoding a provider call
+//! needs. Flat per-step cost means the time barely moves from H = 10 to H = 10,000.
+//!
+//! Run with `cargo bench -p deepagents --bench step`.
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use deepagents::core::message::AssistantMessage;
+use deepagents::core::{ModelResponse, StopReason};
+use deepagents::models::openai_chat::ChatWire;
+use deepagents::models::provider::Wire;
+use deepagents::{
+    Agent, ContentBlock, EventSink, Message, Model, ModelError, ModelRequest, Run, RunOptions,
+    Tool, ToolCall, ToolContext, ToolError, ToolOutput, ToolResult, ToolStatus, Usage,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+
+/// Encodes each request as a provider would, then calls `noop` once and answers.
+struct EncodingModel {
+    wire: ChatWire,
+    /// Off (`STEP_ENCODE=0`) to time the harness alone.
+    encode: bool,
+}
+
+#[async_trait]
+impl Model for EncodingModel {
+    fn id(&self) -> &str {
+        "bench"
+    }
+    async fn generate(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        if self.encode {
+            let (_, body) = self.wire.request(request, false)?;
+            black_box(serde_json::to_vec(&body).unwrap());
+        }
+        let answered = matches!(request.messages.last(), Some(Message::Tool(_)));
+        let message = if answered {
+            AssistantMessage::text("done")
+        } else {
+            AssistantMessage {
+                content: vec![ContentBlock::text("working")],
+                tool_calls: vec![ToolCall {
+                    id: format!("call_{}", request.messages.len()),
+                    name: "noop".into(),
+                    arguments: json!({"n": 1}),
+                }],
+            }
+        };
+        Ok(ModelResponse {
+            message,
+            usage: Usage {
+                input_tokens: 10,
+                output_tokens: 2,
+                cached_input_tokens: 0,
+            },
+            stop_reason: StopReason::EndTurn,
+        })
+    }
+}
+
+struct Noop;
+
+#[derive(Deserialize, JsonSchema)]
+struct NoopArgs {
+    #[allow(dead_code)]
+    n: usize,
+}
+
+impl Tool for Noop {
+    type Args = NoopArgs;
+    fn name(&self) -> &str {
+        "noop"
+    }
+    fn description(&self) -> String {
+        "Does nothing".into()
+    }
+    async fn call(&self, _: NoopArgs, _: ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text("ok"))
+    }
+}
+
+/// A run holding `messages` messages of earlier tool rounds (about 150 bytes each) and a new
+/// user message.
+fn history(messages: usize) -> Run {
+    let mut run = Run::from_task("start");
+    let mut round = 0;
+    while run.state.messages.len() + 2 <= messages {
+        let id = format!("old_{round}");
+        run.state
+            .messages
+            .push(Message::Assistant(AssistantMessage {
+                content: vec![ContentBlock::text(format!(
+                    "Step {round}: reading the next file to check the release notes."
+                ))],
+                tool_calls: vec![ToolCall {
+                    id: id.clone(),
+                    name: "noop".into(),
+                    arguments: json!({"n": round}),
+                }],
+            }));
+        run.state.messages.push(Message::Tool(ToolResult {
+            tool_call_id: id,
+            name: "noop".into(),
+            content: vec![ContentBlock::text("ok: 12 lines, nothing to change")],
+            status: ToolStatus::Ok,
+            artifact: None,
+        }));
+        round += 1;
+    }
+    run.state.messages.push(Message::user("one more step"));
+    run
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let agent = Agent::builder(Arc::new(EncodingModel {
+        wire: ChatWire {
+            provider: "openai_chat".into(),
+            base_url: "http://127.0.0.1:1/v1".into(),
+            model: "gpt-4o".into(),
+            stream_usage: true,
+            extra_headers: Vec::new(),
+            reasoning: None,
+            modalities: deepagents::core::model::InputModalities::ALL,
+        },
+        encode: std::env::var("STEP_ENCODE").map_or(true, |v| v != "0"),
+    }))
+    .tool(Noop)
+    .max_turns(u32::MAX)
+    .build()
+    .unwrap();
+    println!("history  per step (2 model calls, 1 tool call)  vs H=10");
+    let mut first = None;
+    // `STEP_SIZES=10000` times one size alone (for a profiler).
+    let sizes: Vec<usize> = std::env::var("STEP_SIZES").map_or_else(
+        |_| vec![10, 100, 1_000, 10_000],
+        |list| {
+            list.split(',')
+                .filter_map(|s| s.trim().parse().ok())
+                .collect()
+        },
+    );
+    for size in sizes {
+        let run = history(size);
+        let repeats = if size >= 10_000 { 15 } else { 51 };
+        let mut times: Vec<Duration> = (0..repeats)
+            .map(|_| {
+                let run = run.clone();
+                let start = Instant::now();
+                runtime.block_on(async {
+                    let output = agent
+                        .run(run, RunOptions::default(), EventSink::discard())
+                        .await
+                        .unwrap();
+                    black_box(output);
+                });
+                start.elapsed()
+            })
+            .collect();
+        times.sort();
+        let median = times[repeats / 2];
+        let base = *first.get_or_insert(median);
+        println!(
+            "{size:>7}  {:>10.1} µs  {:>10.2}×",
+            median.as_secs_f64() * 1e6,
+            median.as_secs_f64() / base.as_secs_f64()
+        );
+    }
+}
