@@ -16,6 +16,9 @@
 #                       summarize with an extra model call, which this workload does not script
 #   --python-streaming  make the Python harness stream too (ChatOpenAI(streaming=True)); by
 #                       default ours streams and langchain-openai does not
+#   --wait-idle S       before each run, wait up to S seconds (default 900) for the machine
+#                       to be under 10 % CPU busy; runs that still shared the CPU with other
+#                       processes are flagged (warning, raw TSV column, note under the table)
 #   --no-build          use target/release/deepagents as it is (fail when missing)
 #
 # Pinned: Python deepagents==0.7.32 and langchain-openai==1.7.4 (both resolve on PyPI), their
@@ -48,6 +51,7 @@ CHECKPOINT=0
 CONTEXT_WINDOW=1000000
 BUILD=1
 PY_STREAMING=0
+WAIT_IDLE=900
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) REPS="${2:?--reps needs a number}"; shift 2 ;;
@@ -59,6 +63,8 @@ while [ $# -gt 0 ]; do
     --context-window) CONTEXT_WINDOW="${2:?--context-window needs a number}"; shift 2 ;;
     --context-window=*) CONTEXT_WINDOW="${1#*=}"; shift ;;
     --python-streaming) PY_STREAMING=1; shift ;;
+    --wait-idle) WAIT_IDLE="${2:?--wait-idle needs seconds}"; shift 2 ;;
+    --wait-idle=*) WAIT_IDLE="${1#*=}"; shift ;;
     --no-build) BUILD=0; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -67,6 +73,7 @@ done
 [[ "$REPS" =~ ^[1-9][0-9]*$ ]] || { echo "error: --reps must be a positive integer" >&2; exit 2; }
 [[ "$SIZES" =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] \
   || { echo "error: --sizes must be positive integers separated by commas" >&2; exit 2; }
+[[ "$WAIT_IDLE" =~ ^[0-9]+$ ]] || { echo "error: --wait-idle must be a number of seconds" >&2; exit 2; }
 [[ "$CONTEXT_WINDOW" =~ ^[0-9]+$ ]] || { echo "error: --context-window must be a number" >&2; exit 2; }
 IFS=, read -r -a SIZE_LIST <<<"$SIZES"
 
@@ -152,19 +159,33 @@ if [ "$BUILD" = 1 ]; then
 fi
 [ -x "$BIN" ] || die "$BIN is missing (build it: cargo build --release -p deepagents-cli --locked)"
 
-# How many cargo/rustc processes run now (another build disturbs the timings).
-builds_running() {
-  local total=0 name count
-  for name in cargo rustc; do
-    count="$(pgrep -c -x "$name" || true)"
-    total=$((total + ${count:-0}))
+# CPU accounting from /proc (clock ticks): busy time of all cores, all time of all cores, and
+# one process's own user+sys. Used to wait for a quiet machine and to flag runs that shared the
+# CPU with something else (a build, a test run).
+TICKS="$(getconf CLK_TCK 2>/dev/null || echo 100)"
+NCPU="$(nproc 2>/dev/null || echo 1)"
+busy_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9; exit}' /proc/stat; }
+all_ticks() { awk '/^cpu /{s=0; for (i=2; i<=NF; i++) s+=$i; print s; exit}' /proc/stat; }
+proc_ticks() { awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+
+# wait_idle: until the machine's CPU is below 10 % busy over 2 s, at most $WAIT_IDLE seconds.
+wait_idle() {
+  local waited=0 b0 t0 b1 t1
+  while :; do
+    b0="$(busy_ticks)" t0="$(all_ticks)"
+    sleep 2
+    b1="$(busy_ticks)" t1="$(all_ticks)"
+    if [ $(((b1 - b0) * 100)) -le $(((t1 - t0) * 10)) ]; then return 0; fi
+    if [ "$waited" -ge "$WAIT_IDLE" ]; then
+      [ "$WAIT_IDLE" = 0 ] || log "the machine is still busy after ${WAIT_IDLE} s; running anyway"
+      return 0
+    fi
+    [ "$waited" != 0 ] || log "waiting (up to ${WAIT_IDLE} s) for the machine to go idle: something else uses the CPU"
+    sleep 3
+    waited=$((waited + 5))
   done
-  echo "$total"
 }
-busy="$(builds_running)"
-if [ "$busy" != 0 ]; then
-  log "warning: a build is running on this machine ($busy cargo/rustc processes): timings will be disturbed"
-fi
+
 START_LOAD="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 log "load average at start: $START_LOAD"
 
@@ -200,7 +221,7 @@ log "aimock $AIMOCK_PID on $URL"
 BENCH=("$PY" "$ROOT/bench/harness/bench.py")
 TASK="$("$PY" -c 'import sys; sys.path.insert(0, "bench/harness"); import bench; print(bench.TASK)')"
 RESULTS="$ROOT/target/bench-harness.tsv"
-printf '# harness\tn\trep\tstatus\tcpu_s\trss_kb\tdb_bytes\tbuild_running\n' >"$RESULTS"
+printf '# harness\tn\trep\tstatus\tcpu_s\trss_kb\tdb_bytes\tother_cpu_s\tdisturbed\n' >"$RESULTS"
 
 # Environment of both harnesses: nothing of the caller's provider, tracing or agent settings.
 CLEAN_ENV=(env -u OPENAI_BASE_URL -u OPENAI_API_BASE -u DEEPAGENTS_MODEL -u DEEPAGENTS_CONFIG
@@ -229,13 +250,13 @@ run_one() {
       if [ "$PY_STREAMING" = 1 ]; then cmd+=(--streaming); fi
       ;;
   esac
-  local rc=0 busy_before busy_after
-  busy_before="$(builds_running)"
+  local rc=0 b0 a0 w0 b1 a1 w1
+  wait_idle
+  b0="$(busy_ticks)" a0="$(proc_ticks "$AIMOCK_PID")" w0="$(date +%s%N)"
   (cd "$dir/cwd" && "${CLEAN_ENV[@]}" HOME="$dir/home" DEEPAGENTS_DATA_DIR="$dir/data" \
     /usr/bin/time -f '%U %S %M' -o "$dir/time" "${cmd[@]}" >"$dir/stdout" 2>"$dir/stderr") || rc=$?
-  busy_after="$(builds_running)"
-  local status=ok why="" disturbed=0
-  if [ "$busy_before" != 0 ] || [ "$busy_after" != 0 ]; then disturbed=1; fi
+  b1="$(busy_ticks)" a1="$(proc_ticks "$AIMOCK_PID")" w1="$(date +%s%N)"
+  local status=ok why=""
   if [ "$rc" != 0 ]; then
     status=failed
     why="exit $rc: $( (grep -v '^Command exited' "$dir/stderr" || true) | tail -n 3 | tr '\n' ' ')"
@@ -254,6 +275,13 @@ run_one() {
   user=0 sys=0 rss=0
   if [ -s "$dir/time" ]; then read -r user sys rss < <(tail -n 1 "$dir/time"); fi
   cpu="$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.3f", u + s }')"
+  # CPU that neither the harness nor aimock used during the run; over 0.2 s plus 5 % of the
+  # machine, the run shared the CPU with something else and its timing is disturbed.
+  local other disturbed
+  other="$(awk -v b="$((b1 - b0))" -v a="$((a1 - a0))" -v t="$TICKS" -v c="$cpu" \
+    'BEGIN { o = (b - a) / t - c; printf "%.2f", (o < 0 ? 0 : o) }')"
+  disturbed="$(awk -v o="$other" -v w="$((w1 - w0))" -v n="$NCPU" \
+    'BEGIN { print (o > 0.2 + 0.05 * n * w / 1e9) ? 1 : 0 }')"
   if [ "$harness" = ours-thread ] && [ -f "$dir/data/store.db" ]; then
     db="$(stat -c %s "$dir/data/store.db")"
     # A WAL the process left behind holds checkpoints too.
@@ -263,13 +291,15 @@ run_one() {
     log "$(printf '%-11s N=%-5s %-6s cpu %7.0f ms  rss %6.1f MB%s  (%s)' "$harness" "$n" "$rep" \
       "$(awk -v c="$cpu" 'BEGIN { print c * 1000 }')" "$(awk -v r="$rss" 'BEGIN { print r / 1024 }')" \
       "${db:+  db $db B}" "$check")"
-    if [ "$disturbed" = 1 ]; then log "  warning: a cargo build ran during this run; its timing is disturbed"; fi
+    if [ "$disturbed" = 1 ]; then
+      log "  warning: other processes used $other s of CPU during this run; its timing is disturbed"
+    fi
   else
     log "$harness N=$n $rep FAILED: $why"
   fi
   if [ "$rep" != warmup ]; then
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$harness" "$n" "$rep" "$status" "$cpu" "$rss" "$db" \
-      "$disturbed" >>"$RESULTS"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$harness" "$n" "$rep" "$status" "$cpu" "$rss" "$db" \
+      "$other" "$disturbed" >>"$RESULTS"
   fi
   rm -rf "$dir"
 }

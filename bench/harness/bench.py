@@ -198,7 +198,7 @@ def median(values):
 
 
 def cmd_table(args):
-    """Results TSV: harness, n, rep, status, cpu_s, rss_kb[, db_bytes[, build_running]]."""
+    """Results TSV: harness, n, rep, status, cpu_s, rss_kb, db_bytes, other_cpu_s, disturbed."""
     rows = []
     with open(args.results) as f:
         for line in f:
@@ -213,7 +213,7 @@ def cmd_table(args):
     disturbed = 0
     for harness, n, _rep, status, cpu, rss, *rest in rows:
         n = int(n)
-        if len(rest) > 1 and rest[1] == "1":
+        if len(rest) > 2 and rest[2] == "1":
             disturbed += 1
         if status != "ok":
             failed[(harness, n)] = failed.get((harness, n), 0) + 1
@@ -268,8 +268,8 @@ def cmd_table(args):
                 )
     if disturbed:
         lines.append(
-            f"- warning: {disturbed} of {len(rows)} runs overlapped a cargo build "
-            "(column build_running of the raw TSV); their timings are disturbed"
+            f"- warning: {disturbed} of {len(rows)} runs shared the CPU with other processes "
+            "(columns other_cpu_s and disturbed of the raw TSV); their timings are disturbed"
         )
     db_sizes = sorted(n for (h, n) in dbs if h == "ours-thread")
     if db_sizes:
