@@ -125,7 +125,9 @@ fn recorded_request(request: &HttpRequest) -> RecordedRequest {
             .iter()
             .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
             .collect(),
-        body: request.body.clone(),
+        // Recorded as JSON so a cassette stays readable and compares by meaning, not bytes.
+        body: serde_json::from_slice(&request.body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&request.body).into_owned())),
     }
 }
 

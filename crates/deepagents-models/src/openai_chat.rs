@@ -1,6 +1,7 @@
 //! The OpenAI Chat Completions API (`POST {base}/chat/completions`), also spoken by Ollama,
 //! OpenRouter, vLLM, llama.cpp's server, LM Studio, DeepSeek, Groq and others.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use deepagents_core::ContentBlock;
@@ -8,7 +9,8 @@ use deepagents_core::message::{AssistantMessage, Message, ToolCall};
 use deepagents_core::model::{
     InputModalities, ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent,
 };
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Value, json};
 
 use crate::convert::{
     ApiMedia, Carried, Formats, Media, OPENAI_IMAGES, arguments_text, base64, carry, data_url,
@@ -36,6 +38,136 @@ pub struct ChatWire {
     pub modalities: InputModalities,
 }
 
+impl ChatWire {
+    fn url(&self) -> String {
+        format!("{}/chat/completions", self.base_url.trim_end_matches('/'))
+    }
+
+    /// The request body, borrowing the conversation.
+    fn body<'a>(&'a self, request: &'a ModelRequest, stream: bool) -> Body<'a> {
+        let settings = &request.settings;
+        Body {
+            model: &self.model,
+            messages: messages(request, self.modalities),
+            tools: request
+                .tools
+                .iter()
+                .map(|tool| {
+                    json!({"type": "function", "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": inline_schema(&tool.parameters),
+                    }})
+                })
+                .collect(),
+            temperature: settings.temperature.map(f64::from),
+            top_p: settings.top_p.map(f64::from),
+            max_completion_tokens: settings.max_output_tokens,
+            stop: &settings.stop_sequences,
+            reasoning_effort: self.reasoning.map(|effort| effort.as_str()),
+            stream: stream.then_some(true),
+            stream_options: (stream && self.stream_usage).then_some(StreamOptions {
+                include_usage: true,
+            }),
+        }
+    }
+}
+
+fn encoding_failed(error: serde_json::Error) -> ModelError {
+    ModelError::Other {
+        message: format!("cannot encode the request body: {error}"),
+    }
+}
+
+/// A Chat Completions request body.
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Vec<ChatMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// One message of the conversation as the API takes it, borrowing what it can.
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum ChatMessage<'a> {
+    System {
+        content: Cow<'a, str>,
+    },
+    User {
+        content: UserContent<'a>,
+    },
+    Assistant {
+        /// `null` when the message is only tool calls.
+        content: Option<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ChatCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: String,
+    },
+}
+
+/// Plain text goes as a string, which every server speaking this API takes; anything else
+/// as content parts.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum UserContent<'a> {
+    Text(Cow<'a, str>),
+    Parts(Vec<Value>),
+}
+
+#[derive(Serialize)]
+struct ChatCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: ChatFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct ChatFunction<'a> {
+    name: &'a str,
+    arguments: Cow<'a, str>,
+}
+
+impl<'a> ChatCall<'a> {
+    fn of(call: &'a ToolCall) -> Self {
+        Self {
+            id: &call.id,
+            kind: "function",
+            function: ChatFunction {
+                name: &call.name,
+                arguments: match &call.arguments {
+                    Value::String(raw) => Cow::Borrowed(raw),
+                    _ => Cow::Owned(arguments_text(call)),
+                },
+            },
+        }
+    }
+}
+
 impl Wire for ChatWire {
     fn provider(&self) -> &str {
         &self.provider
@@ -50,52 +182,18 @@ impl Wire for ChatWire {
     }
 
     fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
-        let mut body = Map::new();
-        body.insert("model".into(), json!(self.model));
-        body.insert(
-            "messages".into(),
-            Value::Array(messages(request, self.modalities)),
-        );
-        if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|tool| {
-                    json!({"type": "function", "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": inline_schema(&tool.parameters),
-                    }})
-                })
-                .collect();
-            body.insert("tools".into(), Value::Array(tools));
-        }
-        let settings = &request.settings;
-        if let Some(t) = settings.temperature {
-            body.insert("temperature".into(), json!(t));
-        }
-        if let Some(p) = settings.top_p {
-            body.insert("top_p".into(), json!(p));
-        }
-        if let Some(max) = settings.max_output_tokens {
-            body.insert("max_completion_tokens".into(), json!(max));
-        }
-        if !settings.stop_sequences.is_empty() {
-            body.insert("stop".into(), json!(settings.stop_sequences));
-        }
-        if let Some(effort) = self.reasoning {
-            body.insert("reasoning_effort".into(), json!(effort.as_str()));
-        }
-        if stream {
-            body.insert("stream".into(), json!(true));
-            if self.stream_usage {
-                body.insert("stream_options".into(), json!({"include_usage": true}));
-            }
-        }
-        Ok((
-            format!("{}/chat/completions", self.base_url.trim_end_matches('/')),
-            Value::Object(body),
-        ))
+        let body = serde_json::to_value(self.body(request, stream)).map_err(encoding_failed)?;
+        Ok((self.url(), body))
+    }
+
+    fn encode(
+        &self,
+        request: &ModelRequest,
+        stream: bool,
+    ) -> Result<(String, Vec<u8>), ModelError> {
+        // Straight from the typed body: no JSON tree of the whole conversation is built.
+        let body = serde_json::to_vec(&self.body(request, stream)).map_err(encoding_failed)?;
+        Ok((self.url(), body))
     }
 
     fn parse(&self, body: &Value) -> Result<ModelResponse, ModelError> {
@@ -231,29 +329,29 @@ fn part(carried: Carried<'_>) -> Value {
     }
 }
 
-fn user_parts(content: &[ContentBlock], modalities: InputModalities) -> Value {
-    let parts: Vec<Value> = content
+fn user_parts(content: &[ContentBlock], modalities: InputModalities) -> UserContent<'_> {
+    let mut carried: Vec<Carried<'_>> = content
         .iter()
         .filter_map(|block| carry(block, &MEDIA, modalities))
-        .map(part)
         .collect();
-    // Plain text goes as a string, which every server speaking this API takes.
-    if let [only] = parts.as_slice()
-        && only["type"] == "text"
+    if let [Carried::Text(_)] = carried.as_slice()
+        && let Some(Carried::Text(text)) = carried.pop()
     {
-        return only["text"].clone();
+        return UserContent::Text(text);
     }
-    Value::Array(parts)
+    UserContent::Parts(carried.into_iter().map(part).collect())
 }
 
 /// Media tool results returned, waiting for the user message that carries it: `(tool name,
 /// call id, media)` per result that had any.
 type Attachments<'a> = Vec<(&'a str, &'a str, Vec<Carried<'a>>)>;
 
-fn messages(request: &ModelRequest, modalities: InputModalities) -> Vec<Value> {
-    let mut out = Vec::new();
+fn messages(request: &ModelRequest, modalities: InputModalities) -> Vec<ChatMessage<'_>> {
+    let mut out = Vec::with_capacity(request.messages.len() + 1);
     if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
-        out.push(json!({"role": "system", "content": system}));
+        out.push(ChatMessage::System {
+            content: Cow::Borrowed(system),
+        });
     }
     // Tool messages take text only. Rather than replace a tool's image, PDF or audio with a
     // note (the reference harness's way), it follows in a user message right after the step's
@@ -265,47 +363,28 @@ fn messages(request: &ModelRequest, modalities: InputModalities) -> Vec<Value> {
             out.push(attachments(&mut pending));
         }
         match message {
-            Message::System { content } => {
-                out.push(
-                    json!({"role": "system", "content": text_with_notes(content, modalities)}),
-                );
-            }
-            Message::User { content } => {
-                out.push(json!({"role": "user", "content": user_parts(content, modalities)}));
-            }
+            Message::System { content } => out.push(ChatMessage::System {
+                content: Cow::Owned(text_with_notes(content, modalities)),
+            }),
+            Message::User { content } => out.push(ChatMessage::User {
+                content: user_parts(content, modalities),
+            }),
             Message::Assistant(assistant) => {
-                let mut m = Map::new();
-                m.insert("role".into(), json!("assistant"));
                 let text = deepagents_core::content::joined_text(&assistant.content);
-                m.insert(
-                    "content".into(),
-                    if text.is_empty() && !assistant.tool_calls.is_empty() {
-                        Value::Null
-                    } else {
-                        json!(text)
-                    },
-                );
-                if !assistant.tool_calls.is_empty() {
-                    let calls: Vec<Value> = assistant
-                        .tool_calls
-                        .iter()
-                        .map(|call| {
-                            json!({"id": call.id, "type": "function", "function": {
-                                "name": call.name, "arguments": arguments_text(call)}})
-                        })
-                        .collect();
-                    m.insert("tool_calls".into(), Value::Array(calls));
-                }
-                out.push(Value::Object(m));
+                out.push(ChatMessage::Assistant {
+                    content: (!text.is_empty() || assistant.tool_calls.is_empty()).then_some(text),
+                    tool_calls: assistant.tool_calls.iter().map(ChatCall::of).collect(),
+                });
             }
             Message::Tool(result) => {
                 let (text, media) = text_and_media(&result.content, &MEDIA, modalities, true);
                 if !media.is_empty() {
                     pending.push((&result.name, &result.tool_call_id, media));
                 }
-                out.push(
-                    json!({"role": "tool", "tool_call_id": result.tool_call_id, "content": text}),
-                );
+                out.push(ChatMessage::Tool {
+                    tool_call_id: &result.tool_call_id,
+                    content: text,
+                });
             }
         }
     }
@@ -316,7 +395,7 @@ fn messages(request: &ModelRequest, modalities: InputModalities) -> Vec<Value> {
 }
 
 /// The user message that carries the media of the tool results before it.
-fn attachments(pending: &mut Attachments<'_>) -> Value {
+fn attachments<'a>(pending: &mut Attachments<'a>) -> ChatMessage<'a> {
     let mut parts = Vec::new();
     for (name, id, media) in pending.drain(..) {
         parts.push(
@@ -324,7 +403,9 @@ fn attachments(pending: &mut Attachments<'_>) -> Value {
         );
         parts.extend(media.into_iter().map(part));
     }
-    json!({"role": "user", "content": parts})
+    ChatMessage::User {
+        content: UserContent::Parts(parts),
+    }
 }
 
 #[derive(Debug, Default)]

@@ -583,7 +583,7 @@ fn keys_never_show_in_debug_output() {
         url: "http://127.0.0.1:1/v1/messages".into(),
         headers: vec![],
         secret_headers: headers,
-        body: json!({}),
+        body: bytes::Bytes::from_static(b"{}"),
     };
     all.push(format!("{request:?}"));
     let options = ModelOptions {

@@ -38,8 +38,8 @@ impl Model for EncodingModel {
     }
     async fn generate(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
         if self.encode {
-            let (_, body) = self.wire.request(request, false)?;
-            black_box(serde_json::to_vec(&body).unwrap());
+            // What the HTTP model sends: the wire's encoded body.
+            black_box(self.wire.encode(request, false)?);
         }
         let answered = matches!(request.messages.last(), Some(Message::Tool(_)));
         let message = if answered {

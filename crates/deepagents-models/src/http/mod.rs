@@ -86,8 +86,8 @@ pub struct HttpRequest {
     pub headers: Vec<(String, String)>,
     /// Headers carrying credentials: sent, never logged nor recorded.
     pub secret_headers: Vec<(String, Secret)>,
-    /// The JSON body.
-    pub body: Value,
+    /// The JSON body, encoded (shared, so a retry resends it without a copy).
+    pub body: bytes::Bytes,
 }
 
 /// A response body, chunk by chunk.
@@ -176,10 +176,7 @@ impl ReqwestTransport {
 #[async_trait]
 impl Transport for ReqwestTransport {
     async fn send(&self, request: &HttpRequest) -> Result<HttpResponse, TransportError> {
-        let body = serde_json::to_vec(&request.body).map_err(|e| TransportError {
-            retryable: false,
-            message: format!("cannot encode the request body: {e}"),
-        })?;
+        let body = request.body.clone();
         let mut builder = self
             .client
             .post(&request.url)
