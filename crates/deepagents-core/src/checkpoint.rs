@@ -65,7 +65,7 @@ impl RunDelta {
     pub fn full(run: &Run) -> Self {
         Self {
             schema: CHECKPOINT_SCHEMA,
-            messages: run.state.messages.clone(),
+            messages: run.state.messages.to_vec(),
             replace_from: None,
             todos: Some(run.state.todos.clone()),
             files: run

@@ -146,3 +146,96 @@ impl AddAssign for Usage {
         self.cached_input_tokens += other.cached_input_tokens;
     }
 }
+
+/// A conversation: the messages of a run or a request, shared rather than copied.
+///
+/// Cloning is O(1) (the messages sit behind one reference count), so the run hands its
+/// history to each model request, and middleware keeps a request aside, without copying it.
+/// It reads as a `Vec<Message>`; changing it (`push`, `&mut` access) copies the messages
+/// first only while another clone still shares them (copy on write), so change a request's
+/// messages only when you mean to. Serialized as a plain list.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Messages(std::sync::Arc<Vec<Message>>);
+
+impl Serialize for Messages {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Messages {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Vec::<Message>::deserialize(deserializer).map(Self::from)
+    }
+}
+
+impl Messages {
+    /// No messages.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The messages as a list of their own, copied only when shared.
+    pub fn into_vec(self) -> Vec<Message> {
+        std::sync::Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone())
+    }
+}
+
+impl std::ops::Deref for Messages {
+    type Target = Vec<Message>;
+
+    fn deref(&self) -> &Vec<Message> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Messages {
+    fn deref_mut(&mut self) -> &mut Vec<Message> {
+        std::sync::Arc::make_mut(&mut self.0)
+    }
+}
+
+impl From<Vec<Message>> for Messages {
+    fn from(messages: Vec<Message>) -> Self {
+        Self(std::sync::Arc::new(messages))
+    }
+}
+
+impl From<Messages> for Vec<Message> {
+    fn from(messages: Messages) -> Self {
+        messages.into_vec()
+    }
+}
+
+impl FromIterator<Message> for Messages {
+    fn from_iter<I: IntoIterator<Item = Message>>(iter: I) -> Self {
+        Self::from(iter.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl<'a> IntoIterator for &'a Messages {
+    type Item = &'a Message;
+    type IntoIter = std::slice::Iter<'a, Message>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl PartialEq<Vec<Message>> for Messages {
+    fn eq(&self, other: &Vec<Message>) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<[Message]> for Messages {
+    fn eq(&self, other: &[Message]) -> bool {
+        self.0.as_slice() == other
+    }
+}
+
+impl Extend<Message> for Messages {
+    fn extend<I: IntoIterator<Item = Message>>(&mut self, iter: I) {
+        std::sync::Arc::make_mut(&mut self.0).extend(iter);
+    }
+}

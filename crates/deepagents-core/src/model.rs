@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use futures::{Stream, StreamExt, stream};
 use serde::{Deserialize, Serialize};
 
-use crate::message::{AssistantMessage, Message, Usage};
+use crate::message::{AssistantMessage, Messages, Usage};
 use crate::tool::ToolSpec;
 
 /// Everything a model needs for one call.
@@ -16,8 +16,8 @@ pub struct ModelRequest {
     /// The system prompt, sent the way each provider expects it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
-    /// The conversation so far.
-    pub messages: Vec<Message>,
+    /// The conversation so far, shared with the run it came from (see [`Messages`]).
+    pub messages: Messages,
     /// Tools the model may call.
     #[serde(default)]
     pub tools: Vec<ToolSpec>,

@@ -12,14 +12,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::content::base64_bytes;
-use crate::message::Message;
+use crate::message::Messages;
 
 /// Everything an agent knows; plain data, persisted as is by checkpoints.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AgentState {
-    /// The conversation.
+    /// The conversation (shared with the requests made from it, see [`Messages`]).
     #[serde(default)]
-    pub messages: Vec<Message>,
+    pub messages: Messages,
     /// The plan kept by the `write_todos` tool.
     #[serde(default)]
     pub todos: Vec<Todo>,

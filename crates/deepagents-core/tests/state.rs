@@ -119,3 +119,29 @@ fn a_custom_reducer_sees_the_value_merged_so_far() {
         .unwrap_err();
     assert!(error.to_string().contains("max takes integers"), "{error}");
 }
+
+#[test]
+fn messages_are_shared_until_one_side_changes_them() {
+    use deepagents_core::{Message, Messages};
+    let mut run: Messages = vec![Message::user("a")].into();
+    let request = run.clone();
+    // Shared: the same list, not a copy.
+    assert!(std::ptr::eq(run.as_ptr(), request.as_ptr()));
+    run.push(Message::user("b"));
+    // The request keeps what it was given; the run has its own list now.
+    assert_eq!(request.len(), 1);
+    assert_eq!(run.len(), 2);
+    drop(request);
+    run.push(Message::user("c"));
+    assert_eq!(
+        run,
+        vec![Message::user("a"), Message::user("b"), Message::user("c")]
+    );
+    // Serialized as a plain list.
+    assert_eq!(
+        serde_json::to_value(&run).unwrap(),
+        serde_json::to_value(run.to_vec()).unwrap()
+    );
+    let back: Messages = serde_json::from_value(serde_json::to_value(&run).unwrap()).unwrap();
+    assert_eq!(back, run);
+}

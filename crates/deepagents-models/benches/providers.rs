@@ -184,7 +184,7 @@ fn request_overhead() {
         .unwrap();
         let request = ModelRequest {
             system_prompt: Some("You are terse.".into()),
-            messages: vec![Message::user("hello"); 20],
+            messages: vec![Message::user("hello"); 20].into(),
             ..ModelRequest::default()
         };
         let client = reqwest::Client::new();

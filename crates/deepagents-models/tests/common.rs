@@ -97,7 +97,7 @@ pub fn weather_tool() -> ToolSpec {
 pub fn ask(text: &str) -> ModelRequest {
     ModelRequest {
         system_prompt: Some("You are terse.".into()),
-        messages: vec![Message::user(text)],
+        messages: vec![Message::user(text)].into(),
         tools: vec![weather_tool()],
         ..ModelRequest::default()
     }

@@ -73,7 +73,8 @@ fn request_with(media: &[ContentBlock]) -> ModelRequest {
                 status: ToolStatus::Ok,
                 artifact: None,
             }),
-        ],
+        ]
+        .into(),
         ..ModelRequest::default()
     }
 }

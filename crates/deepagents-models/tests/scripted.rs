@@ -14,7 +14,7 @@ fn request(assistant_turns: usize) -> ModelRequest {
         messages.push(Message::Assistant(AssistantMessage::text("earlier")));
     }
     ModelRequest {
-        messages,
+        messages: messages.into(),
         ..ModelRequest::default()
     }
 }

@@ -275,7 +275,8 @@ fn anthropic_marks_failed_tool_results_as_errors() {
             }),
             result("toolu_ok", ToolStatus::Ok),
             result("toolu_bad", ToolStatus::Error),
-        ],
+        ]
+        .into(),
         ..ModelRequest::default()
     };
     let (_, body) = anthropic().request(&request, false).unwrap();

@@ -79,7 +79,8 @@ fn image_request() -> ModelRequest {
                 status: ToolStatus::Ok,
                 artifact: None,
             }),
-        ],
+        ]
+        .into(),
         tools: vec![],
         ..ModelRequest::default()
     }

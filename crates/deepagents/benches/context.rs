@@ -60,7 +60,7 @@ fn main() {
         .unwrap();
     // Estimator throughput.
     let request = ModelRequest {
-        messages: history(1_000),
+        messages: history(1_000).into(),
         ..ModelRequest::default()
     };
     let bytes = serde_json::to_string(&request.messages).unwrap().len();
@@ -87,7 +87,7 @@ fn main() {
     );
     for size in [10usize, 100, 1_000, 10_000] {
         let mut state = AgentState {
-            messages: history(size),
+            messages: history(size).into(),
             ..AgentState::default()
         };
         let request = ModelRequest::default();

@@ -82,7 +82,7 @@ async fn baseline(model: &BenchModel, steps: usize) {
     let mut messages = vec![Message::user("go")];
     loop {
         let request = ModelRequest {
-            messages: messages.clone(),
+            messages: messages.clone().into(),
             ..ModelRequest::default()
         };
         let response = model.generate(&request).await.unwrap();

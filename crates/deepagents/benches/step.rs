@@ -29,6 +29,8 @@ struct EncodingModel {
     wire: ChatWire,
     /// Off (`STEP_ENCODE=0`) to time the harness alone.
     encode: bool,
+    /// Tool rounds before the answer.
+    rounds: usize,
 }
 
 #[async_trait]
@@ -41,8 +43,13 @@ impl Model for EncodingModel {
             // What the HTTP model sends: the wire's encoded body.
             black_box(self.wire.encode(request, false)?);
         }
-        let answered = matches!(request.messages.last(), Some(Message::Tool(_)));
-        let message = if answered {
+        let since_user = request
+            .messages
+            .iter()
+            .rev()
+            .take_while(|m| !matches!(m, Message::User { .. }))
+            .count();
+        let message = if since_user >= 2 * self.rounds {
             AssistantMessage::text("done")
         } else {
             AssistantMessage {
@@ -124,24 +131,34 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let agent = Agent::builder(Arc::new(EncodingModel {
-        wire: ChatWire {
-            provider: "openai_chat".into(),
-            base_url: "http://127.0.0.1:1/v1".into(),
-            model: "gpt-4o".into(),
-            stream_usage: true,
-            extra_headers: Vec::new(),
-            reasoning: None,
-            modalities: deepagents::core::model::InputModalities::ALL,
-        },
-        encode: std::env::var("STEP_ENCODE").map_or(true, |v| v != "0"),
-    }))
-    .tool(Noop)
-    .max_turns(u32::MAX)
-    .build()
-    .unwrap();
-    println!("history  per step (2 model calls, 1 tool call)  vs H=10");
-    let mut first = None;
+    let agent = |rounds: usize| {
+        Agent::builder(Arc::new(EncodingModel {
+            wire: ChatWire {
+                provider: "openai_chat".into(),
+                base_url: "http://127.0.0.1:1/v1".into(),
+                model: "gpt-4o".into(),
+                stream_usage: true,
+                extra_headers: Vec::new(),
+                reasoning: None,
+                modalities: deepagents::core::model::InputModalities::ALL,
+            },
+            encode: std::env::var("STEP_ENCODE").map_or(true, |v| v != "0"),
+            rounds,
+        }))
+        .tool(Noop)
+        .max_turns(u32::MAX)
+        // Room for the largest history: this times steps, not summarization.
+        .context_window(100_000_000)
+        .build()
+        .unwrap()
+    };
+    // A run of one round and a run of 1 + EXTRA rounds over the same history: their
+    // difference is what a step costs inside a run, without the once-per-run work (the first
+    // token estimate of the history, loading it).
+    const EXTRA: usize = 20;
+    let (short, long) = (agent(1), agent(1 + EXTRA));
+    println!("history  first step of a run  each further step  vs H=10");
+    let mut base_step: Option<Duration> = None;
     // `STEP_SIZES=10000` times one size alone (for a profiler).
     let sizes: Vec<usize> = std::env::var("STEP_SIZES").map_or_else(
         |_| vec![10, 100, 1_000, 10_000],
@@ -153,28 +170,37 @@ fn main() {
     );
     for size in sizes {
         let run = history(size);
-        let repeats = if size >= 10_000 { 15 } else { 51 };
-        let mut times: Vec<Duration> = (0..repeats)
-            .map(|_| {
-                let run = run.clone();
-                let start = Instant::now();
-                runtime.block_on(async {
-                    let output = agent
-                        .run(run, RunOptions::default(), EventSink::discard())
-                        .await
-                        .unwrap();
-                    black_box(output);
-                });
-                start.elapsed()
-            })
-            .collect();
-        times.sort();
-        let median = times[repeats / 2];
-        let base = *first.get_or_insert(median);
+        let repeats = if size >= 10_000 { 11 } else { 31 };
+        let time = |agent: &Agent| -> Duration {
+            let mut times: Vec<Duration> = (0..repeats)
+                .map(|_| {
+                    // A history of its own, as a run has: not shared with the template.
+                    let mut run = run.clone();
+                    run.state.messages = run.state.messages.to_vec().into();
+                    let start = Instant::now();
+                    let output = runtime.block_on(async {
+                        agent
+                            .run(run, RunOptions::default(), EventSink::discard())
+                            .await
+                            .unwrap()
+                    });
+                    let elapsed = start.elapsed();
+                    // Freeing the finished run is the caller's business, not the step's.
+                    drop(black_box(output));
+                    elapsed
+                })
+                .collect();
+            times.sort();
+            times[repeats / 2]
+        };
+        let first = time(&short);
+        let step = time(&long).saturating_sub(first) / EXTRA as u32;
+        let base = *base_step.get_or_insert(step);
         println!(
-            "{size:>7}  {:>10.1} µs  {:>10.2}×",
-            median.as_secs_f64() * 1e6,
-            median.as_secs_f64() / base.as_secs_f64()
+            "{size:>7}  {:>14.1} µs  {:>14.1} µs  {:>6.2}×",
+            first.as_secs_f64() * 1e6,
+            step.as_secs_f64() * 1e6,
+            step.as_secs_f64() / base.as_secs_f64()
         );
     }
 }

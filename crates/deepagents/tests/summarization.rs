@@ -543,7 +543,7 @@ async fn the_system_prompt_and_tool_schemas_count_toward_the_trigger() {
 
     // The estimate itself: system prompt and schemas at four characters a token.
     let mut request = ModelRequest {
-        messages: vec![Message::user("hi")],
+        messages: vec![Message::user("hi")].into(),
         ..ModelRequest::default()
     };
     let messages_only = estimate_tokens(&request);

@@ -50,7 +50,7 @@ impl Middleware for DanglingToolCallsMiddleware {
         }
         let answered: HashSet<String> = answered.into_iter().map(str::to_owned).collect();
         let mut patched = Vec::with_capacity(request.messages.len() + 1);
-        for message in std::mem::take(&mut request.messages) {
+        for message in std::mem::take(&mut request.messages).into_vec() {
             let missing: Vec<ToolResult> = match &message {
                 Message::Assistant(a) => a
                     .tool_calls
@@ -68,7 +68,7 @@ impl Middleware for DanglingToolCallsMiddleware {
             patched.push(message);
             patched.extend(missing.into_iter().map(Message::Tool));
         }
-        request.messages = patched;
+        request.messages = patched.into();
         Ok(())
     }
 }
@@ -127,7 +127,7 @@ mod tests {
 
     async fn patched(messages: Vec<Message>) -> Vec<Message> {
         let mut request = ModelRequest {
-            messages,
+            messages: messages.into(),
             ..ModelRequest::default()
         };
         DanglingToolCallsMiddleware
@@ -138,7 +138,7 @@ mod tests {
             )
             .await
             .unwrap();
-        request.messages
+        request.messages.into_vec()
     }
 
     #[tokio::test]

@@ -79,7 +79,7 @@ impl Middleware for ShortenOldEditsMiddleware {
             .count();
         let old_turns = assistant_turns.saturating_sub(RECENT_TURNS);
         let mut seen = 0;
-        for message in &mut request.messages {
+        for message in request.messages.iter_mut() {
             let Message::Assistant(assistant) = message else {
                 continue;
             };

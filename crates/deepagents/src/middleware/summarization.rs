@@ -296,7 +296,7 @@ impl SummarizationMiddleware {
                 let mut kept = 0;
                 while cut > from {
                     let cost = estimate_tokens(&ModelRequest {
-                        messages: vec![messages[cut - 1].clone()],
+                        messages: vec![messages[cut - 1].clone()].into(),
                         ..ModelRequest::default()
                     });
                     if kept + cost > budget {
@@ -377,7 +377,7 @@ impl SummarizationMiddleware {
         );
         let request = ModelRequest {
             system_prompt: Some(SUMMARIZER_PROMPT.to_owned()),
-            messages: vec![Message::user(input)],
+            messages: vec![Message::user(input)].into(),
             ..ModelRequest::default()
         };
         let response = self
@@ -501,7 +501,7 @@ impl SummarizationMiddleware {
             marker: maps.then_some(next_marker),
         });
         let retried = ModelRequest {
-            messages: retried_messages,
+            messages: retried_messages.into(),
             ..request
         };
         next.call(retried).await.map_err(|error| match error {
@@ -780,7 +780,7 @@ impl Middleware for SummarizationMiddleware {
     ) -> Result<(), MiddlewareError> {
         let marker = SUMMARY.get(state)?.unwrap_or_default();
         if marker.upto > 0 && request.messages.len() >= marker.upto {
-            request.messages = visible(&marker, &request.messages);
+            request.messages = visible(&marker, &request.messages).into();
         }
         // `wrap_model_call` sees only the request: tell it where the run stands.
         PerRun::of(ctx).lock().view = Some(CallView {
@@ -858,7 +858,8 @@ mod tests {
                 Message::user("task"),
                 Message::Assistant(AssistantMessage::text("working")),
                 Message::user("more"),
-            ],
+            ]
+            .into(),
             ..AgentState::default()
         }
     }
