@@ -39,8 +39,8 @@
 #
 # Each run is one whole process under /usr/bin/time -f '%U %S %M' (CPU = user+sys, children
 # included; peak RSS in KB), harnesses interleaved (ours N=10, python N=10, ours N=50, ...),
-# after one untimed warm-up run of each. Results: the table on stdout and target/bench-harness.md
-# (raw runs in target/bench-harness.tsv).
+# after one untimed warm-up run of each (at N=10, or the smallest size below it). Results: the
+# table on stdout and target/bench-harness.md (raw runs in target/bench-harness.tsv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -307,8 +307,12 @@ run_one() {
 HARNESSES=(ours python)
 [ "$CHECKPOINT" = 1 ] && HARNESSES+=(ours-thread)
 
-log "warm-up (untimed): ${HARNESSES[*]} at N=${SIZE_LIST[0]}"
-for h in "${HARNESSES[@]}"; do run_one "$h" "${SIZE_LIST[0]}" warmup; done
+# The warm-up loads binaries, libraries and Python's bytecode into the page cache; a small run
+# does that as well as a large one.
+WARM_N=10
+for n in "${SIZE_LIST[@]}"; do if [ "$n" -lt "$WARM_N" ]; then WARM_N="$n"; fi; done
+log "warm-up (untimed): ${HARNESSES[*]} at N=$WARM_N"
+for h in "${HARNESSES[@]}"; do run_one "$h" "$WARM_N" warmup; done
 
 for n in "${SIZE_LIST[@]}"; do
   for rep in $(seq 1 "$REPS"); do

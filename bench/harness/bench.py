@@ -6,8 +6,9 @@
   bench.py table --results TSV --out MD    the summary table (markdown), also on stdout
 
 The workload: one user message, then N model turns, each answering with exactly one tool call,
-cycling over six filesystem tools on small files (k = i // 6, a new file per cycle because
-write_file is create-only in both harnesses), then a final text answer.
+cycling over six filesystem tools on small files (k = i // 6, a new file per cycle: our
+write_file is create-only; Python deepagents 0.7.32's StateBackend.write overwrites, so a new
+file keeps the two doing the same), then a final text answer.
 
 Matching: turn i's fixture matches only a request with exactly i assistant messages
 (turnIndex, strict: aimock runs with AIMOCK_STRICT_TURN_INDEX=1) whose LAST message is the
