@@ -3,7 +3,8 @@
 # deepagents harness, both driven by ONE aimock server as an OpenAI Chat Completions model.
 #
 #   bash bench/harness.sh [--reps R] [--sizes 10,50,200,1000] [--quick] [--checkpoint]
-#                         [--context-window TOKENS] [--no-build]
+#                         [--context-window TOKENS] [--python-streaming] [--wait-idle S]
+#                         [--no-build]
 #
 #   --reps R            timed runs of each harness per size (default 5)
 #   --sizes LIST        the step counts N, comma-separated (default 10,50,200,1000)
