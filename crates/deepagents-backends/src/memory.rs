@@ -470,6 +470,18 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
     }
 }
 
+impl MemoryTree<FileData> {
+    /// Puts `file` at `path`, for a backend that keeps its tree between calls.
+    pub fn insert(&mut self, path: VPath, file: FileData) {
+        self.files.insert(path, file);
+    }
+
+    /// Removes the file at `path`.
+    pub fn remove(&mut self, path: &VPath) {
+        self.files.remove(path);
+    }
+}
+
 /// `FileData` for `bytes` written at `path`: a string when it is UTF-8 text, bytes otherwise
 /// (typed [`mime::NON_UTF8_TEXT_MIME`] when they are text that is not UTF-8).
 pub fn file_data(path: &VPath, bytes: Vec<u8>, modified_at_ms: u64) -> FileData {

@@ -5,6 +5,9 @@
 //! task spawning, event emission, state merging. Run with `cargo bench -p deepagents`.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/noop.rs"]
+mod noop;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,11 +16,10 @@ use deepagents::core::message::AssistantMessage;
 use deepagents::core::{ModelResponse, StopReason};
 use deepagents::{
     Agent, ContentBlock, Message, Model, ModelError, ModelRequest, Tool, ToolCall, ToolContext,
-    ToolError, ToolOutput, ToolResult, ToolStatus, Usage,
+    ToolResult, ToolStatus, Usage,
 };
 use futures::StreamExt;
-use schemars::JsonSchema;
-use serde::Deserialize;
+use noop::{Noop, NoopArgs};
 use serde_json::json;
 
 /// Calls `noop` until `steps` tool rounds are done, then answers.
@@ -53,27 +55,6 @@ impl Model for BenchModel {
             },
             stop_reason: StopReason::EndTurn,
         })
-    }
-}
-
-struct Noop;
-
-#[derive(Deserialize, JsonSchema)]
-struct NoopArgs {
-    #[allow(dead_code)]
-    n: usize,
-}
-
-impl Tool for Noop {
-    type Args = NoopArgs;
-    fn name(&self) -> &str {
-        "noop"
-    }
-    fn description(&self) -> String {
-        "Does nothing".into()
-    }
-    async fn call(&self, _: NoopArgs, _: ToolContext) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput::text("ok"))
     }
 }
 

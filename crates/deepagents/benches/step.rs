@@ -7,6 +7,9 @@
 //! Run with `cargo bench -p deepagents --bench step`.
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/noop.rs"]
+mod noop;
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,10 +21,9 @@ use deepagents::models::openai_chat::ChatWire;
 use deepagents::models::provider::Wire;
 use deepagents::{
     Agent, ContentBlock, EventSink, Message, Model, ModelError, ModelRequest, Run, RunOptions,
-    Tool, ToolCall, ToolContext, ToolError, ToolOutput, ToolResult, ToolStatus, Usage,
+    ToolCall, ToolResult, ToolStatus, Usage,
 };
-use schemars::JsonSchema;
-use serde::Deserialize;
+use noop::Noop;
 use serde_json::json;
 
 /// Encodes each request as a provider would, then calls `noop` once and answers.
@@ -70,27 +72,6 @@ impl Model for EncodingModel {
             },
             stop_reason: StopReason::EndTurn,
         })
-    }
-}
-
-struct Noop;
-
-#[derive(Deserialize, JsonSchema)]
-struct NoopArgs {
-    #[allow(dead_code)]
-    n: usize,
-}
-
-impl Tool for Noop {
-    type Args = NoopArgs;
-    fn name(&self) -> &str {
-        "noop"
-    }
-    fn description(&self) -> String {
-        "Does nothing".into()
-    }
-    async fn call(&self, _: NoopArgs, _: ToolContext) -> Result<ToolOutput, ToolError> {
-        Ok(ToolOutput::text("ok"))
     }
 }
 

@@ -11,7 +11,7 @@
 mod git;
 mod source;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -233,9 +233,8 @@ impl RepoBackend {
     async fn read_layout(&self) -> Result<Layout, BackendError> {
         let links_path = VPath::parse(LINKS_FILE)?;
         let text = {
-            let mut guard = self.agent.loaded().await?;
-            let loaded = loaded_mut(&mut guard)?;
-            match loaded.tree.files.get(&links_path).map(|file| &file.content) {
+            let loaded = self.agent.loaded().await?;
+            match loaded.files.file(&links_path).map(|file| &file.content) {
                 Some(FileContent::Text { text }) => Some(text.clone()),
                 Some(FileContent::Binary { .. }) => {
                     return Err(self.bad_links("it is not UTF-8 text"));
@@ -346,15 +345,18 @@ struct RepoTree {
     location: Location,
     branch: Option<String>,
     settings: Arc<Settings>,
-    /// `None` until the first call fetches. Held across a commit and its push, so the calls
-    /// of one process commit one after another, each on the last.
-    state: Mutex<Option<Loaded>>,
+    /// Filled by the first call's fetch. The lock is held across a commit and its push, so
+    /// the calls of one process commit one after another, each on the last.
+    state: OnceCell<Mutex<Loaded>>,
 }
 
 struct Loaded {
     repo: GitRepo,
     head: Option<String>,
-    tree: Tree,
+    /// The files of `head`, as the read-side operations want them.
+    files: MemoryTree<FileData>,
+    /// The mode of each file (so an executable stays one when it is edited).
+    modes: HashMap<VPath, String>,
 }
 
 /// A change to make, owned until it is committed.
@@ -363,23 +365,13 @@ struct Pending {
     bytes: Option<Vec<u8>>,
 }
 
-fn loaded_mut<'a>(
-    guard: &'a mut MutexGuard<'_, Option<Loaded>>,
-) -> Result<&'a mut Loaded, BackendError> {
-    guard.as_mut().ok_or_else(|| BackendError::Io {
-        operation: "fetch",
-        path: "/".to_owned(),
-        message: "the repository was not fetched".to_owned(),
-    })
-}
-
 impl RepoTree {
     fn new(location: Location, branch: Option<String>, settings: Arc<Settings>) -> Self {
         Self {
             location,
             branch,
             settings,
-            state: Mutex::new(None),
+            state: OnceCell::new(),
         }
     }
 
@@ -396,57 +388,55 @@ impl RepoTree {
     }
 
     /// The state, fetched on first use.
-    async fn loaded(&self) -> Result<MutexGuard<'_, Option<Loaded>>, BackendError> {
-        let mut guard = self.state.lock().await;
-        if guard.is_none() {
-            let root = VPath::root();
-            let branch = match &self.branch {
-                Some(branch) => branch.clone(),
-                None => source::default_branch(&self.location)
-                    .await
-                    .map_err(|e| self.git_error("fetch", &root, e))?,
-            };
-            let repo = GitRepo::open(self.location.clone(), branch)
-                .await
-                .map_err(|e| self.git_error("fetch", &root, e))?;
-            let (head, tree) = Self::fetch(&repo)
-                .await
-                .map_err(|e| self.git_error("fetch", &root, e))?;
-            *guard = Some(Loaded { repo, head, tree });
-        }
-        Ok(guard)
+    async fn loaded(&self) -> Result<MutexGuard<'_, Loaded>, BackendError> {
+        let state = self.state.get_or_try_init(|| self.first_fetch()).await?;
+        Ok(state.lock().await)
     }
 
-    async fn fetch(repo: &GitRepo) -> Result<(Option<String>, Tree), GitError> {
-        match repo.fetch().await? {
+    async fn first_fetch(&self) -> Result<Mutex<Loaded>, BackendError> {
+        let root = VPath::root();
+        let branch = match &self.branch {
+            Some(branch) => branch.clone(),
+            None => source::default_branch(&self.location)
+                .await
+                .map_err(|e| self.git_error("fetch", &root, e))?,
+        };
+        let repo = GitRepo::open(self.location.clone(), branch)
+            .await
+            .map_err(|e| self.git_error("fetch", &root, e))?;
+        let mut loaded = Loaded {
+            repo,
+            head: None,
+            files: MemoryTree::new(BTreeMap::new()),
+            modes: HashMap::new(),
+        };
+        self.refetch(&mut loaded)
+            .await
+            .map_err(|e| self.git_error("fetch", &root, e))?;
+        Ok(Mutex::new(loaded))
+    }
+
+    /// Reads the branch as it is now into `loaded`.
+    async fn refetch(&self, loaded: &mut Loaded) -> Result<(), GitError> {
+        let (head, tree) = match loaded.repo.fetch().await? {
             Some(head) => {
-                let tree = repo.tree(&head).await?;
-                Ok((Some(head), tree))
+                let tree = loaded.repo.tree(&head).await?;
+                (Some(head), tree)
             }
-            None => Ok((None, Tree::default())),
-        }
-    }
-
-    fn view<'a>(&self, loaded: &'a Loaded) -> MemoryTree<&'a FileData> {
-        MemoryTree::new(
-            loaded
-                .tree
-                .files
-                .iter()
-                .map(|(p, f)| (p.clone(), f))
-                .collect(),
-        )
-        .with_max_file_size(self.settings.max_file_size)
+            None => (None, Tree::default()),
+        };
+        loaded.head = head;
+        loaded.files = MemoryTree::new(tree.files).with_max_file_size(self.settings.max_file_size);
+        loaded.modes = tree.modes;
+        Ok(())
     }
 
     /// Runs a read-side operation on the current files.
     async fn read_with<T>(
         &self,
-        op: impl FnOnce(&MemoryTree<&FileData>) -> Result<T, BackendError>,
+        op: impl FnOnce(&MemoryTree<FileData>) -> Result<T, BackendError>,
     ) -> Result<T, BackendError> {
-        let mut guard = self.loaded().await?;
-        let loaded = loaded_mut(&mut guard)?;
-        op(&self.view(loaded))
+        op(&self.loaded().await?.files)
     }
 
     /// Commits `changes` as one commit and pushes it. On success the cache shows them; when
@@ -477,7 +467,7 @@ impl RepoTree {
             .commit(
                 loaded.head.as_deref(),
                 &borrowed,
-                &loaded.tree.modes,
+                &loaded.modes,
                 &self.settings.author,
                 &message,
             )
@@ -493,11 +483,9 @@ impl RepoTree {
             .await
             .map_err(|e| self.git_error(operation, path, e))?;
         if pushed == Pushed::Stale {
-            let (head, tree) = Self::fetch(&loaded.repo)
+            self.refetch(loaded)
                 .await
                 .map_err(|e| self.git_error(operation, path, e))?;
-            loaded.head = head;
-            loaded.tree = tree;
             return Err(BackendError::Conflict {
                 path: path.to_string(),
             });
@@ -507,13 +495,13 @@ impl RepoTree {
         for change in changes {
             match change.bytes {
                 Some(bytes) => {
-                    let previous = loaded.tree.files.get(&change.path);
+                    let previous = loaded.files.file(&change.path);
                     let file = file_data(&change.path, bytes, now).replacing(previous);
-                    loaded.tree.files.insert(change.path, file);
+                    loaded.files.insert(change.path, file);
                 }
                 None => {
-                    loaded.tree.files.remove(&change.path);
-                    loaded.tree.modes.remove(&change.path);
+                    loaded.files.remove(&change.path);
+                    loaded.modes.remove(&change.path);
                 }
             }
         }
@@ -522,28 +510,23 @@ impl RepoTree {
 
     /// Writes `content` at `path`, refusing an existing file unless `replace`.
     async fn put(&self, path: &VPath, content: &str, replace: bool) -> Result<(), BackendError> {
-        let mut guard = self.loaded().await?;
-        let loaded = loaded_mut(&mut guard)?;
-        {
-            let view = self.view(loaded);
-            view.check_write(path, content.len())?;
-            if !replace && view.file(path).is_some() {
-                return Err(BackendError::AlreadyExists {
-                    path: path.to_string(),
-                });
-            }
+        let mut loaded = self.loaded().await?;
+        loaded.files.check_write(path, content.len())?;
+        if !replace && loaded.files.file(path).is_some() {
+            return Err(BackendError::AlreadyExists {
+                path: path.to_string(),
+            });
         }
         let change = Pending {
             path: path.clone(),
             bytes: Some(content.as_bytes().to_vec()),
         };
-        self.commit(loaded, "write", path, vec![change]).await
+        self.commit(&mut loaded, "write", path, vec![change]).await
     }
 
     async fn history(&self, path: &VPath) -> Result<Vec<RepoCommit>, BackendError> {
-        let mut guard = self.loaded().await?;
-        let loaded = loaded_mut(&mut guard)?;
-        loaded
+        self.loaded()
+            .await?
             .repo
             .history(path)
             .await
@@ -608,11 +591,8 @@ impl Backend for RepoTree {
         new: &str,
         replace_all: bool,
     ) -> Result<Changed<usize>, BackendError> {
-        let mut guard = self.loaded().await?;
-        let loaded = loaded_mut(&mut guard)?;
-        let (content, count) = self
-            .view(loaded)
-            .edit_content(path, old, new, replace_all)?;
+        let mut loaded = self.loaded().await?;
+        let (content, count) = loaded.files.edit_content(path, old, new, replace_all)?;
         let bytes = match content {
             FileContent::Text { text } => text.into_bytes(),
             FileContent::Binary { data, .. } => data,
@@ -621,7 +601,7 @@ impl Backend for RepoTree {
             path: path.clone(),
             bytes: Some(bytes),
         };
-        self.commit(loaded, "edit", path, vec![change]).await?;
+        self.commit(&mut loaded, "edit", path, vec![change]).await?;
         Ok(Changed::outside_state(count))
     }
 
@@ -630,15 +610,14 @@ impl Backend for RepoTree {
         _cx: &BackendContext,
         path: &VPath,
     ) -> Result<Changed<usize>, BackendError> {
-        let mut guard = self.loaded().await?;
-        let loaded = loaded_mut(&mut guard)?;
-        let doomed = self.view(loaded).delete_set(path)?;
+        let mut loaded = self.loaded().await?;
+        let doomed = loaded.files.delete_set(path)?;
         let count = doomed.len();
         let changes = doomed
             .into_iter()
             .map(|path| Pending { path, bytes: None })
             .collect();
-        self.commit(loaded, "delete", path, changes).await?;
+        self.commit(&mut loaded, "delete", path, changes).await?;
         Ok(Changed::outside_state(count))
     }
 
@@ -667,18 +646,7 @@ impl Backend for RepoTree {
         _cx: &BackendContext,
         files: Vec<(String, Vec<u8>)>,
     ) -> Changed<Vec<Result<(), FileOpError>>> {
-        let mut guard = match self.loaded().await {
-            Ok(guard) => guard,
-            Err(_) => {
-                return Changed::outside_state(
-                    files
-                        .iter()
-                        .map(|_| Err(FileOpError::PermissionDenied))
-                        .collect(),
-                );
-            }
-        };
-        let Ok(loaded) = loaded_mut(&mut guard) else {
+        let Ok(mut loaded) = self.loaded().await else {
             return Changed::outside_state(
                 files
                     .iter()
@@ -689,7 +657,7 @@ impl Backend for RepoTree {
         let mut answers: Vec<Result<(), FileOpError>> = Vec::with_capacity(files.len());
         let mut changes: Vec<Pending> = Vec::new();
         {
-            let view = self.view(loaded);
+            let view = &loaded.files;
             for (raw, bytes) in files {
                 let checked = VPath::parse(&raw)
                     .map_err(|_| FileOpError::InvalidPath)
@@ -713,7 +681,7 @@ impl Backend for RepoTree {
         }
         if let Some(first) = changes.first().map(|c| c.path.clone())
             && self
-                .commit(loaded, "upload", &first, changes)
+                .commit(&mut loaded, "upload", &first, changes)
                 .await
                 .is_err()
         {
