@@ -180,7 +180,10 @@ enum ThreadsCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One thread: a run waits on the model and on tools, and parallel subagents interleave
+    // their waits on it as well; a second worker only adds cross-thread wake-ups per step.
+    // Blocking work (files, SQLite) has tokio's blocking pool either way.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

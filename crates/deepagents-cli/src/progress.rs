@@ -1,10 +1,19 @@
 //! Human-readable progress on stderr.
 
 use std::collections::HashMap;
+use std::fmt::Arguments;
+use std::io::Write;
 
 use deepagents::core::{AgentPath, Event, EventKind};
 use deepagents::{ContentBlock, TodoStatus, ToolStatus};
 use serde_json::Value;
+
+/// `eprintln!` with one system call per line (see [`write_line`]).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        write_line(format_args!($($arg)*))
+    };
+}
 
 /// Longest argument or result preview, in characters.
 const PREVIEW: usize = 120;
@@ -29,12 +38,12 @@ impl Progress {
             EventKind::ModelCallFinished { tool_calls, .. } => {
                 let narration = self.narration.remove(&event.path).unwrap_or_default();
                 if *tool_calls > 0 && !narration.trim().is_empty() {
-                    eprintln!("{indent}› {}", narration.trim());
+                    say!("{indent}› {}", narration.trim());
                 }
             }
             EventKind::ToolCallStarted {
                 name, arguments, ..
-            } => eprintln!("{indent}▸ {name} {}", preview(&arguments.to_string())),
+            } => say!("{indent}▸ {name} {}", preview(&arguments.to_string())),
             EventKind::ToolCallFinished {
                 name,
                 status,
@@ -42,10 +51,10 @@ impl Progress {
                 duration_ms,
                 ..
             } => match status {
-                ToolStatus::Ok => eprintln!("{indent}  ✓ {name} ({duration_ms} ms)"),
+                ToolStatus::Ok => say!("{indent}  ✓ {name} ({duration_ms} ms)"),
                 ToolStatus::Error => {
                     let text: String = content.iter().filter_map(ContentBlock::as_text).collect();
-                    eprintln!("{indent}  ✗ {name}: {}", preview(&text));
+                    say!("{indent}  ✗ {name}: {}", preview(&text));
                 }
             },
             EventKind::StateUpdated { todos, custom, .. } => {
@@ -55,12 +64,12 @@ impl Progress {
                         TodoStatus::InProgress => "◐",
                         TodoStatus::Completed => "☑",
                     };
-                    eprintln!("{indent}  {mark} {}", todo.content);
+                    say!("{indent}  {mark} {}", todo.content);
                 }
                 // Set once per thread, when the skills are loaded.
                 if let Some(warnings) = custom.get("skill_warnings").and_then(Value::as_array) {
                     for warning in warnings {
-                        eprintln!("{indent}{}", skill_warning(warning));
+                        say!("{indent}{}", skill_warning(warning));
                     }
                 }
             }
@@ -68,13 +77,22 @@ impl Progress {
                 replaced,
                 history_file,
                 ..
-            } => eprintln!(
+            } => say!(
                 "{indent}⋯ summarized {replaced} earlier message{} (transcript in {history_file})",
                 if *replaced == 1 { "" } else { "s" }
             ),
             _ => {}
         }
     }
+}
+
+/// Writes one progress line to stderr with a single write: stderr is unbuffered, and a
+/// formatted `eprintln!` costs a system call per piece of the format (about ten a step).
+fn write_line(args: Arguments<'_>) {
+    let mut line = std::fmt::format(args);
+    line.push('\n');
+    // Progress is best-effort: a closed stderr must not stop the run.
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// `⚠ skill `name`: what is wrong [rule] (path)`.

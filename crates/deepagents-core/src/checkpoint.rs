@@ -16,7 +16,10 @@ use crate::state::{FileData, StateError, Todo};
 /// project's earlier format, which kept the harness's bookkeeping in custom state keys
 /// (`deepagents.*`); they load and are upgraded ([`upgrade_legacy_control`]). A newer
 /// version is refused ([`CheckpointError::Incompatible`]).
-pub const CHECKPOINT_SCHEMA: u32 = 2;
+///
+/// Format 3 writes a delta's step count and usage only when they changed; format 2 wrote
+/// them in every delta and reads the same.
+pub const CHECKPOINT_SCHEMA: u32 = 3;
 
 /// The custom keys in which the earlier format kept what [`Control`] holds.
 pub const LEGACY_CONTROL_KEYS: [&str; 4] = [
@@ -54,10 +57,13 @@ pub struct RunDelta {
     /// The parts of the harness's bookkeeping that changed.
     #[serde(default, skip_serializing_if = "ControlDelta::is_empty")]
     pub control: ControlDelta,
-    /// The run's step count after the step.
-    pub steps: u32,
-    /// The run's usage after the step.
-    pub usage: Usage,
+    /// The run's step count after the step, when it changed (format 3; earlier formats
+    /// always wrote it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u32>,
+    /// The run's usage after the step, when it changed (as for `steps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 impl RunDelta {
@@ -76,8 +82,8 @@ impl RunDelta {
                 .collect(),
             custom: run.state.custom.clone(),
             control: ControlDelta::full(&run.control),
-            steps: run.steps,
-            usage: run.usage,
+            steps: Some(run.steps),
+            usage: Some(run.usage),
         }
     }
 
@@ -100,8 +106,12 @@ impl RunDelta {
             run.state.custom.insert(key.clone(), value.clone());
         }
         self.control.apply(&mut run.control);
-        run.steps = self.steps;
-        run.usage = self.usage;
+        if let Some(steps) = self.steps {
+            run.steps = steps;
+        }
+        if let Some(usage) = self.usage {
+            run.usage = usage;
+        }
     }
 
     /// Reads a stored delta, refusing one written by a newer version.
@@ -167,25 +177,33 @@ impl ControlDelta {
 
 /// A run as a stored snapshot: its JSON with the format version.
 pub fn encode_snapshot(run: &Run) -> Result<String, CheckpointError> {
-    let mut value = serde_json::to_value(run)
-        .map_err(|e| CheckpointError::Storage(format!("cannot encode the run: {e}")))?;
-    if let Value::Object(map) = &mut value {
-        map.insert("schema".to_owned(), Value::from(CHECKPOINT_SCHEMA));
+    #[derive(Serialize)]
+    struct Snapshot<'a> {
+        schema: u32,
+        #[serde(flatten)]
+        run: &'a Run,
     }
-    Ok(value.to_string())
+    serde_json::to_string(&Snapshot {
+        schema: CHECKPOINT_SCHEMA,
+        run,
+    })
+    .map_err(|e| CheckpointError::Storage(format!("cannot encode the run: {e}")))
 }
 
 /// Reads a stored snapshot, refusing one written by a newer version.
 pub fn decode_snapshot(json: &str) -> Result<Run, CheckpointError> {
-    let mut value: Value = serde_json::from_str(json)
-        .map_err(|e| CheckpointError::Storage(format!("unreadable snapshot: {e}")))?;
-    let schema = match &mut value {
-        Value::Object(map) => map.remove("schema").and_then(|v| v.as_u64()).unwrap_or(0),
-        _ => 0,
-    };
-    check_schema(u32::try_from(schema).unwrap_or(u32::MAX))?;
-    serde_json::from_value(value)
-        .map_err(|e| CheckpointError::Storage(format!("unreadable snapshot: {e}")))
+    /// Only the version, read first so that a newer format is refused before its run is
+    /// misread; the run itself ignores the field.
+    #[derive(Deserialize)]
+    struct Version {
+        #[serde(default)]
+        schema: u64,
+    }
+    let unreadable =
+        |e: serde_json::Error| CheckpointError::Storage(format!("unreadable snapshot: {e}"));
+    let version: Version = serde_json::from_str(json).map_err(unreadable)?;
+    check_schema(u32::try_from(version.schema).unwrap_or(u32::MAX))?;
+    serde_json::from_str(json).map_err(unreadable)
 }
 
 fn check_schema(found: u32) -> Result<(), CheckpointError> {

@@ -23,7 +23,9 @@ pub use checkpoint::{
 };
 pub use content::ContentBlock;
 pub use event::{AgentPath, Event, EventKind, EventSink};
-pub use message::{AssistantMessage, Message, Messages, ToolCall, ToolResult, ToolStatus, Usage};
+pub use message::{
+    AssistantMessage, Message, Messages, MessagesVersion, ToolCall, ToolResult, ToolStatus, Usage,
+};
 pub use model::{
     Model, ModelError, ModelProfile, ModelRequest, ModelResponse, ModelSettings, ModelStream,
     StopReason, StreamEvent,

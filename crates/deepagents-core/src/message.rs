@@ -1,6 +1,8 @@
 //! Messages, tool calls, tool results and token usage.
 
 use std::ops::AddAssign;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -154,12 +156,82 @@ impl AddAssign for Usage {
 /// It reads as a `Vec<Message>`; changing it (`push`, `&mut` access) copies the messages
 /// first only while another clone still shares them (copy on write), so change a request's
 /// messages only when you mean to. Serialized as a plain list.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Messages(std::sync::Arc<Vec<Message>>);
+///
+/// Each list carries a [`MessagesVersion`]: appending with [`push`](Self::push) or
+/// [`extend`](Extend::extend) keeps the messages already there recognizably the same, so a
+/// model wire can reuse what it encoded for an earlier request; any other change (through
+/// `&mut Vec<Message>`) starts a new version.
+#[derive(Clone, Debug, Default)]
+pub struct Messages {
+    list: Arc<Vec<Message>>,
+    version: Version,
+}
+
+/// Which list a version's messages were appended to: the same id means the same shared
+/// allocation, only ever appended to while it was not shared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Version {
+    id: u64,
+    /// Set when the list was copied to be appended to while shared: the id it was copied from
+    /// and how many messages it had then.
+    forked_from: Option<(u64, usize)>,
+}
+
+impl Default for Version {
+    fn default() -> Self {
+        Self::fresh()
+    }
+}
+
+impl Version {
+    fn fresh() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Self {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            forked_from: None,
+        }
+    }
+}
+
+/// Where a [`Messages`] list stood when [`Messages::version`] was taken: compare two with
+/// [`common_prefix`](Self::common_prefix) to know how many leading messages are unchanged
+/// between them without looking at the messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessagesVersion {
+    version: Version,
+    len: usize,
+}
+
+impl MessagesVersion {
+    /// How many leading messages the two lists surely have in common: those of the shorter
+    /// one when one was appended to the other, those they had when one was copied from the
+    /// other, 0 when they are not related (a list edited in place, summarized, or built
+    /// anew). Never more than they share; possibly less.
+    pub fn common_prefix(&self, other: &MessagesVersion) -> usize {
+        let (a, b) = (self.version, other.version);
+        let shared = if a.id == b.id {
+            usize::MAX
+        } else {
+            match (a.forked_from, b.forked_from) {
+                (Some((from, at)), _) if from == b.id => at,
+                (_, Some((from, at))) if from == a.id => at,
+                (Some((from_a, at_a)), Some((from_b, at_b))) if from_a == from_b => at_a.min(at_b),
+                _ => 0,
+            }
+        };
+        shared.min(self.len).min(other.len)
+    }
+}
+
+impl PartialEq for Messages {
+    fn eq(&self, other: &Self) -> bool {
+        self.list == other.list
+    }
+}
 
 impl Serialize for Messages {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
+        self.list.serialize(serializer)
     }
 }
 
@@ -177,7 +249,31 @@ impl Messages {
 
     /// The messages as a list of their own, copied only when shared.
     pub fn into_vec(self) -> Vec<Message> {
-        std::sync::Arc::try_unwrap(self.0).unwrap_or_else(|shared| (*shared).clone())
+        Arc::try_unwrap(self.list).unwrap_or_else(|shared| (*shared).clone())
+    }
+
+    /// Where the list stands now (see [`MessagesVersion::common_prefix`]).
+    pub fn version(&self) -> MessagesVersion {
+        MessagesVersion {
+            version: self.version,
+            len: self.list.len(),
+        }
+    }
+
+    /// Appends a message, keeping the version: the messages before it are unchanged.
+    pub fn push(&mut self, message: Message) {
+        self.appendable().push(message);
+    }
+
+    /// The list to append to: copied first, as a fork of this version, when shared.
+    fn appendable(&mut self) -> &mut Vec<Message> {
+        if Arc::get_mut(&mut self.list).is_none() {
+            self.version = Version {
+                forked_from: Some((self.version.id, self.list.len())),
+                ..Version::fresh()
+            };
+        }
+        Arc::make_mut(&mut self.list)
     }
 }
 
@@ -185,19 +281,24 @@ impl std::ops::Deref for Messages {
     type Target = Vec<Message>;
 
     fn deref(&self) -> &Vec<Message> {
-        &self.0
+        &self.list
     }
 }
 
 impl std::ops::DerefMut for Messages {
+    /// Any change but appending: a new version, unrelated to the earlier ones.
     fn deref_mut(&mut self) -> &mut Vec<Message> {
-        std::sync::Arc::make_mut(&mut self.0)
+        self.version = Version::fresh();
+        Arc::make_mut(&mut self.list)
     }
 }
 
 impl From<Vec<Message>> for Messages {
     fn from(messages: Vec<Message>) -> Self {
-        Self(std::sync::Arc::new(messages))
+        Self {
+            list: Arc::new(messages),
+            version: Version::fresh(),
+        }
     }
 }
 
@@ -218,24 +319,24 @@ impl<'a> IntoIterator for &'a Messages {
     type IntoIter = std::slice::Iter<'a, Message>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        self.list.iter()
     }
 }
 
 impl PartialEq<Vec<Message>> for Messages {
     fn eq(&self, other: &Vec<Message>) -> bool {
-        *self.0 == *other
+        *self.list == *other
     }
 }
 
 impl PartialEq<[Message]> for Messages {
     fn eq(&self, other: &[Message]) -> bool {
-        self.0.as_slice() == other
+        self.list.as_slice() == other
     }
 }
 
 impl Extend<Message> for Messages {
     fn extend<I: IntoIterator<Item = Message>>(&mut self, iter: I) {
-        std::sync::Arc::make_mut(&mut self.0).extend(iter);
+        self.appendable().extend(iter);
     }
 }

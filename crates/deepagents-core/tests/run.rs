@@ -113,3 +113,37 @@ fn a_finished_run_stays_finished_whatever_the_limit() {
         }
     );
 }
+
+/// Format 3 writes the step count and usage only when they changed; a delta of format 2,
+/// which always wrote them, reads the same, and one of a newer format is refused.
+#[test]
+fn deltas_of_format_2_and_3_rebuild_the_same_run() {
+    use deepagents_core::{CheckpointError, RunDelta};
+    let format_2 = r#"{"schema":2,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"steps":3,"usage":{"input_tokens":10,"output_tokens":2,"cached_input_tokens":0}}"#;
+    let format_3 =
+        r#"{"schema":3,"messages":[{"role":"user","content":[{"type":"text","text":"more"}]}]}"#;
+    let mut run = Run::default();
+    RunDelta::decode(format_2).unwrap().apply(&mut run);
+    RunDelta::decode(format_3).unwrap().apply(&mut run);
+    assert_eq!(run.steps, 3);
+    assert_eq!(
+        run.usage,
+        Usage {
+            input_tokens: 10,
+            output_tokens: 2,
+            cached_input_tokens: 0
+        }
+    );
+    assert_eq!(run.state.messages.len(), 2);
+    let unchanged = RunDelta {
+        schema: 3,
+        ..RunDelta::default()
+    };
+    let json = serde_json::to_string(&unchanged).unwrap();
+    assert!(!json.contains("steps") && !json.contains("usage"), "{json}");
+    let newer = RunDelta::decode(r#"{"schema":99}"#).unwrap_err();
+    assert!(
+        matches!(newer, CheckpointError::Incompatible { found: 99, .. }),
+        "{newer}"
+    );
+}

@@ -16,6 +16,7 @@ use crate::convert::{
     ApiMedia, Carried, Formats, Media, OPENAI_IMAGES, arguments_text, base64, carry, data_url,
     inline_schema, parse_arguments, text_and_media, text_with_notes, tokens, unreadable, usage,
 };
+use crate::encoded::EncodeCache;
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
 
@@ -43,14 +44,43 @@ impl ChatWire {
         format!("{}/chat/completions", self.base_url.trim_end_matches('/'))
     }
 
-    /// The request body, borrowing the conversation.
-    fn body<'a>(&'a self, request: &'a ModelRequest, stream: bool) -> Body<'a> {
-        let settings = &request.settings;
-        Body {
-            model: &self.model,
-            messages: messages(request, self.modalities),
-            tools: request
-                .tools
+    /// The request body: the model, the messages (those the cache holds copied, the rest
+    /// encoded), the tools, then the settings, in that order.
+    fn body(
+        &self,
+        request: &ModelRequest,
+        stream: bool,
+        cache: &mut EncodeCache,
+    ) -> Result<Vec<u8>, serde_json::Error> {
+        let prefix = cache.prefix(request.messages.version());
+        let from = prefix.messages();
+        for unit in conversation(&request.messages[from..], self.modalities) {
+            match unit {
+                Unit::Message(message) => {
+                    prefix.buffer().push(b',');
+                    serde_json::to_writer(prefix.buffer(), &message)?;
+                }
+                Unit::Settled(count) => prefix.settle(from + count),
+            }
+        }
+        let mut body = Vec::with_capacity(prefix.bytes().len() + 1024);
+        body.extend_from_slice(b"{\"model\":");
+        serde_json::to_writer(&mut body, &self.model)?;
+        body.extend_from_slice(b",\"messages\":[");
+        let mut messages = prefix.bytes();
+        if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
+            let system = ChatMessage::System {
+                content: Cow::Borrowed(system),
+            };
+            serde_json::to_writer(&mut body, &system)?;
+        } else {
+            // The first message's comma, with nothing before it.
+            messages = messages.get(1..).unwrap_or_default();
+        }
+        body.extend_from_slice(messages);
+        body.push(b']');
+        let tools = cache.tools(&request.tools, |tools| {
+            let tools: Vec<Value> = tools
                 .iter()
                 .map(|tool| {
                     json!({"type": "function", "function": {
@@ -59,7 +89,15 @@ impl ChatWire {
                         "parameters": inline_schema(&tool.parameters),
                     }})
                 })
-                .collect(),
+                .collect();
+            serde_json::to_vec(&tools)
+        })?;
+        if !request.tools.is_empty() {
+            body.extend_from_slice(b",\"tools\":");
+            body.extend_from_slice(tools);
+        }
+        let settings = &request.settings;
+        let rest = serde_json::to_vec(&Settings {
             temperature: settings.temperature.map(f64::from),
             top_p: settings.top_p.map(f64::from),
             max_completion_tokens: settings.max_output_tokens,
@@ -69,7 +107,17 @@ impl ChatWire {
             stream_options: (stream && self.stream_usage).then_some(StreamOptions {
                 include_usage: true,
             }),
+        })?;
+        // `{"temperature":…}` continues the body after a comma; `{}` adds nothing.
+        if let Some(fields) = rest
+            .get(1..rest.len().saturating_sub(1))
+            .filter(|f| !f.is_empty())
+        {
+            body.push(b',');
+            body.extend_from_slice(fields);
         }
+        body.push(b'}');
+        Ok(body)
     }
 }
 
@@ -79,13 +127,9 @@ fn encoding_failed(error: serde_json::Error) -> ModelError {
     }
 }
 
-/// A Chat Completions request body.
+/// The request's settings, the part of the body after the tools.
 #[derive(Serialize)]
-struct Body<'a> {
-    model: &'a str,
-    messages: Vec<ChatMessage<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<Value>,
+struct Settings<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -182,17 +226,19 @@ impl Wire for ChatWire {
     }
 
     fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
-        let body = serde_json::to_value(self.body(request, stream)).map_err(encoding_failed)?;
-        Ok((self.url(), body))
+        let (url, bytes) = self.encode(request, stream, &mut EncodeCache::default())?;
+        let body = serde_json::from_slice(&bytes).map_err(encoding_failed)?;
+        Ok((url, body))
     }
 
     fn encode(
         &self,
         request: &ModelRequest,
         stream: bool,
+        cache: &mut EncodeCache,
     ) -> Result<(String, Vec<u8>), ModelError> {
-        // Straight from the typed body: no JSON tree of the whole conversation is built.
-        let body = serde_json::to_vec(&self.body(request, stream)).map_err(encoding_failed)?;
+        // Straight from the typed messages, and only those the cache does not hold.
+        let body = self.body(request, stream, cache).map_err(encoding_failed)?;
         Ok((self.url(), body))
     }
 
@@ -346,50 +392,58 @@ fn user_parts(content: &[ContentBlock], modalities: InputModalities) -> UserCont
 /// call id, media)` per result that had any.
 type Attachments<'a> = Vec<(&'a str, &'a str, Vec<Carried<'a>>)>;
 
-fn messages(request: &ModelRequest, modalities: InputModalities) -> Vec<ChatMessage<'_>> {
-    let mut out = Vec::with_capacity(request.messages.len() + 1);
-    if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
-        out.push(ChatMessage::System {
-            content: Cow::Borrowed(system),
-        });
-    }
+/// A step of encoding a conversation: a message to send, or the count of conversation
+/// messages whose encoding is complete (nothing of theirs waits for a later message).
+enum Unit<'a> {
+    Message(ChatMessage<'a>),
+    Settled(usize),
+}
+
+/// The messages to send for `messages`, in order, with a [`Unit::Settled`] after each
+/// message that leaves nothing waiting.
+fn conversation(messages: &[Message], modalities: InputModalities) -> Vec<Unit<'_>> {
+    let mut out = Vec::with_capacity(messages.len() * 2);
     // Tool messages take text only. Rather than replace a tool's image, PDF or audio with a
     // note (the reference harness's way), it follows in a user message right after the step's
     // tool messages, where the API takes it: a model that reads it still gets to. The tool
     // message keeps a line saying so, and kinds the model cannot read become notes there.
     let mut pending: Attachments<'_> = Vec::new();
-    for message in &request.messages {
+    for (index, message) in messages.iter().enumerate() {
         if !matches!(message, Message::Tool(_)) && !pending.is_empty() {
-            out.push(attachments(&mut pending));
+            out.push(Unit::Message(attachments(&mut pending)));
         }
-        match message {
-            Message::System { content } => out.push(ChatMessage::System {
+        let unit = match message {
+            Message::System { content } => ChatMessage::System {
                 content: Cow::Owned(text_with_notes(content, modalities)),
-            }),
-            Message::User { content } => out.push(ChatMessage::User {
+            },
+            Message::User { content } => ChatMessage::User {
                 content: user_parts(content, modalities),
-            }),
+            },
             Message::Assistant(assistant) => {
                 let text = deepagents_core::content::joined_text(&assistant.content);
-                out.push(ChatMessage::Assistant {
+                ChatMessage::Assistant {
                     content: (!text.is_empty() || assistant.tool_calls.is_empty()).then_some(text),
                     tool_calls: assistant.tool_calls.iter().map(ChatCall::of).collect(),
-                });
+                }
             }
             Message::Tool(result) => {
                 let (text, media) = text_and_media(&result.content, &MEDIA, modalities, true);
                 if !media.is_empty() {
                     pending.push((&result.name, &result.tool_call_id, media));
                 }
-                out.push(ChatMessage::Tool {
+                ChatMessage::Tool {
                     tool_call_id: &result.tool_call_id,
                     content: text,
-                });
+                }
             }
+        };
+        out.push(Unit::Message(unit));
+        if pending.is_empty() {
+            out.push(Unit::Settled(index + 1));
         }
     }
     if !pending.is_empty() {
-        out.push(attachments(&mut pending));
+        out.push(Unit::Message(attachments(&mut pending)));
     }
     out
 }

@@ -1,7 +1,7 @@
 //! The model every HTTP provider shares: one [`Wire`] format per API, one retrying transport.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use deepagents_core::model::{
@@ -11,6 +11,7 @@ use deepagents_core::model::{
 use futures::StreamExt;
 use serde_json::Value;
 
+use crate::encoded::EncodeCache;
 use crate::http::sse::{SseEvent, SseParser};
 use crate::http::{
     HttpConfig, HttpRequest, Secret, Transport, TransportError, read_body, send_with_retry,
@@ -82,12 +83,15 @@ pub trait Wire: Send + Sync + fmt::Debug + 'static {
 
     /// The URL and the encoded body of a call: what is sent. The default encodes
     /// [`request`](Self::request); a wire on the hot path writes the bytes straight from the
-    /// typed request instead, with the same JSON meaning.
+    /// typed request instead, with the same JSON meaning, reusing from `cache` what it
+    /// encoded for the messages of earlier requests.
     fn encode(
         &self,
         request: &ModelRequest,
         stream: bool,
+        cache: &mut EncodeCache,
     ) -> Result<(String, Vec<u8>), ModelError> {
+        let _ = cache;
         let (url, body) = self.request(request, stream)?;
         let bytes = serde_json::to_vec(&body).map_err(|e| ModelError::Other {
             message: format!("cannot encode the request body: {e}"),
@@ -130,6 +134,8 @@ pub struct HttpModel<W: Wire> {
     profile: Option<ModelProfile>,
     /// Replays do not sleep between retries.
     wait: bool,
+    /// What the wire encoded for recent requests.
+    encoded: Mutex<EncodeCache>,
 }
 
 impl<W: Wire> fmt::Debug for HttpModel<W> {
@@ -163,6 +169,7 @@ impl<W: Wire> HttpModel<W> {
             transport,
             profile,
             wait,
+            encoded: Mutex::default(),
         }
     }
 
@@ -177,7 +184,15 @@ impl<W: Wire> HttpModel<W> {
         request: &ModelRequest,
         stream: bool,
     ) -> Result<HttpRequest, ModelError> {
-        let (url, body) = self.wire.encode(request, stream)?;
+        // A panic while encoding leaves a cache that may be half written: start over.
+        let mut cache = self.encoded.lock().unwrap_or_else(|poisoned| {
+            self.encoded.clear_poison();
+            let mut cache = poisoned.into_inner();
+            *cache = EncodeCache::default();
+            cache
+        });
+        let (url, body) = self.wire.encode(request, stream, &mut cache)?;
+        drop(cache);
         let mut headers = self.wire.headers();
         if stream {
             headers.push(("accept".to_owned(), "text/event-stream".to_owned()));

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use deepagents::core::message::AssistantMessage;
 use deepagents::core::{ModelResponse, StopReason};
+use deepagents::models::encoded::EncodeCache;
 use deepagents::models::openai_chat::ChatWire;
 use deepagents::models::provider::Wire;
 use deepagents::{
@@ -29,6 +30,8 @@ use serde_json::json;
 /// Encodes each request as a provider would, then calls `noop` once and answers.
 struct EncodingModel {
     wire: ChatWire,
+    /// What the HTTP model keeps between requests: the encoded messages.
+    encoded: std::sync::Mutex<EncodeCache>,
     /// Off (`STEP_ENCODE=0`) to time the harness alone.
     encode: bool,
     /// Tool rounds before the answer.
@@ -43,7 +46,8 @@ impl Model for EncodingModel {
     async fn generate(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
         if self.encode {
             // What the HTTP model sends: the wire's encoded body.
-            black_box(self.wire.encode(request, false)?);
+            let mut encoded = self.encoded.lock().unwrap();
+            black_box(self.wire.encode(request, false, &mut encoded)?);
         }
         let since_user = request
             .messages
@@ -123,6 +127,7 @@ fn main() {
                 reasoning: None,
                 modalities: deepagents::core::model::InputModalities::ALL,
             },
+            encoded: Default::default(),
             encode: std::env::var("STEP_ENCODE").map_or(true, |v| v != "0"),
             rounds,
         }))

@@ -213,11 +213,19 @@ impl Driver<'_> {
         }
         journal.save(run).await?;
         loop {
-            journal.save(run).await?;
+            let action = run.next_action(ctx.limits.max_turns);
+            // Calls that run without a decision are saved with the mark that they started
+            // (`tools_started`): one write for the model's answer and the start of its calls.
+            let straight_to_tools = matches!(action, Ok(NextAction::ExecuteTools(_)))
+                && agent.interrupts.is_empty()
+                && !approval::has_paused_subagents(run);
+            if !straight_to_tools {
+                journal.save(run).await?;
+            }
             if ctx.cancel.is_cancelled() {
                 return Err(RunError::Cancelled);
             }
-            match run.next_action(ctx.limits.max_turns)? {
+            match action? {
                 NextAction::CallModel => self.call_model(run, journal).await?,
                 NextAction::ExecuteTools(calls) => {
                     let resuming = approval::has_paused_subagents(run);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use deepagents_core::{
     AgentState, CHECKPOINT_SCHEMA, CheckpointError, Checkpointer, Checkpointing, ControlDelta,
-    EventKind, EventSink, Message, Run, RunDelta, StateUpdate, ThreadLease, ToolResult,
+    EventKind, EventSink, Message, Run, RunDelta, StateUpdate, ThreadLease, ToolResult, Usage,
     upgrade_legacy_control, validate_thread_id,
 };
 use serde_json::Value;
@@ -65,8 +65,8 @@ pub async fn reload(checkpointing: &mut Checkpointing) -> Result<Run, Checkpoint
                 .map(|key| (key.to_owned(), Value::Null))
                 .collect(),
             control: ControlDelta::full(&run.control),
-            steps: run.steps,
-            usage: run.usage,
+            steps: Some(run.steps),
+            usage: Some(run.usage),
             ..RunDelta::default()
         };
         checkpointing
@@ -146,8 +146,9 @@ pub(crate) struct Journal {
     control: ControlTouched,
     /// The earliest already-stored message that was changed in place since the last save.
     rewritten_from: Option<usize>,
-    /// Step count and usage at the last save, to skip saves that would change nothing.
-    saved_progress: (u32, u64),
+    /// Step count and usage at the last save: a save writes them only when they changed,
+    /// and is skipped when nothing did.
+    saved_progress: (u32, Usage),
     /// Files the run's tools changed outside the state (they are not in any delta).
     changed_outside: BTreeSet<String>,
 }
@@ -174,7 +175,12 @@ impl Journal {
                 ControlTouched::default()
             },
             rewritten_from: None,
-            saved_progress: (run.steps, run.usage.input_tokens + run.usage.output_tokens),
+            // A fresh run writes them in its first save.
+            saved_progress: if fresh {
+                (u32::MAX, Usage::default())
+            } else {
+                (run.steps, run.usage)
+            },
             changed_outside: BTreeSet::new(),
             target,
         }
@@ -239,7 +245,7 @@ impl Journal {
         let Some(target) = &mut self.target else {
             return Ok(());
         };
-        let progress = (run.steps, run.usage.input_tokens + run.usage.output_tokens);
+        let progress = (run.steps, run.usage);
         let new_messages = run.state.messages.len() > target.persisted_messages;
         if !new_messages
             && self.rewritten_from.is_none()
@@ -285,8 +291,8 @@ impl Journal {
                     .then(|| control.paused_subagents.clone()),
                 in_flight: touched.in_flight.then(|| control.in_flight.clone()),
             },
-            steps: run.steps,
-            usage: run.usage,
+            steps: (run.steps != self.saved_progress.0).then_some(run.steps),
+            usage: (run.usage != self.saved_progress.1).then_some(run.usage),
         };
         target
             .checkpointer

@@ -338,3 +338,31 @@ async fn a_repository_gives_memory_and_linked_skills_and_keeps_what_the_agent_le
     let prompt = requests[0].system_prompt.clone().unwrap();
     assert!(prompt.contains("Use metric units."), "{prompt}");
 }
+
+/// The harness only appends to the conversation between model calls (the default middleware
+/// included), so each request's messages are known to extend the previous request's and a
+/// wire re-encodes only the new ones.
+#[tokio::test]
+async fn each_request_extends_the_previous_one_without_a_rewrite() {
+    let requests = requests_of(
+        json!([
+            {"tool_calls": [{"name": "write_file", "args": {"file_path": "/a.txt", "content": "a"}}]},
+            {"tool_calls": [{"name": "read_file", "args": {"file_path": "/a.txt"}}, {"name": "ls", "args": {}}]},
+            {"tool_calls": [{"name": "write_todos", "args": {"todos": [{"content": "x", "status": "pending"}]}}]},
+            {"text": "done"}
+        ]),
+        &[],
+        |b| b,
+    )
+    .await;
+    assert_eq!(requests.len(), 4);
+    for pair in requests.windows(2) {
+        let (before, after) = (&pair[0].messages, &pair[1].messages);
+        assert!(after.len() > before.len());
+        assert_eq!(
+            after.version().common_prefix(&before.version()),
+            before.len(),
+            "a request's messages were rewritten since the previous request"
+        );
+    }
+}

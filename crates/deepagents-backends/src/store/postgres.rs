@@ -26,8 +26,8 @@ const MIGRATIONS: &[&str] = &[
         updated_at_ms BIGINT NOT NULL,
         PRIMARY KEY (namespace, key)
     )",
-    // Checkpoints: one row per step holding its delta; every SNAPSHOT_EVERY-th row also holds
-    // the whole run, so loading replays at most that many deltas.
+    // Checkpoints: one row per save holding its delta; rows at geometrically spaced ids
+    // (`snapshot_due`) also hold the whole run, of which only the newest is kept.
     "CREATE TABLE checkpoints (
         thread_id TEXT COLLATE \"C\" NOT NULL,
         id BIGINT NOT NULL,
@@ -225,8 +225,9 @@ impl Store for PostgresStore {
 }
 
 /// A [`Checkpointer`] in the database of a [`PostgresStore`]. Each step writes only its delta,
-/// so a step's cost does not grow with the conversation; every 50th checkpoint also holds the
-/// whole run, so loading replays at most 49 deltas.
+/// so a step's cost does not grow with the conversation; checkpoints at geometrically spaced ids
+/// (50, 75, 112, …) also hold the whole run, so loading replays at most a third of the
+/// deltas. Only the newest snapshot is kept.
 #[derive(Clone, Debug)]
 pub struct PostgresCheckpointer {
     store: PostgresStore,

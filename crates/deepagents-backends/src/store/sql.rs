@@ -15,8 +15,20 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool,
 use super::{SearchQuery, StoreError, StoreItem, validate_namespace};
 use crate::memory::now_ms;
 
-/// How often a checkpoint also stores the whole run.
-const SNAPSHOT_EVERY: i64 = 50;
+/// The first checkpoint that also stores the whole run.
+const FIRST_SNAPSHOT: i64 = 50;
+
+/// Whether checkpoint `id` also stores the whole run: ids 50, 75, 112, 168, … (each half again
+/// the one before). A snapshot costs the whole run, so spacing them geometrically keeps all
+/// of them together within a small multiple of the last one (writing stays linear in the
+/// conversation), while loading the latest state replays at most a third of the deltas.
+fn snapshot_due(id: i64) -> bool {
+    let mut point = FIRST_SNAPSHOT;
+    while point < id {
+        point += point / 2;
+    }
+    point == id
+}
 
 /// What an operation on one thread's checkpoints does, so the dialect can isolate it.
 #[derive(Clone, Copy, Debug)]
@@ -256,7 +268,7 @@ where
                 });
             }
             let id = last + 1;
-            let snapshot = if id % SNAPSHOT_EVERY == 0 {
+            let snapshot = if snapshot_due(id) {
                 Some(deepagents_core::checkpoint::encode_snapshot(run)?)
             } else {
                 None
@@ -442,5 +454,16 @@ where
             .map_err(checkpoint_storage)?;
         D::end(session, true).await.map_err(checkpoint_storage)?;
         Ok(D::rows_affected(&done) > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::snapshot_due;
+
+    #[test]
+    fn snapshots_are_spaced_geometrically() {
+        let due: Vec<i64> = (1..=400).filter(|&id| snapshot_due(id)).collect();
+        assert_eq!(due, [50, 75, 112, 168, 252, 378]);
     }
 }

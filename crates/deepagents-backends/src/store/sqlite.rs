@@ -29,8 +29,8 @@ const MIGRATIONS: &[&str] = &[
         updated_at_ms INTEGER NOT NULL,
         PRIMARY KEY (namespace, key)
     ) WITHOUT ROWID",
-    // Checkpoints: one row per step holding its delta; every SNAPSHOT_EVERY-th row also holds
-    // the whole run, so loading replays at most that many deltas.
+    // Checkpoints: one row per save holding its delta; rows at geometrically spaced ids
+    // (`snapshot_due`) also hold the whole run, of which only the newest is kept.
     "CREATE TABLE checkpoints (
         thread_id TEXT NOT NULL,
         id INTEGER NOT NULL,
@@ -284,9 +284,10 @@ impl Store for SqliteStore {
 }
 
 /// A [`Checkpointer`] in the database of a [`SqliteStore`]. Each step writes only its delta,
-/// so a step's cost does not grow with the conversation; every 50th checkpoint also holds the
-/// whole run, so loading the latest state replays at most 49 deltas. Only the newest snapshot
-/// is kept (an older checkpoint loads by replaying from the start), so storage grows linearly.
+/// so a step's cost does not grow with the conversation; checkpoints at geometrically spaced ids
+/// (50, 75, 112, …) also hold the whole run, so loading the latest state replays at most a
+/// third of the deltas. Only the newest snapshot is kept (an older checkpoint loads by
+/// replaying from the start), so storage grows linearly.
 #[derive(Clone, Debug)]
 pub struct SqliteCheckpointer {
     store: SqliteStore,
