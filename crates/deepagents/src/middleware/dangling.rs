@@ -1,10 +1,11 @@
 //! Keeps the history valid: every tool call gets a result before the model sees it.
 
 use std::collections::HashSet;
+use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
 use deepagents_core::RunContext;
-use deepagents_core::{AgentState, Message, ModelRequest, ToolResult};
+use deepagents_core::{AgentState, Message, MessagesVersion, ModelRequest, ToolResult};
 
 use super::{Middleware, MiddlewareError};
 
@@ -15,6 +16,12 @@ use super::{Middleware, MiddlewareError};
 #[derive(Debug, Default)]
 pub struct DanglingToolCallsMiddleware;
 
+/// The run's last checked request: its version and the index of its last assistant turn,
+/// before which every call is known to be answered in place. The next request, which
+/// extends it, is checked from that turn on, so a step's check does not grow with the history.
+#[derive(Default)]
+struct Checked(Mutex<Option<(MessagesVersion, usize)>>);
+
 #[async_trait]
 impl Middleware for DanglingToolCallsMiddleware {
     fn name(&self) -> &str {
@@ -23,13 +30,28 @@ impl Middleware for DanglingToolCallsMiddleware {
 
     async fn before_model(
         &self,
-        _ctx: &RunContext,
+        ctx: &RunContext,
         request: &mut ModelRequest,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {
-        if answered_in_place(&request.messages) {
+        let checked = ctx.extensions.get_or_insert_with(Checked::default);
+        let mut checked = checked.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let version = request.messages.version();
+        let from = match *checked {
+            // Unchanged up to the turn checked last: the turns before it stay answered.
+            Some((before, turn)) if before.common_prefix(&version) >= turn => turn,
+            _ => 0,
+        };
+        if answered_in_place(&request.messages, from) {
+            let last_turn = request
+                .messages
+                .iter()
+                .rposition(|m| matches!(m, Message::Assistant(_)))
+                .map_or(from, |turn| turn.max(from));
+            *checked = Some((version, last_turn));
             return Ok(());
         }
+        *checked = None;
         let answered: HashSet<&str> = request
             .messages
             .iter()
@@ -73,23 +95,28 @@ impl Middleware for DanglingToolCallsMiddleware {
     }
 }
 
-/// Whether every tool call is answered by one of the tool results that directly follow its
-/// turn — the shape of every history the driver builds. A linear check without hashing or
-/// allocation; when it fails, the full scan decides (a result may sit elsewhere).
-fn answered_in_place(messages: &[Message]) -> bool {
-    messages.iter().enumerate().all(|(index, message)| {
-        let Message::Assistant(assistant) = message else {
-            return true;
-        };
-        let results = messages[index + 1..]
-            .iter()
-            .take_while(|m| matches!(m, Message::Tool(_)));
-        assistant.tool_calls.iter().all(|call| {
-            results
-                .clone()
-                .any(|m| matches!(m, Message::Tool(r) if r.tool_call_id == call.id))
+/// Whether every tool call from message `from` on is answered by one of the tool results
+/// that directly follow its turn — the shape of every history the driver builds. A linear
+/// check without hashing or allocation; when it fails, the full scan decides (a result may
+/// sit elsewhere).
+fn answered_in_place(messages: &[Message], from: usize) -> bool {
+    messages
+        .iter()
+        .enumerate()
+        .skip(from)
+        .all(|(index, message)| {
+            let Message::Assistant(assistant) = message else {
+                return true;
+            };
+            let results = messages[index + 1..]
+                .iter()
+                .take_while(|m| matches!(m, Message::Tool(_)));
+            assistant.tool_calls.iter().all(|call| {
+                results
+                    .clone()
+                    .any(|m| matches!(m, Message::Tool(r) if r.tool_call_id == call.id))
+            })
         })
-    })
 }
 
 #[cfg(test)]
@@ -150,7 +177,7 @@ mod tests {
             result("a"),
             turn(&[]),
         ];
-        assert!(answered_in_place(&messages));
+        assert!(answered_in_place(&messages, 0));
         assert_eq!(patched(messages.clone()).await, messages);
     }
 
@@ -164,9 +191,45 @@ mod tests {
             result("a"),
             turn(&["b"]),
         ];
-        assert!(!answered_in_place(&messages));
+        assert!(!answered_in_place(&messages, 0));
         let out = patched(messages.clone()).await;
         assert_eq!(out.len(), messages.len() + 1);
         assert!(matches!(&out[5], Message::Tool(r) if r.tool_call_id == "b"));
+    }
+
+    /// Within a run each request is checked only from the turn checked last; a call left
+    /// unanswered later, or a history rewritten in place, is still found.
+    #[tokio::test]
+    async fn later_requests_of_a_run_are_checked_from_the_last_turn() {
+        let ctx = RunContext::detached("agent");
+        let mut conversation =
+            deepagents_core::Messages::from(vec![Message::user("go"), turn(&["a"]), result("a")]);
+        let send = |messages: &deepagents_core::Messages| {
+            let mut request = ModelRequest {
+                messages: messages.clone(),
+                ..ModelRequest::default()
+            };
+            let ctx = &ctx;
+            async move {
+                DanglingToolCallsMiddleware
+                    .before_model(ctx, &mut request, &AgentState::default())
+                    .await
+                    .unwrap();
+                request.messages.into_vec()
+            }
+        };
+        assert_eq!(send(&conversation).await.len(), 3);
+        conversation.push(turn(&["b"]));
+        conversation.push(result("b"));
+        assert_eq!(send(&conversation).await.len(), 5);
+        conversation.push(turn(&["c"]));
+        let out = send(&conversation).await;
+        assert!(matches!(&out[6], Message::Tool(r) if r.tool_call_id == "c"));
+        // The answer to "a" removed in place: the earlier turns are checked again.
+        conversation.pop();
+        conversation.remove(2);
+        let out = send(&conversation).await;
+        assert_eq!(out.len(), 5);
+        assert!(matches!(&out[2], Message::Tool(r) if r.tool_call_id == "a"));
     }
 }
