@@ -8,12 +8,15 @@ use deepagents_core::message::{AssistantMessage, Message, ToolCall, ToolStatus};
 use deepagents_core::model::{
     InputModalities, ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent,
 };
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
 
 use crate::convert::{
     ApiMedia, Carried, Formats, Media, arguments_object, base64, carry, inline_schema,
     parse_arguments, text_with_notes, tokens, unreadable, usage,
 };
+use crate::encoded::{EncodeCache, assemble};
 use crate::http::Secret;
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
@@ -38,6 +41,152 @@ pub struct AnthropicWire {
     pub modalities: InputModalities,
 }
 
+impl AnthropicWire {
+    /// The request body: model, thinking, token limit and system prompt, the messages (the
+    /// turns the cache holds copied, the rest encoded), the tools, then the settings.
+    fn body(
+        &self,
+        request: &ModelRequest,
+        stream: bool,
+        cache: &mut EncodeCache,
+    ) -> Result<Vec<u8>, serde_json::Error> {
+        let (prefix, tools) = cache.parts(request.messages.version());
+        let from = prefix.messages();
+        // Consecutive messages of one role merge into one turn (the tool results of a step
+        // share a user turn), so a turn is final only once the next one starts.
+        let mut turn: Option<(&str, Vec<Value>)> = None;
+        for (offset, message) in request.messages[from..].iter().enumerate() {
+            let (role, blocks) = message_blocks(message, self.modalities);
+            if blocks.is_empty() {
+                continue;
+            }
+            match &mut turn {
+                Some((current, existing)) if *current == role => existing.extend(blocks),
+                _ => {
+                    if let Some((role, blocks)) = turn.replace((role, blocks)) {
+                        prefix.buffer().push(b',');
+                        serde_json::to_writer(
+                            prefix.buffer(),
+                            &json!({"role": role, "content": blocks}),
+                        )?;
+                        prefix.settle_before(from + offset);
+                    }
+                }
+            }
+        }
+        if let Some((role, mut blocks)) = turn {
+            if self.prompt_caching {
+                // The latest turn: the next call reads everything up to here from the cache.
+                if let Some(last) = blocks
+                    .iter_mut()
+                    .rev()
+                    .find(|b| !matches!(b["type"].as_str(), Some("thinking" | "redacted_thinking")))
+                {
+                    last["cache_control"] = cache_control();
+                }
+            }
+            // Not settled: the next request may merge into it, and it carries the mark.
+            prefix.buffer().push(b',');
+            serde_json::to_writer(prefix.buffer(), &json!({"role": role, "content": blocks}))?;
+        }
+        let tools = tools.get(&request.tools, |tools| {
+            let mut tools: Vec<Value> = tools
+                .iter()
+                .map(|tool| {
+                    json!({
+                        "name": tool.name,
+                        "description": tool.description,
+                        "input_schema": inline_schema(&tool.parameters),
+                    })
+                })
+                .collect();
+            if self.prompt_caching
+                && let Some(last) = tools.last_mut()
+            {
+                last["cache_control"] = cache_control();
+            }
+            serde_json::value::to_raw_value(&tools)
+        })?;
+        let settings = &request.settings;
+        let mut max_tokens = settings
+            .max_output_tokens
+            .map_or(self.default_max_tokens, u64::from);
+        let thinking = self.reasoning.map(|effort| {
+            let budget = effort.budget_tokens();
+            // The budget counts against max_tokens, which must leave room for the answer.
+            max_tokens = max_tokens.max(budget + 4_096);
+            json!({"type": "enabled", "budget_tokens": budget})
+        });
+        let system = request
+            .system_prompt
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .map(|system| {
+                let mut block = json!({"type": "text", "text": system});
+                if self.prompt_caching {
+                    block["cache_control"] = cache_control();
+                }
+                [block]
+            });
+        // Thinking refuses sampling changes; the settings give way to it.
+        let sampling = self.reasoning.is_none();
+        assemble(
+            &Head {
+                model: &self.model,
+                thinking,
+                max_tokens,
+                system,
+            },
+            "messages",
+            None::<&Value>,
+            prefix.bytes(),
+            &Tail {
+                tools,
+                temperature: settings.temperature.filter(|_| sampling).map(f64::from),
+                top_p: settings.top_p.filter(|_| sampling).map(f64::from),
+                stop_sequences: &settings.stop_sequences,
+                stream: stream.then_some(true),
+            },
+        )
+    }
+}
+
+fn cache_control() -> Value {
+    json!({"type": "ephemeral"})
+}
+
+fn encoding_failed(error: serde_json::Error) -> ModelError {
+    ModelError::Other {
+        message: format!("cannot encode the request body: {error}"),
+    }
+}
+
+/// What precedes the messages in a request body.
+#[derive(Serialize)]
+struct Head<'a> {
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Value>,
+    max_tokens: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<[Value; 1]>,
+}
+
+/// What follows the messages in a request body.
+#[derive(Serialize)]
+struct Tail<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop_sequences: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+}
+
 impl Wire for AnthropicWire {
     fn provider(&self) -> &str {
         "anthropic"
@@ -56,83 +205,21 @@ impl Wire for AnthropicWire {
     }
 
     fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
-        let cache = json!({"type": "ephemeral"});
-        let mut body = Map::new();
-        body.insert("model".into(), json!(self.model));
-        let settings = &request.settings;
-        let mut max_tokens = settings
-            .max_output_tokens
-            .map_or(self.default_max_tokens, u64::from);
-        if let Some(effort) = self.reasoning {
-            let budget = effort.budget_tokens();
-            // The budget counts against max_tokens, which must leave room for the answer.
-            max_tokens = max_tokens.max(budget + 4_096);
-            body.insert(
-                "thinking".into(),
-                json!({"type": "enabled", "budget_tokens": budget}),
-            );
-        }
-        body.insert("max_tokens".into(), json!(max_tokens));
-        if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
-            let mut block = json!({"type": "text", "text": system});
-            if self.prompt_caching {
-                block["cache_control"] = cache.clone();
-            }
-            body.insert("system".into(), json!([block]));
-        }
-        let mut messages = messages(request, self.modalities);
-        if self.prompt_caching {
-            // The latest turn: the next call reads everything up to here from the cache.
-            if let Some(last) = messages
-                .last_mut()
-                .and_then(|m| m["content"].as_array_mut())
-                .and_then(|blocks| {
-                    blocks.iter_mut().rev().find(|b| {
-                        !matches!(b["type"].as_str(), Some("thinking" | "redacted_thinking"))
-                    })
-                })
-            {
-                last["cache_control"] = cache.clone();
-            }
-        }
-        body.insert("messages".into(), Value::Array(messages));
-        if !request.tools.is_empty() {
-            let mut tools: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|tool| {
-                    json!({
-                        "name": tool.name,
-                        "description": tool.description,
-                        "input_schema": inline_schema(&tool.parameters),
-                    })
-                })
-                .collect();
-            if self.prompt_caching
-                && let Some(last) = tools.last_mut()
-            {
-                last["cache_control"] = cache;
-            }
-            body.insert("tools".into(), Value::Array(tools));
-        }
-        // Thinking refuses sampling changes; the settings give way to it.
-        if self.reasoning.is_none() {
-            if let Some(t) = settings.temperature {
-                body.insert("temperature".into(), json!(t));
-            }
-            if let Some(p) = settings.top_p {
-                body.insert("top_p".into(), json!(p));
-            }
-        }
-        if !settings.stop_sequences.is_empty() {
-            body.insert("stop_sequences".into(), json!(settings.stop_sequences));
-        }
-        if stream {
-            body.insert("stream".into(), json!(true));
-        }
+        let (url, bytes) = self.encode(request, stream, &mut EncodeCache::default())?;
+        let body = serde_json::from_slice(&bytes).map_err(encoding_failed)?;
+        Ok((url, body))
+    }
+
+    fn encode(
+        &self,
+        request: &ModelRequest,
+        stream: bool,
+        cache: &mut EncodeCache,
+    ) -> Result<(String, Vec<u8>), ModelError> {
+        let body = self.body(request, stream, cache).map_err(encoding_failed)?;
         Ok((
             format!("{}/v1/messages", self.base_url.trim_end_matches('/')),
-            Value::Object(body),
+            body,
         ))
     }
 
@@ -247,76 +334,62 @@ fn media_blocks(content: &[ContentBlock], modalities: InputModalities) -> Vec<Va
         .collect()
 }
 
-fn messages(request: &ModelRequest, modalities: InputModalities) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
-    for message in &request.messages {
-        let (role, blocks) = match message {
-            // Messages has no system role mid-conversation; the text goes in a user turn.
-            Message::System { content } => (
-                "user",
-                vec![
-                    json!({"type": "text", "text": format!("<system>{}</system>", text_with_notes(content, modalities))}),
-                ],
-            ),
-            Message::User { content } => ("user", media_blocks(content, modalities)),
-            Message::Assistant(assistant) => {
-                let mut blocks = Vec::new();
-                for block in &assistant.content {
-                    match block {
-                        ContentBlock::Reasoning {
-                            text,
-                            signature: Some(signature),
-                            ..
-                        } => blocks.push(
-                            json!({"type": "thinking", "thinking": text, "signature": signature}),
-                        ),
-                        ContentBlock::Reasoning {
-                            opaque: Some(item), ..
-                        } if item["type"] == "redacted_thinking" => blocks.push(item.clone()),
-                        ContentBlock::Text { text } if !text.is_empty() => {
-                            blocks.push(json!({"type": "text", "text": text}));
-                        }
-                        _ => {}
+/// The role and content blocks of one message; neighbouring messages of one role merge
+/// into one turn.
+fn message_blocks(message: &Message, modalities: InputModalities) -> (&'static str, Vec<Value>) {
+    match message {
+        // Messages has no system role mid-conversation; the text goes in a user turn.
+        Message::System { content } => (
+            "user",
+            vec![
+                json!({"type": "text", "text": format!("<system>{}</system>", text_with_notes(content, modalities))}),
+            ],
+        ),
+        Message::User { content } => ("user", media_blocks(content, modalities)),
+        Message::Assistant(assistant) => {
+            let mut blocks = Vec::new();
+            for block in &assistant.content {
+                match block {
+                    ContentBlock::Reasoning {
+                        text,
+                        signature: Some(signature),
+                        ..
+                    } => blocks.push(
+                        json!({"type": "thinking", "thinking": text, "signature": signature}),
+                    ),
+                    ContentBlock::Reasoning {
+                        opaque: Some(item), ..
+                    } if item["type"] == "redacted_thinking" => blocks.push(item.clone()),
+                    ContentBlock::Text { text } if !text.is_empty() => {
+                        blocks.push(json!({"type": "text", "text": text}));
                     }
+                    _ => {}
                 }
-                for call in &assistant.tool_calls {
-                    blocks.push(json!({
-                        "type": "tool_use", "id": call.id, "name": call.name,
-                        "input": arguments_object(call),
-                    }));
-                }
-                ("assistant", blocks)
             }
-            Message::Tool(result) => {
-                let mut block = json!({
-                    "type": "tool_result",
-                    "tool_use_id": result.tool_call_id,
-                });
-                // An empty text block is refused; an empty result simply has no content.
-                let content = media_blocks(&result.content, modalities);
-                if !content.is_empty() {
-                    block["content"] = Value::Array(content);
-                }
-                if result.status == ToolStatus::Error {
-                    block["is_error"] = json!(true);
-                }
-                ("user", vec![block])
+            for call in &assistant.tool_calls {
+                blocks.push(json!({
+                    "type": "tool_use", "id": call.id, "name": call.name,
+                    "input": arguments_object(call),
+                }));
             }
-        };
-        if blocks.is_empty() {
-            continue;
+            ("assistant", blocks)
         }
-        // Consecutive turns of one role merge: tool results of one step share a user turn.
-        if let Some(last) = out.last_mut()
-            && last["role"] == role
-            && let Some(existing) = last["content"].as_array_mut()
-        {
-            existing.extend(blocks);
-            continue;
+        Message::Tool(result) => {
+            let mut block = json!({
+                "type": "tool_result",
+                "tool_use_id": result.tool_call_id,
+            });
+            // An empty text block is refused; an empty result simply has no content.
+            let content = media_blocks(&result.content, modalities);
+            if !content.is_empty() {
+                block["content"] = Value::Array(content);
+            }
+            if result.status == ToolStatus::Error {
+                block["is_error"] = json!(true);
+            }
+            ("user", vec![block])
         }
-        out.push(json!({"role": role, "content": blocks}));
     }
-    out
 }
 
 #[derive(Debug)]

@@ -10,15 +10,40 @@
 
 use deepagents_core::MessagesVersion;
 use deepagents_core::tool::ToolSpec;
+use serde::Serialize;
+use serde_json::value::RawValue;
 
 /// Conversations kept: parallel subagents on one model each have their own.
 const KEPT: usize = 4;
 
-/// The encoded prefixes of a model's recent requests, most recently used last.
+/// The encoded prefixes of a model's recent requests (most recently used last) and its
+/// encoded tools.
 #[derive(Debug, Default)]
 pub struct EncodeCache {
     prefixes: Vec<EncodedPrefix>,
-    tools: Option<(Vec<ToolSpec>, Vec<u8>)>,
+    tools: EncodedTools,
+}
+
+/// The encoding of the tools of the latest request.
+#[derive(Debug, Default)]
+pub struct EncodedTools(Option<(Vec<ToolSpec>, Box<RawValue>)>);
+
+impl EncodedTools {
+    /// The encoding of `tools` (`None` when there are none), written by `encode` only when
+    /// they changed since the last request.
+    pub fn get(
+        &mut self,
+        tools: &[ToolSpec],
+        encode: impl FnOnce(&[ToolSpec]) -> Result<Box<RawValue>, serde_json::Error>,
+    ) -> Result<Option<&RawValue>, serde_json::Error> {
+        if tools.is_empty() {
+            return Ok(None);
+        }
+        if !matches!(&self.0, Some((cached, _)) if cached.as_slice() == tools) {
+            self.0 = Some((tools.to_vec(), encode(tools)?));
+        }
+        Ok(self.0.as_ref().map(|(_, encoded)| &**encoded))
+    }
 }
 
 /// The encoding of a conversation's messages, written unit after unit, each preceded by a
@@ -27,9 +52,16 @@ pub struct EncodeCache {
 pub struct EncodedPrefix {
     version: MessagesVersion,
     bytes: Vec<u8>,
-    /// `(messages, bytes)`: after the first `messages` messages the encoding is complete
-    /// (nothing of theirs waits for a later message) and ends at `bytes`; increasing.
-    settled: Vec<(usize, usize)>,
+    /// Increasing: the encoding of the first `messages` messages is complete and ends at
+    /// `bytes`, as long as the first `needs` messages are unchanged.
+    settled: Vec<Settled>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Settled {
+    messages: usize,
+    needs: usize,
+    bytes: usize,
 }
 
 impl EncodedPrefix {
@@ -41,7 +73,7 @@ impl EncodedPrefix {
     /// Where encoding must resume: how many messages are already encoded in
     /// [`bytes`](Self::bytes).
     pub fn messages(&self) -> usize {
-        self.settled.last().map_or(0, |&(messages, _)| messages)
+        self.settled.last().map_or(0, |settled| settled.messages)
     }
 
     /// The buffer to append the encoding of the next messages to.
@@ -50,18 +82,33 @@ impl EncodedPrefix {
     }
 
     /// Records that the first `messages` messages are encoded completely, up to the end of
-    /// the buffer.
+    /// the buffer: nothing of theirs waits for a later message.
     pub fn settle(&mut self, messages: usize) {
-        self.settled.push((messages, self.bytes.len()));
+        self.push_settled(messages, messages);
     }
 
-    /// Keeps only the complete encodings of the first `common` messages (or fewer).
+    /// Records that the messages before message `next` are encoded completely, up to the end
+    /// of the buffer, for as long as message `next` is the same: formats that merge
+    /// neighbouring messages of one role close an entry only when the next one differs.
+    pub fn settle_before(&mut self, next: usize) {
+        self.push_settled(next, next + 1);
+    }
+
+    fn push_settled(&mut self, messages: usize, needs: usize) {
+        self.settled.push(Settled {
+            messages,
+            needs,
+            bytes: self.bytes.len(),
+        });
+    }
+
+    /// Keeps only the encodings that hold while only the first `common` messages are the same.
     fn cut(&mut self, common: usize) {
         let keep = self
             .settled
-            .partition_point(|&(messages, _)| messages <= common);
+            .partition_point(|settled| settled.needs <= common);
         self.settled.truncate(keep);
-        let end = self.settled.last().map_or(0, |&(_, bytes)| bytes);
+        let end = self.settled.last().map_or(0, |settled| settled.bytes);
         self.bytes.truncate(end);
     }
 }
@@ -71,6 +118,11 @@ impl EncodeCache {
     /// sharing the most leading messages with it, cut to those, or an empty one. Encode the
     /// messages from [`EncodedPrefix::messages`] on into it.
     pub fn prefix(&mut self, version: MessagesVersion) -> &mut EncodedPrefix {
+        self.parts(version).0
+    }
+
+    /// The prefix to extend (as [`prefix`](Self::prefix)) and the tools, together.
+    pub fn parts(&mut self, version: MessagesVersion) -> (&mut EncodedPrefix, &mut EncodedTools) {
         let best = self
             .prefixes
             .iter()
@@ -98,25 +150,51 @@ impl EncodeCache {
         prefix.version = version;
         self.prefixes.push(prefix);
         let last = self.prefixes.len() - 1;
-        &mut self.prefixes[last]
+        (&mut self.prefixes[last], &mut self.tools)
     }
+}
 
-    /// The encoding of `tools`, written by `encode` only when the tools changed since the
-    /// last request.
-    pub fn tools<E>(
-        &mut self,
-        tools: &[ToolSpec],
-        encode: impl FnOnce(&[ToolSpec]) -> Result<Vec<u8>, E>,
-    ) -> Result<&[u8], E> {
-        let fresh = !matches!(&self.tools, Some((cached, _)) if cached.as_slice() == tools);
-        if fresh {
-            self.tools = Some((tools.to_vec(), encode(tools)?));
-        }
-        Ok(self
-            .tools
-            .as_ref()
-            .map_or(&[][..], |(_, bytes)| bytes.as_slice()))
+/// A request body: the fields of `head`, then `key` holding the array of `first` (when
+/// given) and the `items` of an [`EncodedPrefix`], then the fields of `tail`. `head` and
+/// `tail` must serialize as JSON objects. The items are copied once, into the body.
+pub fn assemble(
+    head: &impl Serialize,
+    key: &str,
+    first: Option<&impl Serialize>,
+    items: &[u8],
+    tail: &impl Serialize,
+) -> Result<Vec<u8>, serde_json::Error> {
+    let head = serde_json::to_vec(head)?;
+    let tail = serde_json::to_vec(tail)?;
+    let mut body = Vec::with_capacity(head.len() + items.len() + tail.len() + 64);
+    // `{"a":1}` → `{"a":1`, then `,"key":[`; `{}` → `{`, then `"key":[`.
+    let head_fields = head
+        .get(1..head.len().saturating_sub(1))
+        .unwrap_or_default();
+    body.push(b'{');
+    if !head_fields.is_empty() {
+        body.extend_from_slice(head_fields);
+        body.push(b',');
     }
+    serde_json::to_writer(&mut body, key)?;
+    body.extend_from_slice(b":[");
+    let mut items = items;
+    match first {
+        Some(first) => serde_json::to_writer(&mut body, first)?,
+        // The first item's comma, with nothing before it.
+        None => items = items.get(1..).unwrap_or_default(),
+    }
+    body.extend_from_slice(items);
+    body.push(b']');
+    let tail_fields = tail
+        .get(1..tail.len().saturating_sub(1))
+        .unwrap_or_default();
+    if !tail_fields.is_empty() {
+        body.push(b',');
+        body.extend_from_slice(tail_fields);
+    }
+    body.push(b'}');
+    Ok(body)
 }
 
 #[cfg(test)]

@@ -10,13 +10,14 @@ use deepagents_core::model::{
     InputModalities, ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent,
 };
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use crate::convert::{
     ApiMedia, Carried, Formats, Media, OPENAI_IMAGES, arguments_text, base64, carry, data_url,
     inline_schema, parse_arguments, text_and_media, text_with_notes, tokens, unreadable, usage,
 };
-use crate::encoded::EncodeCache;
+use crate::encoded::{EncodeCache, assemble};
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
 
@@ -45,14 +46,14 @@ impl ChatWire {
     }
 
     /// The request body: the model, the messages (those the cache holds copied, the rest
-    /// encoded), the tools, then the settings, in that order.
+    /// encoded), the tools, then the settings.
     fn body(
         &self,
         request: &ModelRequest,
         stream: bool,
         cache: &mut EncodeCache,
     ) -> Result<Vec<u8>, serde_json::Error> {
-        let prefix = cache.prefix(request.messages.version());
+        let (prefix, tools) = cache.parts(request.messages.version());
         let from = prefix.messages();
         for unit in conversation(&request.messages[from..], self.modalities) {
             match unit {
@@ -63,23 +64,7 @@ impl ChatWire {
                 Unit::Settled(count) => prefix.settle(from + count),
             }
         }
-        let mut body = Vec::with_capacity(prefix.bytes().len() + 1024);
-        body.extend_from_slice(b"{\"model\":");
-        serde_json::to_writer(&mut body, &self.model)?;
-        body.extend_from_slice(b",\"messages\":[");
-        let mut messages = prefix.bytes();
-        if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
-            let system = ChatMessage::System {
-                content: Cow::Borrowed(system),
-            };
-            serde_json::to_writer(&mut body, &system)?;
-        } else {
-            // The first message's comma, with nothing before it.
-            messages = messages.get(1..).unwrap_or_default();
-        }
-        body.extend_from_slice(messages);
-        body.push(b']');
-        let tools = cache.tools(&request.tools, |tools| {
+        let tools = tools.get(&request.tools, |tools| {
             let tools: Vec<Value> = tools
                 .iter()
                 .map(|tool| {
@@ -90,34 +75,34 @@ impl ChatWire {
                     }})
                 })
                 .collect();
-            serde_json::to_vec(&tools)
+            serde_json::value::to_raw_value(&tools)
         })?;
-        if !request.tools.is_empty() {
-            body.extend_from_slice(b",\"tools\":");
-            body.extend_from_slice(tools);
-        }
         let settings = &request.settings;
-        let rest = serde_json::to_vec(&Settings {
-            temperature: settings.temperature.map(f64::from),
-            top_p: settings.top_p.map(f64::from),
-            max_completion_tokens: settings.max_output_tokens,
-            stop: &settings.stop_sequences,
-            reasoning_effort: self.reasoning.map(|effort| effort.as_str()),
-            stream: stream.then_some(true),
-            stream_options: (stream && self.stream_usage).then_some(StreamOptions {
-                include_usage: true,
-            }),
-        })?;
-        // `{"temperature":…}` continues the body after a comma; `{}` adds nothing.
-        if let Some(fields) = rest
-            .get(1..rest.len().saturating_sub(1))
-            .filter(|f| !f.is_empty())
-        {
-            body.push(b',');
-            body.extend_from_slice(fields);
-        }
-        body.push(b'}');
-        Ok(body)
+        let system = request
+            .system_prompt
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .map(|system| ChatMessage::System {
+                content: Cow::Borrowed(system),
+            });
+        assemble(
+            &Head { model: &self.model },
+            "messages",
+            system.as_ref(),
+            prefix.bytes(),
+            &Tail {
+                tools,
+                temperature: settings.temperature.map(f64::from),
+                top_p: settings.top_p.map(f64::from),
+                max_completion_tokens: settings.max_output_tokens,
+                stop: &settings.stop_sequences,
+                reasoning_effort: self.reasoning.map(|effort| effort.as_str()),
+                stream: stream.then_some(true),
+                stream_options: (stream && self.stream_usage).then_some(StreamOptions {
+                    include_usage: true,
+                }),
+            },
+        )
     }
 }
 
@@ -127,9 +112,17 @@ fn encoding_failed(error: serde_json::Error) -> ModelError {
     }
 }
 
-/// The request's settings, the part of the body after the tools.
+/// What precedes the messages in a request body.
 #[derive(Serialize)]
-struct Settings<'a> {
+struct Head<'a> {
+    model: &'a str,
+}
+
+/// What follows the messages in a request body.
+#[derive(Serialize)]
+struct Tail<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -9,12 +9,15 @@ use deepagents_core::message::{AssistantMessage, Message, ToolCall};
 use deepagents_core::model::{
     InputModalities, ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent,
 };
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
 
 use crate::convert::{
     ApiMedia, Carried, Media, OPENAI_IMAGES, arguments_text, carry, data_url, inline_schema,
     parse_arguments, text_with_notes, tokens, unreadable, usage,
 };
+use crate::encoded::{EncodeCache, assemble};
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
 
@@ -34,28 +37,29 @@ pub struct ResponsesWire {
     pub modalities: InputModalities,
 }
 
-impl Wire for ResponsesWire {
-    fn provider(&self) -> &str {
-        &self.provider
-    }
-
-    fn modalities(&self) -> Option<InputModalities> {
-        Some(self.modalities)
-    }
-
-    fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
-        let mut body = Map::new();
-        body.insert("model".into(), json!(self.model));
-        if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
-            body.insert("instructions".into(), json!(system));
+impl ResponsesWire {
+    /// The request body: model and instructions, the input items (those the cache holds
+    /// copied, the rest encoded), the tools, then the settings.
+    fn body(
+        &self,
+        request: &ModelRequest,
+        stream: bool,
+        cache: &mut EncodeCache,
+    ) -> Result<Vec<u8>, serde_json::Error> {
+        let (prefix, tools) = cache.parts(request.messages.version());
+        let from = prefix.messages();
+        let mut items = Vec::new();
+        for (offset, message) in request.messages[from..].iter().enumerate() {
+            items.clear();
+            message_items(message, self.modalities, &mut items);
+            for item in &items {
+                prefix.buffer().push(b',');
+                serde_json::to_writer(prefix.buffer(), item)?;
+            }
+            prefix.settle(from + offset + 1);
         }
-        body.insert(
-            "input".into(),
-            Value::Array(input_items(request, self.modalities)),
-        );
-        if !request.tools.is_empty() {
-            let tools: Vec<Value> = request
-                .tools
+        let tools = tools.get(&request.tools, |tools| {
+            let tools: Vec<Value> = tools
                 .iter()
                 .map(|tool| {
                     json!({
@@ -67,31 +71,91 @@ impl Wire for ResponsesWire {
                     })
                 })
                 .collect();
-            body.insert("tools".into(), Value::Array(tools));
-        }
+            serde_json::value::to_raw_value(&tools)
+        })?;
         let settings = &request.settings;
-        if let Some(t) = settings.temperature {
-            body.insert("temperature".into(), json!(t));
-        }
-        if let Some(p) = settings.top_p {
-            body.insert("top_p".into(), json!(p));
-        }
-        if let Some(max) = settings.max_output_tokens {
-            body.insert("max_output_tokens".into(), json!(max));
-        }
-        if let Some(effort) = self.reasoning {
-            body.insert(
-                "reasoning".into(),
-                json!({"effort": effort.as_str(), "summary": "auto"}),
-            );
-            body.insert("include".into(), json!(["reasoning.encrypted_content"]));
-        }
-        if stream {
-            body.insert("stream".into(), json!(true));
-        }
+        let reasoning = self
+            .reasoning
+            .map(|effort| json!({"effort": effort.as_str(), "summary": "auto"}));
+        assemble(
+            &Head {
+                model: &self.model,
+                instructions: request.system_prompt.as_deref().filter(|s| !s.is_empty()),
+            },
+            "input",
+            None::<&Value>,
+            prefix.bytes(),
+            &Tail {
+                tools,
+                temperature: settings.temperature.map(f64::from),
+                top_p: settings.top_p.map(f64::from),
+                max_output_tokens: settings.max_output_tokens,
+                include: reasoning.as_ref().map(|_| ["reasoning.encrypted_content"]),
+                reasoning,
+                stream: stream.then_some(true),
+            },
+        )
+    }
+}
+
+fn encoding_failed(error: serde_json::Error) -> ModelError {
+    ModelError::Other {
+        message: format!("cannot encode the request body: {error}"),
+    }
+}
+
+/// What precedes the input items in a request body.
+#[derive(Serialize)]
+struct Head<'a> {
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<&'a str>,
+}
+
+/// What follows the input items in a request body.
+#[derive(Serialize)]
+struct Tail<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    include: Option<[&'static str; 1]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream: Option<bool>,
+}
+
+impl Wire for ResponsesWire {
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn modalities(&self) -> Option<InputModalities> {
+        Some(self.modalities)
+    }
+
+    fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
+        let (url, bytes) = self.encode(request, stream, &mut EncodeCache::default())?;
+        let body = serde_json::from_slice(&bytes).map_err(encoding_failed)?;
+        Ok((url, body))
+    }
+
+    fn encode(
+        &self,
+        request: &ModelRequest,
+        stream: bool,
+        cache: &mut EncodeCache,
+    ) -> Result<(String, Vec<u8>), ModelError> {
+        let body = self.body(request, stream, cache).map_err(encoding_failed)?;
         Ok((
             format!("{}/responses", self.base_url.trim_end_matches('/')),
-            Value::Object(body),
+            body,
         ))
     }
 
@@ -221,9 +285,10 @@ fn input_parts(content: &[ContentBlock], modalities: InputModalities) -> Vec<Val
         .collect()
 }
 
-fn input_items(request: &ModelRequest, modalities: InputModalities) -> Vec<Value> {
-    let mut out = Vec::new();
-    for message in &request.messages {
+/// The input items of one message, appended to `out`: each message's items stand on their
+/// own, so those of earlier requests are reused as encoded.
+fn message_items(message: &Message, modalities: InputModalities, out: &mut Vec<Value>) {
+    {
         match message {
             Message::System { content } => {
                 out.push(
@@ -268,7 +333,6 @@ fn input_items(request: &ModelRequest, modalities: InputModalities) -> Vec<Value
             }
         }
     }
-    out
 }
 
 #[derive(Debug, Default)]

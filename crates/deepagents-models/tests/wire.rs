@@ -1188,86 +1188,141 @@ fn gemini_declares_a_tool_without_arguments_without_parameters() {
     );
 }
 
-/// The Chat Completions wire reuses what it encoded for earlier requests of a conversation;
-/// whatever happened to the conversation in between, the bytes are those a fresh encoding
-/// writes.
+/// Every wire reuses what it encoded for earlier requests of a conversation; whatever
+/// happened to the conversation in between, the bytes are those a fresh encoding writes.
 #[test]
-fn chat_reuses_encoded_messages_and_sends_what_a_fresh_encoding_sends() {
+fn wires_reuse_encoded_messages_and_send_what_a_fresh_encoding_sends() {
+    use deepagents_core::model::InputModalities;
+    use deepagents_models::anthropic::AnthropicWire;
     use deepagents_models::encoded::EncodeCache;
+    use deepagents_models::gemini::GeminiWire;
     use deepagents_models::openai_chat::ChatWire;
-    use deepagents_models::provider::Wire;
+    use deepagents_models::openai_responses::ResponsesWire;
+    use deepagents_models::provider::{ReasoningEffort, Wire};
 
-    let wire = ChatWire {
-        provider: "openai_chat".into(),
-        base_url: "http://127.0.0.1:1/v1".into(),
-        model: "gpt-4o".into(),
-        stream_usage: true,
-        extra_headers: Vec::new(),
-        reasoning: None,
-        modalities: deepagents_core::model::InputModalities::ALL,
-    };
-    let mut cache = EncodeCache::default();
-    let mut request = image_request();
-    request.tools.push(deepagents_core::tool::ToolSpec {
-        name: "weather".into(),
-        description: "The weather.".into(),
-        parameters: schema_with_refs(),
-    });
-    let check = |request: &ModelRequest, cache: &mut EncodeCache, reused: bool| {
-        // What the cache offers this request: its leading messages already encoded.
-        let reusable = cache.prefix(request.messages.version()).messages();
-        assert_eq!(reusable > 0, reused, "reusable: {reusable}");
-        let fresh = wire
-            .encode(request, true, &mut EncodeCache::default())
-            .unwrap()
-            .1;
-        let again = wire.encode(request, true, cache).unwrap().1;
-        assert_eq!(
-            String::from_utf8_lossy(&again),
-            String::from_utf8_lossy(&fresh)
-        );
-        let body: Value = serde_json::from_slice(&again).unwrap();
-        assert_eq!(body, wire.request(request, true).unwrap().1);
-    };
-    // The tool's image waits for the next message; the next user message carries it.
-    check(&request, &mut cache, false);
-    for turn in 0..3 {
-        let call = ToolCall {
-            id: format!("call_w{turn}"),
+    let wires: Vec<(Box<dyn Wire>, bool)> = vec![
+        (
+            Box::new(ChatWire {
+                provider: "openai_chat".into(),
+                base_url: "http://127.0.0.1:1/v1".into(),
+                model: "gpt-4o".into(),
+                stream_usage: true,
+                extra_headers: Vec::new(),
+                reasoning: None,
+                modalities: InputModalities::ALL,
+            }),
+            false,
+        ),
+        (
+            Box::new(ResponsesWire {
+                provider: "openai".into(),
+                base_url: "http://127.0.0.1:1/v1".into(),
+                model: "gpt-5".into(),
+                reasoning: Some(ReasoningEffort::Low),
+                modalities: InputModalities::ALL,
+            }),
+            false,
+        ),
+        // Anthropic and Gemini merge neighbouring messages of one role into one turn.
+        (
+            Box::new(AnthropicWire {
+                base_url: "http://127.0.0.1:1".into(),
+                model: "claude-sonnet-4-5".into(),
+                default_max_tokens: 1024,
+                prompt_caching: true,
+                reasoning: None,
+                modalities: InputModalities::ALL,
+            }),
+            true,
+        ),
+        (
+            Box::new(GeminiWire {
+                base_url: "http://127.0.0.1:1".into(),
+                model: "gemini-2.5-flash".into(),
+                reasoning: Some(ReasoningEffort::Low),
+                modalities: InputModalities::ALL,
+            }),
+            true,
+        ),
+    ];
+    for (wire, merges) in wires {
+        let mut cache = EncodeCache::default();
+        let mut request = image_request();
+        request.settings.temperature = Some(0.2);
+        request.settings.stop_sequences = vec!["STOP".into()];
+        request.tools.push(deepagents_core::tool::ToolSpec {
             name: "weather".into(),
-            arguments: if turn == 1 {
-                Value::String("{\"city\": \"Oslo\"}".into())
-            } else {
-                json!({"city": "Paris", "note": "\"quoted\" ünïcode"})
-            },
+            description: "The weather.".into(),
+            parameters: schema_with_refs(),
+        });
+        let check = |request: &ModelRequest, cache: &mut EncodeCache, reused: bool| {
+            // What the cache offers this request: its leading messages already encoded.
+            let reusable = cache.prefix(request.messages.version()).messages();
+            assert_eq!(
+                reusable > 0,
+                reused,
+                "{}: reusable {reusable}",
+                wire.provider()
+            );
+            let fresh = wire
+                .encode(request, true, &mut EncodeCache::default())
+                .unwrap();
+            let again = wire.encode(request, true, cache).unwrap();
+            assert_eq!(again.0, fresh.0);
+            assert_eq!(
+                String::from_utf8_lossy(&again.1),
+                String::from_utf8_lossy(&fresh.1)
+            );
+            let body: Value = serde_json::from_slice(&again.1).unwrap();
+            assert_eq!(body, wire.request(request, true).unwrap().1);
         };
+        // The tool's image waits for the next message; the next user message carries it.
+        check(&request, &mut cache, false);
+        for turn in 0..3 {
+            let call = ToolCall {
+                id: format!("call_w{turn}"),
+                name: "weather".into(),
+                arguments: if turn == 1 {
+                    Value::String("{\"city\": \"Oslo\"}".into())
+                } else {
+                    json!({"city": "Paris", "note": "\"quoted\" ünïcode"})
+                },
+            };
+            request
+                .messages
+                .push(Message::user(format!("again {turn}")));
+            check(&request, &mut cache, true);
+            let kept = request.clone();
+            request.messages.push(Message::Assistant(AssistantMessage {
+                content: vec![ContentBlock::text("Checking.")],
+                tool_calls: vec![call.clone()],
+            }));
+            for result in ["Sunny", "{\"sky\": \"clear\"}"] {
+                request.messages.push(Message::Tool(ToolResult {
+                    tool_call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    content: vec![ContentBlock::text(format!("{result} {turn}"))],
+                    status: ToolStatus::Ok,
+                    artifact: None,
+                }));
+                check(&request, &mut cache, true);
+            }
+            // A request kept from before (summarization's retry) still encodes as it was.
+            check(&kept, &mut cache, true);
+        }
+        // Edited in place, summarized, or with other tools: encoded anew where it changed.
+        request.messages[1] = Message::user("edited");
+        check(&request, &mut cache, false);
+        request.messages.truncate(2);
+        check(&request, &mut cache, false);
+        request.tools.clear();
+        request.system_prompt = None;
         request
             .messages
-            .push(Message::user(format!("again {turn}")));
+            .push(Message::Assistant(AssistantMessage::text("Noted.")));
+        // A turn that may still merge with the next message is not reused before it is closed.
+        check(&request, &mut cache, !merges);
+        request.messages.push(Message::user("last"));
         check(&request, &mut cache, true);
-        let kept = request.clone();
-        request.messages.push(Message::Assistant(AssistantMessage {
-            content: vec![ContentBlock::text("Checking.")],
-            tool_calls: vec![call.clone()],
-        }));
-        request.messages.push(Message::Tool(ToolResult {
-            tool_call_id: call.id.clone(),
-            name: call.name.clone(),
-            content: vec![ContentBlock::text(format!("Sunny, {turn}"))],
-            status: ToolStatus::Ok,
-            artifact: None,
-        }));
-        check(&request, &mut cache, true);
-        // A request kept from before (summarization's retry) still encodes as it was.
-        check(&kept, &mut cache, true);
     }
-    // Edited in place, summarized, or with other tools: encoded anew where it changed.
-    request.messages[1] = Message::user("edited");
-    check(&request, &mut cache, false);
-    request.messages.truncate(2);
-    check(&request, &mut cache, false);
-    request.tools.clear();
-    request.system_prompt = None;
-    request.messages.push(Message::user("last"));
-    check(&request, &mut cache, true);
 }

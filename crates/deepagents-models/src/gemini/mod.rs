@@ -8,12 +8,15 @@ use deepagents_core::message::{AssistantMessage, Message, ToolCall};
 use deepagents_core::model::{
     InputModalities, ModelError, ModelRequest, ModelResponse, StopReason, StreamEvent,
 };
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
 
 use crate::convert::{
     ApiMedia, Carried, Formats, arguments_object, base64, carry, new_call_id, text_and_media,
     text_with_notes, tokens, usage,
 };
+use crate::encoded::{EncodeCache, assemble};
 use crate::http::Secret;
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
@@ -43,6 +46,132 @@ pub struct GeminiWire {
     pub modalities: InputModalities,
 }
 
+impl GeminiWire {
+    /// The request body: the system instruction, the contents (the turns the cache holds
+    /// copied, the rest encoded), the tools, then the generation settings.
+    fn body(
+        &self,
+        request: &ModelRequest,
+        cache: &mut EncodeCache,
+    ) -> Result<Vec<u8>, serde_json::Error> {
+        let (prefix, tools) = cache.parts(request.messages.version());
+        let from = prefix.messages();
+        // Consecutive messages of one role merge into one turn, so a turn is final only
+        // once the next one starts.
+        let mut turn: Option<(&str, Vec<Value>)> = None;
+        for (offset, message) in request.messages[from..].iter().enumerate() {
+            let (role, parts) = message_parts(message, self.modalities);
+            if parts.is_empty() {
+                continue;
+            }
+            match &mut turn {
+                Some((current, existing)) if *current == role => existing.extend(parts),
+                _ => {
+                    if let Some((role, parts)) = turn.replace((role, parts)) {
+                        prefix.buffer().push(b',');
+                        serde_json::to_writer(
+                            prefix.buffer(),
+                            &json!({"role": role, "parts": parts}),
+                        )?;
+                        prefix.settle_before(from + offset);
+                    }
+                }
+            }
+        }
+        if let Some((role, parts)) = turn {
+            // Not settled: the next request may merge into it.
+            prefix.buffer().push(b',');
+            serde_json::to_writer(prefix.buffer(), &json!({"role": role, "parts": parts}))?;
+        }
+        let tools = tools.get(&request.tools, |tools| {
+            let declarations: Vec<Value> = tools
+                .iter()
+                .map(|tool| {
+                    let mut declaration = json!({
+                        "name": tool.name,
+                        "description": tool.description,
+                    });
+                    if let Some(parameters) = gemini_parameters(&tool.parameters) {
+                        declaration["parameters"] = parameters;
+                    }
+                    declaration
+                })
+                .collect();
+            serde_json::value::to_raw_value(&json!([{"functionDeclarations": declarations}]))
+        })?;
+        let settings = &request.settings;
+        let config = GenerationConfig {
+            temperature: settings.temperature.map(f64::from),
+            top_p: settings.top_p.map(f64::from),
+            max_output_tokens: settings.max_output_tokens,
+            stop_sequences: &settings.stop_sequences,
+            thinking_config: self.reasoning.map(
+                |effort| json!({"thinkingBudget": effort.budget_tokens(), "includeThoughts": true}),
+            ),
+        };
+        let empty = config.temperature.is_none()
+            && config.top_p.is_none()
+            && config.max_output_tokens.is_none()
+            && config.stop_sequences.is_empty()
+            && config.thinking_config.is_none();
+        assemble(
+            &Head {
+                system_instruction: request
+                    .system_prompt
+                    .as_deref()
+                    .filter(|s| !s.is_empty())
+                    .map(|system| json!({"parts": [{"text": system}]})),
+            },
+            "contents",
+            None::<&Value>,
+            prefix.bytes(),
+            &Tail {
+                tools,
+                generation_config: (!empty).then_some(config),
+            },
+        )
+    }
+}
+
+fn encoding_failed(error: serde_json::Error) -> ModelError {
+    ModelError::Other {
+        message: format!("cannot encode the request body: {error}"),
+    }
+}
+
+/// What precedes the contents in a request body.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Head {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_instruction: Option<Value>,
+}
+
+/// What follows the contents in a request body.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Tail<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'a RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    generation_config: Option<GenerationConfig<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct GenerationConfig<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop_sequences: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking_config: Option<Value>,
+}
+
 impl Wire for GeminiWire {
     fn provider(&self) -> &str {
         PROVIDER
@@ -58,60 +187,18 @@ impl Wire for GeminiWire {
     }
 
     fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
-        let mut body = Map::new();
-        if let Some(system) = request.system_prompt.as_deref().filter(|s| !s.is_empty()) {
-            body.insert(
-                "systemInstruction".into(),
-                json!({"parts": [{"text": system}]}),
-            );
-        }
-        body.insert(
-            "contents".into(),
-            Value::Array(contents(request, self.modalities)),
-        );
-        if !request.tools.is_empty() {
-            let declarations: Vec<Value> = request
-                .tools
-                .iter()
-                .map(|tool| {
-                    let mut declaration = json!({
-                        "name": tool.name,
-                        "description": tool.description,
-                    });
-                    if let Some(parameters) = gemini_parameters(&tool.parameters) {
-                        declaration["parameters"] = parameters;
-                    }
-                    declaration
-                })
-                .collect();
-            body.insert(
-                "tools".into(),
-                json!([{"functionDeclarations": declarations}]),
-            );
-        }
-        let settings = &request.settings;
-        let mut config = Map::new();
-        if let Some(t) = settings.temperature {
-            config.insert("temperature".into(), json!(t));
-        }
-        if let Some(p) = settings.top_p {
-            config.insert("topP".into(), json!(p));
-        }
-        if let Some(max) = settings.max_output_tokens {
-            config.insert("maxOutputTokens".into(), json!(max));
-        }
-        if !settings.stop_sequences.is_empty() {
-            config.insert("stopSequences".into(), json!(settings.stop_sequences));
-        }
-        if let Some(effort) = self.reasoning {
-            config.insert(
-                "thinkingConfig".into(),
-                json!({"thinkingBudget": effort.budget_tokens(), "includeThoughts": true}),
-            );
-        }
-        if !config.is_empty() {
-            body.insert("generationConfig".into(), Value::Object(config));
-        }
+        let (url, bytes) = self.encode(request, stream, &mut EncodeCache::default())?;
+        let body = serde_json::from_slice(&bytes).map_err(encoding_failed)?;
+        Ok((url, body))
+    }
+
+    fn encode(
+        &self,
+        request: &ModelRequest,
+        stream: bool,
+        cache: &mut EncodeCache,
+    ) -> Result<(String, Vec<u8>), ModelError> {
+        let body = self.body(request, cache).map_err(encoding_failed)?;
         let base = self.base_url.trim_end_matches('/');
         let url = if stream {
             format!(
@@ -121,7 +208,7 @@ impl Wire for GeminiWire {
         } else {
             format!("{base}/v1beta/models/{}:generateContent", self.model)
         };
-        Ok((url, Value::Object(body)))
+        Ok((url, body))
     }
 
     fn parse(&self, body: &Value) -> Result<ModelResponse, ModelError> {
@@ -215,92 +302,80 @@ fn parts_of(content: &[ContentBlock], modalities: InputModalities) -> Vec<Value>
         .collect()
 }
 
-fn contents(request: &ModelRequest, modalities: InputModalities) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
-    for message in &request.messages {
-        let (role, parts) = match message {
-            Message::System { content } => (
-                "user",
-                vec![
-                    json!({"text": format!("<system>{}</system>", text_with_notes(content, modalities))}),
-                ],
-            ),
-            Message::User { content } => ("user", parts_of(content, modalities)),
-            Message::Assistant(assistant) => {
-                let mut parts = Vec::new();
-                let mut call_signatures = Vec::new();
-                let mut text_signature = None;
-                for block in &assistant.content {
-                    match block {
-                        ContentBlock::Text { text } if !text.is_empty() => {
-                            parts.push(json!({"text": text}));
-                        }
-                        ContentBlock::Reasoning {
-                            signature: Some(signature),
-                            opaque,
-                            ..
-                        } => match opaque.as_ref().and_then(|o| o["gemini_call"].as_u64()) {
-                            // An index no call can have (too big for usize) matches no call.
-                            Some(call) => call_signatures.push((
-                                usize::try_from(call).unwrap_or(usize::MAX),
-                                signature.clone(),
-                            )),
-                            None => text_signature = Some(signature.clone()),
-                        },
-                        _ => {}
+/// The role and parts of one message; neighbouring messages of one role merge into one
+/// turn.
+fn message_parts(message: &Message, modalities: InputModalities) -> (&'static str, Vec<Value>) {
+    match message {
+        Message::System { content } => (
+            "user",
+            vec![
+                json!({"text": format!("<system>{}</system>", text_with_notes(content, modalities))}),
+            ],
+        ),
+        Message::User { content } => ("user", parts_of(content, modalities)),
+        Message::Assistant(assistant) => {
+            let mut parts = Vec::new();
+            let mut call_signatures = Vec::new();
+            let mut text_signature = None;
+            for block in &assistant.content {
+                match block {
+                    ContentBlock::Text { text } if !text.is_empty() => {
+                        parts.push(json!({"text": text}));
                     }
+                    ContentBlock::Reasoning {
+                        signature: Some(signature),
+                        opaque,
+                        ..
+                    } => match opaque.as_ref().and_then(|o| o["gemini_call"].as_u64()) {
+                        // An index no call can have (too big for usize) matches no call.
+                        Some(call) => call_signatures.push((
+                            usize::try_from(call).unwrap_or(usize::MAX),
+                            signature.clone(),
+                        )),
+                        None => text_signature = Some(signature.clone()),
+                    },
+                    _ => {}
                 }
-                if let (Some(signature), Some(first)) = (text_signature, parts.first_mut()) {
-                    first["thoughtSignature"] = json!(signature);
-                }
-                for (i, call) in assistant.tool_calls.iter().enumerate() {
-                    let mut part = json!({"functionCall": {"name": call.name, "args": arguments_object(call)}});
-                    if let Some(id) = server_id(&call.id) {
-                        part["functionCall"]["id"] = json!(id);
-                    }
-                    if let Some((_, signature)) = call_signatures.iter().find(|(c, _)| *c == i) {
-                        part["thoughtSignature"] = json!(signature);
-                    }
-                    parts.push(part);
-                }
-                ("model", parts)
             }
-            Message::Tool(result) => {
-                // The response holds the text and the notes; media the model reads ride along
-                // as inline data in the same turn, since older models take no media inside a
-                // function response.
-                let (text, media) = text_and_media(&result.content, &MEDIA, modalities, false);
-                let response = match serde_json::from_str::<Value>(&text) {
-                    Ok(value @ Value::Object(_)) => value,
-                    _ => json!({ "result": text }),
-                };
-                let mut call = json!({"name": result.name, "response": response});
-                if let Some(id) = server_id(&result.tool_call_id) {
-                    call["id"] = json!(id);
-                }
-                let mut parts = vec![json!({ "functionResponse": call })];
-                parts.extend(media.into_iter().filter_map(|carried| match carried {
-                    Carried::Media {
-                        mime_type, data, ..
-                    } => Some(inline_data(&mime_type, data)),
-                    Carried::Text(_) => None,
-                }));
-                ("user", parts)
+            if let (Some(signature), Some(first)) = (text_signature, parts.first_mut()) {
+                first["thoughtSignature"] = json!(signature);
             }
-        };
-        if parts.is_empty() {
-            continue;
+            for (i, call) in assistant.tool_calls.iter().enumerate() {
+                let mut part =
+                    json!({"functionCall": {"name": call.name, "args": arguments_object(call)}});
+                if let Some(id) = server_id(&call.id) {
+                    part["functionCall"]["id"] = json!(id);
+                }
+                if let Some((_, signature)) = call_signatures.iter().find(|(c, _)| *c == i) {
+                    part["thoughtSignature"] = json!(signature);
+                }
+                parts.push(part);
+            }
+            ("model", parts)
         }
-        if let Some(last) = out.last_mut()
-            && last["role"] == role
-            && let Some(existing) = last["parts"].as_array_mut()
-        {
-            existing.extend(parts);
-            continue;
+        Message::Tool(result) => {
+            // The response holds the text and the notes; media the model reads ride along
+            // as inline data in the same turn, since older models take no media inside a
+            // function response.
+            let (text, media) = text_and_media(&result.content, &MEDIA, modalities, false);
+            let response = match serde_json::from_str::<Value>(&text) {
+                Ok(value @ Value::Object(_)) => value,
+                _ => json!({ "result": text }),
+            };
+            let mut call = json!({"name": result.name, "response": response});
+            if let Some(id) = server_id(&result.tool_call_id) {
+                call["id"] = json!(id);
+            }
+            let mut parts = vec![json!({ "functionResponse": call })];
+            parts.extend(media.into_iter().filter_map(|carried| match carried {
+                Carried::Media {
+                    mime_type, data, ..
+                } => Some(inline_data(&mime_type, data)),
+                Carried::Text(_) => None,
+            }));
+            ("user", parts)
         }
-        out.push(json!({"role": role, "parts": parts}));
     }
-    out
 }
 
 #[derive(Debug, Default)]
