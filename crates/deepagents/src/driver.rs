@@ -214,12 +214,9 @@ impl Driver<'_> {
         journal.save(run).await?;
         loop {
             let action = run.next_action(ctx.limits.max_turns);
-            // Calls that run without a decision are saved with the mark that they started
-            // (`tools_started`): one write for the model's answer and the start of its calls.
-            let straight_to_tools = matches!(action, Ok(NextAction::ExecuteTools(_)))
-                && agent.interrupts.is_empty()
-                && !approval::has_paused_subagents(run);
-            if !straight_to_tools {
+            // Calls are saved with the mark that they started (`tools_started`), or with the
+            // pause that holds them: one write for the model's answer and what follows it.
+            if !matches!(action, Ok(NextAction::ExecuteTools(_))) {
                 journal.save(run).await?;
             }
             if ctx.cancel.is_cancelled() {
@@ -236,8 +233,15 @@ impl Driver<'_> {
                         // with the decisions now in them, are saved only once the step is done:
                         // should the process die during it, the subagents ask again rather than
                         // repeat an approved call they may already have made.
-                        journal.touched_control(ControlTouched::PAUSE);
-                        match gate(run, calls, &agent.interrupts) {
+                        let undecided = |run: &Run| {
+                            run.control.pending.is_empty() && run.control.decisions.is_empty()
+                        };
+                        let was_undecided = undecided(run);
+                        let gated = gate(run, calls, &agent.interrupts);
+                        if !(was_undecided && undecided(run)) {
+                            journal.touched_control(ControlTouched::PAUSE);
+                        }
+                        match gated {
                             Gate::Pause(actions) => return Ok(pause(events, actions)),
                             Gate::Proceed {
                                 run: to_run,

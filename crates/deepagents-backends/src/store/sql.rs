@@ -15,6 +15,52 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool,
 use super::{SearchQuery, StoreError, StoreItem, validate_namespace};
 use crate::memory::now_ms;
 
+/// Stored JSON from this length on is compressed, when that makes it shorter: a snapshot, or a
+/// delta with a long tool result (shorter ones gain too little to pay for the encoding).
+const COMPRESS_FROM: usize = 512;
+
+/// Starts a compressed value: DEFLATE, then base64, since the columns hold text. No JSON
+/// starts with it.
+const COMPRESSED: char = '~';
+
+/// The most a compressed value may inflate to; a larger one is refused as damaged.
+const INFLATED_LIMIT: usize = 1 << 30;
+
+/// What is stored for `json`: itself, or its compressed form when that is shorter.
+fn pack(json: String) -> String {
+    use base64::Engine as _;
+    if json.len() < COMPRESS_FROM {
+        return json;
+    }
+    let deflated = miniz_oxide::deflate::compress_to_vec(json.as_bytes(), 6);
+    let mut packed = String::with_capacity(deflated.len() * 4 / 3 + 4);
+    packed.push(COMPRESSED);
+    base64::engine::general_purpose::STANDARD_NO_PAD.encode_string(&deflated, &mut packed);
+    if packed.len() < json.len() {
+        packed
+    } else {
+        json
+    }
+}
+
+/// The JSON of a stored value, compressed or not.
+fn unpack(stored: &str) -> Result<std::borrow::Cow<'_, str>, CheckpointError> {
+    use base64::Engine as _;
+    let Some(encoded) = stored.strip_prefix(COMPRESSED) else {
+        return Ok(std::borrow::Cow::Borrowed(stored));
+    };
+    let damaged =
+        |why: String| CheckpointError::Storage(format!("damaged compressed checkpoint: {why}"));
+    let deflated = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(encoded)
+        .map_err(|e| damaged(e.to_string()))?;
+    let json = miniz_oxide::inflate::decompress_to_vec_with_limit(&deflated, INFLATED_LIMIT)
+        .map_err(|e| damaged(format!("{:?}", e.status)))?;
+    String::from_utf8(json)
+        .map(std::borrow::Cow::Owned)
+        .map_err(|e| damaged(e.to_string()))
+}
+
 /// The first checkpoint that also stores the whole run.
 const FIRST_SNAPSHOT: i64 = 50;
 
@@ -255,7 +301,7 @@ where
         run: &Run,
         new_thread: bool,
     ) -> Result<u64, CheckpointError> {
-        let delta_json = serde_json::to_string(delta).map_err(checkpoint_storage)?;
+        let delta_json = pack(serde_json::to_string(delta).map_err(checkpoint_storage)?);
         let mut session = D::begin(self.0, thread_id, Access::Append)
             .await
             .map_err(checkpoint_storage)?;
@@ -269,7 +315,7 @@ where
             }
             let id = last + 1;
             let snapshot = if snapshot_due(id) {
-                Some(deepagents_core::checkpoint::encode_snapshot(run)?)
+                Some(pack(deepagents_core::checkpoint::encode_snapshot(run)?))
             } else {
                 None
             };
@@ -359,7 +405,10 @@ where
             Some(row) => {
                 let snapshot: String = row.try_get("snapshot").map_err(checkpoint_storage)?;
                 let id: i64 = row.try_get("id").map_err(checkpoint_storage)?;
-                (deepagents_core::checkpoint::decode_snapshot(&snapshot)?, id)
+                (
+                    deepagents_core::checkpoint::decode_snapshot(&unpack(&snapshot)?)?,
+                    id,
+                )
             }
             None => (Run::default(), 0),
         };
@@ -375,7 +424,7 @@ where
         D::end(session, true).await.map_err(checkpoint_storage)?;
         for row in deltas {
             let delta: String = row.try_get("delta").map_err(checkpoint_storage)?;
-            RunDelta::decode(&delta)?.apply(&mut run);
+            RunDelta::decode(&unpack(&delta)?)?.apply(&mut run);
         }
         Ok(Some(run))
     }
@@ -459,7 +508,26 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::snapshot_due;
+    use super::{COMPRESSED, pack, snapshot_due, unpack};
+
+    #[test]
+    fn long_values_are_stored_compressed_and_read_back() {
+        let short = r#"{"schema":3}"#.to_owned();
+        assert_eq!(pack(short.clone()), short);
+        let long = format!(r#"{{"text":"{}"}}"#, "/f1.txt\\n".repeat(200));
+        let packed = pack(long.clone());
+        assert!(
+            packed.starts_with(COMPRESSED) && packed.len() < long.len() / 4,
+            "{packed}"
+        );
+        assert_eq!(unpack(&packed).unwrap(), long);
+        assert_eq!(unpack(&long).unwrap(), long);
+        let damaged = unpack("~not base64!").unwrap_err().to_string();
+        assert!(
+            damaged.contains("damaged compressed checkpoint"),
+            "{damaged}"
+        );
+    }
 
     #[test]
     fn snapshots_are_spaced_geometrically() {
