@@ -38,7 +38,10 @@
 # with error text; after every run the journal must hold exactly N+1 requests answered 200 by
 # the fixtures of turns 0..N in order, or the run is reported as failed and not timed.
 #
-# Each run is one whole process under /usr/bin/time -f '%U %S %M' (CPU = user+sys, children
+# Each run is one whole process under /usr/bin/time, launched by `bench.py time`: CPU = user+sys
+# of the process and its children from the rusage wait4 returns (microseconds; /usr/bin/time
+# itself prints 10 ms steps), less what /usr/bin/time itself costs (`bench.py calibrate`, once
+# per benchmark); peak RSS as /usr/bin/time measures it. (CPU = user+sys, children
 # included; peak RSS in KB), harnesses interleaved (ours N=10, python N=10, ours N=50, ...),
 # after one untimed warm-up run of each (at N=10, or the smallest size below it). Results: the
 # table on stdout and target/bench-harness.md (raw runs in target/bench-harness.tsv).
@@ -222,6 +225,8 @@ log "aimock $AIMOCK_PID on $URL"
 BENCH=("$PY" "$ROOT/bench/harness/bench.py")
 TASK="$("$PY" -c 'import sys; sys.path.insert(0, "bench/harness"); import bench; print(bench.TASK)')"
 RESULTS="$ROOT/target/bench-harness.tsv"
+LAUNCH_OVERHEAD="$("${BENCH[@]}" calibrate)"
+log "/usr/bin/time itself costs $(awk -v o="$LAUNCH_OVERHEAD" 'BEGIN { printf "%.2f", o * 1000 }') ms of CPU per run; subtracted"
 printf '# harness\tn\trep\tstatus\tcpu_s\trss_kb\tdb_bytes\tother_cpu_s\tdisturbed\n' >"$RESULTS"
 
 # Environment of both harnesses: nothing of the caller's provider, tracing or agent settings.
@@ -255,7 +260,8 @@ run_one() {
   wait_idle
   b0="$(busy_ticks)" a0="$(proc_ticks "$AIMOCK_PID")" w0="$(date +%s%N)"
   (cd "$dir/cwd" && "${CLEAN_ENV[@]}" HOME="$dir/home" DEEPAGENTS_DATA_DIR="$dir/data" \
-    /usr/bin/time -f '%U %S %M' -o "$dir/time" "${cmd[@]}" >"$dir/stdout" 2>"$dir/stderr") || rc=$?
+    "$PY" "$ROOT/bench/harness/bench.py" time -o "$dir/time" -- "${cmd[@]}" \
+    >"$dir/stdout" 2>"$dir/stderr") || rc=$?
   b1="$(busy_ticks)" a1="$(proc_ticks "$AIMOCK_PID")" w1="$(date +%s%N)"
   local status=ok why=""
   if [ "$rc" != 0 ]; then
@@ -275,7 +281,8 @@ run_one() {
   local user sys rss cpu db=""
   user=0 sys=0 rss=0
   if [ -s "$dir/time" ]; then read -r user sys rss < <(tail -n 1 "$dir/time"); fi
-  cpu="$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.3f", u + s }')"
+  cpu="$(awk -v u="$user" -v s="$sys" -v o="$LAUNCH_OVERHEAD" \
+    'BEGIN { c = u + s - o; printf "%.6f", (c < 0 ? 0 : c) }')"
   # CPU that neither the harness nor aimock used during the run; over 0.2 s plus 5 % of the
   # machine, the run shared the CPU with something else and its timing is disturbed.
   local other disturbed
@@ -289,7 +296,7 @@ run_one() {
     if [ -f "$dir/data/store.db-wal" ]; then db=$((db + $(stat -c %s "$dir/data/store.db-wal"))); fi
   fi
   if [ "$status" = ok ]; then
-    log "$(printf '%-11s N=%-5s %-6s cpu %7.0f ms  rss %6.1f MB%s  (%s)' "$harness" "$n" "$rep" \
+    log "$(printf '%-11s N=%-5s %-6s cpu %8.1f ms  rss %6.1f MB%s  (%s)' "$harness" "$n" "$rep" \
       "$(awk -v c="$cpu" 'BEGIN { print c * 1000 }')" "$(awk -v r="$rss" 'BEGIN { print r / 1024 }')" \
       "${db:+  db $db B}" "$check")"
     if [ "$disturbed" = 1 ]; then
@@ -330,7 +337,7 @@ STREAM_TEXT="ours streaming, Python non-streaming"; [ "$PY_STREAMING" = 1 ] && S
 HEADER+="$STREAM_TEXT; "
 HEADER+="Python deepagents 0.7.32 + langchain-openai 1.7.4 ($("$PY" -V 2>&1)), aimock 1.43.0 (node $(node --version)), "
 HEADER+="$(nproc) cores. Medians of user+sys CPU and peak RSS of the whole process "
-HEADER+="(/usr/bin/time, which counts CPU in 10 ms steps); a failed run is not timed.\\n\\n"
+HEADER+="(CPU from wait4 in microseconds, less the $(awk -v o="$LAUNCH_OVERHEAD" 'BEGIN { printf "%.2f", o * 1000 }') ms /usr/bin/time itself costs; peak RSS from /usr/bin/time); a failed run is not timed.\\n\\n"
 HEADER+="Load average at start / end: $START_LOAD / $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?').\\n\\n"
 echo
 "${BENCH[@]}" table --results "$RESULTS" --out "$OUT" --header "$HEADER"

@@ -20,7 +20,9 @@ tool error ends the run and shows in the journal. A request that matches nothing
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import urllib.request
 
@@ -254,7 +256,7 @@ def cmd_table(args):
             bad = failed.get((h, n), 0)
             ok.append(f"{good}" + (f" ({bad} failed)" if bad else ""))
         lines.append(
-            f"| {n} | {fmt(oc_ms, '.0f')} | {fmt(pc_ms, '.0f')} | {fmt(ratio(pc_ms, oc_ms), '.1f')} "
+            f"| {n} | {fmt(oc_ms, '.1f')} | {fmt(pc_ms, '.0f')} | {fmt(ratio(pc_ms, oc_ms), '.0f')} "
             f"| {fmt(o_mb, '.1f')} | {fmt(p_mb, '.1f')} | {fmt(ratio(p_mb, o_mb), '.1f')} "
             f"| {', '.join(ok)} |"
         )
@@ -265,7 +267,7 @@ def cmd_table(args):
             if ca is not None and cb is not None:
                 lines.append(
                     f"- marginal CPU per extra step, {h}, N={a}→{b}: "
-                    f"{(cb - ca) * 1000 / (b - a):.2f} ms/step"
+                    f"{(cb - ca) * 1000 / (b - a):.3f} ms/step"
                 )
     if disturbed:
         lines.append(
@@ -281,7 +283,7 @@ def cmd_table(args):
             c, r = med("ours-thread", n, 0), med("ours-thread", n, 1)
             db = median(dbs[("ours-thread", n)])
             lines.append(
-                f"| {n} | {fmt(None if c is None else c * 1000, '.0f')} "
+                f"| {n} | {fmt(None if c is None else c * 1000, '.1f')} "
                 f"| {fmt(None if r is None else r / 1024, '.1f')} | {db:.0f} | {db / n:.0f} |"
             )
     text = "\n".join(lines) + "\n"
@@ -290,6 +292,42 @@ def cmd_table(args):
         with open(args.out, "w") as f:
             f.write(args.header.replace("\\n", "\n") if args.header else "")
             f.write(text)
+
+
+def cmd_time(args):
+    """Runs the command under /usr/bin/time and writes `user_s sys_s maxrss_kb`: the CPU from
+    the rusage wait4 returns for /usr/bin/time (its own ~0.5 ms plus the command's, in
+    microseconds, where /usr/bin/time prints 10 ms steps), the peak RSS as /usr/bin/time
+    measured it (a process forked from Python would start from Python's). Exits as it did."""
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    rss_file = args.output + ".rss"
+    child = subprocess.Popen(["/usr/bin/time", "-f", "%M", "-o", rss_file, *command])
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = 0  # reaped here; keep Popen from waiting for it again
+    with open(rss_file) as f:
+        rss = f.read().strip().splitlines()[-1]
+    os.unlink(rss_file)
+    with open(args.output, "w") as f:
+        f.write(f"{usage.ru_utime:.6f} {usage.ru_stime:.6f} {rss}\n")
+    code = os.waitstatus_to_exitcode(status)
+    sys.exit(code if code >= 0 else 128 - code)
+
+
+def launched_cpu(command):
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    _, _, usage = os.wait4(child.pid, 0)
+    child.returncode = 0
+    return usage.ru_utime + usage.ru_stime
+
+
+def cmd_calibrate(_args):
+    """Prints the CPU seconds /usr/bin/time itself adds to a run: the median of 21 runs of
+    /bin/true under it, less the median of 21 runs of /bin/true alone."""
+    timed = statistics.median(
+        launched_cpu(["/usr/bin/time", "-f", "%M", "-o", "/dev/null", "/bin/true"]) for _ in range(21)
+    )
+    alone = statistics.median(launched_cpu(["/bin/true"]) for _ in range(21))
+    print(f"{max(0.0, timed - alone):.6f}")
 
 
 def main():
@@ -303,6 +341,12 @@ def main():
         p.add_argument("--url", required=True)
         p.add_argument("--n", type=int, required=True)
         p.set_defaults(func=func)
+    p = sub.add_parser("time")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_time)
+    p = sub.add_parser("calibrate")
+    p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("table")
     p.add_argument("--results", required=True)
     p.add_argument("--out")

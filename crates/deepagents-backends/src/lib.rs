@@ -33,6 +33,8 @@ pub mod testing;
 pub mod text;
 
 pub use composite::CompositeBackend;
+/// The confinement of `execute` ([`LocalShellBackend::with_sandbox`]).
+pub use deepagents_sandbox as sandbox;
 pub use path::{PathError, VPath};
 pub use per_run::{BackendFactory, PerRunBackend};
 pub use permissions::{Mode, Operation, PermissionRule, PermissionedBackend, Permissions};

@@ -10,6 +10,8 @@ use deepagents_core::event::OutputStream;
 use rustix::process::{Pid, Signal};
 use tokio::io::AsyncReadExt;
 
+use deepagents_sandbox::Policy;
+
 use crate::delegate::delegate_backend;
 use crate::filesystem::FilesystemBackend;
 use crate::protocol::{
@@ -33,9 +35,11 @@ pub const TIMEOUT_EXIT_CODE: i32 = 124;
 
 /// A [`FilesystemBackend`] plus command execution through a local shell.
 ///
-/// This is **not** a sandbox: commands run as the host user with the host's view of the disk;
-/// only the file operations are confined to the root. Use it where the agent is trusted or the
-/// whole process is already isolated (a container, a VM).
+/// By itself this is **not** a sandbox: commands run as the host user with the host's view of
+/// the disk; only the file operations are confined to the root. Confine the commands with
+/// [`LocalShellBackend::with_sandbox`] (bubblewrap and seccomp: the root writable, the system
+/// read-only, nothing else visible, no network), or use it unconfined only where the agent is
+/// trusted or the whole process is already isolated (a container, a VM).
 ///
 /// Each command runs as `sh -c COMMAND` in the root directory, in a new process group, with
 /// stdin closed. On timeout the whole group is killed (background children included) and the
@@ -60,7 +64,13 @@ pub struct LocalShellBackend {
     max_output_bytes: usize,
     env: BTreeMap<String, String>,
     inherit_env: bool,
+    sandbox: Option<Policy>,
 }
+
+/// Host variables a confined command inherits with [`LocalShellBackend::inherit_env`]: what
+/// programs need to behave, none of the host's credentials.
+const INHERITED_IN_SANDBOX: [&str; 7] =
+    ["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER"];
 
 impl LocalShellBackend {
     /// A shell over the root of `fs`, with the defaults: `/bin/sh`, 120 s timeout, 100,000
@@ -75,7 +85,22 @@ impl LocalShellBackend {
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             env: BTreeMap::new(),
             inherit_env: false,
+            sandbox: None,
         }
+    }
+
+    /// Runs every command confined by `policy` (see [`deepagents_sandbox`]). A machine where
+    /// the confinement cannot be applied refuses commands with an error that says how to fix
+    /// it; nothing runs unconfined behind the caller's back. Its `root` should be this
+    /// backend's root.
+    pub fn with_sandbox(mut self, policy: Policy) -> Self {
+        self.sandbox = Some(policy);
+        self
+    }
+
+    /// The policy commands run under, when confined.
+    pub fn sandbox(&self) -> Option<&Policy> {
+        self.sandbox.as_ref()
     }
 
     /// The default timeout of commands (capped at one hour).
@@ -96,7 +121,8 @@ impl LocalShellBackend {
         self
     }
 
-    /// Whether commands inherit this process's environment (default `false`).
+    /// Whether commands inherit this process's environment (default `false`). Confined
+    /// commands inherit only `PATH`, `LANG`, `LC_ALL`, `LC_CTYPE`, `TERM`, `TZ` and `USER`.
     pub fn inherit_env(mut self, yes: bool) -> Self {
         self.inherit_env = yes;
         self
@@ -117,6 +143,38 @@ impl LocalShellBackend {
     /// The filesystem backend this shell runs in.
     pub fn filesystem(&self) -> &FilesystemBackend {
         &self.fs
+    }
+
+    /// The process that runs `command`: the shell itself, or the shell inside the sandbox
+    /// (with the seccomp filters to keep open until it is spawned).
+    fn command(
+        &self,
+        command: &str,
+    ) -> Result<(tokio::process::Command, Vec<std::os::fd::OwnedFd>), BackendError> {
+        let Some(policy) = &self.sandbox else {
+            let mut cmd = tokio::process::Command::new(&self.shell);
+            cmd.arg("-c").arg(command).current_dir(self.fs.root());
+            if !self.inherit_env {
+                cmd.env_clear();
+            }
+            cmd.envs(&self.env);
+            return Ok((cmd, Vec::new()));
+        };
+        let mut env: BTreeMap<String, String> = if self.inherit_env {
+            INHERITED_IN_SANDBOX
+                .iter()
+                .filter_map(|name| Some(((*name).to_owned(), std::env::var(name).ok()?)))
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        env.extend(self.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let confined = policy
+            .command(&self.shell, command, &env)
+            .map_err(|e| self.io_error(e.to_string()))?;
+        let (process, filters) = confined.into_parts();
+        Ok((tokio::process::Command::from(process), filters))
     }
 
     fn io_error(&self, message: String) -> BackendError {
@@ -313,21 +371,16 @@ impl Sandbox for LocalShellBackend {
             });
         }
         let timeout = timeout.min(MAX_TIMEOUT);
-        let mut cmd = tokio::process::Command::new(&self.shell);
-        cmd.arg("-c")
-            .arg(command)
-            .current_dir(self.fs.root())
-            .stdin(Stdio::null())
+        let (mut cmd, filters) = self.command(command)?;
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        if !self.inherit_env {
-            cmd.env_clear();
-        }
-        cmd.envs(&self.env);
-        let mut child = cmd
-            .spawn()
+        let spawned = cmd.spawn();
+        // The sandbox's seccomp filters are read by the child as it starts; ours can go.
+        drop(filters);
+        let mut child = spawned
             .map_err(|e| self.io_error(format!("cannot start {}: {e}", self.shell.display())))?;
         let mut guard = GroupGuard {
             pid: child

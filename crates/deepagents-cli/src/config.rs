@@ -47,6 +47,9 @@ pub struct Config {
     /// The repository backend (`--backend repo`).
     #[serde(default)]
     pub repo: RepoConfig,
+    /// The confinement of `execute` (`--backend shell`).
+    #[serde(default)]
+    pub sandbox: crate::sandbox::SandboxConfig,
     /// Settings by provider name (`openai`, `anthropic`, `vllm`, …).
     #[serde(default)]
     providers: BTreeMap<String, toml::Spanned<ProviderConfig>>,

@@ -5,6 +5,7 @@ mod approvals;
 mod config;
 mod local_context;
 mod progress;
+mod sandbox;
 mod threads;
 mod workspace;
 
@@ -34,6 +35,30 @@ enum Command {
     /// Look into a repository the repository backend works on.
     #[command(subcommand)]
     Repo(RepoCommand),
+    /// See how `execute` is confined on this machine, or try a command under the policy.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+}
+
+#[derive(Subcommand)]
+enum SandboxCommand {
+    /// Tries each layer of the sandbox and says whether commands can run confined.
+    Check,
+    /// Runs a command as `execute` would (`deepagents sandbox run -- ls ~`).
+    Run {
+        /// The root the command runs in (default: the current directory).
+        #[arg(long, value_name = "DIR")]
+        root: Option<std::path::PathBuf>,
+        /// The mode (default: workspace-write, or `mode` in `[sandbox]`).
+        #[arg(long, value_enum)]
+        sandbox: Option<sandbox::SandboxMode>,
+        /// The config file (its `[sandbox]` section); as for `run`.
+        #[arg(long, value_name = "FILE", env = "DEEPAGENTS_CONFIG")]
+        config: Option<std::path::PathBuf>,
+        /// The command and its arguments, run by `/bin/sh -c`.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -116,6 +141,11 @@ struct RunArgs {
     /// The workspace root for the filesystem and shell backends (default: current directory).
     #[arg(long, value_name = "DIR")]
     root: Option<std::path::PathBuf>,
+    /// How `execute` (--backend shell) is confined: workspace-write (the default: the root
+    /// writable, the system read-only, the rest of the host invisible, no network), read-only,
+    /// or off (unconfined). Also `mode` in `[sandbox]` of the config file.
+    #[arg(long, value_enum)]
+    sandbox: Option<sandbox::SandboxMode>,
     /// Whether file paths are confined to --root (default true). With false, `/etc/hosts` is
     /// the host's `/etc/hosts` (the root is only the shell's working directory). Also
     /// `virtual_mode = false` in the config file.
@@ -197,6 +227,20 @@ fn main() -> ExitCode {
         Command::Run(args) => runtime.block_on(run(*args)),
         Command::Threads(command) => runtime.block_on(threads::run(command)),
         Command::Repo(command) => runtime.block_on(repo_command(command)),
+        Command::Sandbox(SandboxCommand::Check) => Ok(sandbox::check()),
+        Command::Sandbox(SandboxCommand::Run {
+            root,
+            sandbox: mode,
+            config,
+            command,
+        }) => config::load(config.as_deref()).and_then(|config| {
+            sandbox::run(
+                root,
+                mode.or(config.sandbox.mode).unwrap_or_default(),
+                &config.sandbox,
+                &command,
+            )
+        }),
     };
     match result {
         Ok(code) => code,
@@ -322,6 +366,8 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         &workspace::DiskOptions {
             virtual_mode,
             shell: &config.shell,
+            sandbox: args.sandbox.or(config.sandbox.mode).unwrap_or_default(),
+            sandbox_config: &config.sandbox,
         },
     )
     .await?;

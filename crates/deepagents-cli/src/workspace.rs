@@ -198,12 +198,17 @@ fn disk_in_mode(root: &Path, virtual_mode: bool) -> anyhow::Result<FilesystemBac
         .with_context(|| format!("cannot use {} as a workspace directory", root.display()))
 }
 
-/// How the workspace's disk and shell behave (`virtual_mode`, `[shell]` in the config).
+/// How the workspace's disk and shell behave (`virtual_mode`, `[shell]` and `[sandbox]` in the
+/// config, `--sandbox`).
 pub struct DiskOptions<'a> {
     /// Whether paths are confined to the root.
     pub virtual_mode: bool,
     /// The shell's timeout, output cap and environment.
     pub shell: &'a crate::config::ShellConfig,
+    /// How commands are confined.
+    pub sandbox: crate::sandbox::SandboxMode,
+    /// What the confinement allows.
+    pub sandbox_config: &'a crate::sandbox::SandboxConfig,
 }
 
 /// The shell over `fs` as `options` configure it.
@@ -256,7 +261,17 @@ pub async fn open(
             workspace_root = Some(root.clone());
             let fs = disk_in_mode(&root, disk_options.virtual_mode)?;
             if kind == BackendKind::Shell {
-                Arc::new(shell(fs, disk_options.shell))
+                let mut shell = shell(fs, disk_options.shell);
+                let policy = crate::sandbox::policy(
+                    &root,
+                    disk_options.sandbox,
+                    disk_options.sandbox_config,
+                );
+                eprintln!("{}", crate::sandbox::describe(policy.as_ref()));
+                if let Some(policy) = policy {
+                    shell = shell.with_sandbox(policy);
+                }
+                Arc::new(shell)
             } else {
                 Arc::new(fs)
             }

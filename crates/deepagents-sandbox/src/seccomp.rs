@@ -1,0 +1,151 @@
+//! The seccomp filters a confined command runs under, compiled with `seccompiler` and handed
+//! to bubblewrap as file descriptors.
+//!
+//! The first filter answers `EPERM` to calls that could leave or weaken the sandbox: tracing
+//! other processes, mounting, creating or joining namespaces (`unshare`, `setns`, `clone` with
+//! a namespace flag), `bpf`, `io_uring_*`, the kernel keyring, `perf_event_open`, kernel
+//! modules, `kexec`, `reboot`, swap and `userfaultfd`; with the network off also `socket` for
+//! any family but `AF_UNIX`. The second answers `ENOSYS` to `clone3`, whose flags a filter
+//! cannot read, so the C library falls back to `clone`, which the first filter checks.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule,
+};
+
+use crate::{Network, SandboxError};
+
+/// Calls refused outright.
+const DENIED: &[libc::c_long] = &[
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_bpf,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_perf_event_open,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_reboot,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_userfaultfd,
+];
+
+/// `clone` flags that create a namespace.
+const NAMESPACE_FLAGS: [u64; 8] = [
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+    0x80, // CLONE_NEWTIME
+];
+
+fn invalid(e: seccompiler::BackendError) -> SandboxError {
+    SandboxError::Policy(format!("the seccomp filter does not compile: {e}"))
+}
+
+/// The two filters for `network`, compiled for this machine's architecture.
+pub fn filters(network: Network) -> Result<[BpfProgram; 2], SandboxError> {
+    let arch = std::env::consts::ARCH.try_into().map_err(|_| SandboxError::Unavailable {
+        reason: format!("seccomp filters are not built for {}", std::env::consts::ARCH),
+        hint: "Run on x86_64, aarch64 or riscv64, or run commands unconfined with --sandbox off",
+    })?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED.iter().map(|&call| (call, Vec::new())).collect();
+    let namespaces = NAMESPACE_FLAGS
+        .iter()
+        .map(|&flag| {
+            let flag_set = SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(flag),
+                flag,
+            )?;
+            SeccompRule::new(vec![flag_set])
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(invalid)?;
+    rules.insert(libc::SYS_clone, namespaces);
+    if network == Network::Off {
+        let not_unix = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            libc::AF_UNIX as u64,
+        )
+        .and_then(|condition| SeccompRule::new(vec![condition]))
+        .map_err(invalid)?;
+        rules.insert(libc::SYS_socket, vec![not_unix]);
+    }
+    let deny = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(invalid)?;
+    let clone3 = SeccompFilter::new(
+        [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .map_err(invalid)?;
+    Ok([
+        deny.try_into().map_err(invalid)?,
+        clone3.try_into().map_err(invalid)?,
+    ])
+}
+
+/// The filters written to anonymous files, ready to be inherited by bubblewrap (each read
+/// from its start). They are open without close-on-exec, so spawn the command soon and
+/// drop them right after.
+pub fn filter_fds(network: Network) -> Result<Vec<OwnedFd>, SandboxError> {
+    filters(network)?
+        .iter()
+        .map(|program| {
+            let fd =
+                rustix::fs::memfd_create("deepagents-seccomp", rustix::fs::MemfdFlags::empty())
+                    .map_err(std::io::Error::from)?;
+            let mut file = std::fs::File::from(fd);
+            let mut bytes = Vec::with_capacity(program.len() * 8);
+            for instruction in program {
+                bytes.extend_from_slice(&instruction.code.to_ne_bytes());
+                bytes.push(instruction.jt);
+                bytes.push(instruction.jf);
+                bytes.extend_from_slice(&instruction.k.to_ne_bytes());
+            }
+            file.write_all(&bytes)?;
+            let fd = OwnedFd::from(file);
+            rustix::fs::seek(&fd, rustix::fs::SeekFrom::Start(0)).map_err(std::io::Error::from)?;
+            Ok(fd)
+        })
+        .collect()
+}
