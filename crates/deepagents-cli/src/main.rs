@@ -356,6 +356,12 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         ),
         (kind, None) => (kind.unwrap_or(workspace::BackendKind::Filesystem), None),
     };
+    let permissions = args
+        .permissions
+        .as_deref()
+        .map(workspace::permissions)
+        .transpose()?;
+    let sandbox_mode = args.sandbox.or(config.sandbox.mode).unwrap_or_default();
     let workspace = workspace::open(
         backend,
         repo,
@@ -366,8 +372,9 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         &workspace::DiskOptions {
             virtual_mode,
             shell: &config.shell,
-            sandbox: args.sandbox.or(config.sandbox.mode).unwrap_or_default(),
+            sandbox: sandbox_mode,
             sandbox_config: &config.sandbox,
+            permissions: permissions.as_ref(),
         },
     )
     .await?;
@@ -378,12 +385,16 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(root) = &workspace.root {
         builder = builder.middleware(local_context::LocalContext::new(root, virtual_mode));
     }
-    if let Some(path) = &args.permissions {
-        builder = builder.permissions(workspace::permissions(path)?);
+    if let Some(permissions) = permissions {
+        builder = builder.permissions(permissions);
     }
     // `execute` is offered only by a backend with a shell; the builder refuses interrupts
-    // for tools that are not offered.
-    if !args.auto_approve && workspace.backend.as_sandbox().is_some() {
+    // for tools that are not offered. Confined commands need no approval: the sandbox is the
+    // guard. Unconfined ones (`--sandbox off`) ask.
+    if !args.auto_approve
+        && sandbox_mode == sandbox::SandboxMode::Off
+        && workspace.backend.as_sandbox().is_some()
+    {
         builder = builder.interrupt_on("execute", approvals::execute_config());
     }
     if let Some(tokens) = args.max_input_tokens {

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::ValueEnum;
 use deepagents::backends::sandbox::{self, Network, PROTECTED_NAMES, Policy};
+use deepagents::backends::{Mode, Operation, Permissions};
 use serde::Deserialize;
 
 /// The `--sandbox` choices.
@@ -57,10 +58,18 @@ pub struct SandboxConfig {
     pub network: NetworkSetting,
 }
 
-/// The policy for commands run in `root`, or `None` when the mode is `off`.
-pub fn policy(root: &Path, mode: SandboxMode, config: &SandboxConfig) -> Option<Policy> {
+/// The policy for commands run in `root`, or `None` when the mode is `off`. Permission rules
+/// that deny reading a directory or file (`/secrets/**`, `/.env`) hide it from commands too,
+/// and rules that deny only writing make it read-only; a rule whose paths are patterns
+/// (`/**/*.env`) cannot become a mount, and is named in the returned warnings.
+pub fn policy(
+    root: &Path,
+    mode: SandboxMode,
+    config: &SandboxConfig,
+    permissions: Option<&Permissions>,
+) -> (Option<Policy>, Vec<String>) {
     let mut policy = match mode {
-        SandboxMode::Off => return None,
+        SandboxMode::Off => return (None, Vec::new()),
         SandboxMode::WorkspaceWrite => Policy::workspace_write(root),
         SandboxMode::ReadOnly => Policy::read_only(root),
     };
@@ -75,7 +84,32 @@ pub fn policy(root: &Path, mode: SandboxMode, config: &SandboxConfig) -> Option<
         NetworkSetting::Off => Network::Off,
         NetworkSetting::On => Network::On,
     };
-    Some(policy)
+    let mut warnings = Vec::new();
+    for rule in permissions.into_iter().flat_map(Permissions::rules) {
+        if rule.mode != Mode::Deny {
+            continue;
+        }
+        let reads = rule.operations.contains(&Operation::Read);
+        for glob in &rule.paths {
+            match mountable(glob) {
+                Some(path) if reads => policy.hidden.push(path),
+                Some(path) => policy.read_only.push(path),
+                None => warnings.push(format!(
+                    "warning: the permission rule for {glob} holds for the file tools but not inside `execute` (only a directory/** or a plain path can be hidden from commands)"
+                )),
+            }
+        }
+    }
+    (Some(policy), warnings)
+}
+
+/// The path inside the root a permission glob names whole: `/secrets/**` or `/secrets`
+/// → `secrets`; `None` for patterns.
+fn mountable(glob: &str) -> Option<PathBuf> {
+    let path = glob.strip_suffix("/**").unwrap_or(glob);
+    let relative = path.strip_prefix('/')?;
+    let plain = !relative.is_empty() && !relative.contains(['*', '?', '[', '{']);
+    plain.then(|| PathBuf::from(relative))
 }
 
 /// One line for stderr saying how commands run, printed once per run.
@@ -136,7 +170,7 @@ pub fn run(
         }
     };
     let command = command.join(" ");
-    let status = match policy(&root, mode, config) {
+    let status = match policy(&root, mode, config, None).0 {
         None => std::process::Command::new("/bin/sh")
             .args(["-c", &command])
             .current_dir(&root)

@@ -209,6 +209,8 @@ pub struct DiskOptions<'a> {
     pub sandbox: crate::sandbox::SandboxMode,
     /// What the confinement allows.
     pub sandbox_config: &'a crate::sandbox::SandboxConfig,
+    /// The permission rules of the file tools, which the confinement follows where it can.
+    pub permissions: Option<&'a Permissions>,
 }
 
 /// The shell over `fs` as `options` configure it.
@@ -262,12 +264,16 @@ pub async fn open(
             let fs = disk_in_mode(&root, disk_options.virtual_mode)?;
             if kind == BackendKind::Shell {
                 let mut shell = shell(fs, disk_options.shell);
-                let policy = crate::sandbox::policy(
+                let (policy, warnings) = crate::sandbox::policy(
                     &root,
                     disk_options.sandbox,
                     disk_options.sandbox_config,
+                    disk_options.permissions,
                 );
                 eprintln!("{}", crate::sandbox::describe(policy.as_ref()));
+                for warning in warnings {
+                    eprintln!("{warning}");
+                }
                 if let Some(policy) = policy {
                     shell = shell.with_sandbox(policy);
                 }

@@ -99,13 +99,16 @@ fn the_shell_backend_offers_execute_in_root() {
             {"text": "ran"}
         ]),
     );
-    // Not interactive and not auto-approved: the command is refused, and the model is told.
+    // Unconfined, not interactive and not auto-approved: the command is refused, and the
+    // model is told.
     let refused = bin()
         .args([
             "run",
             "--json",
             "--backend",
             "shell",
+            "--sandbox",
+            "off",
             "--model",
             &model,
             "--root",
@@ -144,6 +147,34 @@ fn the_shell_backend_offers_execute_in_root() {
     let text = finished["content"][0]["text"].as_str().unwrap();
     assert!(text.starts_with("here"), "{text}");
     assert!(text.ends_with("[Exit code 3]"), "{text}");
+
+    // Confined (the default), it runs without an approval.
+    let confined = bin()
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "shell",
+            "--model",
+            &model,
+            "--root",
+        ])
+        .arg(root.path())
+        .arg("go")
+        .output()
+        .unwrap();
+    assert!(confined.status.success(), "{}", stderr(&confined));
+    let confined_err = stderr(&confined);
+    let confined_out = String::from_utf8(confined.stdout).unwrap();
+    assert!(
+        !confined_out.contains(r#""type":"interrupted""#),
+        "{confined_out}"
+    );
+    assert!(confined_out.contains("[Exit code 3]"), "{confined_out}");
+    assert!(
+        confined_err.contains("sandbox: workspace-write"),
+        "{confined_err}"
+    );
 
     // Without the shell backend, execute is not offered.
     let output = bin()
@@ -734,4 +765,107 @@ fn read_only_memory_covers_long_term_memory() {
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(tool_results(&output)["w"].contains("read-only"));
+}
+
+/// `execute` runs confined by default: the host beyond the root is invisible, the root's
+/// `.git` read-only, the network off, and paths the permission rules deny hidden from
+/// commands too.
+#[test]
+fn execute_is_confined_by_default_and_follows_the_permission_rules() {
+    if std::process::Command::new("bwrap")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(std::env::var_os("CI").is_none(), "bubblewrap is missing");
+        eprintln!("skipped: bubblewrap is not installed");
+        return;
+    }
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "outside-secret").unwrap();
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join(".git")).unwrap();
+    std::fs::create_dir_all(root.path().join("secrets")).unwrap();
+    std::fs::write(root.path().join("secrets/key.txt"), "hunter2").unwrap();
+    let rules = root.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[[rules]]\noperations = [\"read\"]\npaths = [\"/secrets/**\"]\nmode = \"deny\"\n\n[[rules]]\noperations = [\"read\"]\npaths = [\"/**/*.pem\"]\nmode = \"deny\"\n",
+    )
+    .unwrap();
+    let commands = [
+        (
+            "outside",
+            format!("cat {}/secret.txt", outside.path().display()),
+        ),
+        ("home", "ls /root".to_owned()),
+        ("git", "touch .git/hook && echo wrote".to_owned()),
+        ("denied", "cat secrets/key.txt".to_owned()),
+        (
+            "net",
+            "python3 -c 'import socket; socket.socket()' && echo connected".to_owned(),
+        ),
+        ("works", "echo ok > made.txt && cat made.txt".to_owned()),
+    ];
+    let model = script(
+        root.path(),
+        json!([
+            {"tool_calls": commands.iter().map(|(id, command)| json!({"id": id, "name": "execute", "args": {"command": command}})).collect::<Vec<_>>()},
+            {"text": "done"}
+        ]),
+    );
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "shell",
+            "--model",
+            &model,
+            "--permissions",
+        ])
+        .arg(&rules)
+        .arg("--root")
+        .arg(root.path())
+        .arg("go")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let shown = stderr(&output);
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let results: std::collections::BTreeMap<String, String> = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == "tool_call_finished")
+        .map(|e| {
+            (
+                e["call_id"].as_str().unwrap().to_owned(),
+                e["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        !results["outside"].contains("outside-secret"),
+        "{}",
+        results["outside"]
+    );
+    assert!(
+        !results["home"].contains("[Exit code 0]"),
+        "{}",
+        results["home"]
+    );
+    assert!(!results["git"].contains("wrote"), "{}", results["git"]);
+    assert!(!root.path().join(".git/hook").exists());
+    assert!(
+        !results["denied"].contains("hunter2"),
+        "{}",
+        results["denied"]
+    );
+    assert!(!results["net"].contains("connected"), "{}", results["net"]);
+    assert!(results["works"].starts_with("ok"), "{}", results["works"]);
+    // The rule that cannot become a mount is named.
+    assert!(shown.contains("/**/*.pem"), "{shown}");
 }

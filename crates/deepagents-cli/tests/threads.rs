@@ -509,8 +509,9 @@ fn auto_approve_approves_permission_rule_interrupts_too() {
         stdout
     };
 
+    // Unconfined, the command asks too (confined, it would not need to).
     let refused = tempfile::tempdir().unwrap();
-    let stdout = run(refused.path(), &[]);
+    let stdout = run(refused.path(), &["--sandbox", "off"]);
     assert!(stdout.contains("nobody can approve it here"), "{stdout}");
     assert!(!refused.path().join("guarded/plan.md").exists());
     assert!(!refused.path().join("ran.txt").exists());
