@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::ValueEnum;
-use deepagents::backends::sandbox::{self, Network, PROTECTED_NAMES, Policy};
+use deepagents::backends::sandbox::{self, Limits, Network, PROTECTED_NAMES, Policy};
 use deepagents::backends::{Mode, Operation, Permissions};
 use serde::Deserialize;
 
@@ -56,6 +56,11 @@ pub struct SandboxConfig {
     /// `"off"` (default) or `"on"`.
     #[serde(default)]
     pub network: NetworkSetting,
+    /// The largest file a command may write, in bytes (default: no limit).
+    pub max_file_size: Option<u64>,
+    /// CPU seconds each process of a command may use (default: no limit; the timeout still
+    /// bounds the wall time).
+    pub max_cpu_seconds: Option<u64>,
 }
 
 /// The policy for commands run in `root`, or `None` when the mode is `off`. Permission rules
@@ -83,6 +88,10 @@ pub fn policy(
     policy.network = match config.network {
         NetworkSetting::Off => Network::Off,
         NetworkSetting::On => Network::On,
+    };
+    policy.limits = Limits {
+        max_file_size: config.max_file_size,
+        max_cpu_seconds: config.max_cpu_seconds,
     };
     let mut warnings = Vec::new();
     for rule in permissions.into_iter().flat_map(Permissions::rules) {

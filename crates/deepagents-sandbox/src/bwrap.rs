@@ -99,8 +99,34 @@ pub(crate) fn arguments(
     }
     args.flags(&["--"]);
     args.path(shell);
-    args.flags(&["-c", command]);
+    match limits(policy) {
+        // Limits set by the shell before it hands over to the command, so they hold for
+        // everything the command starts, with no window in which a child escapes them.
+        Some(ulimit) => {
+            // `sh -c SCRIPT SHELL COMMAND`: in the script `$0` is the shell, `$1` the command.
+            args.flags(&[
+                "-c",
+                &format!("{ulimit} || exit 125; exec \"$0\" -c \"$1\""),
+            ]);
+            args.path(shell);
+            args.flags(&[command]);
+        }
+        None => args.flags(&["-c", command]),
+    }
     Ok(args.0)
+}
+
+/// The `ulimit` command that sets the policy's limits, if it has any. `-f` counts 512-byte
+/// blocks in POSIX shells.
+fn limits(policy: &Policy) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(bytes) = policy.limits.max_file_size {
+        parts.push(format!("ulimit -f {}", bytes.div_ceil(512).max(1)));
+    }
+    if let Some(seconds) = policy.limits.max_cpu_seconds {
+        parts.push(format!("ulimit -t {}", seconds.max(1)));
+    }
+    (!parts.is_empty()).then(|| parts.join(" && "))
 }
 
 /// `path` resolved, when it exists and stays inside `root` (a symlink out of the root is not

@@ -78,6 +78,19 @@ pub struct Policy {
     pub read_only: Vec<PathBuf>,
     /// Network access.
     pub network: Network,
+    /// Resource limits of the command and everything it starts.
+    pub limits: Limits,
+}
+
+/// Resource limits (`setrlimit`) of a confined command and its descendants; `None` leaves the
+/// host's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest file a command may write, in bytes (`RLIMIT_FSIZE`; a write past it fails
+    /// and the writer gets `SIGXFSZ`).
+    pub max_file_size: Option<u64>,
+    /// CPU seconds each process may use (`RLIMIT_CPU`).
+    pub max_cpu_seconds: Option<u64>,
 }
 
 impl Policy {
@@ -94,6 +107,7 @@ impl Policy {
             hidden: Vec::new(),
             read_only: Vec::new(),
             network: Network::Off,
+            limits: Limits::default(),
         }
     }
 

@@ -281,6 +281,29 @@ fn background_processes_die_with_the_command() {
 }
 
 #[test]
+fn limits_hold_for_the_command_and_its_children() {
+    if !available() {
+        return;
+    }
+    let ws = workspace();
+    let mut policy = Policy::workspace_write(&ws.root);
+    policy.limits.max_file_size = Some(1 << 20);
+    policy.limits.max_cpu_seconds = Some(1);
+    let out = run(
+        &policy,
+        "head -c 2000000 /dev/zero > big; sh -c 'ulimit -f; ulimit -t'; echo \"$0 $1\" done",
+    );
+    let shown = text(&out);
+    let written = std::fs::metadata(ws.root.join("big")).unwrap().len();
+    assert!(written <= 1 << 20, "{written} bytes written: {shown}");
+    assert!(shown.contains("2048\n1\n"), "{shown}");
+    // The command itself sees no trace of the wrapper.
+    assert!(shown.contains("/bin/sh  done"), "{shown}");
+    let out = run(&policy, "while :; do :; done");
+    assert!(!out.status.success(), "{}", text(&out));
+}
+
+#[test]
 fn everyday_commands_work() {
     if !available() {
         return;
