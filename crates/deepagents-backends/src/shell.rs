@@ -67,11 +67,6 @@ pub struct LocalShellBackend {
     sandbox: Option<Policy>,
 }
 
-/// Host variables a confined command inherits with [`LocalShellBackend::inherit_env`]: what
-/// programs need to behave, none of the host's credentials.
-const INHERITED_IN_SANDBOX: [&str; 7] =
-    ["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER"];
-
 impl LocalShellBackend {
     /// A shell over the root of `fs`, with the defaults: `/bin/sh`, 120 s timeout, 100,000
     /// bytes of output, empty environment but for `PATH`.
@@ -160,11 +155,9 @@ impl LocalShellBackend {
             cmd.envs(&self.env);
             return Ok((cmd, Vec::new()));
         };
+        // Confined, inheriting means only the allowed host variables.
         let mut env: BTreeMap<String, String> = if self.inherit_env {
-            INHERITED_IN_SANDBOX
-                .iter()
-                .filter_map(|name| Some(((*name).to_owned(), std::env::var(name).ok()?)))
-                .collect()
+            deepagents_sandbox::allowed_host_env().into_iter().collect()
         } else {
             BTreeMap::new()
         };

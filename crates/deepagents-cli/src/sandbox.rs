@@ -186,7 +186,7 @@ pub fn run(
             .status()?,
         Some(policy) => {
             let (mut process, filters) = policy
-                .command(Path::new("/bin/sh"), &command, &inherited())?
+                .command(Path::new("/bin/sh"), &command, &sandbox::allowed_host_env())?
                 .into_parts();
             let status = process.status();
             drop(filters);
@@ -198,12 +198,4 @@ pub fn run(
         Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         None => ExitCode::FAILURE,
     })
-}
-
-/// What a command tried by hand keeps of the environment: enough for programs to behave.
-fn inherited() -> Vec<(String, String)> {
-    ["PATH", "LANG", "LC_ALL", "TERM", "TZ"]
-        .iter()
-        .filter_map(|name| Some(((*name).to_owned(), std::env::var(name).ok()?)))
-        .collect()
 }

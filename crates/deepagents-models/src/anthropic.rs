@@ -16,7 +16,7 @@ use crate::convert::{
     ApiMedia, Carried, Formats, Media, arguments_object, base64, carry, inline_schema,
     parse_arguments, text_with_notes, tokens, unreadable, usage,
 };
-use crate::encoded::{EncodeCache, assemble};
+use crate::encoded::{EncodeCache, assemble, encoding_failed};
 use crate::http::Secret;
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
@@ -51,30 +51,12 @@ impl AnthropicWire {
         cache: &mut EncodeCache,
     ) -> Result<Vec<u8>, serde_json::Error> {
         let (prefix, tools) = cache.parts(request.messages.version());
-        let from = prefix.messages();
         // Consecutive messages of one role merge into one turn (the tool results of a step
-        // share a user turn), so a turn is final only once the next one starts.
-        let mut turn: Option<(&str, Vec<Value>)> = None;
-        for (offset, message) in request.messages[from..].iter().enumerate() {
-            let (role, blocks) = message_blocks(message, self.modalities);
-            if blocks.is_empty() {
-                continue;
-            }
-            match &mut turn {
-                Some((current, existing)) if *current == role => existing.extend(blocks),
-                _ => {
-                    if let Some((role, blocks)) = turn.replace((role, blocks)) {
-                        prefix.buffer().push(b',');
-                        serde_json::to_writer(
-                            prefix.buffer(),
-                            &json!({"role": role, "content": blocks}),
-                        )?;
-                        prefix.settle_before(from + offset);
-                    }
-                }
-            }
-        }
-        if let Some((role, mut blocks)) = turn {
+        // share a user turn).
+        let last = prefix.merge_turns(&request.messages, "content", |message| {
+            message_blocks(message, self.modalities)
+        })?;
+        if let Some((role, mut blocks)) = last {
             if self.prompt_caching {
                 // The latest turn: the next call reads everything up to here from the cache.
                 if let Some(last) = blocks
@@ -86,8 +68,7 @@ impl AnthropicWire {
                 }
             }
             // Not settled: the next request may merge into it, and it carries the mark.
-            prefix.buffer().push(b',');
-            serde_json::to_writer(prefix.buffer(), &json!({"role": role, "content": blocks}))?;
+            prefix.write_turn(role, "content", blocks)?;
         }
         let tools = tools.get(&request.tools, |tools| {
             let mut tools: Vec<Value> = tools
@@ -155,12 +136,6 @@ fn cache_control() -> Value {
     json!({"type": "ephemeral"})
 }
 
-fn encoding_failed(error: serde_json::Error) -> ModelError {
-    ModelError::Other {
-        message: format!("cannot encode the request body: {error}"),
-    }
-}
-
 /// What precedes the messages in a request body.
 #[derive(Serialize)]
 struct Head<'a> {
@@ -202,12 +177,6 @@ impl Wire for AnthropicWire {
 
     fn modalities(&self) -> Option<InputModalities> {
         Some(self.modalities)
-    }
-
-    fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
-        let (url, bytes) = self.encode(request, stream, &mut EncodeCache::default())?;
-        let body = serde_json::from_slice(&bytes).map_err(encoding_failed)?;
-        Ok((url, body))
     }
 
     fn encode(

@@ -8,8 +8,9 @@
 //!
 //! [`Messages::version`]: deepagents_core::Messages::version
 
-use deepagents_core::MessagesVersion;
+use deepagents_core::model::ModelError;
 use deepagents_core::tool::ToolSpec;
+use deepagents_core::{Message, MessagesVersion};
 use serde::Serialize;
 use serde_json::value::RawValue;
 
@@ -151,6 +152,63 @@ impl EncodeCache {
         self.prefixes.push(prefix);
         let last = self.prefixes.len() - 1;
         (&mut self.prefixes[last], &mut self.tools)
+    }
+}
+
+/// A turn of a format that merges neighbouring messages of one role: the role and its parts.
+pub(crate) type Turn = (&'static str, Vec<serde_json::Value>);
+
+impl EncodedPrefix {
+    /// For formats that merge neighbouring messages of one role into one turn (Anthropic,
+    /// Gemini): encodes the turns of `messages` from where the prefix stopped, each as
+    /// `{"role": …, content_key: [parts]}`, settling a turn when the next one starts, and
+    /// returns the last turn, still open (a later message may merge into it), for the caller
+    /// to finish and [`write_turn`](Self::write_turn).
+    pub(crate) fn merge_turns(
+        &mut self,
+        messages: &[Message],
+        content_key: &str,
+        turn_of: impl Fn(&Message) -> Turn,
+    ) -> Result<Option<Turn>, serde_json::Error> {
+        let from = self.messages();
+        let mut turn: Option<Turn> = None;
+        for (offset, message) in messages.iter().enumerate().skip(from) {
+            let (role, parts) = turn_of(message);
+            if parts.is_empty() {
+                continue;
+            }
+            match &mut turn {
+                Some((current, existing)) if *current == role => existing.extend(parts),
+                _ => {
+                    if let Some((role, parts)) = turn.replace((role, parts)) {
+                        self.write_turn(role, content_key, parts)?;
+                        self.settle_before(offset);
+                    }
+                }
+            }
+        }
+        Ok(turn)
+    }
+
+    /// Appends one turn, `{"role": role, content_key: parts}`.
+    pub(crate) fn write_turn(
+        &mut self,
+        role: &str,
+        content_key: &str,
+        parts: Vec<serde_json::Value>,
+    ) -> Result<(), serde_json::Error> {
+        let mut turn = serde_json::Map::new();
+        turn.insert("role".to_owned(), role.into());
+        turn.insert(content_key.to_owned(), parts.into());
+        self.bytes.push(b',');
+        serde_json::to_writer(&mut self.bytes, &turn)
+    }
+}
+
+/// The error of a body that cannot be encoded.
+pub(crate) fn encoding_failed(error: serde_json::Error) -> ModelError {
+    ModelError::Other {
+        message: format!("cannot encode the request body: {error}"),
     }
 }
 

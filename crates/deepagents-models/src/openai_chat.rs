@@ -17,7 +17,7 @@ use crate::convert::{
     ApiMedia, Carried, Formats, Media, OPENAI_IMAGES, arguments_text, base64, carry, data_url,
     inline_schema, parse_arguments, text_and_media, text_with_notes, tokens, unreadable, usage,
 };
-use crate::encoded::{EncodeCache, assemble};
+use crate::encoded::{EncodeCache, assemble, encoding_failed};
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
 
@@ -103,12 +103,6 @@ impl ChatWire {
                 }),
             },
         )
-    }
-}
-
-fn encoding_failed(error: serde_json::Error) -> ModelError {
-    ModelError::Other {
-        message: format!("cannot encode the request body: {error}"),
     }
 }
 
@@ -216,12 +210,6 @@ impl Wire for ChatWire {
 
     fn modalities(&self) -> Option<InputModalities> {
         Some(self.modalities)
-    }
-
-    fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
-        let (url, bytes) = self.encode(request, stream, &mut EncodeCache::default())?;
-        let body = serde_json::from_slice(&bytes).map_err(encoding_failed)?;
-        Ok((url, body))
     }
 
     fn encode(

@@ -17,7 +17,7 @@ use crate::convert::{
     ApiMedia, Carried, Media, OPENAI_IMAGES, arguments_text, carry, data_url, inline_schema,
     parse_arguments, text_with_notes, tokens, unreadable, usage,
 };
-use crate::encoded::{EncodeCache, assemble};
+use crate::encoded::{EncodeCache, assemble, encoding_failed};
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
 
@@ -98,12 +98,6 @@ impl ResponsesWire {
     }
 }
 
-fn encoding_failed(error: serde_json::Error) -> ModelError {
-    ModelError::Other {
-        message: format!("cannot encode the request body: {error}"),
-    }
-}
-
 /// What precedes the input items in a request body.
 #[derive(Serialize)]
 struct Head<'a> {
@@ -138,12 +132,6 @@ impl Wire for ResponsesWire {
 
     fn modalities(&self) -> Option<InputModalities> {
         Some(self.modalities)
-    }
-
-    fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
-        let (url, bytes) = self.encode(request, stream, &mut EncodeCache::default())?;
-        let body = serde_json::from_slice(&bytes).map_err(encoding_failed)?;
-        Ok((url, body))
     }
 
     fn encode(

@@ -11,7 +11,7 @@ use deepagents_core::model::{
 use futures::StreamExt;
 use serde_json::Value;
 
-use crate::encoded::EncodeCache;
+use crate::encoded::{EncodeCache, encoding_failed};
 use crate::http::sse::{SseEvent, SseParser};
 use crate::http::{
     HttpConfig, HttpRequest, Secret, Transport, TransportError, read_body, send_with_retry,
@@ -78,25 +78,22 @@ pub trait Wire: Send + Sync + fmt::Debug + 'static {
     /// Provider name for messages, e.g. `anthropic`.
     fn provider(&self) -> &str;
 
-    /// The URL and JSON body of a call.
-    fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError>;
-
-    /// The URL and the encoded body of a call: what is sent. The default encodes
-    /// [`request`](Self::request); a wire on the hot path writes the bytes straight from the
-    /// typed request instead, with the same JSON meaning, reusing from `cache` what it
-    /// encoded for the messages of earlier requests.
+    /// The URL and the encoded body of a call: what is sent, written straight from the typed
+    /// request, reusing from `cache` what the wire encoded for the messages of earlier
+    /// requests.
     fn encode(
         &self,
         request: &ModelRequest,
         stream: bool,
         cache: &mut EncodeCache,
-    ) -> Result<(String, Vec<u8>), ModelError> {
-        let _ = cache;
-        let (url, body) = self.request(request, stream)?;
-        let bytes = serde_json::to_vec(&body).map_err(|e| ModelError::Other {
-            message: format!("cannot encode the request body: {e}"),
-        })?;
-        Ok((url, bytes))
+    ) -> Result<(String, Vec<u8>), ModelError>;
+
+    /// The URL and the body of a call as JSON: [`encode`](Self::encode) read back, for tests
+    /// and inspection.
+    fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
+        let (url, bytes) = self.encode(request, stream, &mut EncodeCache::default())?;
+        let body = serde_json::from_slice(&bytes).map_err(encoding_failed)?;
+        Ok((url, body))
     }
 
     /// Headers other than credentials.

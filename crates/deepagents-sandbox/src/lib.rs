@@ -52,6 +52,19 @@ pub const SYSTEM_PATHS: [&str; 8] = [
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt",
 ];
 
+/// Host variables worth passing to a confined command that should keep some of the host's
+/// environment: what programs need to behave, none of the host's credentials.
+pub const HOST_ENV_ALLOWED: [&str; 7] =
+    ["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER"];
+
+/// The host's values of [`HOST_ENV_ALLOWED`] that are set.
+pub fn allowed_host_env() -> Vec<(String, String)> {
+    HOST_ENV_ALLOWED
+        .iter()
+        .filter_map(|name| Some(((*name).to_owned(), std::env::var(name).ok()?)))
+        .collect()
+}
+
 /// Names inside the root that stay read-only by default.
 pub const PROTECTED_NAMES: [&str; 3] = [".git", ".deepagents", ".agents"];
 

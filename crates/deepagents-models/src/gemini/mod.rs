@@ -16,7 +16,7 @@ use crate::convert::{
     ApiMedia, Carried, Formats, arguments_object, base64, carry, new_call_id, text_and_media,
     text_with_notes, tokens, usage,
 };
-use crate::encoded::{EncodeCache, assemble};
+use crate::encoded::{EncodeCache, assemble, encoding_failed};
 use crate::http::Secret;
 use crate::http::sse::SseEvent;
 use crate::provider::{Decoder, Step, Wire, event_json, malformed};
@@ -55,33 +55,12 @@ impl GeminiWire {
         cache: &mut EncodeCache,
     ) -> Result<Vec<u8>, serde_json::Error> {
         let (prefix, tools) = cache.parts(request.messages.version());
-        let from = prefix.messages();
-        // Consecutive messages of one role merge into one turn, so a turn is final only
-        // once the next one starts.
-        let mut turn: Option<(&str, Vec<Value>)> = None;
-        for (offset, message) in request.messages[from..].iter().enumerate() {
-            let (role, parts) = message_parts(message, self.modalities);
-            if parts.is_empty() {
-                continue;
-            }
-            match &mut turn {
-                Some((current, existing)) if *current == role => existing.extend(parts),
-                _ => {
-                    if let Some((role, parts)) = turn.replace((role, parts)) {
-                        prefix.buffer().push(b',');
-                        serde_json::to_writer(
-                            prefix.buffer(),
-                            &json!({"role": role, "parts": parts}),
-                        )?;
-                        prefix.settle_before(from + offset);
-                    }
-                }
-            }
-        }
-        if let Some((role, parts)) = turn {
-            // Not settled: the next request may merge into it.
-            prefix.buffer().push(b',');
-            serde_json::to_writer(prefix.buffer(), &json!({"role": role, "parts": parts}))?;
+        // Not settled, the last turn is encoded anew with the next request, which may merge
+        // into it.
+        if let Some((role, parts)) = prefix.merge_turns(&request.messages, "parts", |message| {
+            message_parts(message, self.modalities)
+        })? {
+            prefix.write_turn(role, "parts", parts)?;
         }
         let tools = tools.get(&request.tools, |tools| {
             let declarations: Vec<Value> = tools
@@ -133,12 +112,6 @@ impl GeminiWire {
     }
 }
 
-fn encoding_failed(error: serde_json::Error) -> ModelError {
-    ModelError::Other {
-        message: format!("cannot encode the request body: {error}"),
-    }
-}
-
 /// What precedes the contents in a request body.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -184,12 +157,6 @@ impl Wire for GeminiWire {
 
     fn modalities(&self) -> Option<InputModalities> {
         Some(self.modalities)
-    }
-
-    fn request(&self, request: &ModelRequest, stream: bool) -> Result<(String, Value), ModelError> {
-        let (url, bytes) = self.encode(request, stream, &mut EncodeCache::default())?;
-        let body = serde_json::from_slice(&bytes).map_err(encoding_failed)?;
-        Ok((url, body))
     }
 
     fn encode(
