@@ -336,6 +336,10 @@ impl Sandbox for PolicyBackend {
         self.inner.as_sandbox().map_or("", |s| s.id())
     }
 
+    fn confinement(&self) -> Option<deepagents_core::event::Confinement> {
+        self.inner.as_sandbox()?.confinement()
+    }
+
     async fn execute_streaming(
         &self,
         cx: &BackendContext,

@@ -742,6 +742,11 @@ pub trait Sandbox: Backend {
     /// A stable id of this sandbox (for logs and reconnection).
     fn id(&self) -> &str;
 
+    /// How commands are confined here, when this sandbox can say (a run reports it once).
+    fn confinement(&self) -> Option<deepagents_core::event::Confinement> {
+        None
+    }
+
     /// Runs `command` through a shell; `timeout` overrides the backend's default. Hands
     /// `on_output` each piece of output as the command produces it (at most as much as the
     /// result may hold); a sandbox that cannot stream hands over its whole output at the end.

@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use deepagents_core::event::OutputStream;
+use deepagents_core::event::{Confinement, OutputStream};
 use rustix::process::{Pid, Signal};
 use tokio::io::AsyncReadExt;
 
@@ -141,11 +141,11 @@ impl LocalShellBackend {
     }
 
     /// The process that runs `command`: the shell itself, or the shell inside the sandbox
-    /// (with the seccomp filters to keep open until it is spawned).
+    /// (with the sandbox's guard to keep until the command has ended).
     fn command(
         &self,
         command: &str,
-    ) -> Result<(tokio::process::Command, Vec<std::os::fd::OwnedFd>), BackendError> {
+    ) -> Result<(tokio::process::Command, Option<deepagents_sandbox::Guard>), BackendError> {
         let Some(policy) = &self.sandbox else {
             let mut cmd = tokio::process::Command::new(&self.shell);
             cmd.arg("-c").arg(command).current_dir(self.fs.root());
@@ -153,7 +153,7 @@ impl LocalShellBackend {
                 cmd.env_clear();
             }
             cmd.envs(&self.env);
-            return Ok((cmd, Vec::new()));
+            return Ok((cmd, None));
         };
         // Confined, inheriting means only the allowed host variables.
         let mut env: BTreeMap<String, String> = if self.inherit_env {
@@ -166,8 +166,8 @@ impl LocalShellBackend {
         let confined = policy
             .command(&self.shell, command, &env)
             .map_err(|e| self.io_error(e.to_string()))?;
-        let (process, filters) = confined.into_parts();
-        Ok((tokio::process::Command::from(process), filters))
+        let (process, guard) = confined.into_parts();
+        Ok((tokio::process::Command::from(process), Some(guard)))
     }
 
     fn io_error(&self, message: String) -> BackendError {
@@ -349,6 +349,31 @@ impl Sandbox for LocalShellBackend {
         &self.id
     }
 
+    fn confinement(&self) -> Option<Confinement> {
+        let Some(policy) = &self.sandbox else {
+            return Some(Confinement {
+                engine: "none".to_owned(),
+                network: "on".to_owned(),
+                unenforced: vec![
+                    "commands run unconfined, with the rights of this process".to_owned(),
+                ],
+            });
+        };
+        let network = policy.network.describe();
+        Some(match policy.resolve_engine() {
+            Ok(engine) => Confinement {
+                engine: engine.name().to_owned(),
+                network,
+                unenforced: deepagents_sandbox::limitations(engine, policy),
+            },
+            Err(e) => Confinement {
+                engine: "unavailable".to_owned(),
+                network,
+                unenforced: vec![format!("commands are refused: {e}")],
+            },
+        })
+    }
+
     async fn execute_streaming(
         &self,
         _cx: &BackendContext,
@@ -364,15 +389,17 @@ impl Sandbox for LocalShellBackend {
             });
         }
         let timeout = timeout.min(MAX_TIMEOUT);
-        let (mut cmd, filters) = self.command(command)?;
+        // Dropped last: it ends whatever the command left and stops its network proxy.
+        let (mut cmd, mut sandbox) = self.command(command)?;
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
         let spawned = cmd.spawn();
-        // The sandbox's seccomp filters are read by the child as it starts; ours can go.
-        drop(filters);
+        if let Some(sandbox) = &mut sandbox {
+            sandbox.spawned();
+        }
         let mut child = spawned
             .map_err(|e| self.io_error(format!("cannot start {}: {e}", self.shell.display())))?;
         let mut guard = GroupGuard {
@@ -426,7 +453,8 @@ impl Sandbox for LocalShellBackend {
                 // The group may live on in processes that detached from the pipes (servers
                 // started with `&` and redirected output): they are the user's to keep.
                 guard.pid = None;
-                let (output, truncated) = output.finish();
+                let (mut output, truncated) = output.finish();
+                note_refused_hosts(&mut output, sandbox.as_ref());
                 Ok(ExecuteResult {
                     output,
                     exit_code: status.code(),
@@ -439,7 +467,8 @@ impl Sandbox for LocalShellBackend {
                 guard.kill();
                 // Reap the shell so no zombie is left; the group is already killed.
                 let _ = child.kill().await;
-                let (output, truncated) = output.finish();
+                let (mut output, truncated) = output.finish();
+                note_refused_hosts(&mut output, sandbox.as_ref());
                 Ok(ExecuteResult {
                     output,
                     exit_code: Some(TIMEOUT_EXIT_CODE),
@@ -449,6 +478,24 @@ impl Sandbox for LocalShellBackend {
             }
         }
     }
+}
+
+/// Tells the model which hosts the sandbox's proxy refused, so it does not mistake the
+/// refusal for a network failure.
+fn note_refused_hosts(output: &mut String, sandbox: Option<&deepagents_sandbox::Guard>) {
+    let refused = sandbox
+        .map(deepagents_sandbox::Guard::refused_hosts)
+        .unwrap_or_default();
+    if refused.is_empty() {
+        return;
+    }
+    if !output.is_empty() && !output.ends_with('\n') {
+        output.push('\n');
+    }
+    output.push_str(&format!(
+        "[sandbox] network access refused to {}: not in the allowed domains",
+        refused.join(", ")
+    ));
 }
 
 delegate_backend! {

@@ -1,11 +1,20 @@
 //! Asking the person at the terminal to approve tool calls.
 
 use std::io::{BufRead, IsTerminal as _, Write};
+use std::sync::Arc;
 
 use deepagents::{ASK_USER, Decision, DecisionKind, InterruptConfig, PendingAction};
 
-/// Shell commands ask first.
-pub fn execute_config() -> InterruptConfig {
+/// Shell commands ask first, but for those `allowed` names (see
+/// [`crate::sandbox::shell_allowed`]).
+pub fn execute_config(allowed: Vec<String>) -> InterruptConfig {
+    let predicate: Option<Arc<deepagents::approval::ApprovalPredicate>> = (!allowed.is_empty())
+        .then(|| {
+            Arc::new(move |args: &serde_json::Value| {
+                let command = args["command"].as_str().unwrap_or_default();
+                !crate::sandbox::shell_allowed(command, &allowed)
+            }) as Arc<deepagents::approval::ApprovalPredicate>
+        });
     InterruptConfig {
         allowed: vec![
             DecisionKind::Approve,
@@ -14,7 +23,7 @@ pub fn execute_config() -> InterruptConfig {
             DecisionKind::Respond,
         ],
         description: Some("A shell command wants to run.".to_owned()),
-        predicate: None,
+        predicate,
     }
 }
 
@@ -317,7 +326,7 @@ mod tests {
     }
 
     fn all() -> PendingAction {
-        action(&execute_config().allowed)
+        action(&execute_config(Vec::new()).allowed)
     }
 
     /// The decisions for `actions` given the typed `input`, and what the prompt printed.

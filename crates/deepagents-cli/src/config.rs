@@ -74,6 +74,11 @@ pub struct ShellConfig {
     /// plus `env`).
     #[serde(default)]
     pub inherit_env: bool,
+    /// Commands that run without approval when the sandbox is off (`--shell-allow`): a
+    /// command matches an entry it starts with, word for word (`git status` allows
+    /// `git status --short`), and holds no `;`, `&`, `|`, redirection or substitution.
+    #[serde(default)]
+    pub allow: Vec<String>,
 }
 
 /// `[repo]`: how the repository backend finds repositories and commits.

@@ -42,8 +42,19 @@ enum Command {
 
 #[derive(Subcommand)]
 enum SandboxCommand {
-    /// Tries each layer of the sandbox and says whether commands can run confined.
-    Check,
+    /// Tries each layer of the sandbox and says which engine confines commands and what it
+    /// cannot enforce here.
+    Check {
+        /// The root the policy is for (default: the current directory).
+        #[arg(long, value_name = "DIR")]
+        root: Option<std::path::PathBuf>,
+        /// The engine to check (default: auto, or `engine` in `[sandbox]`).
+        #[arg(long, value_enum)]
+        sandbox_engine: Option<sandbox::EngineSetting>,
+        /// The config file (its `[sandbox]` section); as for `run`.
+        #[arg(long, value_name = "FILE", env = "DEEPAGENTS_CONFIG")]
+        config: Option<std::path::PathBuf>,
+    },
     /// Runs a command as `execute` would (`deepagents sandbox run -- ls ~`).
     Run {
         /// The root the command runs in (default: the current directory).
@@ -52,6 +63,9 @@ enum SandboxCommand {
         /// The mode (default: workspace-write, or `mode` in `[sandbox]`).
         #[arg(long, value_enum)]
         sandbox: Option<sandbox::SandboxMode>,
+        /// The engine (default: auto, or `engine` in `[sandbox]`).
+        #[arg(long, value_enum)]
+        sandbox_engine: Option<sandbox::EngineSetting>,
         /// The config file (its `[sandbox]` section); as for `run`.
         #[arg(long, value_name = "FILE", env = "DEEPAGENTS_CONFIG")]
         config: Option<std::path::PathBuf>,
@@ -146,6 +160,16 @@ struct RunArgs {
     /// or off (unconfined). Also `mode` in `[sandbox]` of the config file.
     #[arg(long, value_enum)]
     sandbox: Option<sandbox::SandboxMode>,
+    /// What confines commands: auto (the default: bubblewrap where user namespaces work,
+    /// else Landlock), bubblewrap, or landlock (the fallback, forced). Also `engine` in
+    /// `[sandbox]`.
+    #[arg(long, value_enum)]
+    sandbox_engine: Option<sandbox::EngineSetting>,
+    /// A command that runs without approval when the sandbox is off: commands starting with
+    /// it word for word, with no `;`, `&`, `|`, redirection or substitution (repeatable;
+    /// also `allow` in `[shell]`).
+    #[arg(long = "shell-allow", value_name = "COMMAND")]
+    shell_allow: Vec<String>,
     /// Whether file paths are confined to --root (default true). With false, `/etc/hosts` is
     /// the host's `/etc/hosts` (the root is only the shell's working directory). Also
     /// `virtual_mode = false` in the config file.
@@ -209,6 +233,8 @@ enum ThreadsCommand {
 }
 
 fn main() -> ExitCode {
+    // The sandbox re-executes this program as its helper (the network bridge, Landlock).
+    deepagents::backends::sandbox::helper::dispatch();
     let cli = Cli::parse();
     // One thread: a run waits on the model and on tools, and parallel subagents interleave
     // their waits on it as well; a second worker only adds cross-thread wake-ups per step.
@@ -227,16 +253,23 @@ fn main() -> ExitCode {
         Command::Run(args) => runtime.block_on(run(*args)),
         Command::Threads(command) => runtime.block_on(threads::run(command)),
         Command::Repo(command) => runtime.block_on(repo_command(command)),
-        Command::Sandbox(SandboxCommand::Check) => Ok(sandbox::check()),
+        Command::Sandbox(SandboxCommand::Check {
+            root,
+            sandbox_engine,
+            config,
+        }) => config::load(config.as_deref())
+            .and_then(|config| sandbox::check(root, sandbox_engine, &config.sandbox)),
         Command::Sandbox(SandboxCommand::Run {
             root,
             sandbox: mode,
+            sandbox_engine,
             config,
             command,
         }) => config::load(config.as_deref()).and_then(|config| {
             sandbox::run(
                 root,
                 mode.or(config.sandbox.mode).unwrap_or_default(),
+                sandbox_engine,
                 &config.sandbox,
                 &command,
             )
@@ -373,6 +406,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             virtual_mode,
             shell: &config.shell,
             sandbox: sandbox_mode,
+            sandbox_engine: args.sandbox_engine,
             sandbox_config: &config.sandbox,
             permissions: permissions.as_ref(),
         },
@@ -390,12 +424,14 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     // `execute` is offered only by a backend with a shell; the builder refuses interrupts
     // for tools that are not offered. Confined commands need no approval: the sandbox is the
-    // guard. Unconfined ones (`--sandbox off`) ask.
+    // guard. Unconfined ones (`--sandbox off`) ask, but for those the allow-list names.
     if !args.auto_approve
         && sandbox_mode == sandbox::SandboxMode::Off
         && workspace.backend.as_sandbox().is_some()
     {
-        builder = builder.interrupt_on("execute", approvals::execute_config());
+        let mut allowed = args.shell_allow.clone();
+        allowed.extend(config.shell.allow.iter().cloned());
+        builder = builder.interrupt_on("execute", approvals::execute_config(allowed));
     }
     if let Some(tokens) = args.max_input_tokens {
         builder = builder.context_window(tokens);

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::ValueEnum;
-use deepagents::backends::sandbox::{self, Limits, Network, PROTECTED_NAMES, Policy};
+use deepagents::backends::sandbox::{
+    self, DEFAULT_MAX_PROCESSES, Engine, Limits, Network, PROTECTED_NAMES, Policy,
+};
 use deepagents::backends::{Mode, Operation, Permissions};
 use serde::Deserialize;
 
@@ -22,6 +24,30 @@ pub enum SandboxMode {
     ReadOnly,
     /// Commands run unconfined, as you: they can read and change anything you can.
     Off,
+}
+
+/// `--sandbox-engine` and `engine` in `[sandbox]`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineSetting {
+    /// Bubblewrap where user namespaces work, else Landlock.
+    #[default]
+    Auto,
+    /// Bubblewrap and seccomp only.
+    Bubblewrap,
+    /// Landlock and seccomp (the fallback; see `deepagents sandbox check` for what it cannot
+    /// enforce).
+    Landlock,
+}
+
+impl From<EngineSetting> for Engine {
+    fn from(setting: EngineSetting) -> Self {
+        match setting {
+            EngineSetting::Auto => Engine::Auto,
+            EngineSetting::Bubblewrap => Engine::Bubblewrap,
+            EngineSetting::Landlock => Engine::Landlock,
+        }
+    }
 }
 
 /// `network` in `[sandbox]`.
@@ -53,9 +79,17 @@ pub struct SandboxConfig {
     /// Paths inside the root commands may not read.
     #[serde(default)]
     pub hidden: Vec<PathBuf>,
-    /// `"off"` (default) or `"on"`.
+    /// `"off"` (default) or `"on"` (the host's network, unfiltered).
     #[serde(default)]
     pub network: NetworkSetting,
+    /// Domains commands may reach over HTTP and HTTPS through the sandbox's proxy while the
+    /// network is otherwise off (`example.com`, `*.example.com`).
+    #[serde(default)]
+    pub allow_domains: Vec<String>,
+    /// `"auto"` (default), `"bubblewrap"` or `"landlock"`; `--sandbox-engine` beats it.
+    pub engine: Option<EngineSetting>,
+    /// Processes and threads a command may have at once (default 1024).
+    pub max_processes: Option<u64>,
     /// The largest file a command may write, in bytes (default: no limit).
     pub max_file_size: Option<u64>,
     /// CPU seconds each process of a command may use (default: no limit; the timeout still
@@ -70,6 +104,7 @@ pub struct SandboxConfig {
 pub fn policy(
     root: &Path,
     mode: SandboxMode,
+    engine: Option<EngineSetting>,
     config: &SandboxConfig,
     permissions: Option<&Permissions>,
 ) -> (Option<Policy>, Vec<String>) {
@@ -85,15 +120,23 @@ pub fn policy(
         .clone()
         .unwrap_or_else(|| PROTECTED_NAMES.iter().map(PathBuf::from).collect());
     policy.hidden.clone_from(&config.hidden);
-    policy.network = match config.network {
-        NetworkSetting::Off => Network::Off,
-        NetworkSetting::On => Network::On,
+    let mut warnings = Vec::new();
+    policy.network = match (config.network, config.allow_domains.is_empty()) {
+        (NetworkSetting::Off, true) => Network::Off,
+        (NetworkSetting::Off, false) => Network::Domains(config.allow_domains.clone()),
+        (NetworkSetting::On, empty) => {
+            if !empty {
+                warnings.push("warning: [sandbox] allow_domains has no effect with network = \"on\", which allows every host".to_owned());
+            }
+            Network::On
+        }
     };
     policy.limits = Limits {
         max_file_size: config.max_file_size,
         max_cpu_seconds: config.max_cpu_seconds,
+        max_processes: Some(config.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES)),
     };
-    let mut warnings = Vec::new();
+    policy.engine = engine.or(config.engine).unwrap_or_default().into();
     for rule in permissions.into_iter().flat_map(Permissions::rules) {
         if rule.mode != Mode::Deny {
             continue;
@@ -121,46 +164,56 @@ fn mountable(glob: &str) -> Option<PathBuf> {
     plain.then(|| PathBuf::from(relative))
 }
 
-/// One line for stderr saying how commands run, printed once per run.
+/// The lines for stderr saying how commands run, printed once per run.
 pub fn describe(policy: Option<&Policy>) -> String {
     let Some(policy) = policy else {
         return "warning: commands run unconfined (--sandbox off): they can read and change anything you can".to_owned();
     };
-    let report = sandbox::check();
-    if !report.usable() {
-        let why = report
-            .layers
-            .iter()
-            .filter(|layer| !layer.works)
-            .map(|layer| format!("{}: {}", layer.name, layer.detail))
-            .collect::<Vec<_>>()
-            .join("; ");
-        return format!(
-            "warning: commands will be refused: the sandbox does not work here ({why})"
-        );
-    }
-    format!(
-        "sandbox: {} in {} (bubblewrap, seccomp; network {})",
+    let engine = match policy.resolve_engine() {
+        Ok(engine) => engine,
+        Err(e) => return format!("warning: commands will be refused: {e}"),
+    };
+    let mut text = format!(
+        "sandbox: {} in {} ({}, seccomp; network {})",
         match policy.root_access {
             sandbox::RootAccess::Write => "workspace-write",
             sandbox::RootAccess::Read => "read-only",
         },
         policy.root.display(),
-        match policy.network {
-            Network::Off => "off",
-            Network::On => "on",
-        }
-    )
+        engine.name(),
+        policy.network.describe()
+    );
+    for gap in sandbox::limitations(engine, policy) {
+        text.push_str(&format!("\nwarning: the sandbox does not enforce {gap}"));
+    }
+    text
 }
 
-/// `deepagents sandbox check`: each layer, and whether commands can run confined.
-pub fn check() -> ExitCode {
-    let report = sandbox::check();
+/// `deepagents sandbox check`: each layer, the engine the policy for `root` gets, and what
+/// it leaves unenforced.
+pub fn check(
+    root: Option<PathBuf>,
+    engine: Option<EngineSetting>,
+    config: &SandboxConfig,
+) -> anyhow::Result<ExitCode> {
+    let root = root_or_current(root)?;
+    let (policy, _) = policy(&root, SandboxMode::WorkspaceWrite, engine, config, None);
+    let Some(policy) = policy else {
+        return Ok(ExitCode::FAILURE);
+    };
+    let report = sandbox::check_for(&policy);
     println!("{report}");
-    if report.usable() {
+    Ok(if report.usable() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    })
+}
+
+fn root_or_current(root: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    match root {
+        Some(root) => Ok(root),
+        None => std::env::current_dir().context("cannot read the current directory; pass --root"),
     }
 }
 
@@ -169,28 +222,32 @@ pub fn check() -> ExitCode {
 pub fn run(
     root: Option<PathBuf>,
     mode: SandboxMode,
+    engine: Option<EngineSetting>,
     config: &SandboxConfig,
     command: &[String],
 ) -> anyhow::Result<ExitCode> {
-    let root = match root {
-        Some(root) => root,
-        None => {
-            std::env::current_dir().context("cannot read the current directory; pass --root")?
-        }
-    };
+    let root = root_or_current(root)?;
     let command = command.join(" ");
-    let status = match policy(&root, mode, config, None).0 {
+    let (policy, warnings) = policy(&root, mode, engine, config, None);
+    for warning in warnings {
+        eprintln!("{warning}");
+    }
+    let status = match policy {
         None => std::process::Command::new("/bin/sh")
             .args(["-c", &command])
             .current_dir(&root)
             .status()?,
         Some(policy) => {
-            let (mut process, filters) = policy
+            let (mut process, mut guard) = policy
                 .command(Path::new("/bin/sh"), &command, &sandbox::allowed_host_env())?
                 .into_parts();
-            let status = process.status();
-            drop(filters);
-            status?
+            let mut child = process.spawn()?;
+            guard.spawned();
+            let status = child.wait()?;
+            for host in guard.refused_hosts() {
+                eprintln!("sandbox: refused network access to {host} (not in allow_domains)");
+            }
+            status
         }
     };
     Ok(match status.code() {
@@ -198,4 +255,37 @@ pub fn run(
         Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         None => ExitCode::FAILURE,
     })
+}
+
+/// Whether `command` may run without approval with the sandbox off: it starts with one of
+/// `allowed`, word for word, and chains, redirects or substitutes nothing.
+pub fn shell_allowed(command: &str, allowed: &[String]) -> bool {
+    if command.contains([';', '&', '|', '>', '<', '`', '$', '\n', '(', ')']) {
+        return false;
+    }
+    let words: Vec<&str> = command.split_whitespace().collect();
+    allowed.iter().any(|entry| {
+        let prefix: Vec<&str> = entry.split_whitespace().collect();
+        !prefix.is_empty() && words.starts_with(&prefix)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_allowed;
+
+    #[test]
+    fn the_shell_allow_list_matches_whole_words_and_refuses_chains() {
+        let allowed = vec!["git status".to_owned(), "ls".to_owned()];
+        assert!(shell_allowed("git status --short", &allowed));
+        assert!(shell_allowed("  ls -la src", &allowed));
+        assert!(!shell_allowed("git statusx", &allowed));
+        assert!(!shell_allowed("git push", &allowed));
+        assert!(!shell_allowed("ls; rm -rf /", &allowed));
+        assert!(!shell_allowed("ls && curl evil", &allowed));
+        assert!(!shell_allowed("ls $(rm x)", &allowed));
+        assert!(!shell_allowed("ls > /etc/passwd", &allowed));
+        assert!(!shell_allowed("lsof", &allowed));
+        assert!(!shell_allowed("anything", &[String::new()]));
+    }
 }

@@ -207,6 +207,8 @@ pub struct DiskOptions<'a> {
     pub shell: &'a crate::config::ShellConfig,
     /// How commands are confined.
     pub sandbox: crate::sandbox::SandboxMode,
+    /// What confines them (`--sandbox-engine`).
+    pub sandbox_engine: Option<crate::sandbox::EngineSetting>,
     /// What the confinement allows.
     pub sandbox_config: &'a crate::sandbox::SandboxConfig,
     /// The permission rules of the file tools, which the confinement follows where it can.
@@ -267,6 +269,7 @@ pub async fn open(
                 let (policy, warnings) = crate::sandbox::policy(
                     &root,
                     disk_options.sandbox,
+                    disk_options.sandbox_engine,
                     disk_options.sandbox_config,
                     disk_options.permissions,
                 );

@@ -868,4 +868,208 @@ fn execute_is_confined_by_default_and_follows_the_permission_rules() {
     assert!(results["works"].starts_with("ok"), "{}", results["works"]);
     // The rule that cannot become a mount is named.
     assert!(shown.contains("/**/*.pem"), "{shown}");
+    // The run says how its commands were confined.
+    let report = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["type"] == "sandbox")
+        .unwrap_or_else(|| panic!("no sandbox event: {stdout}"));
+    assert_eq!(report["confinement"]["engine"], "bubblewrap", "{report}");
+    assert_eq!(report["confinement"]["network"], "off", "{report}");
+}
+
+fn sandbox_works() -> bool {
+    if std::process::Command::new("bwrap")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "bubblewrap is missing");
+    eprintln!("skipped: bubblewrap is not installed");
+    false
+}
+
+/// Each `execute` result of a `--json` run, by call id.
+fn execute_results(stdout: &str) -> std::collections::BTreeMap<String, String> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["type"] == "tool_call_finished")
+        .map(|e| {
+            (
+                e["call_id"].as_str().unwrap().to_owned(),
+                e["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_landlock_fallback_confines_execute_and_the_run_reports_what_it_cannot_enforce() {
+    if !sandbox_works() {
+        return;
+    }
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "outside-secret").unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let commands = [
+        ("outside", format!("cat {}/secret.txt", outside.path().display())),
+        ("system", "echo x > /usr/evil && echo wrote".to_owned()),
+        ("net", "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 9))' && echo connected".to_owned()),
+        ("works", "echo ok > made.txt && cat made.txt".to_owned()),
+    ];
+    let model = script(
+        root.path(),
+        json!([
+            {"tool_calls": commands.iter().map(|(id, command)| json!({"id": id, "name": "execute", "args": {"command": command}})).collect::<Vec<_>>()},
+            {"text": "done"}
+        ]),
+    );
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "shell",
+            "--sandbox-engine",
+            "landlock",
+            "--model",
+            &model,
+            "--root",
+        ])
+        .arg(root.path())
+        .arg("go")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stdout = String::from_utf8(output.stdout.clone()).unwrap();
+    let results = execute_results(&stdout);
+    assert!(
+        !results["outside"].contains("outside-secret"),
+        "{}",
+        results["outside"]
+    );
+    assert!(
+        !results["system"].contains("wrote"),
+        "{}",
+        results["system"]
+    );
+    assert!(!results["net"].contains("connected"), "{}", results["net"]);
+    assert!(results["works"].starts_with("ok"), "{}", results["works"]);
+    let report = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["type"] == "sandbox")
+        .unwrap_or_else(|| panic!("no sandbox event: {stdout}"));
+    assert_eq!(report["confinement"]["engine"], "landlock", "{report}");
+    let unenforced = report["confinement"]["unenforced"].to_string();
+    assert!(unenforced.contains(".git"), "{report}");
+    // And the terminal is told too.
+    let shown = stderr(&output);
+    assert!(
+        shown.contains("landlock") && shown.contains("does not enforce"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn allowed_domains_are_reached_through_the_sandbox_proxy_only() {
+    if !sandbox_works() {
+        return;
+    }
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            let _ = stream.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+        }
+    });
+    let root = tempfile::tempdir().unwrap();
+    let config = root.path().join("config.toml");
+    std::fs::write(&config, "[sandbox]\nallow_domains = [\"localhost\"]\n").unwrap();
+    let fetch = |url: String| {
+        bin()
+            .args(["sandbox", "run", "--config"])
+            .arg(&config)
+            .arg("--root")
+            .arg(root.path())
+            .args(["--", &format!("curl -sS --max-time 5 {url}")])
+            .output()
+            .unwrap()
+    };
+    let allowed = fetch(format!("http://localhost:{port}/"));
+    assert_eq!(
+        String::from_utf8_lossy(&allowed.stdout),
+        "hello",
+        "{}",
+        stderr(&allowed)
+    );
+    let refused = fetch(format!("http://127.0.0.1:{port}/"));
+    assert!(!String::from_utf8_lossy(&refused.stdout).contains("hello"));
+    assert!(
+        stderr(&refused).contains("refused network access to 127.0.0.1"),
+        "{}",
+        stderr(&refused)
+    );
+}
+
+#[test]
+fn with_the_sandbox_off_only_allow_listed_commands_skip_approval() {
+    let root = tempfile::tempdir().unwrap();
+    let model = script(
+        root.path(),
+        json!([
+            {"tool_calls": [
+                {"id": "listed", "name": "execute", "args": {"command": "echo listed-ran"}},
+                {"id": "chained", "name": "execute", "args": {"command": "echo x; echo chained-ran"}},
+                {"id": "other", "name": "execute", "args": {"command": "printf other-ran"}}
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "shell",
+            "--sandbox",
+            "off",
+            "--shell-allow",
+            "echo",
+            "--model",
+            &model,
+            "--root",
+        ])
+        .arg(root.path())
+        .arg("go")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let results = execute_results(&stdout);
+    assert!(results["listed"].contains("listed-ran"), "{stdout}");
+    // Not on the list: they needed an approval nobody could give here.
+    assert!(
+        !results
+            .get("chained")
+            .is_some_and(|r| r.contains("chained-ran")),
+        "{stdout}"
+    );
+    assert!(
+        !results
+            .get("other")
+            .is_some_and(|r| r.contains("other-ran")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("needs approval"), "{stdout}");
 }

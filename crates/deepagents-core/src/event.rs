@@ -109,6 +109,19 @@ pub enum ErrorKind {
     Crashed,
 }
 
+/// How a backend's shell commands are confined.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Confinement {
+    /// The engine: `bubblewrap`, `landlock`, `none` (unconfined), or `unavailable` (commands
+    /// are refused, `unenforced` says why).
+    pub engine: String,
+    /// The network commands reach: `off`, `on`, or `only DOMAINS`.
+    pub network: String,
+    /// What of the policy the engine does not enforce on this machine, one sentence each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unenforced: Vec<String>,
+}
+
 /// Which output of a command a chunk comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -251,6 +264,12 @@ pub enum EventKind {
         /// …, "data": base64}`. Files on disk or in a store are not repeated here.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         files: BTreeMap<String, FileContent>,
+    },
+    /// How the backend's commands are confined, once at the start of a run whose backend
+    /// has a shell that can say.
+    Sandbox {
+        /// What confines them.
+        confinement: Confinement,
     },
     /// The run stopped on an error.
     Error {

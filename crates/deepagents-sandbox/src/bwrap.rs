@@ -1,10 +1,15 @@
 //! The bubblewrap command line that expresses a [`Policy`].
 
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::{INSTALL_HINT, Network, Policy, RootAccess, SandboxError};
+use crate::proxy::{DomainRules, PORT_INSIDE, Proxy};
+use crate::{Guard, INSTALL_HINT, Network, Policy, RootAccess, SandboxError, helper};
+
+/// Where the helper and the proxy's socket appear inside the sandbox.
+const HELPER_INSIDE: &str = "/run/deepagents/helper";
+const PROXY_DIR_INSIDE: &str = "/run/deepagents/proxy";
 
 /// The `bwrap` program: the first on `PATH`, else `/usr/bin/bwrap`.
 pub fn find_bwrap() -> Result<PathBuf, SandboxError> {
@@ -21,10 +26,11 @@ pub fn find_bwrap() -> Result<PathBuf, SandboxError> {
 
 /// Builds the arguments. Mounts apply in order, later ones over earlier ones: the system,
 /// a private `/tmp`, `/proc` and `/dev`, extra read-only paths, the root, extra writable
-/// paths, then the read-only and hidden paths inside the root.
+/// paths, then the read-only and hidden paths inside the root. With allowed domains it starts
+/// the proxy (kept in `guard`) and runs the command under the helper's bridge.
 pub(crate) fn arguments(
     policy: &Policy,
-    filters: &[OwnedFd],
+    guard: &mut Guard,
     shell: &Path,
     command: &str,
     env: &[(String, String)],
@@ -46,6 +52,22 @@ pub(crate) fn arguments(
     if policy.network == Network::On {
         args.flags(&["--share-net"]);
     }
+    let bridge = match &policy.network {
+        Network::Domains(domains) => {
+            let helper = helper::program(policy)?;
+            let proxy = Proxy::start(DomainRules::new(domains))?;
+            args.mount("--ro-bind", &helper, Path::new(HELPER_INSIDE));
+            args.mount("--ro-bind", proxy.dir(), Path::new(PROXY_DIR_INSIDE));
+            let url = format!("http://127.0.0.1:{PORT_INSIDE}");
+            for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+                args.flags(&["--setenv", name, &url]);
+            }
+            let socket = Path::new(PROXY_DIR_INSIDE).join("proxy.sock");
+            guard.proxy = Some(proxy);
+            Some(socket)
+        }
+        Network::Off | Network::On => None,
+    };
     for dir in &policy.system {
         args.mount("--ro-bind-try", dir, dir);
     }
@@ -94,39 +116,22 @@ pub(crate) fn arguments(
     }
     args.flags(&["--chdir"]);
     args.path(&root);
-    for filter in filters {
+    for filter in &guard.filters {
         args.flags(&["--add-seccomp-fd", &filter.as_raw_fd().to_string()]);
     }
     args.flags(&["--"]);
-    args.path(shell);
-    match limits(policy) {
-        // Limits set by the shell before it hands over to the command, so they hold for
-        // everything the command starts, with no window in which a child escapes them.
-        Some(ulimit) => {
-            // `sh -c SCRIPT SHELL COMMAND`: in the script `$0` is the shell, `$1` the command.
-            args.flags(&[
-                "-c",
-                &format!("{ulimit} || exit 125; exec \"$0\" -c \"$1\""),
-            ]);
-            args.path(shell);
-            args.flags(&[command]);
-        }
-        None => args.flags(&["-c", command]),
+    if let Some(socket) = bridge {
+        args.flags(&[HELPER_INSIDE, helper::ARG, "bridge", "--socket"]);
+        args.path(&socket);
+        args.flags(&["--"]);
     }
+    args.0.extend(crate::shell_invocation(
+        policy,
+        guard.cgroup.is_some(),
+        shell,
+        command,
+    ));
     Ok(args.0)
-}
-
-/// The `ulimit` command that sets the policy's limits, if it has any. `-f` counts 512-byte
-/// blocks in POSIX shells.
-fn limits(policy: &Policy) -> Option<String> {
-    let mut parts = Vec::new();
-    if let Some(bytes) = policy.limits.max_file_size {
-        parts.push(format!("ulimit -f {}", bytes.div_ceil(512).max(1)));
-    }
-    if let Some(seconds) = policy.limits.max_cpu_seconds {
-        parts.push(format!("ulimit -t {}", seconds.max(1)));
-    }
-    (!parts.is_empty()).then(|| parts.join(" && "))
 }
 
 /// `path` resolved, when it exists and stays inside `root` (a symlink out of the root is not

@@ -6,24 +6,42 @@
 //! `.deepagents`, `.agents` by default) stay read-only, and paths the agent may not read are
 //! hidden. The network is off unless the policy turns it on.
 //!
-//! [`Policy::command`] prepares a [`std::process::Command`] that runs `SHELL -c COMMAND` under
-//! [bubblewrap](https://github.com/containers/bubblewrap) (`bwrap`, found on `PATH`): new
-//! user, mount, PID, IPC, UTS, cgroup and (unless allowed) network namespaces, the policy's
-//! mounts, an empty environment but for what the caller passes, the command as a child of a
-//! PID namespace that dies with it (so daemonized children are killed too), and a seccomp
-//! filter ([`seccomp`]) that refuses `ptrace`, mounts, new namespaces, `bpf`, `io_uring`,
-//! the kernel keyring, `perf_event_open`, module and kexec calls and, with the network off,
-//! sockets other than Unix ones.
+//! [`Policy::command`] prepares a [`std::process::Command`] that runs `SHELL -c COMMAND`
+//! confined by one of two engines ([`Engine`]):
+//!
+//! - **bubblewrap** (`bwrap`, found on `PATH`): new user, mount, PID, IPC, UTS, cgroup and
+//!   (unless allowed) network namespaces, the policy's mounts, the command as a child of a PID
+//!   namespace that dies with it (so daemonized children are killed too);
+//! - **Landlock** (Linux ≥ 6.2, ABI 3), the fallback where user namespaces are unavailable:
+//!   the same paths readable and writable as far as Landlock can say it; what it cannot
+//!   enforce is listed by [`Engine::Landlock`]'s [`limitations`].
+//!
+//! Both add a seccomp filter ([`seccomp`]) that refuses `ptrace`, mounts, new namespaces,
+//! `bpf`, `io_uring`, the kernel keyring, `perf_event_open`, module and kexec calls and, with
+//! the network off, sockets other than Unix ones; an environment that holds only what the
+//! caller passes; and resource limits, the number of processes through a pids cgroup where
+//! one can be created (then every process left when the command ends is killed too).
+//!
+//! [`Network::Domains`] lets commands reach chosen domains over HTTP and HTTPS through a
+//! proxy on a Unix socket that checks each request ([`proxy`]); a helper process
+//! ([`helper`]) bridges it into the sandbox's network namespace. The helper is the calling
+//! program itself, re-executed: a program that confines commands this way or with Landlock
+//! calls [`helper::dispatch`] first thing in `main`.
 //!
 //! [`check`] reports which layers work on this machine. Nothing here falls back silently: a
-//! missing `bwrap` or unusable user namespaces is an error that says how to fix it.
+//! machine where no engine works is an error that says how to fix it.
 
 mod bwrap;
+mod cgroup;
+pub mod helper;
+mod landlock;
+pub mod proxy;
 pub mod seccomp;
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
 pub use bwrap::find_bwrap;
 
@@ -38,13 +56,104 @@ pub enum RootAccess {
 }
 
 /// Whether commands reach the network.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Network {
     /// A network namespace of its own with only a loopback device, and no sockets but Unix ones.
     #[default]
     Off,
+    /// HTTP and HTTPS to these domains only, through a proxy that checks every request (see
+    /// [`proxy::DomainRules`] for the rules); nothing else leaves the sandbox. Needs the
+    /// bubblewrap engine: under Landlock the network stays off.
+    Domains(Vec<String>),
     /// The host's network, unfiltered.
     On,
+}
+
+impl Network {
+    /// A short description: `off`, `on`, or the allowed domains.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Off => "off".to_owned(),
+            Self::On => "on".to_owned(),
+            Self::Domains(domains) => format!("only {}", domains.join(", ")),
+        }
+    }
+}
+
+/// What confines commands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// Bubblewrap where user namespaces work on this machine, else Landlock.
+    #[default]
+    Auto,
+    /// Bubblewrap and seccomp (an error where it cannot run).
+    Bubblewrap,
+    /// Landlock and seccomp, without namespaces: the fallback (an error where Landlock is
+    /// older than ABI 3 or disabled). Makes the calling program non-dumpable, so commands
+    /// cannot read its environment through `/proc`.
+    Landlock,
+}
+
+impl Engine {
+    /// The engine's name as `check` and the configuration spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Bubblewrap => "bubblewrap",
+            Self::Landlock => "landlock",
+        }
+    }
+}
+
+/// What the given engine cannot enforce of `policy` on this machine, one sentence each
+/// (empty when it enforces all of it).
+pub fn limitations(engine: Engine, policy: &Policy) -> Vec<String> {
+    let mut gaps = Vec::new();
+    let cgroup = cgroup::available();
+    if policy.limits.max_processes.is_some() && !cgroup && rustix::process::getuid().is_root() {
+        gaps.push("the process limit: no pids cgroup can be created, and RLIMIT_NPROC does not hold for root".to_owned());
+    }
+    if engine != Engine::Landlock {
+        return gaps;
+    }
+    gaps.push(
+        "a private /tmp: commands get their own TMPDIR and cannot use the host's /tmp".to_owned(),
+    );
+    gaps.push("a PID namespace: commands see the host's processes, and can read the command lines and environments of other processes of the same user that are not this program".to_owned());
+    gaps.push("file names and metadata outside the policy: a command can stat a path it knows, not read or list it".to_owned());
+    if policy.root_access == RootAccess::Write
+        && (!policy.protected.is_empty() || !policy.read_only.is_empty())
+    {
+        gaps.push(format!(
+            "read-only paths inside the writable root: {} stay writable",
+            names(policy.protected.iter().chain(&policy.read_only))
+        ));
+    }
+    if !policy.hidden.is_empty() {
+        gaps.push(format!(
+            "hidden paths inside the root: {} stay readable",
+            names(policy.hidden.iter())
+        ));
+    }
+    if matches!(policy.network, Network::Domains(_)) {
+        gaps.push(
+            "allowed domains (they need a network namespace): the network stays off".to_owned(),
+        );
+    }
+    if !cgroup {
+        gaps.push(
+            "ending daemonized processes on timeout (no pids cgroup): they are ended when the command finishes, not when it is killed"
+                .to_owned(),
+        );
+    }
+    gaps
+}
+
+fn names<'a>(paths: impl Iterator<Item = &'a PathBuf>) -> String {
+    paths
+        .map(|path| path.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The system directories a command sees read-only by default (those that exist).
@@ -93,7 +202,17 @@ pub struct Policy {
     pub network: Network,
     /// Resource limits of the command and everything it starts.
     pub limits: Limits,
+    /// What confines the command.
+    pub engine: Engine,
+    /// The program that carries the [`helper`] (it calls [`helper::dispatch`] first in
+    /// `main`); `None` is the running program. Needed for [`Network::Domains`] and the
+    /// Landlock engine.
+    pub helper: Option<PathBuf>,
 }
+
+/// The process limit of the default policies: room for builds and test runners, not for a
+/// fork bomb.
+pub const DEFAULT_MAX_PROCESSES: u64 = 1024;
 
 /// Resource limits (`setrlimit`) of a confined command and its descendants; `None` leaves the
 /// host's.
@@ -104,6 +223,10 @@ pub struct Limits {
     pub max_file_size: Option<u64>,
     /// CPU seconds each process may use (`RLIMIT_CPU`).
     pub max_cpu_seconds: Option<u64>,
+    /// How many processes and threads the command may have at once: a pids cgroup where
+    /// one can be created (as root, or in a delegated cgroup), else `RLIMIT_NPROC`, which
+    /// the kernel does not apply to root.
+    pub max_processes: Option<u64>,
 }
 
 impl Policy {
@@ -120,7 +243,12 @@ impl Policy {
             hidden: Vec::new(),
             read_only: Vec::new(),
             network: Network::Off,
-            limits: Limits::default(),
+            limits: Limits {
+                max_processes: Some(DEFAULT_MAX_PROCESSES),
+                ..Limits::default()
+            },
+            engine: Engine::Auto,
+            helper: None,
         }
     }
 
@@ -134,25 +262,170 @@ impl Policy {
 
     /// A command that runs `shell -c command` in the root under this policy, with exactly the
     /// environment `env` (without `PATH`, `sh` finds programs through its built-in search
-    /// path but exports none). Keep the returned
-    /// [`Confined`] alive until the command is spawned: it holds the seccomp filter the
-    /// child reads at start.
+    /// path but exports none). Keep the [`Guard`] from [`Confined::into_parts`] until the
+    /// command has ended: it holds what the command needs while it runs, and ends what is
+    /// left of it when dropped.
     pub fn command(
         &self,
         shell: &Path,
         command: &str,
         env: &[(String, String)],
     ) -> Result<Confined, SandboxError> {
-        let bwrap = find_bwrap()?;
-        let filters = seccomp::filter_fds(self.network)?;
-        let args = bwrap::arguments(self, &filters, shell, command, env)?;
-        let mut process = std::process::Command::new(bwrap);
-        process.args(&args).env_clear().current_dir(&self.root);
+        let engine = self.resolve_engine()?;
+        let cgroup = self.limits.max_processes.and_then(cgroup::Cgroup::create);
+        let mut guard = Guard {
+            filters: Vec::new(),
+            cgroup,
+            proxy: None,
+            scratch: None,
+        };
+        let (program, args) = match engine {
+            Engine::Landlock => {
+                landlock::shield_caller();
+                landlock::command(self, &mut guard, shell, command)?
+            }
+            _ => {
+                guard.filters = seccomp::filter_fds(&self.network)?;
+                let bwrap = find_bwrap()?;
+                let args = bwrap::arguments(self, &mut guard, shell, command, env)?;
+                (bwrap.into_os_string(), args)
+            }
+        };
+        let mut process = match &guard.cgroup {
+            // The outermost process joins the cgroup before it becomes the sandbox, so
+            // everything the command starts is counted and can be ended.
+            Some(cgroup) => {
+                let mut process = std::process::Command::new("/bin/sh");
+                process
+                    .args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
+                    .arg(cgroup.procs_file())
+                    .arg(&program)
+                    .args(&args);
+                process
+            }
+            None => {
+                let mut process = std::process::Command::new(&program);
+                process.args(&args);
+                process
+            }
+        };
+        process.env_clear().current_dir(&self.root);
+        if engine == Engine::Landlock {
+            process.envs(env.iter().map(|(k, v)| (k, v)));
+            if let Some(scratch) = &guard.scratch {
+                process.env("TMPDIR", scratch);
+            }
+        }
         Ok(Confined {
             process,
-            filters,
+            guard,
             arguments: args,
+            engine,
         })
+    }
+
+    /// The engine that will run commands: the policy's, or for [`Engine::Auto`] the best
+    /// that works here (tried once per process).
+    pub fn resolve_engine(&self) -> Result<Engine, SandboxError> {
+        match self.engine {
+            Engine::Auto => {
+                if namespaces_work() {
+                    Ok(Engine::Bubblewrap)
+                } else if landlock_works(self.helper.as_deref()) {
+                    Ok(Engine::Landlock)
+                } else {
+                    Err(SandboxError::Unavailable {
+                        reason: "neither bubblewrap with user namespaces nor Landlock (ABI 3) works on this machine".to_owned(),
+                        hint: INSTALL_HINT,
+                    })
+                }
+            }
+            engine => Ok(engine),
+        }
+    }
+}
+
+/// `shell -c command`, or with limits to set, a shell that sets them and then hands over to
+/// the command, so they hold for everything the command starts with no window in which a
+/// child escapes them. The process count falls back to `ulimit -u` without a cgroup.
+fn shell_invocation(
+    policy: &Policy,
+    has_cgroup: bool,
+    shell: &Path,
+    command: &str,
+) -> Vec<OsString> {
+    let mut limits = Vec::new();
+    // `-f` counts 512-byte blocks in POSIX shells.
+    if let Some(bytes) = policy.limits.max_file_size {
+        limits.push(format!("ulimit -f {}", bytes.div_ceil(512).max(1)));
+    }
+    if let Some(seconds) = policy.limits.max_cpu_seconds {
+        limits.push(format!("ulimit -t {}", seconds.max(1)));
+    }
+    if let (Some(processes), false) = (policy.limits.max_processes, has_cgroup) {
+        // bash spells it `-u`, dash `-p`.
+        let n = processes.max(1);
+        limits.push(format!("{{ ulimit -u {n} || ulimit -p {n}; }} 2>/dev/null"));
+    }
+    let mut args = vec![shell.as_os_str().to_owned(), "-c".into()];
+    if limits.is_empty() {
+        args.push(command.into());
+    } else {
+        // `sh -c SCRIPT SHELL COMMAND`: in the script `$0` is the shell, `$1` the command.
+        args.push(format!("{} || exit 125; exec \"$0\" -c \"$1\"", limits.join(" && ")).into());
+        args.push(shell.as_os_str().to_owned());
+        args.push(command.into());
+    }
+    args
+}
+
+/// Whether a bubblewrap trial command succeeds here (tried once per process).
+fn namespaces_work() -> bool {
+    static WORKS: OnceLock<bool> = OnceLock::new();
+    *WORKS.get_or_init(|| trial(Engine::Bubblewrap, None).is_ok())
+}
+
+/// Whether a Landlock trial command succeeds here with `helper` (tried once per process
+/// and helper).
+fn landlock_works(helper: Option<&Path>) -> bool {
+    static TRIED: Mutex<Vec<(Option<PathBuf>, bool)>> = Mutex::new(Vec::new());
+    let Ok(mut tried) = TRIED.lock() else {
+        return false;
+    };
+    if let Some((_, works)) = tried.iter().find(|(path, _)| path.as_deref() == helper) {
+        return *works;
+    }
+    let works = trial(Engine::Landlock, helper).is_ok();
+    tried.push((helper.map(Path::to_path_buf), works));
+    works
+}
+
+/// Runs `exit 0` confined by `engine` in the temporary directory; the error says why it
+/// could not.
+fn trial(engine: Engine, helper: Option<&Path>) -> Result<(), String> {
+    let mut policy = Policy::read_only(std::env::temp_dir());
+    policy.engine = engine;
+    policy.helper = helper.map(Path::to_path_buf);
+    policy.limits.max_processes = None;
+    let confined = policy
+        .command(Path::new("/bin/sh"), "exit 0", &[])
+        .map_err(|e| e.to_string())?;
+    let (mut process, mut guard) = confined.into_parts();
+    let child = process
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    guard.spawned();
+    let output = child.wait_with_output().map_err(|e| e.to_string())?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "a confined command failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
     }
 }
 
@@ -161,20 +434,70 @@ impl Policy {
 pub struct Confined {
     /// The process to spawn (stdin, stdout and stderr are the caller's to set).
     pub process: std::process::Command,
-    /// The seccomp filters the child reads when it starts; dropped once it is spawned.
-    filters: Vec<OwnedFd>,
+    guard: Guard,
     arguments: Vec<OsString>,
+    engine: Engine,
 }
 
 impl Confined {
-    /// The arguments given to `bwrap`, for logs and tests.
+    /// The arguments given to `bwrap` or the Landlock helper, for logs and tests.
     pub fn arguments(&self) -> &[OsString] {
         &self.arguments
     }
 
-    /// Splits into the process to spawn and the filters to keep open until it is spawned.
-    pub fn into_parts(self) -> (std::process::Command, Vec<OwnedFd>) {
-        (self.process, self.filters)
+    /// The engine that confines this command.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// Splits into the process to spawn and the guard to keep until it has ended.
+    pub fn into_parts(self) -> (std::process::Command, Guard) {
+        (self.process, self.guard)
+    }
+}
+
+/// What a confined command needs while it runs: the seccomp filters bubblewrap reads as it
+/// starts, the command's cgroup, the network proxy, the Landlock engine's temporary
+/// directory. Dropping it kills every process left in the command's cgroup and removes
+/// what was made for it.
+#[derive(Debug)]
+pub struct Guard {
+    filters: Vec<OwnedFd>,
+    cgroup: Option<cgroup::Cgroup>,
+    proxy: Option<proxy::Proxy>,
+    scratch: Option<PathBuf>,
+}
+
+impl Guard {
+    /// Call once the process is spawned: closes the filters' descriptors, which must not
+    /// leak into other children.
+    pub fn spawned(&mut self) {
+        self.filters.clear();
+    }
+
+    /// Hosts the proxy refused so far, each once, in the order they were asked for.
+    pub fn refused_hosts(&self) -> Vec<String> {
+        self.proxy
+            .as_ref()
+            .map(proxy::Proxy::refused)
+            .unwrap_or_default()
+    }
+
+    /// Whether the command's processes are counted and ended through a pids cgroup.
+    pub fn has_cgroup(&self) -> bool {
+        self.cgroup.is_some()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // The cgroup goes first: its processes may be using the proxy or the scratch space.
+        self.cgroup = None;
+        self.proxy = None;
+        if let Some(scratch) = self.scratch.take() {
+            // Best effort: a leftover directory in the host's temporary directory is harmless.
+            let _ = std::fs::remove_dir_all(scratch);
+        }
     }
 }
 
@@ -198,7 +521,7 @@ pub enum SandboxError {
 }
 
 /// The hint for a machine without bubblewrap.
-pub const INSTALL_HINT: &str = "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), or run commands unconfined with --sandbox off";
+pub const INSTALL_HINT: &str = "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), or turn the sandbox off to run commands unconfined";
 
 /// One layer of confinement and whether it works here.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -216,12 +539,29 @@ pub struct Layer {
 pub struct Report {
     /// The layers, in the order they apply.
     pub layers: Vec<Layer>,
+    /// The engine commands run under, `None` when none works here.
+    pub engine: Option<Engine>,
+    /// What that engine cannot enforce of the policy.
+    pub limitations: Vec<String>,
 }
 
 impl Report {
     /// Whether commands can run confined.
     pub fn usable(&self) -> bool {
-        self.layers.iter().all(|layer| layer.works)
+        self.engine.is_some()
+    }
+
+    /// One line: the engine and what it does not enforce, or why nothing works.
+    pub fn summary(&self) -> String {
+        match self.engine {
+            Some(Engine::Landlock) if !self.limitations.is_empty() => format!(
+                "commands run confined by Landlock and seccomp (the fallback); not enforced: {}",
+                self.limitations.join("; ")
+            ),
+            Some(Engine::Landlock) => "commands run confined by Landlock and seccomp".to_owned(),
+            Some(_) => "commands run confined by bubblewrap and seccomp".to_owned(),
+            None => format!("commands cannot run confined here. {INSTALL_HINT}"),
+        }
     }
 }
 
@@ -229,71 +569,78 @@ impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for layer in &self.layers {
             let mark = if layer.works { "ok " } else { "NO " };
-            writeln!(f, "{mark} {:<18} {}", layer.name, layer.detail)?;
+            writeln!(f, "{mark} {:<14} {}", layer.name, layer.detail)?;
         }
-        if self.usable() {
-            write!(f, "commands run confined")
-        } else {
-            write!(f, "commands cannot run confined here. {INSTALL_HINT}")
-        }
+        write!(f, "{}", self.summary())
     }
 }
 
-/// Tries each layer: bubblewrap present, namespaces usable (a confined `true` runs), and the
-/// seccomp filter accepted.
+/// Tries each layer for the default policy over the temporary directory.
 pub fn check() -> Report {
-    let mut layers = Vec::new();
-    let bwrap = find_bwrap();
-    layers.push(Layer {
-        name: "bubblewrap",
-        works: bwrap.is_ok(),
-        detail: match &bwrap {
-            Ok(path) => path.display().to_string(),
-            Err(e) => e.to_string(),
-        },
-    });
-    let filter = seccomp::filters(Network::Off);
-    layers.push(Layer {
-        name: "seccomp filter",
-        works: filter.is_ok(),
-        detail: match &filter {
-            Ok(_) => "compiled for this architecture".to_owned(),
-            Err(e) => e.to_string(),
-        },
-    });
-    if bwrap.is_ok() && filter.is_ok() {
-        let root = std::env::temp_dir();
-        let trial = Policy::read_only(&root)
-            .command(Path::new("/bin/sh"), "exit 0", &[])
-            .and_then(|confined| {
-                let (mut process, filter) = confined.into_parts();
-                let output = process
-                    .stdin(std::process::Stdio::null())
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::piped())
-                    .output()?;
-                drop(filter);
-                Ok(output)
-            });
-        let (works, detail) = match trial {
-            Ok(output) if output.status.success() => (
-                true,
-                "user, mount, PID and network namespaces; seccomp applied".to_owned(),
-            ),
-            Ok(output) => (
-                false,
-                format!(
-                    "a confined command failed: {}",
-                    String::from_utf8_lossy(&output.stderr).trim()
-                ),
-            ),
-            Err(e) => (false, e.to_string()),
-        };
-        layers.push(Layer {
-            name: "namespaces",
-            works,
-            detail,
-        });
+    check_for(&Policy::workspace_write(std::env::temp_dir()))
+}
+
+/// Tries each layer — bubblewrap, namespaces, Landlock, seccomp, the pids cgroup, the
+/// helper — and says which engine `policy` gets and what it leaves unenforced.
+pub fn check_for(policy: &Policy) -> Report {
+    fn layer(name: &'static str, outcome: Result<String, String>) -> Layer {
+        match outcome {
+            Ok(detail) => Layer {
+                name,
+                works: true,
+                detail,
+            },
+            Err(detail) => Layer {
+                name,
+                works: false,
+                detail,
+            },
+        }
     }
-    Report { layers }
+    let mut layers = vec![layer(
+        "bubblewrap",
+        find_bwrap()
+            .map(|path| path.display().to_string())
+            .map_err(|e| e.to_string()),
+    )];
+    layers.push(layer(
+        "namespaces",
+        trial(Engine::Bubblewrap, None)
+            .map(|()| "user, mount, PID, IPC, UTS, cgroup and network namespaces".to_owned()),
+    ));
+    layers.push(layer(
+        "landlock",
+        trial(Engine::Landlock, policy.helper.as_deref())
+            .map(|()| "ABI 3 or newer (the fallback engine)".to_owned()),
+    ));
+    layers.push(layer(
+        "seccomp",
+        seccomp::filters(&Network::Off)
+            .map(|_| "filter compiled for this architecture".to_owned())
+            .map_err(|e| e.to_string()),
+    ));
+    layers.push(layer(
+        "pids cgroup",
+        if cgroup::available() {
+            Ok("process limit and clean-up of every process a command leaves".to_owned())
+        } else if rustix::process::getuid().is_root() {
+            Err("cannot create one; RLIMIT_NPROC does not hold for root, so the process limit is not enforced".to_owned())
+        } else {
+            Err("cannot create one; the process limit is RLIMIT_NPROC".to_owned())
+        },
+    ));
+    layers.push(layer("helper", helper::probe(policy)));
+    let engine = match policy.engine {
+        Engine::Auto => policy.resolve_engine().ok(),
+        Engine::Bubblewrap => layers[1].works.then_some(Engine::Bubblewrap),
+        Engine::Landlock => layers[2].works.then_some(Engine::Landlock),
+    };
+    let limitations = engine
+        .map(|engine| limitations(engine, policy))
+        .unwrap_or_default();
+    Report {
+        layers,
+        engine,
+        limitations,
+    }
 }

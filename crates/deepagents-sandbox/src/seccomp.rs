@@ -1,5 +1,5 @@
 //! The seccomp filters a confined command runs under, compiled with `seccompiler` and handed
-//! to bubblewrap as file descriptors.
+//! to bubblewrap as file descriptors, or applied by the Landlock engine's helper.
 //!
 //! The first filter answers `EPERM` to calls that could leave or weaken the sandbox: tracing
 //! other processes, mounting, creating or joining namespaces (`unshare`, `setns`, `clone` with
@@ -72,10 +72,10 @@ fn invalid(e: seccompiler::BackendError) -> SandboxError {
 }
 
 /// The two filters for `network`, compiled for this machine's architecture.
-pub fn filters(network: Network) -> Result<[BpfProgram; 2], SandboxError> {
+pub fn filters(network: &Network) -> Result<[BpfProgram; 2], SandboxError> {
     let arch = std::env::consts::ARCH.try_into().map_err(|_| SandboxError::Unavailable {
         reason: format!("seccomp filters are not built for {}", std::env::consts::ARCH),
-        hint: "Run on x86_64, aarch64 or riscv64, or run commands unconfined with --sandbox off",
+        hint: "Run on x86_64, aarch64 or riscv64, or turn the sandbox off to run commands unconfined",
     })?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         DENIED.iter().map(|&call| (call, Vec::new())).collect();
@@ -93,7 +93,7 @@ pub fn filters(network: Network) -> Result<[BpfProgram; 2], SandboxError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(invalid)?;
     rules.insert(libc::SYS_clone, namespaces);
-    if network == Network::Off {
+    if *network == Network::Off {
         let not_unix = SeccompCondition::new(
             0,
             SeccompCmpArgLen::Dword,
@@ -127,7 +127,7 @@ pub fn filters(network: Network) -> Result<[BpfProgram; 2], SandboxError> {
 /// The filters written to anonymous files, ready to be inherited by bubblewrap (each read
 /// from its start). They are open without close-on-exec, so spawn the command soon and
 /// drop them right after.
-pub fn filter_fds(network: Network) -> Result<Vec<OwnedFd>, SandboxError> {
+pub fn filter_fds(network: &Network) -> Result<Vec<OwnedFd>, SandboxError> {
     filters(network)?
         .iter()
         .map(|program| {
@@ -148,4 +148,17 @@ pub fn filter_fds(network: Network) -> Result<Vec<OwnedFd>, SandboxError> {
             Ok(fd)
         })
         .collect()
+}
+
+/// Applies both filters to the calling thread and every process it starts from now on (the
+/// Landlock engine's helper, just before it starts the command). Sets no-new-privileges,
+/// which the kernel requires of unprivileged filters.
+pub fn apply(network: &Network) -> Result<(), SandboxError> {
+    for program in filters(network)? {
+        seccompiler::apply_filter(&program).map_err(|e| SandboxError::Unavailable {
+            reason: format!("the seccomp filter cannot be applied: {e}"),
+            hint: "Run on a kernel with seccomp filters (CONFIG_SECCOMP_FILTER)",
+        })?;
+    }
+    Ok(())
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use deepagents_backends::Backend;
 use deepagents_core::RunContext;
-use deepagents_core::{AgentState, DynTool, ModelRequest, TypedTool};
+use deepagents_core::event::EventKind;
+use deepagents_core::{AgentState, DynTool, ModelRequest, StateUpdate, TypedTool};
 
 use super::{Middleware, MiddlewareError};
 use crate::tools::execute::Execute;
@@ -156,6 +157,17 @@ impl Middleware for FilesystemMiddleware {
             tools.push(Arc::new(TypedTool::new(Execute(b()))));
         }
         tools
+    }
+
+    async fn before_run(
+        &self,
+        ctx: &RunContext,
+        _state: &AgentState,
+    ) -> Result<StateUpdate, MiddlewareError> {
+        if let Some(confinement) = self.backend.as_sandbox().and_then(|s| s.confinement()) {
+            ctx.events.emit(EventKind::Sandbox { confinement });
+        }
+        Ok(StateUpdate::default())
     }
 
     async fn before_model(
