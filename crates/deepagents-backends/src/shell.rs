@@ -10,7 +10,7 @@ use deepagents_core::event::{Confinement, OutputStream};
 use rustix::process::{Pid, Signal};
 use tokio::io::AsyncReadExt;
 
-use deepagents_sandbox::Policy;
+use deepagents_sandbox::{Policy, SharedPolicy};
 
 use crate::delegate::delegate_backend;
 use crate::filesystem::FilesystemBackend;
@@ -64,7 +64,7 @@ pub struct LocalShellBackend {
     max_output_bytes: usize,
     env: BTreeMap<String, String>,
     inherit_env: bool,
-    sandbox: Option<Policy>,
+    sandbox: Option<SharedPolicy>,
 }
 
 impl LocalShellBackend {
@@ -89,12 +89,13 @@ impl LocalShellBackend {
     /// it; nothing runs unconfined behind the caller's back. Its `root` should be this
     /// backend's root.
     pub fn with_sandbox(mut self, policy: Policy) -> Self {
-        self.sandbox = Some(policy);
+        self.sandbox = Some(SharedPolicy::new(policy));
         self
     }
 
-    /// The policy commands run under, when confined.
-    pub fn sandbox(&self) -> Option<&Policy> {
+    /// The policy commands run under, when confined: shared with this backend's clones, so
+    /// what [`SharedPolicy::grant`] gives holds for every later command.
+    pub fn sandbox(&self) -> Option<&SharedPolicy> {
         self.sandbox.as_ref()
     }
 
@@ -146,7 +147,7 @@ impl LocalShellBackend {
         &self,
         command: &str,
     ) -> Result<(tokio::process::Command, Option<deepagents_sandbox::Guard>), BackendError> {
-        let Some(policy) = &self.sandbox else {
+        let Some(policy) = self.sandbox.as_ref().map(SharedPolicy::get) else {
             let mut cmd = tokio::process::Command::new(&self.shell);
             cmd.arg("-c").arg(command).current_dir(self.fs.root());
             if !self.inherit_env {
@@ -350,7 +351,7 @@ impl Sandbox for LocalShellBackend {
     }
 
     fn confinement(&self) -> Option<Confinement> {
-        let Some(policy) = &self.sandbox else {
+        let Some(policy) = self.sandbox.as_ref().map(SharedPolicy::get) else {
             return Some(Confinement {
                 engine: "none".to_owned(),
                 network: "on".to_owned(),
@@ -364,7 +365,7 @@ impl Sandbox for LocalShellBackend {
             Ok(engine) => Confinement {
                 engine: engine.name().to_owned(),
                 network,
-                unenforced: deepagents_sandbox::limitations(engine, policy),
+                unenforced: deepagents_sandbox::limitations(engine, &policy),
             },
             Err(e) => Confinement {
                 engine: "unavailable".to_owned(),

@@ -3,6 +3,7 @@
 use std::io::{BufRead, IsTerminal as _, Write};
 use std::sync::Arc;
 
+use deepagents::backends::sandbox::SharedPolicy;
 use deepagents::{ASK_USER, Decision, DecisionKind, InterruptConfig, PendingAction};
 
 /// Shell commands ask first, but for those `allowed` names (see
@@ -24,6 +25,48 @@ pub fn execute_config(allowed: Vec<String>) -> InterruptConfig {
         ],
         description: Some("A shell command wants to run.".to_owned()),
         predicate,
+        reason: None,
+    }
+}
+
+/// Confined commands that name paths or hosts outside the sandbox ask, with what they name;
+/// approving one gives every later command of the session access to it ([`grant_approved`]).
+pub fn outside_config(policy: SharedPolicy) -> InterruptConfig {
+    InterruptConfig {
+        allowed: vec![
+            DecisionKind::Approve,
+            DecisionKind::Edit,
+            DecisionKind::Reject,
+            DecisionKind::Respond,
+        ],
+        reason: Some(Arc::new(move |args: &serde_json::Value| {
+            let outside = policy.outside(args["command"].as_str().unwrap_or_default());
+            (!outside.is_empty()).then(|| {
+                let names = outside
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!(
+                    "This command needs {names}, outside the sandbox. Approve to give commands access to it for the rest of the session; reject to keep the sandbox as it is."
+                )
+            })
+        })),
+        ..InterruptConfig::default()
+    }
+}
+
+/// Widens `policy` with what the approved (or edited) `execute` calls among `actions` name.
+pub fn grant_approved(policy: &SharedPolicy, actions: &[PendingAction], decisions: &[Decision]) {
+    for (action, decision) in actions.iter().zip(decisions) {
+        let arguments = match decision {
+            _ if action.name != "execute" => continue,
+            Decision::Approve => &action.arguments,
+            Decision::Edit { arguments } => arguments,
+            _ => continue,
+        };
+        let outside = policy.outside(arguments["command"].as_str().unwrap_or_default());
+        policy.grant(&outside);
     }
 }
 

@@ -433,6 +433,15 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         allowed.extend(config.shell.allow.iter().cloned());
         builder = builder.interrupt_on("execute", approvals::execute_config(allowed));
     }
+    // Confined commands that name something outside the sandbox ask, where someone can
+    // answer; elsewhere they run confined and fail where the sandbox stops them.
+    let grants = workspace
+        .sandbox
+        .clone()
+        .filter(|_| !args.auto_approve && std::io::IsTerminal::is_terminal(&std::io::stdin()));
+    if let Some(policy) = &grants {
+        builder = builder.interrupt_on("execute", approvals::outside_config(policy.clone()));
+    }
     if let Some(tokens) = args.max_input_tokens {
         builder = builder.context_window(tokens);
     }
@@ -462,7 +471,15 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
         None => Target::Once(options),
     };
-    let outcome = drive(&agent, &target, input, args.json, args.auto_approve).await;
+    let outcome = drive(
+        &agent,
+        &target,
+        input,
+        args.json,
+        args.auto_approve,
+        grants.as_ref(),
+    )
+    .await;
     // Closing folds SQLite's write-ahead log back into the database instead of leaving it.
     workspace.store.close().await;
     outcome
@@ -522,6 +539,7 @@ async fn drive(
     input: Option<String>,
     json: bool,
     auto_approve: bool,
+    grants: Option<&deepagents::backends::sandbox::SharedPolicy>,
 ) -> anyhow::Result<ExitCode> {
     let mut stream = first_stream(agent, target, input).await?;
     let mut stdout = std::io::stdout().lock();
@@ -551,6 +569,9 @@ async fn drive(
         } else {
             approvals::ask(&output.pending)?
         };
+        if let Some(policy) = grants {
+            approvals::grant_approved(policy, &output.pending, &decisions);
+        }
         stream = match target {
             // The thread continues from what its store holds, so nothing is written twice.
             Target::Thread { thread, .. } => match thread.stream_decide(decisions).await {

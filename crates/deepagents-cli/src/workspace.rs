@@ -74,6 +74,8 @@ pub struct Workspace {
     pub store: Arc<dyn Store>,
     /// The directory the disk backends work in; `None` for the state backend.
     pub root: Option<PathBuf>,
+    /// The policy confined commands run under, which approvals widen for the session.
+    pub sandbox: Option<deepagents::backends::sandbox::SharedPolicy>,
 }
 
 /// Where the user's own agent directory (`~/.deepagents/agent`) appears to the agent.
@@ -251,6 +253,7 @@ pub async fn open(
     disk_options: &DiskOptions<'_>,
 ) -> anyhow::Result<Workspace> {
     let mut workspace_root = None;
+    let mut shared_policy = None;
     let base: Arc<dyn Backend> = match kind {
         BackendKind::State => Arc::new(StateBackend::default()),
         BackendKind::Repo => {
@@ -279,6 +282,7 @@ pub async fn open(
                 }
                 if let Some(policy) = policy {
                     shell = shell.with_sandbox(policy);
+                    shared_policy = shell.sandbox().cloned();
                 }
                 Arc::new(shell)
             } else {
@@ -343,6 +347,7 @@ pub async fn open(
         memory,
         skills,
         root: workspace_root,
+        sandbox: shared_policy,
     })
 }
 

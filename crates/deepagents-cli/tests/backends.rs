@@ -1073,3 +1073,73 @@ fn with_the_sandbox_off_only_allow_listed_commands_skip_approval() {
     );
     assert!(stdout.contains("needs approval"), "{stdout}");
 }
+
+#[test]
+fn a_command_that_needs_a_path_outside_the_sandbox_asks_and_an_approval_grants_it() {
+    if !sandbox_works()
+        || std::process::Command::new("script")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "script (util-linux) is missing"
+        );
+        return;
+    }
+    let granted = tempfile::tempdir().unwrap();
+    let refused = tempfile::tempdir().unwrap();
+    std::fs::write(granted.path().join("a.txt"), "granted-secret").unwrap();
+    std::fs::write(refused.path().join("b.txt"), "refused-secret").unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        format!("cat {}/a.txt", granted.path().display()),
+        format!("cat {}/b.txt", refused.path().display()),
+    );
+    let model = script(
+        root.path(),
+        json!([
+            {"tool_calls": [
+                {"id": "a", "name": "execute", "args": {"command": a}},
+                {"id": "b", "name": "execute", "args": {"command": b}}
+            ]},
+            {"tool_calls": [{"id": "again", "name": "execute", "args": {"command": a}}]},
+            {"text": "done"}
+        ]),
+    );
+    let deepagents = env!("CARGO_BIN_EXE_deepagents");
+    let command = format!(
+        "{deepagents} run --json --backend shell --model {model} --root {} go",
+        root.path().display()
+    );
+    // `script` gives the run a terminal, so it can ask; the answers wait in its input.
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(b"y\nn\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
+    let output = child.wait_with_output().unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout).replace('\r', "");
+    let results = execute_results(
+        &shown
+            .lines()
+            .filter(|line| line.starts_with('{'))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    );
+    assert!(shown.contains("outside the sandbox"), "{shown}");
+    assert!(results["a"].contains("granted-secret"), "{shown}");
+    assert!(!results["b"].contains("refused-secret"), "{shown}");
+    // Granted for the session: the same command runs again without asking.
+    assert!(results["again"].contains("granted-secret"), "{shown}");
+    assert_eq!(shown.matches("approve? [y]es").count(), 2, "{shown}");
+}

@@ -35,6 +35,7 @@ mod bwrap;
 mod cgroup;
 pub mod helper;
 mod landlock;
+mod outside;
 pub mod proxy;
 pub mod seccomp;
 
@@ -44,6 +45,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 pub use bwrap::find_bwrap;
+pub use outside::{Outside, SharedPolicy};
 
 /// Whether the root is writable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -551,14 +553,12 @@ impl Report {
         self.engine.is_some()
     }
 
-    /// One line: the engine and what it does not enforce, or why nothing works.
+    /// One line: the engine, or why nothing works.
     pub fn summary(&self) -> String {
         match self.engine {
-            Some(Engine::Landlock) if !self.limitations.is_empty() => format!(
-                "commands run confined by Landlock and seccomp (the fallback); not enforced: {}",
-                self.limitations.join("; ")
-            ),
-            Some(Engine::Landlock) => "commands run confined by Landlock and seccomp".to_owned(),
+            Some(Engine::Landlock) => {
+                "commands run confined by Landlock and seccomp (the fallback)".to_owned()
+            }
             Some(_) => "commands run confined by bubblewrap and seccomp".to_owned(),
             None => format!("commands cannot run confined here. {INSTALL_HINT}"),
         }
@@ -571,7 +571,14 @@ impl std::fmt::Display for Report {
             let mark = if layer.works { "ok " } else { "NO " };
             writeln!(f, "{mark} {:<14} {}", layer.name, layer.detail)?;
         }
-        write!(f, "{}", self.summary())
+        write!(f, "{}", self.summary())?;
+        if !self.limitations.is_empty() {
+            write!(f, "; not enforced:")?;
+            for gap in &self.limitations {
+                write!(f, "\n  - {gap}")?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -14,6 +14,9 @@ use crate::error::RunError;
 /// Decides from a call's arguments whether it needs approval.
 pub type ApprovalPredicate = dyn Fn(&Value) -> bool + Send + Sync;
 
+/// Says from a call's arguments why it needs approval, or `None` when it does not.
+pub type ApprovalReason = dyn Fn(&Value) -> Option<String> + Send + Sync;
+
 /// When a tool's calls need approval, and what may be decided.
 #[derive(Clone)]
 pub struct InterruptConfig {
@@ -23,6 +26,10 @@ pub struct InterruptConfig {
     pub description: Option<String>,
     /// Only calls for which this holds pause (default: every call).
     pub predicate: Option<Arc<ApprovalPredicate>>,
+    /// Only calls this gives a reason for pause, and the reason is what the person deciding
+    /// is told, in place of `description` (default: none, every call the predicate lets
+    /// through pauses).
+    pub reason: Option<Arc<ApprovalReason>>,
 }
 
 impl Default for InterruptConfig {
@@ -36,6 +43,7 @@ impl Default for InterruptConfig {
             ],
             description: None,
             predicate: None,
+            reason: None,
         }
     }
 }
@@ -52,6 +60,14 @@ impl std::fmt::Debug for InterruptConfig {
 impl InterruptConfig {
     fn applies(&self, arguments: &Value) -> bool {
         self.predicate.as_ref().is_none_or(|p| p(arguments))
+            && self.reason.as_ref().is_none_or(|r| r(arguments).is_some())
+    }
+
+    fn description_for(&self, arguments: &Value) -> Option<String> {
+        match &self.reason {
+            Some(reason) => reason(arguments),
+            None => self.description.clone(),
+        }
     }
 }
 
@@ -266,7 +282,7 @@ pub(crate) fn gate(
                 call_id: call.id.clone(),
                 name: call.name.clone(),
                 arguments: call.arguments.clone(),
-                description: config.description.clone(),
+                description: config.description_for(&call.arguments),
                 allowed: config.allowed.clone(),
                 path: Vec::new(),
             }),

@@ -152,6 +152,37 @@ async fn permission_rules_in_interrupt_mode_pause_matching_paths_only() {
         .build()
         .unwrap();
     assert_eq!(agent.invoke("plan").await.unwrap().text, "done");
+
+    // A reason pauses only the calls it names, and is what the person is told.
+    let reasoned = |path: &'static str| {
+        Agent::builder(scripted(write_then_done()))
+            .dyn_tool(counter(Arc::new(AtomicUsize::new(0))))
+            .interrupt_on(
+                "write_file",
+                InterruptConfig {
+                    description: Some("not shown".to_owned()),
+                    reason: Some(Arc::new(move |args| {
+                        (args["file_path"] != path)
+                            .then(|| format!("{} is special", args["file_path"]))
+                    })),
+                    ..InterruptConfig::default()
+                },
+            )
+            .build()
+            .unwrap()
+    };
+    let paused = reasoned("/nothing").invoke("plan").await.unwrap();
+    let pending = deepagents::pending_actions(&paused.run);
+    assert_eq!(pending.len(), 1);
+    assert!(
+        pending[0]
+            .description
+            .as_deref()
+            .is_some_and(|d| d.ends_with("is special")),
+        "{pending:?}"
+    );
+    let through = reasoned("/secret/plan.md").invoke("plan").await.unwrap();
+    assert_eq!(through.text, "done");
 }
 
 #[tokio::test]

@@ -37,7 +37,7 @@ pub(crate) fn interrupt() -> InterruptConfig {
     InterruptConfig {
         allowed: vec![DecisionKind::Respond, DecisionKind::Reject],
         description: Some("The agent asks you a question; your answer is its result.".to_owned()),
-        predicate: None,
+        ..InterruptConfig::default()
     }
 }
 
