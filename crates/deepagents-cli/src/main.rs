@@ -3,6 +3,7 @@
 mod agents;
 mod approvals;
 mod config;
+mod hooks;
 mod local_context;
 mod progress;
 mod sandbox;
@@ -170,6 +171,14 @@ struct RunArgs {
     /// also `allow` in `[shell]`).
     #[arg(long = "shell-allow", value_name = "COMMAND")]
     shell_allow: Vec<String>,
+    /// A Claude-Code-style hooks.json whose hooks run at points of the run (PreToolUse,
+    /// PostToolUse, UserPromptSubmit, …); repeatable, after `~/.deepagents/hooks.json` and the
+    /// project's `.deepagents/hooks.json` (with --trust-project).
+    #[arg(long = "hooks", value_name = "FILE")]
+    hook_files: Vec<std::path::PathBuf>,
+    /// Run what the project configures to run commands: its `.deepagents/hooks.json`.
+    #[arg(long)]
+    trust_project: bool,
     /// Whether file paths are confined to --root (default true). With false, `/etc/hosts` is
     /// the host's `/etc/hosts` (the root is only the shell's working directory). Also
     /// `virtual_mode = false` in the config file.
@@ -453,6 +462,17 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(checkpointer) = &workspace.checkpointer {
         builder = builder.checkpointer(checkpointer.clone());
+    }
+    let hooks_root = match &workspace.root {
+        Some(root) => root.clone(),
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let (hooks, notes) = hooks::load(&hooks_root, &args.hook_files, args.trust_project)?;
+    for note in notes {
+        eprintln!("{note}");
+    }
+    if !hooks.is_empty() {
+        builder = builder.middleware(deepagents::middleware::HooksMiddleware::new(hooks));
     }
     let agent = builder.ask_user(true).build()?;
 

@@ -1143,3 +1143,134 @@ fn a_command_that_needs_a_path_outside_the_sandbox_asks_and_an_approval_grants_i
     assert!(results["again"].contains("granted-secret"), "{shown}");
     assert_eq!(shown.matches("approve? [y]es").count(), 2, "{shown}");
 }
+
+#[test]
+fn hooks_block_rewrite_log_and_time_out_as_their_files_say() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    let log = dir.join("hook-log.jsonl");
+    let hooks = json!({"hooks": {
+        "PreToolUse": [
+            {"matcher": "Bash", "hooks": [{"type": "command", "command": "grep -q '\"command\":\"rm ' && { echo 'rm is not allowed here' >&2; exit 2; }; exit 0"}]},
+            {"matcher": "Write", "hooks": [{"type": "command", "command": "cat >/dev/null; printf '%s' '{\"hookSpecificOutput\": {\"hookEventName\": \"PreToolUse\", \"permissionDecision\": \"allow\", \"updatedInput\": {\"file_path\": \"/rewritten.txt\", \"content\": \"rewritten\\n\"}}}'"}]},
+            {"matcher": "read_file", "hooks": [{"type": "command", "command": "sleep 5", "timeout": 0.5}]}
+        ],
+        "PostToolUse": [
+            {"matcher": "*", "hooks": [{"type": "command", "command": format!("cat >> {}; echo >> {}", log.display(), log.display())}]}
+        ]
+    }});
+    let hooks_file = dir.join("my-hooks.json");
+    std::fs::write(&hooks_file, hooks.to_string()).unwrap();
+    std::fs::write(dir.join("keep.txt"), "kept\n").unwrap();
+    let model = script(
+        dir,
+        json!([
+            {"tool_calls": [
+                {"id": "rm", "name": "execute", "args": {"command": "rm keep.txt"}},
+                {"id": "ok", "name": "execute", "args": {"command": "echo fine"}},
+                {"id": "w", "name": "write_file", "args": {"file_path": "/asked.txt", "content": "asked\n"}},
+                {"id": "r", "name": "read_file", "args": {"file_path": "/keep.txt"}}
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "shell",
+            "--sandbox",
+            "off",
+            "--auto-approve",
+            "--model",
+            &model,
+            "--hooks",
+        ])
+        .arg(&hooks_file)
+        .arg("--root")
+        .arg(dir)
+        .arg("go")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stdout = String::from_utf8(output.stdout.clone()).unwrap();
+    let results = execute_results(&stdout);
+    // Blocked: the model gets the hook's reason, and nothing ran.
+    assert!(results["rm"].contains("rm is not allowed here"), "{stdout}");
+    assert!(dir.join("keep.txt").exists());
+    assert!(results["ok"].contains("fine"), "{stdout}");
+    // Rewritten: the call ran with the hook's input.
+    assert_eq!(
+        std::fs::read_to_string(dir.join("rewritten.txt")).unwrap(),
+        "rewritten\n"
+    );
+    assert!(!dir.join("asked.txt").exists());
+    // Timed out: the hook was killed, the call ran, the user was told.
+    assert!(results["r"].contains("kept"), "{stdout}");
+    assert!(stderr(&output).contains("timed out"), "{}", stderr(&output));
+    // Logged after each call that ran, in Claude Code's names, with the result.
+    let logged: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = logged
+        .iter()
+        .map(|e| e["tool_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Bash", "Write", "Read"], "{logged:?}");
+    assert_eq!(logged[0]["hook_event_name"], "PostToolUse");
+    assert!(
+        logged[0]["tool_response"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("fine")
+    );
+    assert_eq!(logged[0]["cwd"], dir.display().to_string());
+}
+
+#[test]
+fn project_hooks_run_only_when_trusted_and_a_prompt_hook_can_stop_the_run() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    std::fs::create_dir_all(dir.join(".deepagents")).unwrap();
+    std::fs::write(
+        dir.join(".deepagents/hooks.json"),
+        json!({"hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": "grep -q secret && { echo 'prompts may not mention secrets' >&2; exit 2; }; exit 0"}]}]}}).to_string(),
+    )
+    .unwrap();
+    let model = script(dir, json!([{"text": "done"}]));
+    let run = |trust: bool| {
+        let mut command = bin();
+        command
+            .args([
+                "run",
+                "--backend",
+                "filesystem",
+                "--model",
+                &model,
+                "--root",
+            ])
+            .arg(dir);
+        if trust {
+            command.arg("--trust-project");
+        }
+        command.arg("tell me the secret").output().unwrap()
+    };
+    let untrusted = run(false);
+    assert!(untrusted.status.success(), "{}", stderr(&untrusted));
+    assert!(
+        stderr(&untrusted).contains("--trust-project"),
+        "{}",
+        stderr(&untrusted)
+    );
+    let trusted = run(true);
+    assert!(!trusted.status.success());
+    assert!(
+        stderr(&trusted).contains("prompts may not mention secrets"),
+        "{}",
+        stderr(&trusted)
+    );
+}

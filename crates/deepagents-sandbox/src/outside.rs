@@ -94,7 +94,10 @@ impl Policy {
                     .canonicalize()
                     .is_ok_and(|allowed| resolved.starts_with(allowed))
         };
-        let root = self.root.canonicalize().unwrap_or_else(|_| self.root.clone());
+        let root = self
+            .root
+            .canonicalize()
+            .unwrap_or_else(|_| self.root.clone());
         let visible = self
             .system
             .iter()

@@ -31,6 +31,7 @@ mod approvals;
 mod dangling;
 mod filesystem;
 mod guidance;
+mod hooks;
 mod memory;
 mod offload;
 #[cfg(feature = "remote")]
@@ -57,6 +58,7 @@ pub use approvals::HumanInTheLoopMiddleware;
 pub use dangling::DanglingToolCallsMiddleware;
 pub use filesystem::FilesystemMiddleware;
 pub use guidance::GuidanceMiddleware;
+pub use hooks::{DEFAULT_HOOK_TIMEOUT, Hooks, HooksError, HooksMiddleware};
 pub use memory::{MEMORY_KEY, MemoryMiddleware};
 pub use offload::{
     DEFAULT_OFFLOAD_THRESHOLD, LARGE_INPUT_THRESHOLD, LARGE_INPUTS_KEY, LARGE_RESULTS_DIR,

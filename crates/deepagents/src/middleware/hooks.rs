@@ -1,0 +1,683 @@
+//! Hooks: the user's own commands run at points of a run, configured as Claude Code's
+//! `hooks.json` (so existing hook scripts work unchanged).
+//!
+//! A hook is a shell command that gets the event as JSON on stdin. Exit 0 continues (JSON on
+//! stdout may carry a decision, a replaced tool input or extra context); exit 2 blocks, with
+//! its stderr as the reason; any other status is a failed hook: the run goes on and the
+//! failure is logged. A hook that outlives its timeout is killed and counts as failed.
+//!
+//! | event | when | what blocking does |
+//! |---|---|---|
+//! | `SessionStart` | a run starts or resumes | — (its stdout becomes context for the model) |
+//! | `UserPromptSubmit` | a run starts on a new user message | the run stops with the reason |
+//! | `PreToolUse` | before a tool call | the call does not run; the model gets the reason |
+//! | `PostToolUse` | after a call that succeeded | the model gets the reason with the result |
+//! | `PostToolUseFailure` | after a call that failed | the model gets the reason with the result |
+//! | `SubagentStart` / `SubagentStop` | around a `task` call | `SubagentStart`: as `PreToolUse` |
+//! | `Stop` | the run has its answer | — (logged) |
+//!
+//! Matchers (for the tool events) are regular expressions matched against the whole tool
+//! name, ours or its Claude Code alias (`execute` ↔ `Bash`, `read_file` ↔ `Read`,
+//! `write_file` ↔ `Write`, `edit_file` ↔ `Edit`, `glob` ↔ `Glob`, `grep` ↔ `Grep`, `ls` ↔
+//! `LS`, `task` ↔ `Task`, `write_todos` ↔ `TodoWrite`); empty or `*` matches every tool. The
+//! input's `tool_name` is the Claude Code name where there is one (`agent_tool_name` is ours).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deepagents_core::{
+    AgentState, ContentBlock, Message, ModelRequest, RunContext, StateUpdate, ToolCall,
+    ToolContext, ToolError, ToolOutput,
+};
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+use super::{Middleware, MiddlewareError, ToolNext};
+
+/// A hook runs this long unless its entry sets `timeout` (seconds).
+pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Our tool names and their Claude Code aliases.
+const ALIASES: [(&str, &str); 9] = [
+    ("execute", "Bash"),
+    ("read_file", "Read"),
+    ("write_file", "Write"),
+    ("edit_file", "Edit"),
+    ("glob", "Glob"),
+    ("grep", "Grep"),
+    ("ls", "LS"),
+    ("task", "Task"),
+    ("write_todos", "TodoWrite"),
+];
+
+/// The events a hook can be attached to.
+pub const EVENTS: [&str; 11] = [
+    "SessionStart",
+    "SessionEnd",
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "PreCompact",
+    "SubagentStart",
+    "SubagentStop",
+    "Stop",
+    "Notification",
+];
+
+/// One hook command.
+#[derive(Clone, Debug)]
+struct HookCommand {
+    command: String,
+    timeout: Duration,
+}
+
+/// Hooks for one event behind one matcher.
+#[derive(Clone, Debug)]
+struct Matcher {
+    pattern: Option<regex::Regex>,
+    commands: Vec<HookCommand>,
+}
+
+impl Matcher {
+    fn matches(&self, tool: Option<&str>) -> bool {
+        let (Some(pattern), Some(tool)) = (&self.pattern, tool) else {
+            return true;
+        };
+        pattern.is_match(tool) || alias(tool).is_some_and(|alias| pattern.is_match(alias))
+    }
+}
+
+fn alias(tool: &str) -> Option<&'static str> {
+    ALIASES
+        .iter()
+        .find(|(ours, _)| *ours == tool)
+        .map(|(_, theirs)| *theirs)
+}
+
+/// A `hooks.json` that cannot be used: the file, the place in it, and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{origin}: {place}: {message}")]
+pub struct HooksError {
+    /// The file (or other source) the hooks came from.
+    pub origin: String,
+    /// Where in it: the event, the entry, the key.
+    pub place: String,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+/// The hooks of a run, by event, in the order their files were read.
+#[derive(Clone, Debug, Default)]
+pub struct Hooks {
+    events: BTreeMap<String, Vec<Matcher>>,
+    dir: Option<PathBuf>,
+}
+
+impl Hooks {
+    /// Parses a Claude-Code-style `hooks.json`: `{"hooks": {EVENT: [{"matcher": "Bash",
+    /// "hooks": [{"type": "command", "command": "…", "timeout": 30}]}]}}` (the outer
+    /// `"hooks"` object may be left out). `origin` names the file in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, HooksError> {
+        let error = |place: String, message: String| HooksError {
+            origin: origin.to_owned(),
+            place,
+            message,
+        };
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| error(format!("line {}", e.line()), format!("not valid JSON: {e}")))?;
+        let events = match value.get("hooks") {
+            Some(hooks) => hooks,
+            None => &value,
+        };
+        let Some(events) = events.as_object() else {
+            return Err(error(
+                "hooks".to_owned(),
+                "expected an object mapping event names to lists of matchers".to_owned(),
+            ));
+        };
+        let mut hooks = Self::default();
+        for (event, entries) in events {
+            if !EVENTS.contains(&event.as_str()) {
+                return Err(error(
+                    format!("hooks.{event}"),
+                    format!("unknown event; the events are {}", EVENTS.join(", ")),
+                ));
+            }
+            let entries = entries.as_array().ok_or_else(|| {
+                error(
+                    format!("hooks.{event}"),
+                    "expected a list of matchers".to_owned(),
+                )
+            })?;
+            for (n, entry) in entries.iter().enumerate() {
+                let place = format!("hooks.{event}[{n}]");
+                let pattern = match entry.get("matcher") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(p)) if p.is_empty() || p == "*" => None,
+                    Some(Value::String(p)) => {
+                        Some(regex::Regex::new(&format!("^(?:{p})$")).map_err(|e| {
+                            error(
+                                format!("{place}.matcher"),
+                                format!("not a valid pattern: {e}"),
+                            )
+                        })?)
+                    }
+                    Some(_) => {
+                        return Err(error(
+                            format!("{place}.matcher"),
+                            "expected a string".to_owned(),
+                        ));
+                    }
+                };
+                let list = entry
+                    .get("hooks")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| {
+                        error(
+                            format!("{place}.hooks"),
+                            "expected a list of {\"type\": \"command\", \"command\": …}".to_owned(),
+                        )
+                    })?;
+                let mut commands = Vec::new();
+                for (m, hook) in list.iter().enumerate() {
+                    let place = format!("{place}.hooks[{m}]");
+                    match hook.get("type").and_then(Value::as_str) {
+                        Some("command") | None => {}
+                        Some(other) => {
+                            return Err(error(
+                                format!("{place}.type"),
+                                format!("only \"command\" hooks are supported, not {other:?}"),
+                            ));
+                        }
+                    }
+                    let command = hook
+                        .get("command")
+                        .and_then(Value::as_str)
+                        .filter(|c| !c.trim().is_empty())
+                        .ok_or_else(|| {
+                            error(format!("{place}.command"), "expected a command".to_owned())
+                        })?;
+                    let timeout = match hook.get("timeout") {
+                        None => DEFAULT_HOOK_TIMEOUT,
+                        Some(t) => t
+                            .as_f64()
+                            .filter(|s| *s > 0.0 && s.is_finite())
+                            .map(Duration::from_secs_f64)
+                            .ok_or_else(|| {
+                                error(
+                                    format!("{place}.timeout"),
+                                    "expected a positive number of seconds".to_owned(),
+                                )
+                            })?,
+                    };
+                    commands.push(HookCommand {
+                        command: command.to_owned(),
+                        timeout,
+                    });
+                }
+                hooks
+                    .events
+                    .entry(event.clone())
+                    .or_default()
+                    .push(Matcher { pattern, commands });
+            }
+        }
+        Ok(hooks)
+    }
+
+    /// Reads and parses a `hooks.json` file.
+    pub fn load(path: &Path) -> Result<Self, HooksError> {
+        let text = std::fs::read_to_string(path).map_err(|e| HooksError {
+            origin: path.display().to_string(),
+            place: "file".to_owned(),
+            message: format!("cannot read it: {e}"),
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// These hooks followed by `other`'s (both run, these first).
+    pub fn merge(mut self, other: Self) -> Self {
+        for (event, matchers) in other.events {
+            self.events.entry(event).or_default().extend(matchers);
+        }
+        self.dir = other.dir.or(self.dir);
+        self
+    }
+
+    /// Runs hooks in `dir` (the project's root: their working directory and
+    /// `CLAUDE_PROJECT_DIR`); default: this process's working directory.
+    pub fn in_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    /// Whether no hook is configured.
+    pub fn is_empty(&self) -> bool {
+        self.events
+            .values()
+            .all(|m| m.iter().all(|m| m.commands.is_empty()))
+    }
+
+    /// Runs the hooks of `event` that match `tool` with `input` (the common fields are
+    /// added), in order, and folds what they say.
+    async fn fire(
+        &self,
+        ctx: &RunContext,
+        event: &str,
+        tool: Option<&str>,
+        mut input: Value,
+    ) -> Verdict {
+        let mut verdict = Verdict::default();
+        let commands: Vec<&HookCommand> = self
+            .events
+            .get(event)
+            .into_iter()
+            .flatten()
+            .filter(|m| m.matches(tool))
+            .flat_map(|m| &m.commands)
+            .collect();
+        if commands.is_empty() {
+            return verdict;
+        }
+        let dir = self
+            .dir
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .unwrap_or_else(|| PathBuf::from("/"));
+        if let Some(fields) = input.as_object_mut() {
+            fields.insert("hook_event_name".into(), json!(event));
+            fields.insert(
+                "session_id".into(),
+                json!(
+                    ctx.thread_id
+                        .clone()
+                        .unwrap_or_else(|| ctx.run_id().to_owned())
+                ),
+            );
+            fields.insert("transcript_path".into(), json!(""));
+            fields.insert("cwd".into(), json!(dir.display().to_string()));
+        }
+        let stdin = input.to_string();
+        for hook in commands {
+            let outcome = run_hook(hook, &dir, &stdin).await;
+            verdict.absorb(event, &hook.command, outcome);
+            if verdict.blocked.is_some() {
+                break;
+            }
+        }
+        verdict
+    }
+}
+
+/// What one hook did.
+enum Outcome {
+    Exited {
+        code: Option<i32>,
+        stdout: String,
+        stderr: String,
+    },
+    Failed(String),
+}
+
+async fn run_hook(hook: &HookCommand, dir: &Path, stdin: &str) -> Outcome {
+    let mut command = tokio::process::Command::new("/bin/sh");
+    command
+        .arg("-c")
+        .arg(&hook.command)
+        .current_dir(dir)
+        .env("CLAUDE_PROJECT_DIR", dir)
+        .env("DEEPAGENTS_PROJECT_DIR", dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => return Outcome::Failed(format!("cannot start it: {e}")),
+    };
+    if let Some(mut pipe) = child.stdin.take() {
+        // A hook that does not read its input is fine: a broken pipe is not an error.
+        let _ = pipe.write_all(stdin.as_bytes()).await;
+    }
+    match tokio::time::timeout(hook.timeout, child.wait_with_output()).await {
+        Err(_) => Outcome::Failed(format!(
+            "timed out after {} s and was killed",
+            hook.timeout.as_secs_f64()
+        )),
+        Ok(Err(e)) => Outcome::Failed(format!("waiting for it failed: {e}")),
+        Ok(Ok(output)) => Outcome::Exited {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).trim().to_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        },
+    }
+}
+
+/// What the hooks of one event said, together.
+#[derive(Default)]
+struct Verdict {
+    /// Blocked, with the reason.
+    blocked: Option<String>,
+    /// A replaced tool input.
+    input: Option<Value>,
+    /// Text to add for the model.
+    context: Vec<String>,
+}
+
+impl Verdict {
+    fn absorb(&mut self, event: &str, command: &str, outcome: Outcome) {
+        let (code, stdout, stderr) = match outcome {
+            Outcome::Failed(why) => {
+                tracing::warn!(event, command, "hook failed: {why}");
+                eprintln!("warning: the {event} hook `{command}` {why}; the run goes on");
+                return;
+            }
+            Outcome::Exited {
+                code,
+                stdout,
+                stderr,
+            } => (code, stdout, stderr),
+        };
+        match code {
+            Some(0) => {}
+            Some(2) => {
+                self.blocked = Some(if stderr.is_empty() {
+                    format!("blocked by the {event} hook `{command}`")
+                } else {
+                    stderr
+                });
+                return;
+            }
+            _ => {
+                eprintln!(
+                    "warning: the {event} hook `{command}` failed (exit {}): {stderr}",
+                    code.map_or("by a signal".to_owned(), |c| c.to_string())
+                );
+                return;
+            }
+        }
+        let Ok(Value::Object(output)) = serde_json::from_str::<Value>(&stdout) else {
+            // Plain text on stdout is context where Claude Code treats it so.
+            if !stdout.is_empty() && matches!(event, "SessionStart" | "UserPromptSubmit") {
+                self.context.push(stdout);
+            }
+            return;
+        };
+        let specific = output.get("hookSpecificOutput").and_then(Value::as_object);
+        let reason = |keys: &[&str]| {
+            keys.iter()
+                .find_map(|k| {
+                    specific
+                        .and_then(|s| s.get(*k))
+                        .or_else(|| output.get(*k))
+                        .and_then(Value::as_str)
+                })
+                .map(str::to_owned)
+        };
+        if output.get("continue") == Some(&Value::Bool(false)) {
+            self.blocked = Some(
+                reason(&["stopReason", "reason"])
+                    .unwrap_or_else(|| format!("stopped by the {event} hook `{command}`")),
+            );
+            return;
+        }
+        let decision = specific
+            .and_then(|s| s.get("permissionDecision"))
+            .or_else(|| output.get("decision"))
+            .and_then(Value::as_str);
+        match decision {
+            Some("deny" | "block") => {
+                self.blocked = Some(
+                    reason(&["permissionDecisionReason", "reason"])
+                        .unwrap_or_else(|| format!("blocked by the {event} hook `{command}`")),
+                );
+                return;
+            }
+            Some("ask") => {
+                self.blocked = Some(format!(
+                    "a hook asks for the user's approval of this call, which hooks cannot ask for here: {}",
+                    reason(&["permissionDecisionReason", "reason"]).unwrap_or_default()
+                ));
+                return;
+            }
+            _ => {}
+        }
+        if let Some(input) = specific.and_then(|s| s.get("updatedInput")) {
+            self.input = Some(input.clone());
+        }
+        if let Some(context) = reason(&["additionalContext"]) {
+            self.context.push(context);
+        }
+    }
+}
+
+/// What `SessionStart` and `UserPromptSubmit` hooks added for the model, for this run.
+struct HookContext(String);
+
+/// Runs [`Hooks`] at the points of a run they name.
+pub struct HooksMiddleware {
+    hooks: Hooks,
+}
+
+impl HooksMiddleware {
+    /// The middleware for `hooks`.
+    pub fn new(hooks: Hooks) -> Self {
+        Self { hooks }
+    }
+}
+
+fn tool_input(call: &ToolCall, event: &str) -> Value {
+    json!({
+        "tool_name": alias(&call.name).unwrap_or(&call.name),
+        "agent_tool_name": call.name,
+        "tool_input": call.arguments,
+        "tool_use_id": call.id,
+        "hook_event_name": event,
+    })
+}
+
+fn result_text(output: &ToolOutput) -> String {
+    output
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[async_trait]
+impl Middleware for HooksMiddleware {
+    fn name(&self) -> &str {
+        "hooks"
+    }
+
+    async fn before_run(
+        &self,
+        ctx: &RunContext,
+        state: &AgentState,
+    ) -> Result<StateUpdate, MiddlewareError> {
+        let start = self
+            .hooks
+            .fire(ctx, "SessionStart", None, json!({"source": "startup"}))
+            .await;
+        let mut context = start.context;
+        // A run that starts on a new user message (not one resumed after a pause).
+        if let Some(prompt @ Message::User { .. }) = state.messages.last() {
+            let verdict = self
+                .hooks
+                .fire(
+                    ctx,
+                    "UserPromptSubmit",
+                    None,
+                    json!({"prompt": prompt.text()}),
+                )
+                .await;
+            if let Some(reason) = verdict.blocked {
+                return Err(MiddlewareError::from(format!(
+                    "the prompt was blocked by a UserPromptSubmit hook: {reason}"
+                )));
+            }
+            context.extend(verdict.context);
+        }
+        if !context.is_empty() {
+            ctx.extensions.insert(HookContext(context.join("\n")));
+        }
+        Ok(StateUpdate::default())
+    }
+
+    async fn before_model(
+        &self,
+        ctx: &RunContext,
+        request: &mut ModelRequest,
+        _state: &AgentState,
+    ) -> Result<(), MiddlewareError> {
+        if let Some(context) = ctx.extensions.get::<HookContext>() {
+            request.push_system_section(&format!("## From the user's hooks\n\n{}", context.0));
+        }
+        Ok(())
+    }
+
+    async fn wrap_tool_call(
+        &self,
+        mut call: ToolCall,
+        ctx: ToolContext,
+        next: ToolNext,
+    ) -> Result<ToolOutput, ToolError> {
+        let run = ctx.run.clone();
+        let mut before = self
+            .hooks
+            .fire(
+                &run,
+                "PreToolUse",
+                Some(&call.name),
+                tool_input(&call, "PreToolUse"),
+            )
+            .await;
+        if before.blocked.is_none() && call.name == "task" {
+            let subagent = call.arguments["subagent_type"].clone();
+            let started = self
+                .hooks
+                .fire(
+                    &run,
+                    "SubagentStart",
+                    Some(&call.name),
+                    json!({"agent_type": subagent, "tool_input": call.arguments}),
+                )
+                .await;
+            before.blocked = started.blocked;
+        }
+        if let Some(reason) = before.blocked {
+            return Err(ToolError::RespondToModel(format!(
+                "A hook blocked this call: {reason}"
+            )));
+        }
+        if let Some(input) = before.input {
+            call.arguments = input;
+        }
+        let outcome = next.call(call.clone(), ctx).await;
+        let (event, mut input) = match &outcome {
+            Ok(output) if !output.is_error => {
+                let mut input = tool_input(&call, "PostToolUse");
+                input["tool_response"] =
+                    json!({"output": result_text(output), "artifact": output.artifact});
+                ("PostToolUse", input)
+            }
+            Ok(output) => {
+                let mut input = tool_input(&call, "PostToolUseFailure");
+                input["error"] = json!(result_text(output));
+                ("PostToolUseFailure", input)
+            }
+            Err(e) => {
+                let mut input = tool_input(&call, "PostToolUseFailure");
+                input["error"] = json!(e.to_string());
+                ("PostToolUseFailure", input)
+            }
+        };
+        if call.name == "task" {
+            input["agent_type"] = call.arguments["subagent_type"].clone();
+            let _ = self
+                .hooks
+                .fire(&run, "SubagentStop", Some(&call.name), input.clone())
+                .await;
+        }
+        let after = self.hooks.fire(&run, event, Some(&call.name), input).await;
+        let notes: Vec<String> = after
+            .blocked
+            .map(|reason| format!("[hook] {reason}"))
+            .into_iter()
+            .chain(after.context.into_iter().map(|c| format!("[hook] {c}")))
+            .collect();
+        if notes.is_empty() {
+            return outcome;
+        }
+        match outcome {
+            Ok(mut output) => {
+                output.content.push(ContentBlock::text(notes.join("\n")));
+                Ok(output)
+            }
+            Err(ToolError::RespondToModel(message)) => Err(ToolError::RespondToModel(format!(
+                "{message}\n{}",
+                notes.join("\n")
+            ))),
+            Err(fatal) => Err(fatal),
+        }
+    }
+
+    async fn after_run(
+        &self,
+        ctx: &RunContext,
+        _state: &AgentState,
+    ) -> Result<(), MiddlewareError> {
+        let _ = self
+            .hooks
+            .fire(ctx, "Stop", None, json!({"stop_hook_active": false}))
+            .await;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claude_code_files_parse_and_bad_ones_say_where() {
+        let hooks = Hooks::parse(
+            r#"{"hooks": {"PreToolUse": [{"matcher": "Bash|Write", "hooks": [{"type": "command", "command": "true", "timeout": 5}]}], "Stop": [{"hooks": [{"command": "true"}]}]}}"#,
+            "hooks.json",
+        )
+        .unwrap_or_default();
+        let matcher = &hooks.events["PreToolUse"][0];
+        assert!(matcher.matches(Some("execute")) && matcher.matches(Some("write_file")));
+        assert!(!matcher.matches(Some("read_file")) && !matcher.matches(Some("Bashful")));
+        assert_eq!(matcher.commands[0].timeout, Duration::from_secs(5));
+        for (text, place) in [
+            (r#"{"hooks": {"PreToolUsed": []}}"#, "hooks.PreToolUsed"),
+            (
+                r#"{"PreToolUse": [{"matcher": "(", "hooks": []}]}"#,
+                "hooks.PreToolUse[0].matcher",
+            ),
+            (
+                r#"{"PreToolUse": [{"hooks": [{"type": "prompt", "command": "x"}]}]}"#,
+                "hooks.PreToolUse[0].hooks[0].type",
+            ),
+            (
+                r#"{"PreToolUse": [{"hooks": [{"command": "x", "timeout": -1}]}]}"#,
+                "hooks.PreToolUse[0].hooks[0].timeout",
+            ),
+        ] {
+            let error = Hooks::parse(text, "f.json")
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(error.starts_with(&format!("f.json: {place}:")), "{error}");
+        }
+    }
+}
