@@ -472,7 +472,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{note}");
     }
     if !hooks.is_empty() {
-        builder = builder.middleware(deepagents::middleware::HooksMiddleware::new(hooks));
+        builder = builder.hooks(hooks);
     }
     let agent = builder.ask_user(true).build()?;
 

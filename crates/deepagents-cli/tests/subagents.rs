@@ -270,3 +270,82 @@ fn the_demo_hands_the_review_to_the_general_purpose_subagent() {
     assert_eq!(last["type"], "final");
     assert_eq!(last["path"], json!([]));
 }
+
+#[test]
+fn hooks_see_a_subagent_start_and_its_tool_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("hooks.log");
+    let hooks = dir.path().join("hooks.json");
+    let record = |tag: &str| {
+        format!(
+            "printf '{tag} ' >> {}; cat >> {}; echo >> {}",
+            log.display(),
+            log.display(),
+            log.display()
+        )
+    };
+    std::fs::write(
+        &hooks,
+        json!({"hooks": {
+            "SubagentStart": [{"hooks": [{"command": record("start")}]}],
+            "SubagentStop": [{"hooks": [{"command": record("stop")}]}],
+            "PreToolUse": [{"matcher": "LS", "hooks": [{"command": "echo 'no listing in here' >&2; exit 2"}]}],
+            "UserPromptSubmit": [{"hooks": [{"command": record("prompt")}]}]
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let model = write_script(
+        dir.path(),
+        json!({
+            "turns": [
+                {"tool_calls": [{"id": "t1", "name": "task", "args": {"subagent_type": "general-purpose", "description": "find: the answer"}}]},
+                {"text": "done"}
+            ],
+            "conversations": [{"when_task_contains": "find:", "turns": [
+                {"tool_calls": [{"id": "l1", "name": "ls", "args": {}}]},
+                {"text": "42"}
+            ]}]
+        }),
+    );
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "state",
+            "--model",
+            &model,
+            "--hooks",
+        ])
+        .arg(&hooks)
+        .arg("go")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    // The subagent's own `ls` was blocked by the hook, and its model was told why.
+    let blocked = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["type"] == "tool_call_finished" && e["call_id"] == "l1")
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        blocked["content"]
+            .to_string()
+            .contains("no listing in here"),
+        "{blocked}"
+    );
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let tags: Vec<&str> = logged.lines().filter_map(|l| l.split(' ').next()).collect();
+    // One prompt (the user's, not the subagent's task), then the subagent around its task.
+    assert_eq!(tags, ["prompt", "start", "stop"], "{logged}");
+    assert!(
+        logged.contains("\"agent_type\":\"general-purpose\""),
+        "{logged}"
+    );
+}

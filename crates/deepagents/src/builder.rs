@@ -157,6 +157,7 @@ pub struct AgentBuilder {
     tools: Vec<Arc<dyn DynTool>>,
     tool_sources: Vec<Arc<dyn ToolSource>>,
     middleware: Vec<Arc<dyn Middleware>>,
+    hooks: Option<crate::middleware::Hooks>,
     state_values: Vec<(String, Reducer)>,
     private_keys: BTreeSet<String>,
     todos: bool,
@@ -250,6 +251,7 @@ impl AgentBuilder {
             tools: Vec::new(),
             tool_sources: Vec::new(),
             middleware: Vec::new(),
+            hooks: None,
             state_values: Vec::new(),
             private_keys: BTreeSet::new(),
             todos: false,
@@ -316,6 +318,14 @@ impl AgentBuilder {
     /// Adds a dynamic tool (schema known at run time).
     pub fn dyn_tool(mut self, tool: Arc<dyn DynTool>) -> Self {
         self.tools.push(tool);
+        self
+    }
+
+    /// Runs the user's hooks (see [`Hooks`](crate::middleware::Hooks)) in this agent and in
+    /// every subagent it builds: tool hooks around each tool call, session and prompt hooks
+    /// for the top-level run only.
+    pub fn hooks(mut self, hooks: crate::middleware::Hooks) -> Self {
+        self.hooks = Some(hooks);
         self
     }
 
@@ -535,8 +545,8 @@ impl AgentBuilder {
     }
 
     /// Builds the subagents: each inherits the model, tools, backend, permissions, interrupt
-    /// configuration, custom state declarations, settings and planning of this builder unless
-    /// its spec says otherwise. Skills, memory, middleware and subagents are not inherited.
+    /// configuration, hooks, custom state declarations, settings and planning of this builder
+    /// unless its spec says otherwise. Skills, memory, middleware and subagents are not inherited.
     fn build_subagents(
         &self,
         raw_backend: &Arc<dyn Backend>,
@@ -575,6 +585,7 @@ impl AgentBuilder {
                     }
                     builder.tools = spec.tools.unwrap_or_else(|| self.tools.clone());
                     builder.middleware = spec.middleware;
+                    builder.hooks = self.hooks.clone();
                     builder.permissions = spec.permissions.or_else(|| self.permissions.clone());
                     builder.response_format = spec.response_format;
                     match spec.interrupts {
@@ -619,6 +630,10 @@ impl AgentBuilder {
 
     /// Checks the configuration and builds the agent.
     pub fn build(mut self) -> Result<Agent, BuildError> {
+        if let Some(hooks) = self.hooks.clone().filter(|h| !h.is_empty()) {
+            self.middleware
+                .push(Arc::new(crate::middleware::HooksMiddleware::new(hooks)));
+        }
         if self.ask_user {
             self.tools
                 .push(Arc::new(TypedTool::new(crate::tools::ask_user::AskUser)));

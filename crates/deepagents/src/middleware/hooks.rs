@@ -503,6 +503,10 @@ impl Middleware for HooksMiddleware {
         ctx: &RunContext,
         state: &AgentState,
     ) -> Result<StateUpdate, MiddlewareError> {
+        // A subagent's run is part of the session, not a session of its own.
+        if !ctx.events.path().is_empty() {
+            return Ok(StateUpdate::default());
+        }
         let start = self
             .hooks
             .fire(ctx, "SessionStart", None, json!({"source": "startup"}))
@@ -635,6 +639,9 @@ impl Middleware for HooksMiddleware {
         ctx: &RunContext,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {
+        if !ctx.events.path().is_empty() {
+            return Ok(());
+        }
         let _ = self
             .hooks
             .fire(ctx, "Stop", None, json!({"stop_hook_active": false}))
