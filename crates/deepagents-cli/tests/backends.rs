@@ -1153,7 +1153,7 @@ fn hooks_block_rewrite_log_and_time_out_as_their_files_say() {
         "PreToolUse": [
             {"matcher": "Bash", "hooks": [{"type": "command", "command": "grep -q '\"command\":\"rm ' && { echo 'rm is not allowed here' >&2; exit 2; }; exit 0"}]},
             {"matcher": "Write", "hooks": [{"type": "command", "command": "cat >/dev/null; printf '%s' '{\"hookSpecificOutput\": {\"hookEventName\": \"PreToolUse\", \"permissionDecision\": \"allow\", \"updatedInput\": {\"file_path\": \"/rewritten.txt\", \"content\": \"rewritten\\n\"}}}'"}]},
-            {"matcher": "read_file", "hooks": [{"type": "command", "command": "sleep 5", "timeout": 0.5}]}
+            {"matcher": "read_file", "hooks": [{"type": "command", "command": "sleep 5; echo late", "timeout": 0.5}]}
         ],
         "PostToolUse": [
             {"matcher": "*", "hooks": [{"type": "command", "command": format!("cat >> {}; echo >> {}", log.display(), log.display())}]}

@@ -334,6 +334,7 @@ async fn run_hook(hook: &HookCommand, dir: &Path, stdin: &str) -> Outcome {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true);
     let mut child = match command.spawn() {
         Ok(child) => child,
@@ -343,11 +344,21 @@ async fn run_hook(hook: &HookCommand, dir: &Path, stdin: &str) -> Outcome {
         // A hook that does not read its input is fine: a broken pipe is not an error.
         let _ = pipe.write_all(stdin.as_bytes()).await;
     }
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .and_then(rustix::process::Pid::from_raw);
     match tokio::time::timeout(hook.timeout, child.wait_with_output()).await {
-        Err(_) => Outcome::Failed(format!(
-            "timed out after {} s and was killed",
-            hook.timeout.as_secs_f64()
-        )),
+        Err(_) => {
+            // The hook's shell and everything it started go: a leftover would hold its pipes.
+            if let Some(group) = group {
+                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+            }
+            Outcome::Failed(format!(
+                "timed out after {} s and was killed",
+                hook.timeout.as_secs_f64()
+            ))
+        }
         Ok(Err(e)) => Outcome::Failed(format!("waiting for it failed: {e}")),
         Ok(Ok(output)) => Outcome::Exited {
             code: output.status.code(),
