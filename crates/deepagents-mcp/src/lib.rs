@@ -1,0 +1,329 @@
+//! Tools of MCP servers as tools of a deep agent.
+//!
+//! [`config`] reads Claude-style `.mcp.json` files. [`connect`] starts every enabled stdio
+//! server at once (in the session's root unless it says `cwd`, its stderr to a log file),
+//! through the official Rust SDK's client, each within its start-up timeout; a server that
+//! fails or is too slow is reported in [`Connections::failures`] and the rest go on without
+//! it. [`Connections::tools`] are its tools as [`DynamicTool`]s: named `SERVER__TOOL`
+//! (see [`tool_name`]), the server's input schema as given, each call bounded by the
+//! server's timeout and answered with the server's content (text, images and audio as
+//! blocks, resources as text or blocks, `structuredContent` as the artifact; `isError` as an
+//! error the model sees).
+
+pub mod config;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use deepagents_core::{ContentBlock, DynamicTool, ToolError, ToolOutput};
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::{ServiceExt as _, transport::TokioChildProcess};
+use serde_json::Value;
+
+pub use config::{ConfigError, ServerConfig, Transport};
+
+/// The longest tool name every provider accepts.
+pub const MAX_TOOL_NAME: usize = 64;
+
+/// The name a server's tool has for the model: `SERVER__TOOL`, every character but ASCII
+/// letters, digits, `_` and `-` replaced by `_`; past 64 characters, cut to 55 and ended
+/// with `_` and 8 hex digits of a hash of the full name, so it stays unique and stable.
+pub fn tool_name(server: &str, tool: &str) -> String {
+    let full = format!("{server}__{tool}");
+    let clean: String = full
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if clean.len() <= MAX_TOOL_NAME {
+        return clean;
+    }
+    // FNV-1a: stable across runs and builds, unlike the standard hasher.
+    let hash = full.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    format!("{}_{hash:08x}", &clean[..55])
+}
+
+/// A server that answered, with its tools.
+pub struct Server {
+    /// Its configuration.
+    pub config: ServerConfig,
+    /// Its tools as the server described them (`name`, `description`, `inputSchema`,
+    /// `annotations`), after the `tools` and `disabled_tools` filters.
+    pub tools: Vec<Value>,
+    /// Where its stderr goes.
+    pub log: Option<PathBuf>,
+    service: Arc<RunningService<RoleClient, ()>>,
+}
+
+/// The servers of a session: those that answered, and why the others did not.
+#[derive(Default)]
+pub struct Connections {
+    /// The servers that answered.
+    pub servers: Vec<Server>,
+    /// Servers that did not, by name, with the reason.
+    pub failures: Vec<(String, String)>,
+}
+
+/// Starts the enabled servers at once; `root` is the working directory of servers without
+/// `cwd`, `log_dir` where their stderr is written (`NAME.log`; discarded without one).
+pub async fn connect(servers: &[ServerConfig], root: &Path, log_dir: Option<&Path>) -> Connections {
+    let attempts = servers
+        .iter()
+        .filter(|s| s.enabled)
+        .map(|config| async move {
+            let outcome =
+                tokio::time::timeout(config.startup_timeout, start(config, root, log_dir)).await;
+            match outcome {
+                Ok(Ok(server)) => Ok(server),
+                Ok(Err(reason)) => Err((config.name.clone(), reason)),
+                Err(_) => Err((
+                    config.name.clone(),
+                    format!(
+                        "it did not answer within {} s (startup_timeout)",
+                        config.startup_timeout.as_secs_f64()
+                    ),
+                )),
+            }
+        });
+    let mut connections = Connections::default();
+    for outcome in futures::future::join_all(attempts).await {
+        match outcome {
+            Ok(server) => connections.servers.push(server),
+            Err(failure) => connections.failures.push(failure),
+        }
+    }
+    connections
+}
+
+async fn start(
+    config: &ServerConfig,
+    root: &Path,
+    log_dir: Option<&Path>,
+) -> Result<Server, String> {
+    let Transport::Stdio {
+        command,
+        args,
+        env,
+        cwd,
+    } = &config.transport
+    else {
+        return Err("HTTP servers are not supported by this build yet".to_owned());
+    };
+    let mut process = tokio::process::Command::new(command);
+    process.args(args).envs(env).current_dir(match cwd {
+        Some(cwd) if cwd.is_relative() => root.join(cwd),
+        Some(cwd) => cwd.clone(),
+        None => root.to_owned(),
+    });
+    let log = log_dir.map(|dir| dir.join(format!("{}.log", config.name)));
+    let stderr = match &log {
+        Some(path) => std::fs::File::create(path)
+            .map(Stdio::from)
+            .map_err(|e| format!("cannot open its log {}: {e}", path.display()))?,
+        None => Stdio::null(),
+    };
+    let (transport, _) = TokioChildProcess::builder(process)
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| format!("cannot start {command}: {e}"))?;
+    let service = ().serve(transport).await.map_err(|e| format!("the MCP handshake failed: {e}"))?;
+    let listed = service
+        .peer()
+        .list_all_tools()
+        .await
+        .map_err(|e| format!("listing its tools failed: {e}"))?;
+    let tools = listed
+        .iter()
+        .filter_map(|tool| serde_json::to_value(tool).ok())
+        .filter(|tool| {
+            let name = tool["name"].as_str().unwrap_or_default();
+            config
+                .tools
+                .as_ref()
+                .is_none_or(|only| only.iter().any(|t| t == name))
+                && !config.disabled_tools.iter().any(|t| t == name)
+        })
+        .collect();
+    Ok(Server {
+        config: config.clone(),
+        tools,
+        log,
+        service: Arc::new(service),
+    })
+}
+
+impl Server {
+    /// Its tools as agent tools.
+    pub fn agent_tools(&self) -> Vec<Result<DynamicTool, String>> {
+        self.tools
+            .iter()
+            .map(|tool| {
+                let remote = tool["name"].as_str().unwrap_or_default().to_owned();
+                let name = tool_name(&self.config.name, &remote);
+                let description = tool["description"].as_str().unwrap_or("").to_owned();
+                let schema = match tool.get("inputSchema") {
+                    Some(schema @ Value::Object(_)) => schema.clone(),
+                    _ => serde_json::json!({"type": "object"}),
+                };
+                let read_only = tool["annotations"]["readOnlyHint"].as_bool() == Some(true);
+                let service = Arc::clone(&self.service);
+                let server = self.config.name.clone();
+                let timeout = self.config.call_timeout;
+                let made = DynamicTool::new(name, description, schema, move |args, _ctx| {
+                    let (service, server, remote) =
+                        (Arc::clone(&service), server.clone(), remote.clone());
+                    async move { call(&service, &server, &remote, args, timeout).await }
+                })
+                .map_err(|e| e.to_string())?;
+                Ok(if read_only { made } else { made.mutating() })
+            })
+            .collect()
+    }
+}
+
+impl Connections {
+    /// Every server's tools as agent tools; a tool whose schema is unusable is left out and
+    /// named in the second list.
+    pub fn tools(&self) -> (Vec<Arc<DynamicTool>>, Vec<String>) {
+        let mut tools = Vec::new();
+        let mut broken = Vec::new();
+        for server in &self.servers {
+            for tool in server.agent_tools() {
+                match tool {
+                    Ok(tool) => tools.push(Arc::new(tool)),
+                    Err(e) => broken.push(format!("{}: {e}", server.config.name)),
+                }
+            }
+        }
+        (tools, broken)
+    }
+}
+
+async fn call(
+    service: &RunningService<RoleClient, ()>,
+    server: &str,
+    tool: &str,
+    args: Value,
+    timeout: Duration,
+) -> Result<ToolOutput, ToolError> {
+    let arguments = match args {
+        Value::Object(map) => map,
+        Value::Null => serde_json::Map::new(),
+        other => {
+            return Err(ToolError::RespondToModel(format!(
+                "the arguments must be an object, not {other}"
+            )));
+        }
+    };
+    let request = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+    let result = match tokio::time::timeout(timeout, service.peer().call_tool(request)).await {
+        Err(_) => {
+            return Err(ToolError::RespondToModel(format!(
+                "the MCP server {server} did not answer {tool} within {} s; try again later or do without it",
+                timeout.as_secs_f64()
+            )));
+        }
+        Ok(Err(e)) => {
+            return Err(ToolError::RespondToModel(format!(
+                "the MCP server {server} failed on {tool}: {e}"
+            )));
+        }
+        Ok(Ok(result)) => result,
+    };
+    let result = serde_json::to_value(&result).unwrap_or_default();
+    let mut blocks: Vec<ContentBlock> = result["content"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(block)
+        .collect();
+    let structured = result
+        .get("structuredContent")
+        .cloned()
+        .filter(|v| !v.is_null());
+    if blocks.is_empty()
+        && let Some(structured) = &structured
+    {
+        blocks.push(ContentBlock::text(structured.to_string()));
+    }
+    if result["isError"].as_bool() == Some(true) {
+        let text = blocks
+            .iter()
+            .filter_map(ContentBlock::as_text)
+            .collect::<Vec<_>>()
+            .join("\n");
+        return Err(ToolError::RespondToModel(if text.is_empty() {
+            format!("{tool} failed on the MCP server {server}")
+        } else {
+            text
+        }));
+    }
+    let output = ToolOutput::blocks(blocks);
+    Ok(match structured {
+        Some(structured) => output.with_artifact(structured),
+        None => output,
+    })
+}
+
+/// One MCP content item as a block the model can use.
+fn block(item: &Value) -> Option<ContentBlock> {
+    let binary = |data: &Value, mime: &Value| {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.as_str()?)
+            .ok()?;
+        Some(ContentBlock::data(
+            mime.as_str().unwrap_or("application/octet-stream"),
+            bytes,
+        ))
+    };
+    match item["type"].as_str()? {
+        "text" => Some(ContentBlock::text(item["text"].as_str()?)),
+        "image" | "audio" => binary(&item["data"], &item["mimeType"]),
+        "resource" => {
+            let resource = &item["resource"];
+            match resource["text"].as_str() {
+                Some(text) => Some(ContentBlock::text(format!(
+                    "[resource {}]\n{text}",
+                    resource["uri"].as_str().unwrap_or("")
+                ))),
+                None => binary(&resource["blob"], &resource["mimeType"]),
+            }
+        }
+        "resource_link" => Some(ContentBlock::text(format!(
+            "[resource link] {} {}{}",
+            item["uri"].as_str().unwrap_or(""),
+            item["name"].as_str().unwrap_or(""),
+            item["description"]
+                .as_str()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default()
+        ))),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tool_name;
+
+    #[test]
+    fn tool_names_are_valid_everywhere_and_stable() {
+        assert_eq!(tool_name("files", "read_file"), "files__read_file");
+        assert_eq!(tool_name("my server", "get.thing"), "my_server__get_thing");
+        let long = tool_name("server", &"x".repeat(100));
+        assert_eq!(long.len(), 64);
+        assert_eq!(long, tool_name("server", &"x".repeat(100)));
+        assert_ne!(long, tool_name("server", &format!("{}y", "x".repeat(99))));
+    }
+}
