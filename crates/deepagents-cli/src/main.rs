@@ -5,6 +5,7 @@ mod approvals;
 mod config;
 mod hooks;
 mod local_context;
+mod mcp;
 mod progress;
 mod sandbox;
 mod threads;
@@ -39,6 +40,42 @@ enum Command {
     /// See how `execute` is confined on this machine, or try a command under the policy.
     #[command(subcommand)]
     Sandbox(SandboxCommand),
+    /// The MCP servers a run would use, and their tools.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+/// Where `deepagents mcp` looks for servers (as `run` does).
+#[derive(clap::Args)]
+struct McpSources {
+    /// The root whose project files are read (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    root: Option<std::path::PathBuf>,
+    /// A .mcp.json file (repeatable), after the user's and the project's.
+    #[arg(long = "mcp-config", value_name = "FILE")]
+    mcp_config: Vec<std::path::PathBuf>,
+    /// Use the project's .mcp.json and .deepagents/.mcp.json.
+    #[arg(long)]
+    trust_project: bool,
+}
+
+#[derive(Subcommand)]
+enum McpCommand {
+    /// Each server, its transport and whether it answers.
+    List {
+        #[command(flatten)]
+        sources: McpSources,
+    },
+    /// One line per tool: the name exactly as the model sees it, then its description.
+    Tools {
+        /// Only this server's tools.
+        server: Option<String>,
+        /// A JSON array instead, for programs.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        sources: McpSources,
+    },
 }
 
 #[derive(Subcommand)]
@@ -176,9 +213,18 @@ struct RunArgs {
     /// project's `.deepagents/hooks.json` (with --trust-project).
     #[arg(long = "hooks", value_name = "FILE")]
     hook_files: Vec<std::path::PathBuf>,
-    /// Run what the project configures to run commands: its `.deepagents/hooks.json`.
+    /// Run what the project configures to run commands: its `.deepagents/hooks.json`, its
+    /// `.mcp.json` and `.deepagents/.mcp.json` servers.
     #[arg(long)]
     trust_project: bool,
+    /// A .mcp.json file whose servers' tools the agent gets (repeatable), after
+    /// `~/.deepagents/.mcp.json` and the project's `.deepagents/.mcp.json` and `.mcp.json`
+    /// (with --trust-project); later files win by server name.
+    #[arg(long = "mcp-config", value_name = "FILE")]
+    mcp_config: Vec<std::path::PathBuf>,
+    /// Use no MCP server at all.
+    #[arg(long)]
+    no_mcp: bool,
     /// Whether file paths are confined to --root (default true). With false, `/etc/hosts` is
     /// the host's `/etc/hosts` (the root is only the shell's working directory). Also
     /// `virtual_mode = false` in the config file.
@@ -262,6 +308,7 @@ fn main() -> ExitCode {
         Command::Run(args) => runtime.block_on(run(*args)),
         Command::Threads(command) => runtime.block_on(threads::run(command)),
         Command::Repo(command) => runtime.block_on(repo_command(command)),
+        Command::Mcp(command) => runtime.block_on(mcp_command(command)),
         Command::Sandbox(SandboxCommand::Check {
             root,
             sandbox_engine,
@@ -474,6 +521,25 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if !hooks.is_empty() {
         builder = builder.hooks(hooks);
     }
+    // Kept until the run ends: dropping it stops the servers.
+    let mut _mcp = None;
+    if !args.no_mcp {
+        let (servers, notes) = mcp::servers(&hooks_root, &args.mcp_config, args.trust_project)?;
+        for note in notes {
+            eprintln!("{note}");
+        }
+        if !servers.is_empty() {
+            let connections = mcp::connect(&servers, &hooks_root).await;
+            let (tools, broken) = connections.tools();
+            for problem in broken {
+                eprintln!("warning: an MCP tool was left out: {problem}");
+            }
+            for tool in tools {
+                builder = builder.dyn_tool(tool);
+            }
+            _mcp = Some(connections);
+        }
+    }
     let agent = builder.ask_user(true).build()?;
 
     let options = RunOptions::default();
@@ -604,6 +670,32 @@ async fn drive(
                 agent.stream_run(run, options.clone())
             }
         };
+    }
+}
+
+async fn mcp_command(command: McpCommand) -> anyhow::Result<ExitCode> {
+    let root = |sources: &McpSources| match &sources.root {
+        Some(root) => Ok(root.clone()),
+        None => std::env::current_dir().context("cannot read the current directory; pass --root"),
+    };
+    match command {
+        McpCommand::List { sources } => {
+            mcp::list(&root(&sources)?, &sources.mcp_config, sources.trust_project).await
+        }
+        McpCommand::Tools {
+            server,
+            json,
+            sources,
+        } => {
+            mcp::tools(
+                &root(&sources)?,
+                &sources.mcp_config,
+                sources.trust_project,
+                server.as_deref(),
+                json,
+            )
+            .await
+        }
     }
 }
 

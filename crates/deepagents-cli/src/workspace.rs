@@ -171,7 +171,7 @@ impl Store for LazySqliteStore {
 
 /// The CLI's data directory: `DEEPAGENTS_DATA_DIR`, else `$XDG_DATA_HOME/deepagents`, else
 /// `~/.local/share/deepagents`; created when missing.
-fn data_dir() -> anyhow::Result<PathBuf> {
+pub fn data_dir() -> anyhow::Result<PathBuf> {
     let dir = if let Some(dir) = std::env::var_os("DEEPAGENTS_DATA_DIR") {
         PathBuf::from(dir)
     } else if let Some(xdg) = std::env::var_os("XDG_DATA_HOME") {

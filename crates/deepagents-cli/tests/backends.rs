@@ -1274,3 +1274,103 @@ fn project_hooks_run_only_when_trusted_and_a_prompt_hook_can_stop_the_run() {
         stderr(&trusted)
     );
 }
+
+fn mcp_python() -> Option<String> {
+    match std::env::var("DEEPAGENTS_TEST_MCP_PYTHON") {
+        Ok(python) => Some(python),
+        Err(_) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "DEEPAGENTS_TEST_MCP_PYTHON is not set"
+            );
+            eprintln!("skipped: set DEEPAGENTS_TEST_MCP_PYTHON to a Python with `mcp` installed");
+            None
+        }
+    }
+}
+
+#[test]
+fn mcp_servers_tools_reach_the_model_and_a_broken_server_does_not_stop_the_run() {
+    let Some(python) = mcp_python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let server =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deepagents-mcp/tests/fixtures/server.py");
+    let config = root.path().join("servers.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {
+            "fixture": {"command": python, "args": [server.display().to_string()], "env": {"FIXTURE_GREETING": "${DEEPAGENTS_TEST_GREETING:-fallback}"}},
+            "broken": {"command": "/nonexistent/mcp-server"}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    // A project server is not started without trust.
+    std::fs::write(
+        root.path().join(".mcp.json"),
+        json!({"mcpServers": {"project": {"command": "/nonexistent/project-server"}}}).to_string(),
+    )
+    .unwrap();
+    let model = script(
+        root.path(),
+        json!([
+            {"tool_calls": [
+                {"id": "e", "name": "fixture__echo", "args": {"text": "over mcp"}},
+                {"id": "w", "name": "fixture__where", "args": {}},
+                {"id": "f", "name": "fixture__fail", "args": {"reason": "asked to"}}
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "filesystem",
+            "--model",
+            &model,
+            "--mcp-config",
+        ])
+        .arg(&config)
+        .arg("--root")
+        .arg(root.path())
+        .arg("go")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let shown = stderr(&output);
+    assert!(
+        shown.contains("MCP server broken is not available"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("project") && shown.contains("--trust-project"),
+        "{shown}"
+    );
+    let stdout = String::from_utf8(output.stdout.clone()).unwrap();
+    let results = execute_results(&stdout);
+    assert_eq!(results["e"], "echo: over mcp", "{stdout}");
+    let root_path = root.path().canonicalize().unwrap();
+    assert_eq!(
+        results["w"],
+        format!("{} fallback", root_path.display()),
+        "{stdout}"
+    );
+    assert!(results["f"].contains("failed because asked to"), "{stdout}");
+    // `mcp tools` lists what the model sees.
+    let listed = bin()
+        .args(["mcp", "tools", "fixture", "--mcp-config"])
+        .arg(&config)
+        .arg("--root")
+        .arg(root.path())
+        .output()
+        .unwrap();
+    let lines = String::from_utf8(listed.stdout).unwrap();
+    assert!(
+        lines
+            .lines()
+            .any(|l| l.starts_with("fixture__echo\tRepeats the text.")),
+        "{lines}"
+    );
+}
