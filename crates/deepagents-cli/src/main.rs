@@ -537,6 +537,20 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             for tool in tools {
                 builder = builder.dyn_tool(tool);
             }
+            // Tools their server marks destructive ask first, where someone can answer.
+            if !args.auto_approve && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+                for name in connections.destructive_tools() {
+                    builder = builder.interrupt_on(
+                        name,
+                        deepagents::InterruptConfig {
+                            description: Some(
+                                "Its MCP server marks this tool as destructive.".to_owned(),
+                            ),
+                            ..deepagents::InterruptConfig::default()
+                        },
+                    );
+                }
+            }
             _mcp = Some(connections);
         }
     }

@@ -193,6 +193,29 @@ impl Server {
 }
 
 impl Connections {
+    /// The agent-side names of the tools their server marks `destructiveHint` (and not
+    /// `readOnlyHint`): the ones a front end should ask about before they run.
+    pub fn destructive_tools(&self) -> Vec<String> {
+        self.servers
+            .iter()
+            .flat_map(|server| {
+                server
+                    .tools
+                    .iter()
+                    .filter(|tool| {
+                        tool["annotations"]["destructiveHint"].as_bool() == Some(true)
+                            && tool["annotations"]["readOnlyHint"].as_bool() != Some(true)
+                    })
+                    .map(|tool| {
+                        tool_name(
+                            &server.config.name,
+                            tool["name"].as_str().unwrap_or_default(),
+                        )
+                    })
+            })
+            .collect()
+    }
+
     /// Every server's tools as agent tools; a tool whose schema is unusable is left out and
     /// named in the second list.
     pub fn tools(&self) -> (Vec<Arc<DynamicTool>>, Vec<String>) {
