@@ -15,7 +15,6 @@ pub mod config;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::Duration;
 
 use base64::Engine as _;
 use deepagents_core::{ContentBlock, DynamicTool, ToolError, ToolOutput};
@@ -63,7 +62,82 @@ pub struct Server {
     pub tools: Vec<Value>,
     /// Where its stderr goes.
     pub log: Option<PathBuf>,
-    service: Arc<RunningService<RoleClient, ()>>,
+    live: Arc<Live>,
+}
+
+type Service = RunningService<RoleClient, ()>;
+
+/// A server's connection, which a crash replaces once.
+struct Live {
+    config: ServerConfig,
+    root: PathBuf,
+    log_dir: Option<PathBuf>,
+    state: tokio::sync::Mutex<LiveState>,
+}
+
+struct LiveState {
+    /// `None` once it stopped for good.
+    service: Option<Arc<Service>>,
+    restarted: bool,
+}
+
+impl Live {
+    async fn current(&self) -> Option<Arc<Service>> {
+        self.state.lock().await.service.clone()
+    }
+
+    /// After `broken` stopped answering: starts the server again, once per session. Says
+    /// what became of it, for the model.
+    async fn recover(&self, broken: &Arc<Service>) -> String {
+        let name = &self.config.name;
+        let mut state = self.state.lock().await;
+        match &state.service {
+            // Another call already dealt with it.
+            Some(current) if !Arc::ptr_eq(current, broken) => {
+                return format!(
+                    "the MCP server {name} stopped during this call and was restarted; call again if repeating it is safe"
+                );
+            }
+            None => {
+                return format!(
+                    "the MCP server {name} has stopped; its tools are unavailable for the rest of the session"
+                );
+            }
+            Some(_) => {}
+        }
+        if state.restarted {
+            state.service = None;
+            return format!(
+                "the MCP server {name} stopped again; its tools are unavailable for the rest of the session"
+            );
+        }
+        state.restarted = true;
+        let started = tokio::time::timeout(
+            self.config.startup_timeout,
+            spawn(&self.config, &self.root, self.log_dir.as_deref()),
+        )
+        .await;
+        match started {
+            Ok(Ok((service, _))) => {
+                state.service = Some(Arc::new(service));
+                format!(
+                    "the MCP server {name} stopped during this call and was restarted; call again if repeating it is safe"
+                )
+            }
+            Ok(Err(why)) => {
+                state.service = None;
+                format!(
+                    "the MCP server {name} stopped and could not be restarted ({why}); its tools are unavailable"
+                )
+            }
+            Err(_) => {
+                state.service = None;
+                format!(
+                    "the MCP server {name} stopped and did not come back within its startup_timeout; its tools are unavailable"
+                )
+            }
+        }
+    }
 }
 
 /// The servers of a session: those that answered, and why the others did not.
@@ -111,6 +185,29 @@ async fn start(
     root: &Path,
     log_dir: Option<&Path>,
 ) -> Result<Server, String> {
+    let (service, tools) = spawn(config, root, log_dir).await?;
+    Ok(Server {
+        config: config.clone(),
+        tools,
+        log: log_dir.map(|dir| dir.join(format!("{}.log", config.name))),
+        live: Arc::new(Live {
+            config: config.clone(),
+            root: root.to_owned(),
+            log_dir: log_dir.map(Path::to_path_buf),
+            state: tokio::sync::Mutex::new(LiveState {
+                service: Some(Arc::new(service)),
+                restarted: false,
+            }),
+        }),
+    })
+}
+
+/// Starts the server and lists its tools (filtered as configured).
+async fn spawn(
+    config: &ServerConfig,
+    root: &Path,
+    log_dir: Option<&Path>,
+) -> Result<(Service, Vec<Value>), String> {
     let Transport::Stdio {
         command,
         args,
@@ -128,7 +225,10 @@ async fn start(
     });
     let log = log_dir.map(|dir| dir.join(format!("{}.log", config.name)));
     let stderr = match &log {
-        Some(path) => std::fs::File::create(path)
+        Some(path) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
             .map(Stdio::from)
             .map_err(|e| format!("cannot open its log {}: {e}", path.display()))?,
         None => Stdio::null(),
@@ -155,12 +255,7 @@ async fn start(
                 && !config.disabled_tools.iter().any(|t| t == name)
         })
         .collect();
-    Ok(Server {
-        config: config.clone(),
-        tools,
-        log,
-        service: Arc::new(service),
-    })
+    Ok((service, tools))
 }
 
 impl Server {
@@ -177,13 +272,10 @@ impl Server {
                     _ => serde_json::json!({"type": "object"}),
                 };
                 let read_only = tool["annotations"]["readOnlyHint"].as_bool() == Some(true);
-                let service = Arc::clone(&self.service);
-                let server = self.config.name.clone();
-                let timeout = self.config.call_timeout;
+                let live = Arc::clone(&self.live);
                 let made = DynamicTool::new(name, description, schema, move |args, _ctx| {
-                    let (service, server, remote) =
-                        (Arc::clone(&service), server.clone(), remote.clone());
-                    async move { call(&service, &server, &remote, args, timeout).await }
+                    let (live, remote) = (Arc::clone(&live), remote.clone());
+                    async move { call(&live, &remote, args).await }
                 })
                 .map_err(|e| e.to_string())?;
                 Ok(if read_only { made } else { made.mutating() })
@@ -233,13 +325,14 @@ impl Connections {
     }
 }
 
-async fn call(
-    service: &RunningService<RoleClient, ()>,
-    server: &str,
-    tool: &str,
-    args: Value,
-    timeout: Duration,
-) -> Result<ToolOutput, ToolError> {
+async fn call(live: &Live, tool: &str, args: Value) -> Result<ToolOutput, ToolError> {
+    let server = live.config.name.as_str();
+    let timeout = live.config.call_timeout;
+    let Some(service) = live.current().await else {
+        return Err(ToolError::RespondToModel(format!(
+            "the MCP server {server} has stopped; its tools are unavailable for the rest of the session"
+        )));
+    };
     let arguments = match args {
         Value::Object(map) => map,
         Value::Null => serde_json::Map::new(),
@@ -258,6 +351,14 @@ async fn call(
             )));
         }
         Ok(Err(e)) => {
+            if service.is_closed()
+                || matches!(
+                    e,
+                    rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
+                )
+            {
+                return Err(ToolError::RespondToModel(live.recover(&service).await));
+            }
             return Err(ToolError::RespondToModel(format!(
                 "the MCP server {server} failed on {tool}: {e}"
             )));

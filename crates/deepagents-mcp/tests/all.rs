@@ -160,6 +160,23 @@ async fn a_python_sdk_server_s_tools_work_as_agent_tools() {
     let place = tool("fixture__where").call(json!({}), cx()).await.unwrap();
     let root_path = root.path().canonicalize().unwrap();
     assert_eq!(text(&place), format!("{} hello", root_path.display()));
+    // A crash mid-call: that call fails, the server is restarted once and works again; a
+    // second crash leaves its tools answering that they are unavailable.
+    let crashed = |outcome: Result<deepagents_core::ToolOutput, ToolError>| match outcome {
+        Err(ToolError::RespondToModel(message)) => message,
+        other => panic!("{other:?}"),
+    };
+    let first = crashed(tool("fixture__crash").call(json!({}), cx()).await);
+    assert!(first.contains("was restarted"), "{first}");
+    let again = tool("fixture__echo")
+        .call(json!({"text": "back"}), cx())
+        .await
+        .unwrap();
+    assert_eq!(text(&again), "echo: back");
+    let second = crashed(tool("fixture__crash").call(json!({}), cx()).await);
+    assert!(second.contains("stopped again"), "{second}");
+    let gone = crashed(tool("fixture__echo").call(json!({"text": "x"}), cx()).await);
+    assert!(gone.contains("unavailable"), "{gone}");
     // Its stderr went to its log.
     assert!(logs.path().join("fixture.log").exists());
 }
