@@ -530,13 +530,12 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         if !servers.is_empty() {
             let connections = mcp::connect(&servers, &hooks_root).await;
-            let (tools, broken) = connections.tools();
-            for problem in broken {
+            for problem in connections.tools().1 {
                 eprintln!("warning: an MCP tool was left out: {problem}");
             }
-            for tool in tools {
-                builder = builder.dyn_tool(tool);
-            }
+            // A source rather than fixed tools: servers that announce `list_changed` get their
+            // tools listed again before the next model call.
+            builder = builder.tool_source(connections.tool_source());
             // Tools their server marks destructive ask first, where someone can answer.
             if !args.auto_approve && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
                 for name in connections.destructive_tools() {

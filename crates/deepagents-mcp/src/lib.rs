@@ -15,9 +15,13 @@ pub mod config;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use base64::Engine as _;
-use deepagents_core::{ContentBlock, DynamicTool, ToolError, ToolOutput};
+use deepagents_core::{
+    ContentBlock, DynTool, DynamicTool, RunContext, ToolError, ToolOutput, ToolSource,
+    ToolSourceError,
+};
 use rmcp::model::CallToolRequestParams;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::{ServiceExt as _, transport::TokioChildProcess};
@@ -65,13 +69,31 @@ pub struct Server {
     live: Arc<Live>,
 }
 
-type Service = RunningService<RoleClient, ()>;
+type Service = RunningService<RoleClient, Watcher>;
+
+/// Our side of a connection: counts the server's `tools/list_changed` notifications.
+#[derive(Clone, Default)]
+struct Watcher {
+    changes: Arc<AtomicU64>,
+}
+
+impl rmcp::ClientHandler for Watcher {
+    fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + rmcp::service::MaybeSendFuture + '_ {
+        self.changes.fetch_add(1, Ordering::Release);
+        std::future::ready(())
+    }
+}
 
 /// A server's connection, which a crash replaces once.
 struct Live {
     config: ServerConfig,
     root: PathBuf,
     log_dir: Option<PathBuf>,
+    /// `tools/list_changed` notifications so far (kept across a restart).
+    changes: Arc<AtomicU64>,
     state: tokio::sync::Mutex<LiveState>,
 }
 
@@ -79,6 +101,9 @@ struct LiveState {
     /// `None` once it stopped for good.
     service: Option<Arc<Service>>,
     restarted: bool,
+    /// Its tools as last listed, and the count of changes they reflect.
+    tools: Vec<Value>,
+    seen: u64,
 }
 
 impl Live {
@@ -114,12 +139,18 @@ impl Live {
         state.restarted = true;
         let started = tokio::time::timeout(
             self.config.startup_timeout,
-            spawn(&self.config, &self.root, self.log_dir.as_deref()),
+            spawn(
+                &self.config,
+                &self.root,
+                self.log_dir.as_deref(),
+                Arc::clone(&self.changes),
+            ),
         )
         .await;
         match started {
-            Ok(Ok((service, _))) => {
+            Ok(Ok((service, tools))) => {
                 state.service = Some(Arc::new(service));
+                state.tools = tools;
                 format!(
                     "the MCP server {name} stopped during this call and was restarted; call again if repeating it is safe"
                 )
@@ -185,18 +216,22 @@ async fn start(
     root: &Path,
     log_dir: Option<&Path>,
 ) -> Result<Server, String> {
-    let (service, tools) = spawn(config, root, log_dir).await?;
+    let changes = Arc::new(AtomicU64::new(0));
+    let (service, tools) = spawn(config, root, log_dir, Arc::clone(&changes)).await?;
     Ok(Server {
         config: config.clone(),
-        tools,
+        tools: tools.clone(),
         log: log_dir.map(|dir| dir.join(format!("{}.log", config.name))),
         live: Arc::new(Live {
             config: config.clone(),
             root: root.to_owned(),
             log_dir: log_dir.map(Path::to_path_buf),
+            changes,
             state: tokio::sync::Mutex::new(LiveState {
                 service: Some(Arc::new(service)),
                 restarted: false,
+                tools,
+                seen: 0,
             }),
         }),
     })
@@ -207,6 +242,7 @@ async fn spawn(
     config: &ServerConfig,
     root: &Path,
     log_dir: Option<&Path>,
+    changes: Arc<AtomicU64>,
 ) -> Result<(Service, Vec<Value>), String> {
     let Transport::Stdio {
         command,
@@ -237,13 +273,22 @@ async fn spawn(
         .stderr(stderr)
         .spawn()
         .map_err(|e| format!("cannot start {command}: {e}"))?;
-    let service = ().serve(transport).await.map_err(|e| format!("the MCP handshake failed: {e}"))?;
+    let service = Watcher { changes }
+        .serve(transport)
+        .await
+        .map_err(|e| format!("the MCP handshake failed: {e}"))?;
+    let tools = list_tools(&service, config).await?;
+    Ok((service, tools))
+}
+
+/// The server's tools now, filtered as configured.
+async fn list_tools(service: &Service, config: &ServerConfig) -> Result<Vec<Value>, String> {
     let listed = service
         .peer()
         .list_all_tools()
         .await
         .map_err(|e| format!("listing its tools failed: {e}"))?;
-    let tools = listed
+    Ok(listed
         .iter()
         .filter_map(|tool| serde_json::to_value(tool).ok())
         .filter(|tool| {
@@ -254,37 +299,103 @@ async fn spawn(
                 .is_none_or(|only| only.iter().any(|t| t == name))
                 && !config.disabled_tools.iter().any(|t| t == name)
         })
-        .collect();
-    Ok((service, tools))
+        .collect())
 }
 
 impl Server {
     /// Its tools as agent tools.
     pub fn agent_tools(&self) -> Vec<Result<DynamicTool, String>> {
-        self.tools
-            .iter()
-            .map(|tool| {
-                let remote = tool["name"].as_str().unwrap_or_default().to_owned();
-                let name = tool_name(&self.config.name, &remote);
-                let description = tool["description"].as_str().unwrap_or("").to_owned();
-                let schema = match tool.get("inputSchema") {
-                    Some(schema @ Value::Object(_)) => schema.clone(),
-                    _ => serde_json::json!({"type": "object"}),
-                };
-                let read_only = tool["annotations"]["readOnlyHint"].as_bool() == Some(true);
-                let live = Arc::clone(&self.live);
-                let made = DynamicTool::new(name, description, schema, move |args, _ctx| {
-                    let (live, remote) = (Arc::clone(&live), remote.clone());
-                    async move { call(&live, &remote, args).await }
-                })
-                .map_err(|e| e.to_string())?;
-                Ok(if read_only { made } else { made.mutating() })
+        agent_tools(&self.live, &self.tools)
+    }
+}
+
+/// `tools` (as a server describes them) as agent tools calling through `live`.
+fn agent_tools(live: &Arc<Live>, tools: &[Value]) -> Vec<Result<DynamicTool, String>> {
+    tools
+        .iter()
+        .map(|tool| {
+            let remote = tool["name"].as_str().unwrap_or_default().to_owned();
+            let name = tool_name(&live.config.name, &remote);
+            let description = tool["description"].as_str().unwrap_or("").to_owned();
+            let schema = match tool.get("inputSchema") {
+                Some(schema @ Value::Object(_)) => schema.clone(),
+                _ => serde_json::json!({"type": "object"}),
+            };
+            let read_only = tool["annotations"]["readOnlyHint"].as_bool() == Some(true);
+            let live = Arc::clone(live);
+            let made = DynamicTool::new(name, description, schema, move |args, _ctx| {
+                let (live, remote) = (Arc::clone(&live), remote.clone());
+                async move { call(&live, &remote, args).await }
             })
-            .collect()
+            .map_err(|e| e.to_string())?;
+            Ok(if read_only { made } else { made.mutating() })
+        })
+        .collect()
+}
+
+/// Every server's tools as a [`ToolSource`]: when a server announces `tools/list_changed`,
+/// its tools are listed again before the next model call.
+pub struct McpToolSource {
+    servers: Vec<Arc<Live>>,
+}
+
+#[async_trait::async_trait]
+impl ToolSource for McpToolSource {
+    fn name(&self) -> &str {
+        "mcp"
+    }
+
+    fn version(&self) -> u64 {
+        self.servers
+            .iter()
+            .map(|live| live.changes.load(Ordering::Acquire))
+            .sum()
+    }
+
+    async fn tools(&self, _run: &RunContext) -> Result<Vec<Arc<dyn DynTool>>, ToolSourceError> {
+        let mut all: Vec<Arc<dyn DynTool>> = Vec::new();
+        for live in &self.servers {
+            let mut state = live.state.lock().await;
+            let changes = live.changes.load(Ordering::Acquire);
+            if changes != state.seen
+                && let Some(service) = state.service.clone()
+            {
+                // Keep the old list when listing fails: the tools may still answer.
+                let listed = tokio::time::timeout(
+                    live.config.startup_timeout,
+                    list_tools(&service, &live.config),
+                )
+                .await;
+                match listed {
+                    Ok(Ok(tools)) => state.tools = tools,
+                    Ok(Err(why)) => tracing::warn!(server = %live.config.name, "{why}"),
+                    Err(_) => {
+                        tracing::warn!(server = %live.config.name, "listing its tools timed out")
+                    }
+                }
+                state.seen = changes;
+            }
+            for tool in agent_tools(live, &state.tools) {
+                match tool {
+                    Ok(tool) => all.push(Arc::new(tool)),
+                    Err(why) => {
+                        tracing::warn!(server = %live.config.name, "a tool was left out: {why}")
+                    }
+                }
+            }
+        }
+        Ok(all)
     }
 }
 
 impl Connections {
+    /// Every server's tools as one tool source that follows their changes.
+    pub fn tool_source(&self) -> Arc<McpToolSource> {
+        Arc::new(McpToolSource {
+            servers: self.servers.iter().map(|s| Arc::clone(&s.live)).collect(),
+        })
+    }
+
     /// The agent-side names of the tools their server marks `destructiveHint` (and not
     /// `readOnlyHint`): the ones a front end should ask about before they run.
     pub fn destructive_tools(&self) -> Vec<String> {

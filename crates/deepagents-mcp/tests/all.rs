@@ -160,6 +160,25 @@ async fn a_python_sdk_server_s_tools_work_as_agent_tools() {
     let place = tool("fixture__where").call(json!({}), cx()).await.unwrap();
     let root_path = root.path().canonicalize().unwrap();
     assert_eq!(text(&place), format!("{} hello", root_path.display()));
+    // A new tool announced with tools/list_changed shows up through the tool source.
+    let source = connections.tool_source();
+    let before = deepagents_core::ToolSource::version(&*source);
+    tool("fixture__grow").call(json!({}), cx()).await.unwrap();
+    for _ in 0..50 {
+        if deepagents_core::ToolSource::version(&*source) != before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_ne!(deepagents_core::ToolSource::version(&*source), before);
+    let run = deepagents_core::RunContext::detached("test");
+    let now: Vec<String> = deepagents_core::ToolSource::tools(&*source, &run)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.spec().name)
+        .collect();
+    assert!(now.contains(&"fixture__extra".to_owned()), "{now:?}");
     // A crash mid-call: that call fails, the server is restarted once and works again; a
     // second crash leaves its tools answering that they are unavailable.
     let crashed = |outcome: Result<deepagents_core::ToolOutput, ToolError>| match outcome {
