@@ -518,6 +518,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     for note in notes {
         eprintln!("{note}");
     }
+    let front_hooks = (!hooks.is_empty()).then(|| hooks.clone());
     if !hooks.is_empty() {
         builder = builder.hooks(hooks);
     }
@@ -570,6 +571,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         },
         None => Target::Once(options),
     };
+    let session = args.thread.clone().unwrap_or_default();
     let outcome = drive(
         &agent,
         &target,
@@ -577,8 +579,18 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         args.json,
         args.auto_approve,
         grants.as_ref(),
+        front_hooks.as_ref().map(|hooks| (hooks, session.as_str())),
     )
     .await;
+    if let Some(hooks) = &front_hooks {
+        hooks
+            .notify(
+                &session,
+                "SessionEnd",
+                serde_json::json!({"reason": "exit"}),
+            )
+            .await;
+    }
     // Closing folds SQLite's write-ahead log back into the database instead of leaving it.
     workspace.store.close().await;
     outcome
@@ -639,6 +651,7 @@ async fn drive(
     json: bool,
     auto_approve: bool,
     grants: Option<&deepagents::backends::sandbox::SharedPolicy>,
+    hooks: Option<(&deepagents::middleware::Hooks, &str)>,
 ) -> anyhow::Result<ExitCode> {
     let mut stream = first_stream(agent, target, input).await?;
     let mut stdout = std::io::stdout().lock();
@@ -666,6 +679,19 @@ async fn drive(
         let decisions = if auto_approve {
             approvals::approve_all(&output.pending)
         } else {
+            if let Some((hooks, session)) = hooks {
+                let names: Vec<&str> = output.pending.iter().map(|a| a.name.as_str()).collect();
+                hooks
+                    .notify(
+                        session,
+                        "Notification",
+                        serde_json::json!({
+                            "message": format!("deepagents needs your approval for {}", names.join(", ")),
+                            "notification_type": "permission_prompt",
+                        }),
+                    )
+                    .await;
+            }
             approvals::ask(&output.pending)?
         };
         if let Some(policy) = grants {

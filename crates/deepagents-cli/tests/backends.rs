@@ -1374,3 +1374,60 @@ fn mcp_servers_tools_reach_the_model_and_a_broken_server_does_not_stop_the_run()
         "{lines}"
     );
 }
+
+#[test]
+fn notification_hooks_hear_about_approvals_and_session_end_about_the_exit() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    let log = dir.join("notify.log");
+    let record = format!("cat >> {}; echo >> {}", log.display(), log.display());
+    let hooks = dir.join("hooks.json");
+    std::fs::write(
+        &hooks,
+        json!({"hooks": {
+            "Notification": [{"hooks": [{"command": record}]}],
+            "SessionEnd": [{"hooks": [{"command": record}]}]
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let model = script(
+        dir,
+        json!([
+            {"tool_calls": [{"id": "x", "name": "execute", "args": {"command": "echo hi"}}]},
+            {"text": "done"}
+        ]),
+    );
+    let output = bin()
+        .args([
+            "run",
+            "--backend",
+            "shell",
+            "--sandbox",
+            "off",
+            "--model",
+            &model,
+            "--hooks",
+        ])
+        .arg(&hooks)
+        .arg("--root")
+        .arg(dir)
+        .arg("go")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let events: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0]["hook_event_name"], "Notification");
+    assert!(
+        events[0]["message"].as_str().unwrap().contains("execute"),
+        "{events:?}"
+    );
+    assert_eq!(events[1]["hook_event_name"], "SessionEnd");
+}

@@ -15,6 +15,7 @@
 //! | `PostToolUseFailure` | after a call that failed | the model gets the reason with the result |
 //! | `SubagentStart` / `SubagentStop` | around a `task` call | `SubagentStart`: as `PreToolUse` |
 //! | `Stop` | the run has its answer | — (logged) |
+//! | `Notification`, `SessionEnd` | when a front end calls [`Hooks::notify`] | — |
 //!
 //! Matchers (for the tool events) are regular expressions matched against the whole tool
 //! name, ours or its Claude Code alias (`execute` ↔ `Bash`, `read_file` ↔ `Read`,
@@ -269,6 +270,30 @@ impl Hooks {
         ctx: &RunContext,
         event: &str,
         tool: Option<&str>,
+        input: Value,
+    ) -> Verdict {
+        let session = ctx
+            .thread_id
+            .clone()
+            .unwrap_or_else(|| ctx.run_id().to_owned());
+        self.fire_in(&session, event, tool, input).await
+    }
+
+    /// Runs the hooks of an event the harness does not fire itself — `Notification` (the
+    /// front end asks the user something) and `SessionEnd` (the front end exits) — with
+    /// `input` plus the common fields. Blocking means nothing for these; failures are
+    /// reported on stderr.
+    pub async fn notify(&self, session_id: &str, event: &str, input: Value) {
+        if matches!(event, "Notification" | "SessionEnd") {
+            let _ = self.fire_in(session_id, event, None, input).await;
+        }
+    }
+
+    async fn fire_in(
+        &self,
+        session: &str,
+        event: &str,
+        tool: Option<&str>,
         mut input: Value,
     ) -> Verdict {
         let mut verdict = Verdict::default();
@@ -290,14 +315,7 @@ impl Hooks {
             .unwrap_or_else(|| PathBuf::from("/"));
         if let Some(fields) = input.as_object_mut() {
             fields.insert("hook_event_name".into(), json!(event));
-            fields.insert(
-                "session_id".into(),
-                json!(
-                    ctx.thread_id
-                        .clone()
-                        .unwrap_or_else(|| ctx.run_id().to_owned())
-                ),
-            );
+            fields.insert("session_id".into(), json!(session));
             fields.insert("transcript_path".into(), json!(""));
             fields.insert("cwd".into(), json!(dir.display().to_string()));
         }
