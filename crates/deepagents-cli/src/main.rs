@@ -9,6 +9,7 @@ mod mcp;
 mod progress;
 mod sandbox;
 mod threads;
+mod trust;
 mod workspace;
 
 use std::io::{Read as _, Write as _};
@@ -514,7 +515,8 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(root) => root.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let (hooks, notes) = hooks::load(&hooks_root, &args.hook_files, args.trust_project)?;
+    let trusted = trust::project(&hooks_root, args.trust_project)?;
+    let (hooks, notes) = hooks::load(&hooks_root, &args.hook_files, trusted)?;
     for note in notes {
         eprintln!("{note}");
     }
@@ -525,7 +527,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Kept until the run ends: dropping it stops the servers.
     let mut _mcp = None;
     if !args.no_mcp {
-        let (servers, notes) = mcp::servers(&hooks_root, &args.mcp_config, args.trust_project)?;
+        let (servers, notes) = mcp::servers(&hooks_root, &args.mcp_config, trusted)?;
         for note in notes {
             eprintln!("{note}");
         }

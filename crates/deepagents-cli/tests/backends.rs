@@ -1431,3 +1431,84 @@ fn notification_hooks_hear_about_approvals_and_session_end_about_the_exit() {
     );
     assert_eq!(events[1]["hook_event_name"], "SessionEnd");
 }
+
+#[test]
+fn trusting_a_project_on_the_terminal_is_remembered_until_its_files_change() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "script (util-linux) is missing"
+        );
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    let log = dir.join("prompts.log");
+    std::fs::create_dir_all(dir.join(".deepagents")).unwrap();
+    let hooks = json!({"hooks": {"UserPromptSubmit": [{"hooks": [{"command": format!("echo ran >> {}", log.display())}]}]}});
+    std::fs::write(dir.join(".deepagents/hooks.json"), hooks.to_string()).unwrap();
+    let model = script(
+        dir,
+        json!([{"text": "done"}, {"text": "done"}, {"text": "done"}]),
+    );
+    let runs = || std::fs::read_to_string(&log).map_or(0, |text| text.lines().count());
+    // On a terminal: asked once, answered yes.
+    let command = format!(
+        "{} run --backend filesystem --model {model} --root {} go",
+        env!("CARGO_BIN_EXE_deepagents"),
+        dir.display()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("DEEPAGENTS_DATA_DIR", data.path())
+        .env_remove("DEEPAGENTS_MODEL")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(b"y\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+    let output = child.wait_with_output().unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(shown.contains("Trust them?"), "{shown}");
+    assert_eq!(runs(), 1, "{shown}");
+    // Remembered: no terminal needed the next time.
+    let plain = || {
+        bin()
+            .env("DEEPAGENTS_DATA_DIR", data.path())
+            .args([
+                "run",
+                "--backend",
+                "filesystem",
+                "--model",
+                &model,
+                "--root",
+            ])
+            .arg(dir)
+            .arg("go")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let again = plain();
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert_eq!(runs(), 2);
+    // A changed file is a new decision: not trusted without asking.
+    std::fs::write(dir.join(".deepagents/hooks.json"), format!("{hooks}\n")).unwrap();
+    let changed = plain();
+    assert_eq!(runs(), 2);
+    assert!(
+        stderr(&changed).contains("--trust-project"),
+        "{}",
+        stderr(&changed)
+    );
+}
