@@ -772,13 +772,7 @@ fn read_only_memory_covers_long_term_memory() {
 /// commands too.
 #[test]
 fn execute_is_confined_by_default_and_follows_the_permission_rules() {
-    if std::process::Command::new("bwrap")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        assert!(std::env::var_os("CI").is_none(), "bubblewrap is missing");
-        eprintln!("skipped: bubblewrap is not installed");
+    if !sandbox_works() {
         return;
     }
     let outside = tempfile::tempdir().unwrap();
@@ -833,20 +827,7 @@ fn execute_is_confined_by_default_and_follows_the_permission_rules() {
     assert!(output.status.success(), "{}", stderr(&output));
     let shown = stderr(&output);
     let stdout = String::from_utf8(output.stdout).unwrap();
-    let results: std::collections::BTreeMap<String, String> = stdout
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|e| e["type"] == "tool_call_finished")
-        .map(|e| {
-            (
-                e["call_id"].as_str().unwrap().to_owned(),
-                e["content"][0]["text"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned(),
-            )
-        })
-        .collect();
+    let results = execute_results(&stdout);
     assert!(
         !results["outside"].contains("outside-secret"),
         "{}",
