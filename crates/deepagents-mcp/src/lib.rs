@@ -388,6 +388,65 @@ impl ToolSource for McpToolSource {
     }
 }
 
+/// A [`ToolSource`] over servers not yet started: they are connected the first time a run
+/// asks for tools (so an agent can be built without awaiting them), then behave as
+/// [`Connections::tool_source`]. Servers that fail are logged (`tracing`) and left out.
+pub struct LazyMcpTools {
+    servers: Vec<ServerConfig>,
+    root: PathBuf,
+    log_dir: Option<PathBuf>,
+    connected: tokio::sync::OnceCell<Connections>,
+}
+
+/// The tools of `servers` (started in `root`, their stderr in `log_dir`), connected on first
+/// use: `AgentBuilder::tool_source(Arc::new(deepagents_mcp::lazy(servers, root, None)))`.
+pub fn lazy(
+    servers: Vec<ServerConfig>,
+    root: impl Into<PathBuf>,
+    log_dir: Option<PathBuf>,
+) -> LazyMcpTools {
+    LazyMcpTools {
+        servers,
+        root: root.into(),
+        log_dir,
+        connected: tokio::sync::OnceCell::new(),
+    }
+}
+
+impl LazyMcpTools {
+    /// The connections, once a run asked for tools.
+    pub fn connections(&self) -> Option<&Connections> {
+        self.connected.get()
+    }
+}
+
+#[async_trait::async_trait]
+impl ToolSource for LazyMcpTools {
+    fn name(&self) -> &str {
+        "mcp"
+    }
+
+    fn version(&self) -> u64 {
+        self.connected
+            .get()
+            .map_or(0, |connections| connections.tool_source().version())
+    }
+
+    async fn tools(&self, run: &RunContext) -> Result<Vec<Arc<dyn DynTool>>, ToolSourceError> {
+        let connections = self
+            .connected
+            .get_or_init(|| async {
+                let connections = connect(&self.servers, &self.root, self.log_dir.as_deref()).await;
+                for (name, why) in &connections.failures {
+                    tracing::warn!(server = %name, "MCP server left out: {why}");
+                }
+                connections
+            })
+            .await;
+        connections.tool_source().tools(run).await
+    }
+}
+
 impl Connections {
     /// Every server's tools as one tool source that follows their changes.
     pub fn tool_source(&self) -> Arc<McpToolSource> {

@@ -199,3 +199,24 @@ async fn a_python_sdk_server_s_tools_work_as_agent_tools() {
     // Its stderr went to its log.
     assert!(logs.path().join("fixture.log").exists());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn servers_given_to_an_agent_connect_on_first_use() {
+    let Some(python) = python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let servers = server(
+        "late",
+        &python,
+        r#"{"mcpServers": {"NAME": {"command": "PYTHON", "args": ["SERVER"]}}}"#,
+    );
+    let source = deepagents_mcp::lazy(servers, root.path(), None);
+    assert!(source.connections().is_none());
+    assert_eq!(deepagents_core::ToolSource::version(&source), 0);
+    let run = deepagents_core::RunContext::detached("test");
+    let tools = deepagents_core::ToolSource::tools(&source, &run)
+        .await
+        .unwrap();
+    assert!(tools.iter().any(|t| t.spec().name == "late__echo"));
+    assert_eq!(source.connections().map(|c| c.servers.len()), Some(1));
+    assert_eq!(deepagents_core::ToolSource::version(&source), 0);
+}
