@@ -801,13 +801,7 @@ fn execute_is_confined_by_default_and_follows_the_permission_rules() {
         ),
         ("works", "echo ok > made.txt && cat made.txt".to_owned()),
     ];
-    let model = script(
-        root.path(),
-        json!([
-            {"tool_calls": commands.iter().map(|(id, command)| json!({"id": id, "name": "execute", "args": {"command": command}})).collect::<Vec<_>>()},
-            {"text": "done"}
-        ]),
-    );
+    let model = execute_script(root.path(), &commands);
     let output = bin()
         .args([
             "run",
@@ -850,11 +844,7 @@ fn execute_is_confined_by_default_and_follows_the_permission_rules() {
     // The rule that cannot become a mount is named.
     assert!(shown.contains("/**/*.pem"), "{shown}");
     // The run says how its commands were confined.
-    let report = stdout
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .find(|e| e["type"] == "sandbox")
-        .unwrap_or_else(|| panic!("no sandbox event: {stdout}"));
+    let report = sandbox_event(&stdout);
     assert_eq!(report["confinement"]["engine"], "bubblewrap", "{report}");
     assert_eq!(report["confinement"]["network"], "off", "{report}");
 }
@@ -870,6 +860,26 @@ fn sandbox_works() -> bool {
     assert!(std::env::var_os("CI").is_none(), "bubblewrap is missing");
     eprintln!("skipped: bubblewrap is not installed");
     false
+}
+
+/// A scripted model that makes one `execute` call per `(id, command)`, then answers.
+fn execute_script(dir: &Path, commands: &[(&str, String)]) -> String {
+    script(
+        dir,
+        json!([
+            {"tool_calls": commands.iter().map(|(id, command)| json!({"id": id, "name": "execute", "args": {"command": command}})).collect::<Vec<_>>()},
+            {"text": "done"}
+        ]),
+    )
+}
+
+/// The `sandbox` event of a `--json` run.
+fn sandbox_event(stdout: &str) -> Value {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["type"] == "sandbox")
+        .unwrap_or_else(|| panic!("no sandbox event: {stdout}"))
 }
 
 /// Each `execute` result of a `--json` run, by call id.
@@ -904,13 +914,7 @@ fn the_landlock_fallback_confines_execute_and_the_run_reports_what_it_cannot_enf
         ("net", "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 9))' && echo connected".to_owned()),
         ("works", "echo ok > made.txt && cat made.txt".to_owned()),
     ];
-    let model = script(
-        root.path(),
-        json!([
-            {"tool_calls": commands.iter().map(|(id, command)| json!({"id": id, "name": "execute", "args": {"command": command}})).collect::<Vec<_>>()},
-            {"text": "done"}
-        ]),
-    );
+    let model = execute_script(root.path(), &commands);
     let output = bin()
         .args([
             "run",
@@ -942,11 +946,7 @@ fn the_landlock_fallback_confines_execute_and_the_run_reports_what_it_cannot_enf
     );
     assert!(!results["net"].contains("connected"), "{}", results["net"]);
     assert!(results["works"].starts_with("ok"), "{}", results["works"]);
-    let report = stdout
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .find(|e| e["type"] == "sandbox")
-        .unwrap_or_else(|| panic!("no sandbox event: {stdout}"));
+    let report = sandbox_event(&stdout);
     assert_eq!(report["confinement"]["engine"], "landlock", "{report}");
     let unenforced = report["confinement"]["unenforced"].to_string();
     assert!(unenforced.contains(".git"), "{report}");

@@ -420,6 +420,15 @@ fn the_environment_holds_only_what_the_caller_passes() {
     }
 }
 
+/// The host's processes running `sleep MARKER`, as `pgrep` lists them.
+fn still_sleeping(marker: u64) -> String {
+    let found = std::process::Command::new("pgrep")
+        .args(["-f", &format!("sleep {marker}")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&found.stdout).into_owned()
+}
+
 #[test]
 fn background_processes_die_with_the_command() {
     if !available() {
@@ -434,14 +443,10 @@ fn background_processes_die_with_the_command() {
         );
         assert!(out.status.success(), "{engine:?}: {}", text(&out));
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let left = std::process::Command::new("pgrep")
-            .args(["-f", &format!("sleep {marker}")])
-            .output()
-            .unwrap();
+        let left = still_sleeping(marker);
         assert!(
-            left.stdout.is_empty(),
-            "{engine:?}: a daemonized child outlived its command: {}",
-            String::from_utf8_lossy(&left.stdout)
+            left.is_empty(),
+            "{engine:?}: a daemonized child outlived its command: {left}"
         );
     }
 }
@@ -477,14 +482,10 @@ fn a_daemon_is_killed_when_its_command_is_killed() {
         child.wait().unwrap();
         drop(guard);
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let left = std::process::Command::new("pgrep")
-            .args(["-f", &format!("sleep {marker}")])
-            .output()
-            .unwrap();
+        let left = still_sleeping(marker);
         assert!(
-            left.stdout.is_empty(),
-            "{engine:?}: a daemon outlived its killed command: {}",
-            String::from_utf8_lossy(&left.stdout)
+            left.is_empty(),
+            "{engine:?}: a daemon outlived its killed command: {left}"
         );
     }
 }
