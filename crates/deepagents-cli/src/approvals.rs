@@ -123,6 +123,22 @@ fn nobody_answers(action: &PendingAction) -> Decision {
     }
 }
 
+/// Asks something on the terminal while the run goes on (a server's question, a hook's
+/// approval), one question at a time: `ask` gets stdin and stderr to itself.
+pub async fn ask_on_terminal<T: Send + 'static>(
+    ask: impl FnOnce(&mut dyn BufRead, &mut dyn Write) -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    tokio::task::spawn_blocking(move || {
+        let _turn = TURN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        ask(&mut std::io::stdin().lock(), &mut std::io::stderr())
+    })
+    .await
+    .map_err(std::io::Error::other)?
+}
+
 /// A line from `input` without its line ending; `None` at the end of input.
 fn read_line(input: &mut impl BufRead) -> std::io::Result<Option<String>> {
     let mut line = String::new();

@@ -2,15 +2,20 @@
 //! project's (`.deepagents/hooks.json` in the root, only when trusted: it runs commands
 //! someone else may have written), then each `--hooks FILE`, all of them, in that order.
 
+use std::io::{BufRead, IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use deepagents::middleware::Hooks;
+use deepagents::core::ToolCall;
+use deepagents::middleware::{HookApprover, Hooks};
 
-/// The hooks of a run in `root`, and the notes to print about files skipped.
+/// The hooks of a run in `root`, and the notes to print about files skipped. Calls a hook
+/// asks about are approved with `auto_approve`, else asked on a terminal, else not run.
 pub fn load(
     root: &Path,
     files: &[PathBuf],
     trust_project: bool,
+    auto_approve: bool,
 ) -> anyhow::Result<(Hooks, Vec<String>)> {
     let mut hooks = Hooks::default();
     let mut notes = Vec::new();
@@ -32,5 +37,90 @@ pub fn load(
     for file in files {
         hooks = hooks.merge(Hooks::load(file)?);
     }
+    let hooks = if auto_approve {
+        hooks.approver(Arc::new(Approve::Always))
+    } else if std::io::stdin().is_terminal() {
+        hooks.approver(Arc::new(Approve::OnTerminal))
+    } else {
+        hooks
+    };
     Ok((hooks.in_dir(root), notes))
+}
+
+/// Who decides the calls a hook asks about.
+enum Approve {
+    /// `--auto-approve`.
+    Always,
+    /// The person at the terminal.
+    OnTerminal,
+}
+
+#[async_trait::async_trait]
+impl HookApprover for Approve {
+    async fn approve(&self, call: &ToolCall, reason: &str) -> bool {
+        match self {
+            Self::Always => true,
+            Self::OnTerminal => {
+                let (call, reason) = (call.clone(), reason.to_owned());
+                crate::approvals::ask_on_terminal(move |input, out| ask(&call, &reason, input, out))
+                    .await
+                    .unwrap_or(false)
+            }
+        }
+    }
+}
+
+/// Asks whether `call` may run; only `y` or `yes` approves (the end of input does not).
+fn ask(
+    call: &ToolCall,
+    reason: &str,
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+) -> std::io::Result<bool> {
+    writeln!(
+        out,
+        "\nA hook asks you to approve {} {}\n  {reason}",
+        call.name, call.arguments
+    )?;
+    write!(out, "Run it? [y/N]: ")?;
+    out.flush()?;
+    let mut line = String::new();
+    input.read_line(&mut line)?;
+    Ok(matches!(
+        line.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_yes_approves() {
+        let call = ToolCall {
+            id: "c".into(),
+            name: "execute".into(),
+            arguments: serde_json::json!({"command": "make deploy"}),
+        };
+        for (typed, approved) in [
+            ("y\n", true),
+            ("YES\n", true),
+            ("n\n", false),
+            ("\n", false),
+            ("", false),
+        ] {
+            let mut out = Vec::new();
+            assert_eq!(
+                ask(&call, "deploys", &mut typed.as_bytes(), &mut out).ok(),
+                Some(approved),
+                "{typed:?}"
+            );
+            let shown = String::from_utf8_lossy(&out);
+            assert!(
+                shown.contains("make deploy") && shown.contains("deploys"),
+                "{shown}"
+            );
+        }
+    }
 }

@@ -516,7 +516,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     let trusted = trust::project(&hooks_root, args.trust_project)?;
-    let (hooks, notes) = hooks::load(&hooks_root, &args.hook_files, trusted)?;
+    let (hooks, notes) = hooks::load(&hooks_root, &args.hook_files, trusted, args.auto_approve)?;
     for note in notes {
         eprintln!("{note}");
     }
@@ -532,7 +532,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!("{note}");
         }
         if !servers.is_empty() {
-            let connections = mcp::connect(&servers, &hooks_root).await;
+            let connections = mcp::connect(&servers, &hooks_root, !args.auto_approve).await;
             for problem in connections.tools().1 {
                 eprintln!("warning: an MCP tool was left out: {problem}");
             }

@@ -4,10 +4,16 @@
 //! `.deepagents/.mcp.json` and `.mcp.json` in the root (only with `--trust-project`: they start
 //! programs from the project), then each `--mcp-config FILE`. `--no-mcp` uses none.
 
+use std::io::{BufRead, IsTerminal as _, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use deepagents_mcp::{Connections, ServerConfig, Transport, config};
+use deepagents_mcp::elicitation::{form_fields, parse_field};
+use deepagents_mcp::{
+    ConnectOptions, Connections, Elicitation, ElicitationAnswer, ElicitationRequest, Elicitor,
+    ServerConfig, Transport, config,
+};
 
 /// The servers configured for a run in `root`, and notes about files skipped.
 pub fn servers(
@@ -46,13 +52,21 @@ pub fn servers(
 }
 
 /// Connects to `servers`, printing on stderr each one that failed and why; their stderr
-/// goes to `mcp-logs/` in the data directory.
-pub async fn connect(servers: &[ServerConfig], root: &Path) -> Connections {
-    let log_dir = crate::workspace::data_dir()
+/// goes to `mcp-logs/` in the data directory. With `interactive`, servers may ask the user
+/// questions on the terminal.
+pub async fn connect(servers: &[ServerConfig], root: &Path, interactive: bool) -> Connections {
+    let mut options = ConnectOptions::new(root);
+    if let Some(dir) = crate::workspace::data_dir()
         .ok()
         .map(|dir| dir.join("mcp-logs"))
-        .filter(|dir| std::fs::create_dir_all(dir).is_ok());
-    let connections = deepagents_mcp::connect(servers, root, log_dir.as_deref()).await;
+        .filter(|dir| std::fs::create_dir_all(dir).is_ok())
+    {
+        options = options.log_dir(dir);
+    }
+    if interactive && std::io::stdin().is_terminal() {
+        options = options.elicitor(Arc::new(TerminalElicitor));
+    }
+    let connections = deepagents_mcp::connect(servers, &options).await;
     for (name, reason) in &connections.failures {
         eprintln!(
             "warning: MCP server {name} is not available: {reason}; the run goes on without it"
@@ -67,7 +81,7 @@ pub async fn list(root: &Path, files: &[PathBuf], trust_project: bool) -> anyhow
     for note in notes {
         eprintln!("{note}");
     }
-    let connections = deepagents_mcp::connect(&servers, root, None).await;
+    let connections = deepagents_mcp::connect(&servers, &ConnectOptions::new(root)).await;
     for server in &servers {
         let transport = match &server.transport {
             Transport::Stdio { command, .. } => format!("stdio {command}"),
@@ -110,7 +124,7 @@ pub async fn tools(
         .into_iter()
         .filter(|s| only.is_none_or(|name| s.name == name))
         .collect();
-    let connections = connect(&servers, root).await;
+    let connections = connect(&servers, root, false).await;
     let mut listed = Vec::new();
     for server in &connections.servers {
         for tool in &server.tools {
@@ -138,4 +152,127 @@ pub async fn tools(
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Servers' questions asked on the terminal while their call waits.
+struct TerminalElicitor;
+
+#[async_trait::async_trait]
+impl Elicitor for TerminalElicitor {
+    async fn elicit(&self, request: ElicitationRequest) -> ElicitationAnswer {
+        crate::approvals::ask_on_terminal(move |input, out| ask(&request, input, out))
+            .await
+            .unwrap_or(ElicitationAnswer::Decline)
+    }
+}
+
+/// Asks `request` on `out`, reading the answers from `input`: first whether to answer at all
+/// (yes, no = decline, cancel), then each field of a form, again until its value fits (an
+/// empty line skips an optional field). The end of input declines.
+pub fn ask(
+    request: &ElicitationRequest,
+    input: &mut dyn BufRead,
+    out: &mut dyn Write,
+) -> std::io::Result<ElicitationAnswer> {
+    let mut line = String::new();
+    let mut read = |input: &mut dyn BufRead| -> std::io::Result<Option<String>> {
+        line.clear();
+        if input.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        Ok(Some(line.trim_end_matches(['\r', '\n']).to_owned()))
+    };
+    writeln!(
+        out,
+        "\nThe MCP server {} asks: {}",
+        request.server, request.message
+    )?;
+    if let Elicitation::Url { url } = &request.kind {
+        writeln!(out, "  Open {url}")?;
+    }
+    write!(out, "Answer? [y]es, [n]o (decline), [c]ancel the call: ")?;
+    out.flush()?;
+    let Some(choice) = read(input)? else {
+        return Ok(ElicitationAnswer::Decline);
+    };
+    match choice.trim().to_ascii_lowercase().as_str() {
+        "" | "y" | "yes" => {}
+        "c" | "cancel" => return Ok(ElicitationAnswer::Cancel),
+        _ => return Ok(ElicitationAnswer::Decline),
+    }
+    let Elicitation::Form { schema } = &request.kind else {
+        return Ok(ElicitationAnswer::Accept(None));
+    };
+    let mut content = serde_json::Map::new();
+    for (name, field, required) in form_fields(schema) {
+        loop {
+            let about = field["description"]
+                .as_str()
+                .or_else(|| field["title"].as_str())
+                .map(|d| format!(" — {d}"))
+                .unwrap_or_default();
+            let kind = field["type"].as_str().unwrap_or("string");
+            let optional = if required { "" } else { ", optional" };
+            write!(out, "  {name} ({kind}{optional}){about}: ")?;
+            out.flush()?;
+            let Some(text) = read(input)? else {
+                return Ok(ElicitationAnswer::Decline);
+            };
+            if text.trim().is_empty() && !required {
+                break;
+            }
+            match parse_field(&field, &text) {
+                Ok(value) => {
+                    content.insert(name.clone(), value);
+                    break;
+                }
+                Err(why) => writeln!(out, "    {why}")?,
+            }
+        }
+    }
+    Ok(ElicitationAnswer::Accept(Some(serde_json::Value::Object(
+        content,
+    ))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn questions_are_asked_field_by_field_until_the_answers_fit() {
+        let request = ElicitationRequest {
+            server: "shop".into(),
+            message: "Your details".into(),
+            kind: Elicitation::Form {
+                schema: serde_json::json!({"type": "object", "properties": {
+                    "age": {"type": "integer", "description": "How old"},
+                    "name": {"type": "string"}, "nick": {"type": "string"}},
+                    "required": ["age", "name"]}),
+            },
+        };
+        let mut out = Vec::new();
+        let answer = ask(&request, &mut "y\nold\n41\nAda\n\n".as_bytes(), &mut out);
+        assert_eq!(
+            answer.ok(),
+            Some(ElicitationAnswer::Accept(Some(
+                serde_json::json!({"age": 41, "name": "Ada"})
+            )))
+        );
+        let shown = String::from_utf8_lossy(&out);
+        assert!(
+            shown.contains("The MCP server shop asks: Your details"),
+            "{shown}"
+        );
+        assert!(shown.contains("a whole number, please"), "{shown}");
+        for (typed, expected) in [
+            ("n\n", ElicitationAnswer::Decline),
+            ("c\n", ElicitationAnswer::Cancel),
+            ("", ElicitationAnswer::Decline),
+            ("y\n", ElicitationAnswer::Decline),
+        ] {
+            let answer = ask(&request, &mut typed.as_bytes(), &mut Vec::new());
+            assert_eq!(answer.ok(), Some(expected), "{typed:?}");
+        }
+    }
 }

@@ -57,6 +57,22 @@ impl Progress {
                     say!("{indent}  ✗ {name}: {}", preview(&text));
                 }
             },
+            EventKind::ToolProgress {
+                progress,
+                total,
+                message,
+                ..
+            } => {
+                let done = match total {
+                    Some(total) => format!("{progress}/{total}"),
+                    None => progress.to_string(),
+                };
+                let message = message
+                    .as_deref()
+                    .map(|m| format!(" {m}"))
+                    .unwrap_or_default();
+                say!("{indent}  … {done}{message}");
+            }
             EventKind::StateUpdated { todos, custom, .. } => {
                 for todo in todos.iter().flatten() {
                     let mark = match todo.status {

@@ -1213,6 +1213,158 @@ fn hooks_block_rewrite_log_and_time_out_as_their_files_say() {
 }
 
 #[test]
+fn a_hook_that_asks_gets_a_real_decision() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    let hooks_file = dir.join("ask-hooks.json");
+    std::fs::write(
+        &hooks_file,
+        json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"command":
+            "grep -q deploy && printf '%s' '{\"hookSpecificOutput\": {\"hookEventName\": \"PreToolUse\", \"permissionDecision\": \"ask\", \"permissionDecisionReason\": \"deploys need a person\"}}'; exit 0"}]}]}})
+        .to_string(),
+    )
+    .unwrap();
+    let model = script(
+        dir,
+        json!([
+            {"tool_calls": [
+                {"id": "d", "name": "execute", "args": {"command": "touch deployed.txt"}},
+                {"id": "o", "name": "execute", "args": {"command": "touch other.txt"}}
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let run = |extra: &[&str]| {
+        let output = bin()
+            .args([
+                "run",
+                "--json",
+                "--backend",
+                "shell",
+                "--sandbox",
+                "off",
+                "--shell-allow",
+                "touch",
+                "--model",
+                &model,
+            ])
+            .args(extra)
+            .arg("--hooks")
+            .arg(&hooks_file)
+            .arg("--root")
+            .arg(dir)
+            .arg("go")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        execute_results(&String::from_utf8(output.stdout).unwrap())
+    };
+    // Nobody to ask: the call does not run and the model is told why; others are untouched.
+    let headless = run(&[]);
+    assert!(
+        headless["d"].contains("nobody can approve it here"),
+        "{headless:?}"
+    );
+    assert!(
+        headless["d"].contains("deploys need a person"),
+        "{headless:?}"
+    );
+    assert!(!dir.join("deployed.txt").exists());
+    assert!(dir.join("other.txt").exists());
+    // --auto-approve is the user's standing yes.
+    let approved = run(&["--auto-approve"]);
+    assert!(!approved["d"].contains("approve"), "{approved:?}");
+    assert!(dir.join("deployed.txt").exists());
+}
+
+#[test]
+fn a_stop_hook_keeps_the_run_going_once_and_precompact_hears_of_summaries() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    let stops = dir.join("stops.jsonl");
+    let compacts = dir.join("compacts.jsonl");
+    let marker = dir.join("stopped-once");
+    let stop = format!(
+        "cat >> {log}; echo >> {log}; if [ -f {marker} ]; then exit 0; fi; touch {marker}; echo 'run the tests first' >&2; exit 2",
+        log = stops.display(),
+        marker = marker.display()
+    );
+    let hooks_file = dir.join("stop-hooks.json");
+    std::fs::write(
+        &hooks_file,
+        json!({"hooks": {"Stop": [{"hooks": [{"command": stop}]}]}}).to_string(),
+    )
+    .unwrap();
+    let model = script(
+        dir,
+        json!([{"text": "first answer"}, {"text": "tests pass now"}]),
+    );
+    let output = bin()
+        .args(["run", "--json", "--model", &model, "--hooks"])
+        .arg(&hooks_file)
+        .arg("--root")
+        .arg(dir)
+        .arg("go")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(final_line(&output)["text"], "tests pass now");
+    let stopped: Vec<Value> = std::fs::read_to_string(&stops)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(stopped.len(), 2, "{stopped:?}");
+    assert_eq!(stopped[0]["stop_hook_active"], false);
+    assert_eq!(stopped[1]["stop_hook_active"], true);
+    assert_eq!(stopped[1]["hook_event_name"], "Stop");
+
+    // A run that summarizes tells the PreCompact hooks first, once per summary.
+    let line = "a line of the big file, long enough to count\n";
+    std::fs::write(dir.join("big.txt"), line.repeat(1_200 / line.len())).unwrap();
+    let hooks_file = dir.join("compact-hooks.json");
+    std::fs::write(
+        &hooks_file,
+        json!({"hooks": {"PreCompact": [{"matcher": "auto", "hooks": [{"command": format!("cat >> {log}; echo >> {log}", log = compacts.display())}]}]}})
+            .to_string(),
+    )
+    .unwrap();
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--max-input-tokens",
+            "4000",
+            "--model",
+            &reading_script(dir),
+            "--hooks",
+        ])
+        .arg(&hooks_file)
+        .arg("--root")
+        .arg(dir)
+        .arg("read big.txt")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let summaries = events(&output)
+        .iter()
+        .filter(|e| e["type"] == "summarized")
+        .count();
+    assert!(summaries > 0);
+    let compacted: Vec<Value> = std::fs::read_to_string(&compacts)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(compacted.len(), summaries, "{compacted:?}");
+    assert_eq!(compacted[0]["hook_event_name"], "PreCompact");
+    assert_eq!(compacted[0]["trigger"], "auto");
+}
+
+#[test]
 fn project_hooks_run_only_when_trusted_and_a_prompt_hook_can_stop_the_run() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path();

@@ -207,6 +207,20 @@ pub enum EventKind {
         /// The new text (invalid UTF-8 shown as U+FFFD).
         text: String,
     },
+    /// How far a running tool call has got, as the tool reports it (an MCP server's progress
+    /// notifications): `progress` grows with each report; `total` when the tool knows it.
+    ToolProgress {
+        /// The call id.
+        call_id: String,
+        /// Work done so far, in the tool's own unit.
+        progress: f64,
+        /// All the work, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total: Option<f64>,
+        /// What it is doing now.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     /// A tool call finished.
     ToolCallFinished {
         /// The call id.

@@ -1,8 +1,10 @@
 //! The `.mcp.json` format (Claude Desktop and Claude Code): `{"mcpServers": {NAME: {…}}}`, a
-//! server being `{"command", "args", "env", "cwd"}` (stdio) or `{"type": "http" | "sse",
-//! "url", "headers"}`, plus our keys `enabled`, `timeout` (seconds per call),
-//! `startup_timeout` (seconds), `tools` (names to offer) and `disabled_tools`. Strings may
-//! use `${VAR}` and `${VAR:-default}`.
+//! server being `{"command", "args", "env", "cwd"}` (stdio) or `{"type": "http", "url",
+//! "headers"}` (streamable HTTP; `bearer_token_env_var` names a variable holding a bearer
+//! token), plus our keys `enabled`, `timeout` (seconds per call), `startup_timeout`
+//! (seconds), `tools` (names to offer) and `disabled_tools`. Strings may use `${VAR}` and
+//! `${VAR:-default}`. `"type": "sse"` (the legacy HTTP+SSE transport, which the official
+//! SDK no longer speaks) is an error that says what to use instead.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,13 +32,14 @@ pub enum Transport {
         /// Its working directory (default: the session's root).
         cwd: Option<PathBuf>,
     },
-    /// A streamable HTTP or SSE server (not supported by this build yet: listed, then
-    /// reported as skipped).
+    /// A streamable HTTP server.
     Http {
         /// Its URL.
         url: String,
         /// Headers sent with each request.
         headers: BTreeMap<String, String>,
+        /// Sent as `Authorization: Bearer TOKEN` (from `bearer_token_env_var`).
+        bearer_token: Option<String>,
     },
 }
 
@@ -180,9 +183,30 @@ pub fn parse(
                     .map(|cwd| text("cwd", cwd).map(PathBuf::from))
                     .transpose()?,
             },
-            (None | Some("http" | "sse" | "streamable-http"), None, Some(url)) => Transport::Http {
+            (Some("sse"), _, _) => {
+                return Err(error(
+                    place("type"),
+                    "the legacy HTTP+SSE transport is not supported (the official MCP SDK dropped it); most servers also serve streamable HTTP, often at /mcp: use \"type\": \"http\" with that URL, or run the server over stdio".to_owned(),
+                ));
+            }
+            (None | Some("http" | "streamable-http"), None, Some(url)) => Transport::Http {
                 url: text("url", url)?,
                 headers: map("headers")?,
+                bearer_token: match server.get("bearer_token_env_var") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(variable)) => Some(lookup(variable).ok_or_else(|| {
+                        error(
+                            place("bearer_token_env_var"),
+                            format!("the variable {variable} is not set"),
+                        )
+                    })?),
+                    Some(_) => {
+                        return Err(error(
+                            place("bearer_token_env_var"),
+                            "expected the name of an environment variable".to_owned(),
+                        ));
+                    }
+                },
             },
             (Some(other), _, _)
                 if !["stdio", "http", "sse", "streamable-http"].contains(&other) =>
@@ -286,24 +310,32 @@ mod tests {
         let servers = parse(
             r#"{"mcpServers": {
                 "files": {"command": "npx", "args": ["-y", "server", "${HOME_DIR:-/srv}"], "env": {"KEY": "${TOKEN}"}, "timeout": 5},
-                "web": {"type": "http", "url": "https://x/${TOKEN}", "headers": {"Authorization": "Bearer ${TOKEN}"}, "enabled": false}
+                "web": {"type": "http", "url": "https://x/${TOKEN}", "headers": {"Authorization": "Bearer ${TOKEN}"}, "enabled": false},
+                "api": {"type": "http", "url": "https://y/mcp", "bearer_token_env_var": "TOKEN"}
             }}"#,
             Path::new("a.json"),
             &lookup,
         )
         .unwrap_or_default();
-        assert_eq!(servers.len(), 2);
+        assert_eq!(servers.len(), 3);
+        let files = servers.iter().find(|s| s.name == "files");
         assert_eq!(
-            servers[0].transport,
-            Transport::Stdio {
+            files.map(|s| s.transport.clone()),
+            Some(Transport::Stdio {
                 command: "npx".into(),
                 args: vec!["-y".into(), "server".into(), "/srv".into()],
                 env: [("KEY".to_owned(), "s3".to_owned())].into(),
                 cwd: None
-            }
+            })
         );
-        assert_eq!(servers[0].call_timeout, Duration::from_secs(5));
-        assert!(!servers[1].enabled);
+        assert_eq!(files.map(|s| s.call_timeout), Some(Duration::from_secs(5)));
+        assert!(servers.iter().any(|s| s.name == "web" && !s.enabled));
+        assert!(servers.iter().any(|s| s.transport
+            == Transport::Http {
+                url: "https://y/mcp".into(),
+                headers: BTreeMap::new(),
+                bearer_token: Some("s3".into())
+            }));
         for (text, expected) in [
             (
                 r#"{"mcpServers": {"a": {"command": "${NOPE}"}}}"#,
@@ -318,6 +350,14 @@ mod tests {
                 "a.json: mcpServers.a.timeout:",
             ),
             (r#"{"servers": {}}"#, "a.json: mcpServers: missing"),
+            (
+                r#"{"mcpServers": {"a": {"type": "sse", "url": "http://h/sse"}}}"#,
+                "a.json: mcpServers.a.type: the legacy HTTP+SSE transport is not supported",
+            ),
+            (
+                r#"{"mcpServers": {"a": {"type": "http", "url": "http://h", "bearer_token_env_var": "NOPE"}}}"#,
+                "a.json: mcpServers.a.bearer_token_env_var: the variable NOPE is not set",
+            ),
         ] {
             let error = parse(text, Path::new("a.json"), &lookup)
                 .err()

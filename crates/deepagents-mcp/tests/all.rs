@@ -1,13 +1,87 @@
-//! The client against a real server written with the official Python SDK (`mcp` from PyPI,
-//! installed by `.ci/run`; `DEEPAGENTS_TEST_MCP_PYTHON` names its Python).
+//! The client against real servers: one written with the official Python SDK (`mcp` from
+//! PyPI, installed by `.ci/run`; `DEEPAGENTS_TEST_MCP_PYTHON` names its Python) and the
+//! reference servers from npm (`reference`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+mod reference;
+
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use deepagents_core::{DynTool, ToolContext, ToolError};
-use deepagents_mcp::{ServerConfig, Transport, config, connect};
+use deepagents_core::{
+    ContentBlock, DynTool, Event, EventKind, EventSink, ToolContext, ToolError, ToolOutput,
+};
+use deepagents_mcp::{
+    ConnectOptions, ElicitationAnswer, ElicitationRequest, Elicitor, ServerConfig, Transport,
+    config, connect,
+};
 use serde_json::json;
+
+/// Answers servers' questions from a script, keeping what was asked.
+#[derive(Default)]
+pub struct ScriptedElicitor {
+    pub answers: Mutex<Vec<ElicitationAnswer>>,
+    pub asked: Mutex<Vec<ElicitationRequest>>,
+}
+
+impl ScriptedElicitor {
+    pub fn new(answers: Vec<ElicitationAnswer>) -> Arc<Self> {
+        Arc::new(Self {
+            answers: Mutex::new(answers),
+            asked: Mutex::default(),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Elicitor for ScriptedElicitor {
+    async fn elicit(&self, request: ElicitationRequest) -> ElicitationAnswer {
+        self.asked.lock().unwrap().push(request);
+        let mut answers = self.answers.lock().unwrap();
+        if answers.is_empty() {
+            ElicitationAnswer::Decline
+        } else {
+            answers.remove(0)
+        }
+    }
+}
+
+/// A detached tool context whose events are collected.
+pub fn context_with_events() -> (ToolContext, tokio::sync::mpsc::UnboundedReceiver<Event>) {
+    let (events, received) = EventSink::channel();
+    let mut cx = ToolContext::detached("c1", Arc::new(deepagents_core::AgentState::default()));
+    cx.run.events = events;
+    (cx, received)
+}
+
+/// The progress events received so far, as `(call_id, progress, total, message)`.
+pub fn progress_of(
+    received: &mut tokio::sync::mpsc::UnboundedReceiver<Event>,
+) -> Vec<(String, f64, Option<f64>, Option<String>)> {
+    let mut progress = Vec::new();
+    while let Ok(event) = received.try_recv() {
+        if let EventKind::ToolProgress {
+            call_id,
+            progress: done,
+            total,
+            message,
+        } = event.kind
+        {
+            progress.push((call_id, done, total, message));
+        }
+    }
+    progress
+}
+
+pub fn text_of(output: &ToolOutput) -> String {
+    output
+        .content
+        .iter()
+        .filter_map(ContentBlock::as_text)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
 
 fn python() -> Option<String> {
     match std::env::var("DEEPAGENTS_TEST_MCP_PYTHON") {
@@ -72,7 +146,11 @@ async fn a_python_sdk_server_s_tools_work_as_agent_tools() {
         ..servers[0].clone()
     });
     let started = std::time::Instant::now();
-    let connections = connect(&servers, root.path(), Some(logs.path())).await;
+    let connections = connect(
+        &servers,
+        &ConnectOptions::new(root.path()).log_dir(logs.path()),
+    )
+    .await;
     assert!(started.elapsed() < Duration::from_secs(20));
     let failures: Vec<&str> = connections
         .failures
@@ -209,7 +287,7 @@ async fn servers_given_to_an_agent_connect_on_first_use() {
         &python,
         r#"{"mcpServers": {"NAME": {"command": "PYTHON", "args": ["SERVER"]}}}"#,
     );
-    let source = deepagents_mcp::lazy(servers, root.path(), None);
+    let source = deepagents_mcp::lazy(servers, ConnectOptions::new(root.path()));
     assert!(source.connections().is_none());
     assert_eq!(deepagents_core::ToolSource::version(&source), 0);
     let run = deepagents_core::RunContext::detached("test");
@@ -219,4 +297,106 @@ async fn servers_given_to_an_agent_connect_on_first_use() {
     assert!(tools.iter().any(|t| t.spec().name == "late__echo"));
     assert_eq!(source.connections().map(|c| c.servers.len()), Some(1));
     assert_eq!(deepagents_core::ToolSource::version(&source), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn progress_questions_and_cancellation_reach_across() {
+    let Some(python) = python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let servers = server(
+        "fixture",
+        &python,
+        r#"{"mcpServers": {"NAME": {"command": "PYTHON", "args": ["SERVER"], "timeout": 20}}}"#,
+    );
+    let elicitor = ScriptedElicitor::new(vec![ElicitationAnswer::Accept(Some(
+        json!({"name": "Ada", "age": 36}),
+    ))]);
+    let connections = connect(
+        &servers,
+        &ConnectOptions::new(root.path()).elicitor(elicitor.clone()),
+    )
+    .await;
+    assert!(
+        connections.failures.is_empty(),
+        "{:?}",
+        connections.failures
+    );
+    let (tools, _) = connections.tools();
+    let tool = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t.spec().name == name)
+            .unwrap()
+            .clone()
+    };
+
+    // Progress notifications become the call's events, in order.
+    let (cx, mut received) = context_with_events();
+    let done = tool("fixture__steps")
+        .call(json!({"count": 3}), cx)
+        .await
+        .unwrap();
+    assert_eq!(text_of(&done), "3 steps");
+    let progress = progress_of(&mut received);
+    assert!(
+        progress.starts_with(&[1.0, 2.0].map(|step| (
+            "c1".to_owned(),
+            step,
+            Some(3.0),
+            Some(format!("step {step}"))
+        ))),
+        "{progress:?}"
+    );
+
+    // A question goes to the elicitor while the call waits; its answer reaches the server.
+    let (cx, _) = context_with_events();
+    let answered = tool("fixture__ask")
+        .call(json!({}), cx.clone())
+        .await
+        .unwrap();
+    assert_eq!(text_of(&answered), "hello Ada, 36");
+    let declined = tool("fixture__ask").call(json!({}), cx).await.unwrap();
+    assert_eq!(text_of(&declined), "no answer (decline)");
+    let asked = elicitor.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 2);
+    assert_eq!(asked[0].server, "fixture");
+    assert_eq!(asked[0].message, "Who are you?");
+    let deepagents_mcp::Elicitation::Form { schema } = &asked[0].kind else {
+        panic!("{asked:?}")
+    };
+    assert_eq!(schema["properties"]["age"]["type"], "integer", "{schema}");
+
+    // Cancelling the run ends the call at once and tells the server, which stops.
+    let (cx, _) = context_with_events();
+    let cancel = cx.run.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cancel.cancel();
+    });
+    let started = std::time::Instant::now();
+    match tool("fixture__hang").call(json!({}), cx).await {
+        Err(ToolError::RespondToModel(message)) => {
+            assert!(message.contains("cancelled"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let marker = root.path().join("cancelled");
+    for _ in 0..100 {
+        if marker.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        marker.exists(),
+        "the server never heard of the cancellation"
+    );
+    // The connection still serves calls.
+    let (cx, _) = context_with_events();
+    let echoed = tool("fixture__echo")
+        .call(json!({"text": "still here"}), cx)
+        .await
+        .unwrap();
+    assert_eq!(text_of(&echoed), "echo: still here");
 }

@@ -187,7 +187,7 @@ fn request_overhead() {
             messages: vec![Message::user("hello"); 20].into(),
             ..ModelRequest::default()
         };
-        let client = reqwest::Client::new();
+        let client = deepagents_models::http_client().build().expect("an HTTP client");
         // The baseline sends the very body the client would build, prepared once.
         let wire = ChatWire {
             provider: "openai_chat".into(),

@@ -25,6 +25,17 @@ pub mod openai_chat;
 #[cfg(feature = "providers")]
 pub mod openai_responses;
 pub mod profiles;
+
+/// A reqwest client builder whose TLS works: rustls with the `ring` provider, installed as the
+/// process default when none is (reqwest is built without a provider of its own, so that no C
+/// toolchain is needed; a provider the application installed first is kept). Every HTTP
+/// client of deepagents starts here.
+#[cfg(feature = "http-client")]
+pub fn http_client() -> reqwest::ClientBuilder {
+    // `Err` means a provider is already installed, which is all that is needed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+}
 #[cfg(feature = "providers")]
 pub mod provider;
 pub mod scripted;

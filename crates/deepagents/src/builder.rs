@@ -750,6 +750,9 @@ impl AgentBuilder {
             if self.compact_tool {
                 middleware = middleware.with_compact_tool();
             }
+            if let Some(hooks) = self.hooks.clone().filter(|h| !h.is_empty()) {
+                middleware = middleware.with_hooks(hooks);
+            }
             built_ins.push(Arc::new(middleware));
         } else if self.compact_tool {
             return Err(BuildError::CompactWithoutSummarization);

@@ -276,6 +276,20 @@ impl Driver<'_> {
                     ));
                 }
                 NextAction::Finish { text } => {
+                    let mut more = None;
+                    for middleware in agent.middleware.iter() {
+                        more = middleware
+                            .before_finish(ctx, &run.state)
+                            .await
+                            .map_err(|e| middleware_error(middleware.name(), e))?;
+                        if more.is_some() {
+                            break;
+                        }
+                    }
+                    if let Some(message) = more {
+                        run.state.messages.push(Message::user(message));
+                        continue;
+                    }
                     for middleware in agent.middleware.iter().rev() {
                         middleware
                             .after_run(ctx, &run.state)

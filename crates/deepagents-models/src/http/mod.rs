@@ -158,7 +158,7 @@ impl ReqwestTransport {
     }
 
     fn build(config: &HttpConfig, direct: bool) -> Result<Self, ModelError> {
-        let mut builder = reqwest::Client::builder();
+        let mut builder = crate::http_client();
         if direct {
             builder = builder.no_proxy();
         }

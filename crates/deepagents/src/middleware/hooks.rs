@@ -10,11 +10,12 @@
 //! |---|---|---|
 //! | `SessionStart` | a run starts or resumes | — (its stdout becomes context for the model) |
 //! | `UserPromptSubmit` | a run starts on a new user message | the run stops with the reason |
-//! | `PreToolUse` | before a tool call | the call does not run; the model gets the reason |
+//! | `PreToolUse` | before a tool call | the call does not run; the model gets the reason (`ask`: the [`HookApprover`] decides) |
 //! | `PostToolUse` | after a call that succeeded | the model gets the reason with the result |
 //! | `PostToolUseFailure` | after a call that failed | the model gets the reason with the result |
 //! | `SubagentStart` / `SubagentStop` | around a `task` call | `SubagentStart`: as `PreToolUse` |
-//! | `Stop` | the run has its answer | — (logged) |
+//! | `PreCompact` | before older messages are summarized (matcher: `auto` or `manual`) | — |
+//! | `Stop` | the model answered without calling tools | the run goes on: the reason is the model's next message (`stop_hook_active` is then `true`) |
 //! | `Notification`, `SessionEnd` | when a front end calls [`Hooks::notify`] | — |
 //!
 //! Matchers (for the tool events) are regular expressions matched against the whole tool
@@ -26,6 +27,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -111,11 +113,30 @@ pub struct HooksError {
     pub message: String,
 }
 
+/// Who decides a tool call a `PreToolUse` hook wants the user to approve (`"ask"`): a
+/// terminal prompt, a UI. Without one, such calls do not run.
+#[async_trait]
+pub trait HookApprover: Send + Sync {
+    /// Whether `call` may run; `reason` is the hook's.
+    async fn approve(&self, call: &ToolCall, reason: &str) -> bool;
+}
+
 /// The hooks of a run, by event, in the order their files were read.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Hooks {
     events: BTreeMap<String, Vec<Matcher>>,
     dir: Option<PathBuf>,
+    approver: Option<Arc<dyn HookApprover>>,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("events", &self.events)
+            .field("dir", &self.dir)
+            .field("approver", &self.approver.is_some())
+            .finish()
+    }
 }
 
 impl Hooks {
@@ -246,6 +267,7 @@ impl Hooks {
             self.events.entry(event).or_default().extend(matchers);
         }
         self.dir = other.dir.or(self.dir);
+        self.approver = other.approver.or(self.approver);
         self
     }
 
@@ -253,6 +275,12 @@ impl Hooks {
     /// `CLAUDE_PROJECT_DIR`); default: this process's working directory.
     pub fn in_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dir = Some(dir.into());
+        self
+    }
+
+    /// Calls a `PreToolUse` hook asks about go to `approver`.
+    pub fn approver(mut self, approver: Arc<dyn HookApprover>) -> Self {
+        self.approver = Some(approver);
         self
     }
 
@@ -277,6 +305,20 @@ impl Hooks {
             .clone()
             .unwrap_or_else(|| ctx.run_id().to_owned());
         self.fire_in(&session, event, tool, input).await
+    }
+
+    /// Runs the `PreCompact` hooks before older messages are summarized; `trigger` is `auto`
+    /// (the context filled) or `manual` (asked for), matched by their matchers. What they say
+    /// does not stop the summary.
+    pub(crate) async fn pre_compact(&self, ctx: &RunContext, trigger: &str) {
+        let _ = self
+            .fire(
+                ctx,
+                "PreCompact",
+                Some(trigger),
+                json!({"trigger": trigger, "custom_instructions": ""}),
+            )
+            .await;
     }
 
     /// Runs the hooks of an event the harness does not fire itself — `Notification` (the
@@ -391,6 +433,10 @@ async fn run_hook(hook: &HookCommand, dir: &Path, stdin: &str) -> Outcome {
 struct Verdict {
     /// Blocked, with the reason.
     blocked: Option<String>,
+    /// The user is to decide, for this reason.
+    ask: Option<String>,
+    /// `"continue": false`: everything is to stop (`blocked` holds the reason).
+    halted: bool,
     /// A replaced tool input.
     input: Option<Value>,
     /// Text to add for the model.
@@ -448,6 +494,7 @@ impl Verdict {
                 .map(str::to_owned)
         };
         if output.get("continue") == Some(&Value::Bool(false)) {
+            self.halted = true;
             self.blocked = Some(
                 reason(&["stopReason", "reason"])
                     .unwrap_or_else(|| format!("stopped by the {event} hook `{command}`")),
@@ -467,11 +514,10 @@ impl Verdict {
                 return;
             }
             Some("ask") => {
-                self.blocked = Some(format!(
-                    "a hook asks for the user's approval of this call, which hooks cannot ask for here: {}",
-                    reason(&["permissionDecisionReason", "reason"]).unwrap_or_default()
-                ));
-                return;
+                self.ask = Some(
+                    reason(&["permissionDecisionReason", "reason"])
+                        .unwrap_or_else(|| format!("the {event} hook `{command}` asks")),
+                );
             }
             _ => {}
         }
@@ -611,6 +657,21 @@ impl Middleware for HooksMiddleware {
                 "A hook blocked this call: {reason}"
             )));
         }
+        if let Some(reason) = before.ask {
+            let approved = match &self.hooks.approver {
+                Some(approver) => approver.approve(&call, &reason).await,
+                None => {
+                    return Err(ToolError::RespondToModel(format!(
+                        "A hook wants the user to approve this call and nobody can approve it here, so it did not run: {reason}"
+                    )));
+                }
+            };
+            if !approved {
+                return Err(ToolError::RespondToModel(format!(
+                    "The user did not approve this call (a hook asked: {reason}). Do not retry it unchanged."
+                )));
+            }
+        }
         if let Some(input) = before.input {
             call.arguments = input;
         }
@@ -663,21 +724,32 @@ impl Middleware for HooksMiddleware {
         }
     }
 
-    async fn after_run(
+    async fn before_finish(
         &self,
         ctx: &RunContext,
         _state: &AgentState,
-    ) -> Result<(), MiddlewareError> {
+    ) -> Result<Option<String>, MiddlewareError> {
         if !ctx.events.path().is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        let _ = self
+        let kept_going = ctx.extensions.get::<KeptGoing>().is_some();
+        let verdict = self
             .hooks
-            .fire(ctx, "Stop", None, json!({"stop_hook_active": false}))
+            .fire(ctx, "Stop", None, json!({"stop_hook_active": kept_going}))
             .await;
-        Ok(())
+        // `"continue": false` means stop, whatever else it says.
+        if verdict.halted {
+            return Ok(None);
+        }
+        Ok(verdict.blocked.map(|reason| {
+            ctx.extensions.insert(KeptGoing);
+            format!("[Stop hook] Do not stop yet: {reason}")
+        }))
     }
 }
+
+/// A Stop hook made this run go on once already.
+struct KeptGoing;
 
 #[cfg(test)]
 mod tests {

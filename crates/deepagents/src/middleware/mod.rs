@@ -9,7 +9,8 @@
 //! order given; a user middleware whose [`name`](Middleware::name) equals a built-in one takes
 //! that built-in's place instead of being appended. Then:
 //!
-//! - `before_run`, `prepare_model_call` and `before_model` run first to last;
+//! - `before_run`, `prepare_model_call`, `before_model` and `before_finish` run first to last
+//!   (`before_finish` stops at the first that asks for more);
 //! - `wrap_model_call` and `wrap_tool_call` nest with the first middleware outermost, so it sees
 //!   the call first and the result last;
 //! - `after_model` and `after_run` run last to first.
@@ -58,7 +59,7 @@ pub use approvals::HumanInTheLoopMiddleware;
 pub use dangling::DanglingToolCallsMiddleware;
 pub use filesystem::FilesystemMiddleware;
 pub use guidance::GuidanceMiddleware;
-pub use hooks::{DEFAULT_HOOK_TIMEOUT, Hooks, HooksError, HooksMiddleware};
+pub use hooks::{DEFAULT_HOOK_TIMEOUT, HookApprover, Hooks, HooksError, HooksMiddleware};
 pub use memory::{MEMORY_KEY, MemoryMiddleware};
 pub use offload::{
     DEFAULT_OFFLOAD_THRESHOLD, LARGE_INPUT_THRESHOLD, LARGE_INPUTS_KEY, LARGE_RESULTS_DIR,
@@ -211,6 +212,17 @@ pub trait Middleware: Send + Sync + 'static {
         next: ToolNext,
     ) -> Result<ToolOutput, ToolError> {
         next.call(call, ctx).await
+    }
+
+    /// When the model answered without calling tools, before the run ends with that answer:
+    /// return a message for the model and the run goes on instead (a check that finds the
+    /// work unfinished). The turn limit still bounds the run.
+    async fn before_finish(
+        &self,
+        _ctx: &RunContext,
+        _state: &AgentState,
+    ) -> Result<Option<String>, MiddlewareError> {
+        Ok(None)
     }
 
     /// Once when the run has its final answer.

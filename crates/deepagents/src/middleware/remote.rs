@@ -85,7 +85,7 @@ impl RemoteSubAgentsMiddleware {
                 value.set_sensitive(true);
                 headers.insert(name, value);
             }
-            let client = reqwest::Client::builder()
+            let client = deepagents_models::http_client()
                 .default_headers(headers)
                 .connect_timeout(Duration::from_secs(10))
                 .timeout(Duration::from_secs(60))

@@ -111,6 +111,8 @@ pub struct SummarizationMiddleware {
     config: SummarizationConfig,
     /// The opt-in `compact_conversation` tool.
     compact_tool: Option<Arc<dyn DynTool>>,
+    /// The user's hooks, for `PreCompact`.
+    hooks: Option<super::Hooks>,
 }
 
 /// What summarization remembers during one run, in the run's extensions: one agent serves
@@ -226,6 +228,21 @@ impl SummarizationMiddleware {
             window: window.unwrap_or(crate::context::FALLBACK_CONTEXT_TOKENS),
             config: config.unwrap_or_else(|| SummarizationConfig::default_for(window)),
             compact_tool: None,
+            hooks: None,
+        }
+    }
+
+    /// Runs the `PreCompact` hooks of `hooks` before each summary.
+    pub fn with_hooks(mut self, hooks: super::Hooks) -> Self {
+        self.hooks = Some(hooks);
+        self
+    }
+
+    async fn announce_compaction(&self, ctx: &RunContext, manual: bool) {
+        if let Some(hooks) = &self.hooks {
+            hooks
+                .pre_compact(ctx, if manual { "manual" } else { "auto" })
+                .await;
         }
     }
 
@@ -461,6 +478,7 @@ impl SummarizationMiddleware {
                 ),
             });
         }
+        self.announce_compaction(&ctx, false).await;
         // Request positions are the run's only when no other middleware added messages.
         let maps = run_len.is_some_and(|len| len == base + messages.len() - start);
         let transcript = if maps {
@@ -745,6 +763,7 @@ impl Middleware for SummarizationMiddleware {
             }
             return Ok(update);
         }
+        self.announce_compaction(ctx, requested).await;
         let history_file = self.history_file_for(ctx, &marker);
         match self.summarize(ctx, state, &marker, cut, history_file).await {
             Ok((next, summarized)) => {

@@ -1,0 +1,350 @@
+//! One server's connection: starting it (a child process or a streamable HTTP endpoint), our
+//! side of the protocol (tool list changes, progress, elicitation; sampling is not offered, so
+//! rmcp refuses it), and the
+//! one restart a crashed server gets.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use deepagents_core::{EventKind, EventSink};
+use rmcp::model::{
+    ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction, ProgressNotificationParam,
+    ProgressToken,
+};
+use rmcp::service::{MaybeSendFuture, NotificationContext, RequestContext, RoleClient};
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
+};
+use rmcp::{ErrorData, ServiceExt as _, transport::TokioChildProcess};
+use serde_json::Value;
+
+use crate::config::{ServerConfig, Transport};
+use crate::elicitation::{Elicitation, ElicitationAnswer, ElicitationRequest, Elicitor};
+
+pub(crate) type Service = rmcp::service::RunningService<RoleClient, Handler>;
+
+/// The largest complete JSON response accepted from an HTTP server (rmcp's default is 16
+/// MiB); a bigger tool result is refused rather than held in memory.
+const MAX_HTTP_RESPONSE: usize = 64 * 1024 * 1024;
+
+/// Where the progress of a running call goes.
+pub(crate) struct ProgressTarget {
+    pub(crate) events: EventSink,
+    pub(crate) call_id: String,
+}
+
+/// Our side of a connection, shared by the connection that replaces it after a crash.
+#[derive(Clone)]
+pub(crate) struct Handler {
+    server: Arc<str>,
+    /// `tools/list_changed` notifications so far.
+    pub(crate) changes: Arc<AtomicU64>,
+    /// Running calls by their progress token.
+    pub(crate) progress: Arc<Mutex<HashMap<ProgressToken, ProgressTarget>>>,
+    elicitor: Option<Arc<dyn Elicitor>>,
+}
+
+impl Handler {
+    pub(crate) fn new(server: &str, elicitor: Option<Arc<dyn Elicitor>>) -> Self {
+        Self {
+            server: server.into(),
+            changes: Arc::new(AtomicU64::new(0)),
+            progress: Arc::default(),
+            elicitor,
+        }
+    }
+}
+
+impl rmcp::ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        // Elicitation is offered only when someone can answer; sampling and roots never are
+        // (a server then keeps to the directories its own arguments name).
+        let capabilities = if self.elicitor.is_some() {
+            serde_json::json!({"elicitation": {"form": {}, "url": {}}})
+        } else {
+            serde_json::json!({})
+        };
+        serde_json::from_value(serde_json::json!({
+            "protocolVersion": rmcp::model::ProtocolVersion::default(),
+            "capabilities": capabilities,
+            "clientInfo": {"name": "deepagents-rs", "version": env!("CARGO_PKG_VERSION")},
+        }))
+        .unwrap_or_default()
+    }
+
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        self.changes.fetch_add(1, Ordering::Release);
+        std::future::ready(())
+    }
+
+    fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
+        if let Ok(calls) = self.progress.lock()
+            && let Some(target) = calls.get(&params.progress_token)
+        {
+            target.events.emit(EventKind::ToolProgress {
+                call_id: target.call_id.clone(),
+                progress: params.progress,
+                total: params.total,
+                message: params.message,
+            });
+        }
+        std::future::ready(())
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let Some(elicitor) = &self.elicitor else {
+            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        };
+        let kind = match request {
+            ElicitRequestParams::FormElicitationParams {
+                message,
+                requested_schema,
+                ..
+            } => ElicitationRequest {
+                server: self.server.to_string(),
+                message,
+                kind: Elicitation::Form {
+                    schema: serde_json::to_value(&requested_schema).unwrap_or(Value::Null),
+                },
+            },
+            ElicitRequestParams::UrlElicitationParams { message, url, .. } => ElicitationRequest {
+                server: self.server.to_string(),
+                message,
+                kind: Elicitation::Url { url },
+            },
+            _ => return Ok(ElicitResult::new(ElicitationAction::Decline)),
+        };
+        Ok(match elicitor.elicit(kind).await {
+            ElicitationAnswer::Accept(content) => {
+                let result = ElicitResult::new(ElicitationAction::Accept);
+                match content {
+                    Some(content) => result.with_content(content),
+                    None => result,
+                }
+            }
+            ElicitationAnswer::Decline => ElicitResult::new(ElicitationAction::Decline),
+            ElicitationAnswer::Cancel => ElicitResult::new(ElicitationAction::Cancel),
+        })
+    }
+}
+
+/// Connects to the server and lists its tools (filtered as configured).
+pub(crate) async fn open(
+    config: &ServerConfig,
+    root: &Path,
+    log_dir: Option<&Path>,
+    handler: Handler,
+) -> Result<(Service, Vec<Value>), String> {
+    let service = match &config.transport {
+        Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut process = tokio::process::Command::new(command);
+            process.args(args).envs(env).current_dir(match cwd {
+                Some(cwd) if cwd.is_relative() => root.join(cwd),
+                Some(cwd) => cwd.clone(),
+                None => root.to_owned(),
+            });
+            let log = log_dir.map(|dir| dir.join(format!("{}.log", config.name)));
+            let stderr = match &log {
+                Some(path) => std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .map(Stdio::from)
+                    .map_err(|e| format!("cannot open its log {}: {e}", path.display()))?,
+                None => Stdio::null(),
+            };
+            let (transport, _) = TokioChildProcess::builder(process)
+                .stderr(stderr)
+                .spawn()
+                .map_err(|e| format!("cannot start {command}: {e}"))?;
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("the MCP handshake failed: {e}"))?
+        }
+        Transport::Http {
+            url,
+            headers,
+            bearer_token,
+        } => {
+            let client = deepagents_models::http_client()
+                .connect_timeout(config.startup_timeout)
+                .user_agent(concat!("deepagents-rs/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+            let mut custom = HashMap::new();
+            for (name, value) in headers {
+                let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| format!("the header name {name:?} is not valid HTTP"))?;
+                let mut value = reqwest::header::HeaderValue::from_str(value)
+                    .map_err(|_| format!("the value of header {name} is not valid HTTP"))?;
+                value.set_sensitive(true);
+                custom.insert(name, value);
+            }
+            let mut http = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .custom_headers(custom)
+                .max_json_response_size(MAX_HTTP_RESPONSE)
+                .max_sse_event_size(MAX_HTTP_RESPONSE);
+            if let Some(token) = bearer_token {
+                http = http.auth_header(token.clone());
+            }
+            let transport = StreamableHttpClientTransport::with_client(client, http);
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("the MCP handshake with {url} failed: {e}"))?
+        }
+    };
+    let tools = list_tools(&service, config).await?;
+    Ok((service, tools))
+}
+
+/// The server's tools now, filtered as configured.
+pub(crate) async fn list_tools(
+    service: &Service,
+    config: &ServerConfig,
+) -> Result<Vec<Value>, String> {
+    let listed = service
+        .peer()
+        .list_all_tools()
+        .await
+        .map_err(|e| format!("listing its tools failed: {e}"))?;
+    Ok(listed
+        .iter()
+        .filter_map(|tool| serde_json::to_value(tool).ok())
+        .filter(|tool| {
+            let name = tool["name"].as_str().unwrap_or_default();
+            config
+                .tools
+                .as_ref()
+                .is_none_or(|only| only.iter().any(|t| t == name))
+                && !config.disabled_tools.iter().any(|t| t == name)
+        })
+        .collect())
+}
+
+/// A server's connection, which a crash replaces once.
+pub(crate) struct Live {
+    pub(crate) config: ServerConfig,
+    root: std::path::PathBuf,
+    log_dir: Option<std::path::PathBuf>,
+    pub(crate) handler: Handler,
+    pub(crate) state: tokio::sync::Mutex<LiveState>,
+}
+
+pub(crate) struct LiveState {
+    /// `None` once it stopped for good.
+    pub(crate) service: Option<Arc<Service>>,
+    restarted: bool,
+    /// Its tools as last listed, and the count of changes they reflect.
+    pub(crate) tools: Vec<Value>,
+    pub(crate) seen: u64,
+}
+
+impl Live {
+    /// Connects to the server: the connection and the tools it listed.
+    pub(crate) async fn start(
+        config: &ServerConfig,
+        root: &Path,
+        log_dir: Option<&Path>,
+        elicitor: Option<Arc<dyn Elicitor>>,
+    ) -> Result<(Arc<Self>, Vec<Value>), String> {
+        let handler = Handler::new(&config.name, elicitor);
+        let (service, tools) = open(config, root, log_dir, handler.clone()).await?;
+        let live = Arc::new(Self {
+            config: config.clone(),
+            root: root.to_owned(),
+            log_dir: log_dir.map(Path::to_path_buf),
+            handler,
+            state: tokio::sync::Mutex::new(LiveState {
+                service: Some(Arc::new(service)),
+                restarted: false,
+                tools: tools.clone(),
+                seen: 0,
+            }),
+        });
+        Ok((live, tools))
+    }
+
+    pub(crate) async fn current(&self) -> Option<Arc<Service>> {
+        self.state.lock().await.service.clone()
+    }
+
+    /// After `broken` stopped answering: starts the server again, once per session. Says
+    /// what became of it, for the model.
+    pub(crate) async fn recover(&self, broken: &Arc<Service>) -> String {
+        let name = &self.config.name;
+        let mut state = self.state.lock().await;
+        match &state.service {
+            // Another call already dealt with it.
+            Some(current) if !Arc::ptr_eq(current, broken) => {
+                return format!(
+                    "the MCP server {name} stopped during this call and was restarted; call again if repeating it is safe"
+                );
+            }
+            None => {
+                return format!(
+                    "the MCP server {name} has stopped; its tools are unavailable for the rest of the session"
+                );
+            }
+            Some(_) => {}
+        }
+        if state.restarted {
+            state.service = None;
+            return format!(
+                "the MCP server {name} stopped again; its tools are unavailable for the rest of the session"
+            );
+        }
+        state.restarted = true;
+        let started = tokio::time::timeout(
+            self.config.startup_timeout,
+            open(
+                &self.config,
+                &self.root,
+                self.log_dir.as_deref(),
+                self.handler.clone(),
+            ),
+        )
+        .await;
+        match started {
+            Ok(Ok((service, tools))) => {
+                state.service = Some(Arc::new(service));
+                state.tools = tools;
+                format!(
+                    "the MCP server {name} stopped during this call and was restarted; call again if repeating it is safe"
+                )
+            }
+            Ok(Err(why)) => {
+                state.service = None;
+                format!(
+                    "the MCP server {name} stopped and could not be restarted ({why}); its tools are unavailable"
+                )
+            }
+            Err(_) => {
+                state.service = None;
+                format!(
+                    "the MCP server {name} stopped and did not come back within its startup_timeout; its tools are unavailable"
+                )
+            }
+        }
+    }
+}

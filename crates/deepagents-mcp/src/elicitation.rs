@@ -1,0 +1,137 @@
+//! Questions a server asks the user in the middle of a call (MCP elicitation). The tool call
+//! waits while the front end asks; without an [`Elicitor`] the client does not offer
+//! elicitation, so servers do not ask.
+
+use serde_json::Value;
+
+/// A server's question.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ElicitationRequest {
+    /// The server asking.
+    pub server: String,
+    /// What it asks, for the user.
+    pub message: String,
+    /// What kind of answer it wants.
+    pub kind: Elicitation,
+}
+
+/// The answer a server wants.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Elicitation {
+    /// Values for the fields of `schema`: a JSON Schema object whose properties are strings
+    /// (optionally with `enum` or a `format`), numbers, integers or booleans, with `required`.
+    Form {
+        /// The schema.
+        schema: Value,
+    },
+    /// The user completes something at `url` (a sign-in, a payment) and says when done.
+    Url {
+        /// The page.
+        url: String,
+    },
+}
+
+/// The user's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ElicitationAnswer {
+    /// Given: the form's values as an object (none for a URL).
+    Accept(Option<Value>),
+    /// Refused; the call goes on without it.
+    Decline,
+    /// The whole call is to stop.
+    Cancel,
+}
+
+/// Who answers servers' questions: a terminal prompt, a UI panel, a test script.
+#[async_trait::async_trait]
+pub trait Elicitor: Send + Sync {
+    /// Asks the user; the server's call waits for the answer (its call timeout still runs).
+    async fn elicit(&self, request: ElicitationRequest) -> ElicitationAnswer;
+}
+
+/// The fields of a form schema, in order, as `(name, schema, required)`.
+pub fn form_fields(schema: &Value) -> Vec<(String, Value, bool)> {
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    schema["properties"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, field)| {
+            (
+                name.clone(),
+                field.clone(),
+                required.contains(&name.as_str()),
+            )
+        })
+        .collect()
+}
+
+/// `text` as the value of `field` (a form property's schema): a number, an integer, a
+/// boolean (`y`/`yes`/`true`, `n`/`no`/`false`), one of its `enum` values, or a string.
+/// Says what is wrong otherwise.
+pub fn parse_field(field: &Value, text: &str) -> Result<Value, String> {
+    let text = text.trim();
+    let choices: Vec<&str> = field["enum"]
+        .as_array()
+        .or_else(|| field["items"]["enum"].as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    match field["type"].as_str() {
+        Some("boolean") => match text.to_ascii_lowercase().as_str() {
+            "y" | "yes" | "true" => Ok(Value::Bool(true)),
+            "n" | "no" | "false" => Ok(Value::Bool(false)),
+            _ => Err("answer yes or no".to_owned()),
+        },
+        Some("integer") => text
+            .parse::<i64>()
+            .map(Value::from)
+            .map_err(|_| "a whole number, please".to_owned()),
+        Some("number") => text
+            .parse::<f64>()
+            .ok()
+            .and_then(|n| serde_json::Number::from_f64(n).map(Value::Number))
+            .ok_or_else(|| "a number, please".to_owned()),
+        _ if !choices.is_empty() => {
+            if choices.contains(&text) {
+                Ok(Value::String(text.to_owned()))
+            } else {
+                Err(format!("one of: {}", choices.join(", ")))
+            }
+        }
+        _ => Ok(Value::String(text.to_owned())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn fields_parse_by_their_type() {
+        let schema = json!({"type": "object", "properties": {
+            "name": {"type": "string"}, "age": {"type": "integer"}, "ok": {"type": "boolean"},
+            "color": {"type": "string", "enum": ["red", "blue"]}}, "required": ["name"]});
+        let fields = form_fields(&schema);
+        assert_eq!(fields.len(), 4);
+        assert!(fields.iter().any(|(n, _, r)| n == "name" && *r));
+        assert!(fields.iter().any(|(n, _, r)| n == "age" && !*r));
+        let field = |name: &str| schema["properties"][name].clone();
+        assert_eq!(parse_field(&field("age"), " 42 "), Ok(json!(42)));
+        assert!(parse_field(&field("age"), "old").is_err());
+        assert_eq!(parse_field(&field("ok"), "Yes"), Ok(json!(true)));
+        assert_eq!(parse_field(&field("color"), "blue"), Ok(json!("blue")));
+        assert_eq!(
+            parse_field(&field("color"), "green"),
+            Err("one of: red, blue".to_owned())
+        );
+        assert_eq!(parse_field(&field("name"), "Ada"), Ok(json!("Ada")));
+    }
+}
