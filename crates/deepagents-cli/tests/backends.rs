@@ -1408,19 +1408,7 @@ fn project_hooks_run_only_when_trusted_and_a_prompt_hook_can_stop_the_run() {
     );
 }
 
-fn mcp_python() -> Option<String> {
-    match std::env::var("DEEPAGENTS_TEST_MCP_PYTHON") {
-        Ok(python) => Some(python),
-        Err(_) => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "DEEPAGENTS_TEST_MCP_PYTHON is not set"
-            );
-            eprintln!("skipped: set DEEPAGENTS_TEST_MCP_PYTHON to a Python with `mcp` installed");
-            None
-        }
-    }
-}
+use deepagents_test_support::mcp_python;
 
 #[test]
 fn mcp_servers_tools_reach_the_model_and_a_broken_server_does_not_stop_the_run() {
@@ -1504,6 +1492,115 @@ fn mcp_servers_tools_reach_the_model_and_a_broken_server_does_not_stop_the_run()
         lines
             .lines()
             .any(|l| l.starts_with("fixture__echo\tRepeats the text.")),
+        "{lines}"
+    );
+}
+
+#[test]
+fn mcp_results_of_every_kind_progress_and_timeouts_reach_the_run_over_stdio_and_http() {
+    let Some(python) = mcp_python() else { return };
+    let Some(modules) = deepagents_test_support::mcp_node_modules() else {
+        return;
+    };
+    let http = deepagents_test_support::EverythingHttp::start(&modules);
+    let root = tempfile::tempdir().unwrap();
+    let server =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deepagents-mcp/tests/fixtures/server.py");
+    let config = root.path().join("servers.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {
+            "py": {"command": python, "args": [server.display().to_string()], "timeout": 1},
+            "web": {"type": "http", "url": http.url}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let model = script(
+        root.path(),
+        json!([
+            {"tool_calls": [
+                {"id": "image", "name": "py__pixel", "args": {}},
+                {"id": "structured", "name": "py__add", "args": {"a": 20, "b": 22}},
+                {"id": "link", "name": "py__link", "args": {}},
+                {"id": "slow", "name": "py__slow", "args": {"seconds": 5}},
+                {"id": "progress", "name": "web__trigger-long-running-operation", "args": {"duration": 0.4, "steps": 2}},
+                {"id": "echo", "name": "web__echo", "args": {"message": "over http"}}
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let started = std::time::Instant::now();
+    let output = bin()
+        .args(["run", "--json", "--model", &model, "--mcp-config"])
+        .arg(&config)
+        .arg("--root")
+        .arg(root.path())
+        .arg("go")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    let events = events(&output);
+    let finished = |id: &str| {
+        events
+            .iter()
+            .find(|e| e["type"] == "tool_call_finished" && e["call_id"] == id)
+            .unwrap_or_else(|| panic!("no result for {id}: {events:?}"))
+            .clone()
+    };
+    let image = finished("image");
+    assert_eq!(image["status"], "ok");
+    assert_eq!(image["content"][0]["type"], "data", "{image}");
+    assert_eq!(image["content"][0]["mime_type"], "image/png", "{image}");
+    let structured = finished("structured")["content"][0]["text"]
+        .as_str()
+        .map(|text| serde_json::from_str::<Value>(text).unwrap());
+    assert_eq!(structured, Some(json!({"sum": 42})));
+    let link = finished("link")["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        link.contains("[resource link] file:///notes.txt notes"),
+        "{link}"
+    );
+    let slow = finished("slow");
+    assert_eq!(slow["status"], "error");
+    assert!(
+        slow["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer"),
+        "{slow}"
+    );
+    assert_eq!(finished("echo")["content"][0]["text"], "Echo: over http");
+    assert_eq!(finished("progress")["status"], "ok");
+    let progress: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_progress" && e["call_id"] == "progress")
+        .collect();
+    assert!(!progress.is_empty(), "{events:?}");
+    assert_eq!(progress[0]["progress"], 1.0);
+    assert_eq!(progress[0]["total"], 2.0);
+    // `mcp list` names each server's transport and state.
+    let listed = bin()
+        .args(["mcp", "list", "--mcp-config"])
+        .arg(&config)
+        .arg("--root")
+        .arg(root.path())
+        .output()
+        .unwrap();
+    let lines = String::from_utf8(listed.stdout).unwrap();
+    assert!(
+        lines
+            .lines()
+            .any(|l| l.starts_with("web\thttp http://127.0.0.1:") && l.contains("\tok, ")),
+        "{lines}"
+    );
+    assert!(
+        lines.lines().any(|l| l.starts_with("py\tstdio ")),
         "{lines}"
     );
 }

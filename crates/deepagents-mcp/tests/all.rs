@@ -84,16 +84,7 @@ pub fn text_of(output: &ToolOutput) -> String {
 }
 
 fn python() -> Option<String> {
-    match std::env::var("DEEPAGENTS_TEST_MCP_PYTHON") {
-        Ok(python) => Some(python),
-        Err(_) if std::env::var_os("CI").is_some() => {
-            panic!("DEEPAGENTS_TEST_MCP_PYTHON is not set")
-        }
-        Err(_) => {
-            eprintln!("skipped: set DEEPAGENTS_TEST_MCP_PYTHON to a Python with `mcp` installed");
-            None
-        }
-    }
+    deepagents_test_support::mcp_python()
 }
 
 fn fixture() -> PathBuf {

@@ -14,71 +14,17 @@ use serde_json::{Value, json};
 use crate::{ScriptedElicitor, context_with_events, progress_of, text_of};
 
 fn node_modules() -> Option<PathBuf> {
-    match std::env::var("DEEPAGENTS_TEST_MCP_NPM") {
-        Ok(dir) => Some(PathBuf::from(dir)),
-        Err(_) if std::env::var_os("CI").is_some() => panic!("DEEPAGENTS_TEST_MCP_NPM is not set"),
-        Err(_) => {
-            eprintln!(
-                "skipped: set DEEPAGENTS_TEST_MCP_NPM to a node_modules with the reference MCP servers"
-            );
-            None
-        }
-    }
+    deepagents_test_support::mcp_node_modules()
 }
 
 fn everything(modules: &Path) -> String {
-    modules
-        .join("@modelcontextprotocol/server-everything/dist/index.js")
+    deepagents_test_support::everything_server(modules)
         .display()
         .to_string()
 }
 
 fn servers(text: &str) -> Vec<ServerConfig> {
     config::parse(text, Path::new("reference.mcp.json"), &|_| None).unwrap()
-}
-
-/// The everything server over streamable HTTP on a free port of 127.0.0.1, stopped on drop.
-struct HttpServer {
-    child: std::process::Child,
-    url: String,
-}
-
-impl HttpServer {
-    fn start(modules: &Path) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let loopback = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/loopback.cjs");
-        let child = std::process::Command::new("node")
-            .arg("--require")
-            .arg(loopback)
-            .arg(everything(modules))
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self {
-            child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
-        }
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn tool(connections: &Connections, name: &str) -> DynamicTool {
@@ -210,7 +156,7 @@ async fn the_reference_everything_server_works_over_streamable_http() {
     let Some(modules) = node_modules() else {
         return;
     };
-    let http = HttpServer::start(&modules);
+    let http = deepagents_test_support::EverythingHttp::start(&modules);
     let root = tempfile::tempdir().unwrap();
     let servers = servers(
         &json!({"mcpServers": {"web": {"type": "http", "url": http.url, "headers": {"X-Test": "1"}}}})

@@ -139,3 +139,95 @@ pub fn push_files(bare: &std::path::Path, files: &[(&str, &str)], message: &str)
     git(&work, &["push", "--quiet", "origin", "main"]);
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// The value of the test environment variable `name` (set by `.ci/run`), or `None` (after
+/// saying on stderr that the test is skipped and that `needs` is missing) when it is unset.
+///
+/// # Panics
+/// Under `CI` a missing variable is a failure, not a skip.
+#[allow(clippy::panic)]
+pub fn test_env(name: &str, needs: &str) -> Option<String> {
+    match std::env::var(name) {
+        Ok(value) if !value.trim().is_empty() => Some(value),
+        _ if std::env::var_os("CI").is_some() => panic!("{name} is not set ({needs})"),
+        _ => {
+            eprintln!("skipped: set {name} to {needs}");
+            None
+        }
+    }
+}
+
+/// A Python with the official MCP SDK (`mcp` from PyPI).
+pub fn mcp_python() -> Option<String> {
+    test_env(
+        "DEEPAGENTS_TEST_MCP_PYTHON",
+        "a Python with `mcp` installed",
+    )
+}
+
+/// The `node_modules` holding the reference MCP servers from npm
+/// (`@modelcontextprotocol/server-everything`, `@modelcontextprotocol/server-filesystem`).
+pub fn mcp_node_modules() -> Option<std::path::PathBuf> {
+    test_env(
+        "DEEPAGENTS_TEST_MCP_NPM",
+        "a node_modules with the reference MCP servers",
+    )
+    .map(std::path::PathBuf::from)
+}
+
+/// The entry point of the reference "everything" MCP server in `modules`.
+pub fn everything_server(modules: &std::path::Path) -> std::path::PathBuf {
+    modules.join("@modelcontextprotocol/server-everything/dist/index.js")
+}
+
+/// The reference "everything" MCP server over streamable HTTP on a free port of 127.0.0.1,
+/// stopped when dropped.
+pub struct EverythingHttp {
+    child: std::process::Child,
+    /// Its MCP endpoint.
+    pub url: String,
+}
+
+impl EverythingHttp {
+    /// Starts it and waits until it listens.
+    ///
+    /// # Panics
+    /// When it cannot be started.
+    #[allow(clippy::expect_used)]
+    pub fn start(modules: &std::path::Path) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        // The server takes a port but no address: the preload keeps it on 127.0.0.1.
+        let loopback =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/loopback.cjs");
+        let child = std::process::Command::new("node")
+            .arg("--require")
+            .arg(loopback)
+            .arg(everything_server(modules))
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("node starts the everything server");
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+}
+
+impl Drop for EverythingHttp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
