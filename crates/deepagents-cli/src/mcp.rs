@@ -86,6 +86,7 @@ pub async fn list(root: &Path, files: &[PathBuf], trust_project: bool) -> anyhow
         let transport = match &server.transport {
             Transport::Stdio { command, .. } => format!("stdio {command}"),
             Transport::Http { url, .. } => format!("http {url}"),
+            Transport::Sse { url, .. } => format!("sse {url}"),
         };
         let status = if !server.enabled {
             "disabled".to_owned()

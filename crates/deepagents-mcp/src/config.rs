@@ -3,8 +3,7 @@
 //! "headers"}` (streamable HTTP; `bearer_token_env_var` names a variable holding a bearer
 //! token), plus our keys `enabled`, `timeout` (seconds per call), `startup_timeout`
 //! (seconds), `tools` (names to offer) and `disabled_tools`. Strings may use `${VAR}` and
-//! `${VAR:-default}`. `"type": "sse"` (the legacy HTTP+SSE transport, which the official
-//! SDK no longer speaks) is an error that says what to use instead.
+//! `${VAR:-default}`. `"type": "sse"` is the legacy HTTP+SSE transport (same keys).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +30,15 @@ pub enum Transport {
         env: BTreeMap<String, String>,
         /// Its working directory (default: the session's root).
         cwd: Option<PathBuf>,
+    },
+    /// A server on the legacy HTTP+SSE transport (MCP 2024-11-05).
+    Sse {
+        /// Its event stream's URL.
+        url: String,
+        /// Headers sent with each request.
+        headers: BTreeMap<String, String>,
+        /// Sent as `Authorization: Bearer TOKEN` (from `bearer_token_env_var`).
+        bearer_token: Option<String>,
     },
     /// A streamable HTTP server.
     Http {
@@ -183,16 +191,10 @@ pub fn parse(
                     .map(|cwd| text("cwd", cwd).map(PathBuf::from))
                     .transpose()?,
             },
-            (Some("sse"), _, _) => {
-                return Err(error(
-                    place("type"),
-                    "the legacy HTTP+SSE transport is not supported (the official MCP SDK dropped it); most servers also serve streamable HTTP, often at /mcp: use \"type\": \"http\" with that URL, or run the server over stdio".to_owned(),
-                ));
-            }
-            (None | Some("http" | "streamable-http"), None, Some(url)) => Transport::Http {
-                url: text("url", url)?,
-                headers: map("headers")?,
-                bearer_token: match server.get("bearer_token_env_var") {
+            (None | Some("http" | "streamable-http" | "sse"), None, Some(url)) => {
+                let url = text("url", url)?;
+                let headers = map("headers")?;
+                let bearer_token = match server.get("bearer_token_env_var") {
                     None | Some(Value::Null) => None,
                     Some(Value::String(variable)) => Some(lookup(variable).ok_or_else(|| {
                         error(
@@ -206,8 +208,21 @@ pub fn parse(
                             "expected the name of an environment variable".to_owned(),
                         ));
                     }
-                },
-            },
+                };
+                if kind == Some("sse") {
+                    Transport::Sse {
+                        url,
+                        headers,
+                        bearer_token,
+                    }
+                } else {
+                    Transport::Http {
+                        url,
+                        headers,
+                        bearer_token,
+                    }
+                }
+            }
             (Some(other), _, _)
                 if !["stdio", "http", "sse", "streamable-http"].contains(&other) =>
             {
@@ -350,10 +365,6 @@ mod tests {
                 "a.json: mcpServers.a.timeout:",
             ),
             (r#"{"servers": {}}"#, "a.json: mcpServers: missing"),
-            (
-                r#"{"mcpServers": {"a": {"type": "sse", "url": "http://h/sse"}}}"#,
-                "a.json: mcpServers.a.type: the legacy HTTP+SSE transport is not supported",
-            ),
             (
                 r#"{"mcpServers": {"a": {"type": "http", "url": "http://h", "bearer_token_env_var": "NOPE"}}}"#,
                 "a.json: mcpServers.a.bearer_token_env_var: the variable NOPE is not set",

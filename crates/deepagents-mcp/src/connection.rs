@@ -1,9 +1,10 @@
-//! One server's connection: starting it (a child process or a streamable HTTP endpoint), our
+//! One server's connection: starting it (a child process, a streamable HTTP endpoint or a
+//! legacy SSE one), our
 //! side of the protocol (tool list changes, progress, elicitation; sampling is not offered, so
 //! rmcp refuses it), and the
 //! one restart a crashed server gets.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +24,7 @@ use serde_json::Value;
 
 use crate::config::{ServerConfig, Transport};
 use crate::elicitation::{Elicitation, ElicitationAnswer, ElicitationRequest, Elicitor};
+use crate::legacy_sse::LegacySse;
 
 pub(crate) type Service = rmcp::service::RunningService<RoleClient, Handler>;
 
@@ -186,28 +188,37 @@ pub(crate) async fn open(
             headers,
             bearer_token,
         } => {
-            let client = deepagents_models::http_client()
-                .connect_timeout(config.startup_timeout)
-                .user_agent(concat!("deepagents-rs/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-            let mut custom = HashMap::new();
-            for (name, value) in headers {
-                let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| format!("the header name {name:?} is not valid HTTP"))?;
-                let mut value = reqwest::header::HeaderValue::from_str(value)
-                    .map_err(|_| format!("the value of header {name} is not valid HTTP"))?;
-                value.set_sensitive(true);
-                custom.insert(name, value);
-            }
             let mut http = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                .custom_headers(custom)
+                .custom_headers(
+                    header_map(headers)?
+                        .iter()
+                        .map(|(name, value)| (name.clone(), value.clone()))
+                        .collect(),
+                )
                 .max_json_response_size(MAX_HTTP_RESPONSE)
                 .max_sse_event_size(MAX_HTTP_RESPONSE);
             if let Some(token) = bearer_token {
                 http = http.auth_header(token.clone());
             }
-            let transport = StreamableHttpClientTransport::with_client(client, http);
+            let transport = StreamableHttpClientTransport::with_client(http_client(config)?, http);
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("the MCP handshake with {url} failed: {e}"))?
+        }
+        Transport::Sse {
+            url,
+            headers,
+            bearer_token,
+        } => {
+            let mut headers = header_map(headers)?;
+            if let Some(token) = bearer_token {
+                let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                    .map_err(|_| "the bearer token is not valid in an HTTP header".to_owned())?;
+                value.set_sensitive(true);
+                headers.insert(reqwest::header::AUTHORIZATION, value);
+            }
+            let transport = LegacySse::connect(http_client(config)?, url, headers).await?;
             handler
                 .serve(transport)
                 .await
@@ -216,6 +227,28 @@ pub(crate) async fn open(
     };
     let tools = list_tools(&service, config).await?;
     Ok((service, tools))
+}
+
+fn http_client(config: &ServerConfig) -> Result<reqwest::Client, String> {
+    deepagents_models::http_client()
+        .connect_timeout(config.startup_timeout)
+        .user_agent(concat!("deepagents-rs/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// The configured headers, checked, their values kept out of logs.
+fn header_map(headers: &BTreeMap<String, String>) -> Result<reqwest::header::HeaderMap, String> {
+    let mut map = reqwest::header::HeaderMap::new();
+    for (name, value) in headers {
+        let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("the header name {name:?} is not valid HTTP"))?;
+        let mut value = reqwest::header::HeaderValue::from_str(value)
+            .map_err(|_| format!("the value of header {name} is not valid HTTP"))?;
+        value.set_sensitive(true);
+        map.insert(name, value);
+    }
+    Ok(map)
 }
 
 /// The server's tools now, filtered as configured.

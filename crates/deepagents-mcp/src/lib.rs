@@ -2,8 +2,8 @@
 //!
 //! [`config`] reads Claude-style `.mcp.json` files. [`connect`] starts every enabled server at
 //! once — stdio servers as child processes in the session's root unless they say `cwd`, their
-//! stderr to a log file; HTTP servers over streamable HTTP — through the official Rust SDK's
-//! client, each within its start-up timeout; a server that fails or is too slow is reported in
+//! stderr to a log file; HTTP servers over streamable HTTP or the legacy HTTP+SSE transport —
+//! through the official Rust SDK's client, each within its start-up timeout; a server that fails or is too slow is reported in
 //! [`Connections::failures`] and the rest go on without it. [`Connections::tools`] are its
 //! tools as [`DynamicTool`]s: named `SERVER__TOOL` (see [`tool_name`]), the server's input
 //! schema as given, each call bounded by the server's timeout, its progress reported as
@@ -16,6 +16,7 @@
 pub mod config;
 mod connection;
 pub mod elicitation;
+mod legacy_sse;
 mod tools;
 
 use std::path::PathBuf;
@@ -127,7 +128,7 @@ async fn start(config: &ServerConfig, options: &ConnectOptions) -> Result<Server
         tools,
         log: match config.transport {
             Transport::Stdio { .. } => log_dir.map(|dir| dir.join(format!("{}.log", config.name))),
-            Transport::Http { .. } => None,
+            Transport::Http { .. } | Transport::Sse { .. } => None,
         },
         live,
     })

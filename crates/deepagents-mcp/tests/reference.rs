@@ -186,6 +186,24 @@ async fn the_reference_everything_server_works_over_streamable_http() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_reference_everything_server_works_over_legacy_sse() {
+    let Some(modules) = node_modules() else {
+        return;
+    };
+    let sse = deepagents_test_support::EverythingHttp::start_legacy_sse(&modules);
+    let root = tempfile::tempdir().unwrap();
+    let servers =
+        servers(&json!({"mcpServers": {"old": {"type": "sse", "url": sse.url}}}).to_string());
+    let elicitor = grace();
+    let connections = connect(
+        &servers,
+        &ConnectOptions::new(root.path()).elicitor(elicitor.clone()),
+    )
+    .await;
+    exercise_everything(&connections, "old", &elicitor).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_http_server_that_is_not_there_is_reported_and_skipped() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -180,21 +180,29 @@ pub fn everything_server(modules: &std::path::Path) -> std::path::PathBuf {
     modules.join("@modelcontextprotocol/server-everything/dist/index.js")
 }
 
-/// The reference "everything" MCP server over streamable HTTP on a free port of 127.0.0.1,
-/// stopped when dropped.
+/// The reference "everything" MCP server over HTTP on a free port of 127.0.0.1, stopped when
+/// dropped.
 pub struct EverythingHttp {
     child: std::process::Child,
-    /// Its MCP endpoint.
+    /// Its MCP endpoint (streamable HTTP) or event stream (legacy SSE).
     pub url: String,
 }
 
 impl EverythingHttp {
-    /// Starts it and waits until it listens.
-    ///
+    /// Starts it on streamable HTTP and waits until it listens.
+    pub fn start(modules: &std::path::Path) -> Self {
+        Self::serve(modules, "streamableHttp", "/mcp")
+    }
+
+    /// Starts it on the legacy HTTP+SSE transport and waits until it listens.
+    pub fn start_legacy_sse(modules: &std::path::Path) -> Self {
+        Self::serve(modules, "sse", "/sse")
+    }
+
     /// # Panics
     /// When it cannot be started.
     #[allow(clippy::expect_used)]
-    pub fn start(modules: &std::path::Path) -> Self {
+    fn serve(modules: &std::path::Path, transport: &str, path: &str) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -206,7 +214,7 @@ impl EverythingHttp {
             .arg("--require")
             .arg(loopback)
             .arg(everything_server(modules))
-            .arg("streamableHttp")
+            .arg(transport)
             .env("PORT", port.to_string())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -220,7 +228,7 @@ impl EverythingHttp {
         }
         Self {
             child,
-            url: format!("http://127.0.0.1:{port}/mcp"),
+            url: format!("http://127.0.0.1:{port}{path}"),
         }
     }
 }
