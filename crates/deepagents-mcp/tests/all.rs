@@ -391,3 +391,54 @@ async fn progress_questions_and_cancellation_reach_across() {
         .unwrap();
     assert_eq!(text_of(&echoed), "echo: still here");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_built_with_a_mcp_json_calls_its_servers_tools() {
+    let Some(python) = python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join(".mcp.json");
+    std::fs::write(
+        &file,
+        json!({"mcpServers": {"fixture": {"command": python, "args": [fixture().display().to_string()]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "e", "name": "fixture__echo", "args": {"text": "from the builder"}}]},
+        {"text": "done"}
+    ]});
+    let model = std::sync::Arc::new(
+        deepagents::models::ScriptedModel::from_json(&script.to_string()).unwrap(),
+    );
+    let agent = deepagents::Agent::builder(model)
+        .mcp_config_file(&file, ConnectOptions::new(root.path()))
+        .unwrap()
+        .build()
+        .unwrap();
+    let output = agent.invoke("go").await.unwrap();
+    assert_eq!(output.text, "done");
+    let echoed = output
+        .run
+        .state
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            deepagents::Message::Tool(result) if result.tool_call_id == "e" => {
+                Some(deepagents::Message::Tool(result.clone()).text())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(echoed, "echo: from the builder");
+    // A broken file names itself, the server and the key.
+    std::fs::write(&file, r#"{"mcpServers": {"bad": {"command": 7}}}"#).unwrap();
+    let model = std::sync::Arc::new(
+        deepagents::models::ScriptedModel::from_json(&script.to_string()).unwrap(),
+    );
+    let error = deepagents::Agent::builder(model)
+        .mcp_config_file(&file, ConnectOptions::new(root.path()))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(error.contains("mcpServers.bad.command"), "{error}");
+}

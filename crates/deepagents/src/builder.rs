@@ -315,6 +315,35 @@ impl AgentBuilder {
         self
     }
 
+    /// Offers the tools of MCP servers (from [`mcp::config::load`](crate::mcp::config::load)
+    /// or built in code), connected when a run first asks for tools, all at once, each within
+    /// its start-up timeout; a server that fails is logged and left out. `options` says where
+    /// stdio servers run, where their stderr goes and who answers their questions. To ask
+    /// before the tools a server marks destructive, connect first
+    /// ([`mcp::connect`](crate::mcp::connect)) and pass [`interrupt_on`](Self::interrupt_on)
+    /// each of `Connections::destructive_tools`.
+    #[cfg(feature = "mcp")]
+    pub fn mcp_servers(
+        self,
+        servers: Vec<crate::mcp::ServerConfig>,
+        options: crate::mcp::ConnectOptions,
+    ) -> Self {
+        self.tool_source(Arc::new(crate::mcp::lazy(servers, options)))
+    }
+
+    /// Offers the tools of the servers in a `.mcp.json` file (see
+    /// [`mcp_servers`](Self::mcp_servers)); `${VAR}` expands from the environment. Fails with
+    /// the file, the server and the key when the file cannot be used.
+    #[cfg(feature = "mcp")]
+    pub fn mcp_config_file(
+        self,
+        file: impl AsRef<std::path::Path>,
+        options: crate::mcp::ConnectOptions,
+    ) -> Result<Self, crate::mcp::ConfigError> {
+        let servers = crate::mcp::config::load(file.as_ref())?;
+        Ok(self.mcp_servers(servers, options))
+    }
+
     /// Adds a dynamic tool (schema known at run time).
     pub fn dyn_tool(mut self, tool: Arc<dyn DynTool>) -> Self {
         self.tools.push(tool);

@@ -72,6 +72,9 @@ pub use deepagents_core::{
     StateUpdate, Todo, TodoStatus, Tool, ToolCall, ToolContext, ToolError, ToolOutput, ToolResult,
     ToolSource, ToolSourceError, ToolStatus, Usage, validate_thread_id,
 };
+/// MCP servers' tools (the `mcp` feature).
+#[cfg(feature = "mcp")]
+pub use deepagents_mcp as mcp;
 /// Model implementations and the spec resolver, re-exported.
 pub use deepagents_models as models;
 
