@@ -11,6 +11,12 @@
 //! [models."openai:my-finetune"]
 //! context_window = 32000
 //! max_output_tokens = 4096
+//! # US dollars per million tokens; cached_input and cache_write default to input.
+//! prices = { input = 3.0, output = 12.0, cached_input = 0.75 }
+//!
+//! [limits]
+//! max_cost = 5.0        # dollars per run (--max-cost)
+//! max_tokens = 2000000  # tokens per run (--max-tokens)
 //! ```
 //!
 //! A flag beats an environment variable, which beats the file, which beats the built-in
@@ -56,6 +62,32 @@ pub struct Config {
     /// Limits by model spec (`openai:my-finetune`).
     #[serde(default)]
     models: BTreeMap<String, toml::Spanned<ModelConfig>>,
+    /// Spend caps per run.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+}
+
+/// `[limits]`: what one run may spend, its subagents included; `--max-cost` and
+/// `--max-tokens` beat them.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Dollars at the models' prices.
+    pub max_cost: Option<f64>,
+    /// Tokens, prompt and answer.
+    pub max_tokens: Option<u64>,
+}
+
+/// A model's prices in the config, in US dollars per million tokens.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriceConfig {
+    input: f64,
+    output: f64,
+    /// Default: `input`.
+    cached_input: Option<f64>,
+    /// Default: `input`.
+    cache_write: Option<f64>,
 }
 
 /// `[shell]`: how `execute` runs commands.
@@ -111,6 +143,8 @@ struct ModelConfig {
     context_window: Option<u64>,
     /// Most tokens of one answer, replacing the profile's.
     max_output_tokens: Option<u64>,
+    /// Its prices, replacing the built-in list prices.
+    prices: Option<PriceConfig>,
 }
 
 /// The config file's default place: `~/.deepagents/config.toml`.
@@ -189,10 +223,68 @@ fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
             ));
         }
     }
+    let negative = |n: f64| !n.is_finite() || n < 0.0;
+    for (spec, model) in &config.models {
+        if let Some(prices) = model.get_ref().prices
+            && [prices.input, prices.output]
+                .into_iter()
+                .chain(prices.cached_input)
+                .chain(prices.cache_write)
+                .any(negative)
+        {
+            return Err(at(
+                model.span(),
+                format!("the prices of `{spec}` must be numbers of dollars, 0 or more"),
+            ));
+        }
+    }
+    if config
+        .limits
+        .max_cost
+        .is_some_and(|c| negative(c) || c == 0.0)
+        || config.limits.max_tokens == Some(0)
+    {
+        return Err(anyhow!(
+            "{}",
+            located(
+                path,
+                locate(text, text.find("[limits]").unwrap_or(0)).0,
+                None,
+                Some("limits"),
+                "max_cost and max_tokens must be above 0",
+            )
+        ));
+    }
     Ok(config)
 }
 
 impl Config {
+    /// The prices model calls are charged at: the file's `prices` for the spec, else the
+    /// providers' list prices.
+    pub fn price_book(&self) -> impl Fn(&str) -> Option<deepagents::core::Prices> + use<> {
+        let own: BTreeMap<String, deepagents::core::Prices> = self
+            .models
+            .iter()
+            .filter_map(|(spec, model)| {
+                let prices = model.get_ref().prices?;
+                Some((
+                    spec.clone(),
+                    deepagents::core::Prices {
+                        input: prices.input,
+                        output: prices.output,
+                        cached_input: prices.cached_input.unwrap_or(prices.input),
+                        cache_write: prices.cache_write.unwrap_or(prices.input),
+                    },
+                ))
+            })
+            .collect();
+        move |model: &str| {
+            own.get(model)
+                .copied()
+                .or_else(|| models::prices::list_prices(model))
+        }
+    }
+
     /// Fills in what the flags left unset: the provider's endpoint (unless its `*_BASE_URL`
     /// variable is set, which beats the file), its retries, and the model's limits, merged
     /// into the built-in profile.

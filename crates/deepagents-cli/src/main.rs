@@ -178,6 +178,14 @@ struct RunArgs {
     /// Most model calls the run may make.
     #[arg(long, default_value_t = deepagents::DEFAULT_MAX_TURNS, value_parser = clap::value_parser!(u32).range(1..))]
     max_turns: u32,
+    /// Stop the run before a model call that would take its cost past USD dollars (at the
+    /// models' prices; subagents included); resume the thread with a higher cap to go on.
+    #[arg(long, value_name = "USD", value_parser = positive_dollars)]
+    max_cost: Option<f64>,
+    /// Stop the run before a model call that would take its tokens (prompt and answer,
+    /// subagents included) past N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_tokens: Option<u64>,
     /// The system prompt; built-in sections follow it.
     #[arg(long)]
     system_prompt: Option<String>,
@@ -383,6 +391,9 @@ async fn repo_command(command: RepoCommand) -> anyhow::Result<ExitCode> {
 /// Exit status after Ctrl-C, as shells report a SIGINT death.
 const EXIT_INTERRUPTED: u8 = 130;
 
+/// The exit status of a run stopped by its spend cap (`--max-cost`, `--max-tokens`).
+const EXIT_SPEND_CAP: u8 = 3;
+
 async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let task = match args.task.as_deref() {
         Some("-") => {
@@ -423,7 +434,12 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut builder = Agent::builder(model)
         .todos(args.todos)
         .compact_tool(args.compact_tool)
-        .max_turns(args.max_turns);
+        .max_turns(args.max_turns)
+        .spend_limits(deepagents::core::SpendLimits {
+            max_cost_usd: args.max_cost.or(config.limits.max_cost),
+            max_tokens: args.max_tokens.or(config.limits.max_tokens),
+        })
+        .prices(config.price_book());
     let agent_dirs = agents::sources(args.root.as_deref(), &args.agent_dirs);
     let virtual_mode = args.virtual_mode.or(config.virtual_mode).unwrap_or(true);
     let (backend, repo) = match (args.backend, &args.repo.repo) {
@@ -675,6 +691,9 @@ async fn drive(
         if output.status == RunStatus::Finished {
             if !json {
                 writeln!(stdout, "{}", output.text)?;
+                if output.run.spent.tokens() > 0 {
+                    eprintln!("{}", spent_line(&output.run.spent, &output.run.total_spent));
+                }
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -740,6 +759,45 @@ async fn mcp_command(command: McpCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `--max-cost`: a positive number of dollars.
+fn positive_dollars(text: &str) -> Result<f64, String> {
+    match text.trim_start_matches('$').parse::<f64>() {
+        Ok(dollars) if dollars.is_finite() && dollars > 0.0 => Ok(dollars),
+        _ => Err(format!("`{text}` is not a positive number of dollars")),
+    }
+}
+
+/// One line on what a run spent: `spent $0.0123 · 1,234 tokens (1,100 in, 800 cached, 134
+/// out)`, and the conversation's total when it is more.
+pub(crate) fn spent_line(
+    spent: &deepagents::core::Spent,
+    total: &deepagents::core::Spent,
+) -> String {
+    let usage = &spent.usage;
+    let mut line = format!(
+        "spent ${:.4} · {} tokens ({} in, {} cached, {} out)",
+        spent.cost_usd,
+        spent.tokens(),
+        usage.input_tokens,
+        usage.cached_input_tokens,
+        usage.output_tokens
+    );
+    if spent.unpriced_tokens > 0 {
+        line.push_str(&format!(
+            "; {} tokens of models without known prices are not in the cost",
+            spent.unpriced_tokens
+        ));
+    }
+    if total.tokens() > spent.tokens() {
+        line.push_str(&format!(
+            " · this conversation: ${:.4}, {} tokens",
+            total.cost_usd,
+            total.tokens()
+        ));
+    }
+    line
+}
+
 /// Prints why a run failed; the exit status for it.
 fn report_failure(failure: &deepagents::RunFailure) -> ExitCode {
     let hint = match failure.error {
@@ -749,6 +807,8 @@ fn report_failure(failure: &deepagents::RunFailure) -> ExitCode {
     eprintln!("error: {}{hint}", error_text(&failure.error.to_string()));
     if matches!(failure.error, deepagents::RunError::Cancelled) {
         ExitCode::from(EXIT_INTERRUPTED)
+    } else if matches!(failure.error, deepagents::RunError::SpendCap(_)) {
+        ExitCode::from(EXIT_SPEND_CAP)
     } else {
         ExitCode::FAILURE
     }

@@ -52,6 +52,16 @@ async fn command_on(
                     }
                 }
             }
+            let total = &run.total_spent;
+            writeln!(
+                out,
+                "spent: ${:.4} · {} tokens ({} in, {} cached, {} out)",
+                total.cost_usd,
+                total.tokens(),
+                total.usage.input_tokens,
+                total.usage.cached_input_tokens,
+                total.usage.output_tokens
+            )?;
         }
         ThreadsCommand::Delete { id } => {
             deepagents::validate_thread_id(&id)?;

@@ -189,13 +189,13 @@ fn unknown_keys_are_refused_with_the_known_ones() {
     let (_home, error) = config_error("modle = \"a:b\"\n");
     assert!(error.contains("line 1, key `modle`"), "{error}");
     assert!(
-        error.contains("expected one of `model`, `read_only_memory`, `virtual_mode`, `shell`, `repo`, `sandbox`, `providers`, `models`"),
+        error.contains("expected one of `model`, `read_only_memory`, `virtual_mode`, `shell`, `repo`, `sandbox`, `providers`, `models`, `limits`"),
         "{error}"
     );
 
     let (_home, error) = config_error("[models.\"vllm:m\"]\ncontext = 1\n");
     assert!(
-        error.contains("expected `context_window` or `max_output_tokens`"),
+        error.contains("expected one of `context_window`, `max_output_tokens`, `prices`"),
         "{error}"
     );
 

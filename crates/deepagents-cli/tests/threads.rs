@@ -876,3 +876,122 @@ fn a_run_leaves_no_write_ahead_log() {
     let wal = std::fs::metadata(data.path().join("store.db-wal")).map_or(0, |m| m.len());
     assert_eq!(wal, 0, "the write-ahead log was left at {wal} bytes");
 }
+
+#[test]
+fn a_spend_cap_stops_a_run_before_it_is_crossed_and_a_higher_cap_resumes_it() {
+    let data = tempfile::tempdir().unwrap();
+    let turn = |extra: Value| {
+        let mut turn = json!({"usage": {"input_tokens": 1000, "output_tokens": 100}});
+        turn.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        turn
+    };
+    let ls = |id: &str| turn(json!({"tool_calls": [{"id": id, "name": "ls", "args": {}}]}));
+    let model = write_script(
+        data.path(),
+        &json!({"turns": [ls("a"), ls("b"), ls("c"), ls("d"), turn(json!({"text": "done"}))]}),
+    );
+    // $1 per million prompt tokens, $10 per million answer tokens: $0.002 a turn.
+    let config = data.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!("[models.\"{model}\"]\nprices = {{ input = 1.0, output = 10.0 }}\n"),
+    )
+    .unwrap();
+    let run = |cap: &str, task: Option<&str>| {
+        let mut command = bin();
+        command
+            .args(["run", "--json", "--backend", "state", "--model", &model])
+            .args(["--thread", "budget", "--max-cost", cap, "--config"])
+            .arg(&config)
+            .env("DEEPAGENTS_DATA_DIR", data.path());
+        if let Some(task) = task {
+            command.arg(task);
+        }
+        command.output().unwrap()
+    };
+    let last = |output: &std::process::Output| -> Value {
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+    };
+    let stopped = run("0.0065", Some("go"));
+    assert_eq!(
+        stopped.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&stopped.stderr)
+    );
+    let error = last(&stopped);
+    assert_eq!(error["type"], "error");
+    assert_eq!(error["kind"], "spend_cap");
+    assert!(
+        error["message"].as_str().unwrap().contains("--max-cost"),
+        "{error}"
+    );
+    let stderr = String::from_utf8_lossy(&stopped.stderr);
+    assert!(stderr.contains("$0.0060 spent of $0.0065"), "{stderr}");
+
+    // The same cap stops it again at once; a higher one lets it finish, nothing repeated.
+    let again = run("0.0065", None);
+    assert_eq!(again.status.code(), Some(3));
+    let resumed = run("1", None);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let finished = last(&resumed);
+    assert_eq!(finished["type"], "final");
+    assert_eq!(finished["text"], "done");
+    assert_eq!(finished["steps"], 5);
+    let cost = finished["spent"]["cost_usd"].as_f64().unwrap();
+    assert!((cost - 0.010).abs() < 1e-9, "{finished}");
+    assert_eq!(finished["total_spent"]["usage"]["output_tokens"], 500);
+
+    let shown = bin()
+        .args(["threads", "show", "budget"])
+        .env("DEEPAGENTS_DATA_DIR", data.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("spent: $0.0100 · 5500 tokens"), "{shown}");
+
+    // A token cap needs no prices.
+    let capped = bin()
+        .args([
+            "run",
+            "--backend",
+            "state",
+            "--model",
+            &model,
+            "--max-tokens",
+            "10",
+            "go",
+        ])
+        .env("DEEPAGENTS_DATA_DIR", data.path())
+        .output()
+        .unwrap();
+    assert_eq!(capped.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&capped.stderr).contains("--max-tokens"),
+        "{}",
+        String::from_utf8_lossy(&capped.stderr)
+    );
+    // Caps and prices that make no sense are refused with the place.
+    std::fs::write(&config, "[limits]\nmax_cost = 0\n").unwrap();
+    let refused = bin()
+        .args(["run", "--model", &model, "--config"])
+        .arg(&config)
+        .arg("go")
+        .env("DEEPAGENTS_DATA_DIR", data.path())
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("max_cost and max_tokens must be above 0"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

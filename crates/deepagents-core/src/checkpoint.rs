@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::message::{Message, Usage};
 use crate::run::{Control, PausedRun, Run};
+use crate::spend::Spent;
 use crate::state::{FileData, StateError, Todo};
 
 /// The checkpoint format this build writes. Checkpoints without a version come from this
@@ -17,8 +18,8 @@ use crate::state::{FileData, StateError, Todo};
 /// (`deepagents.*`); they load and are upgraded ([`upgrade_legacy_control`]). A newer
 /// version is refused ([`CheckpointError::Incompatible`]).
 ///
-/// Format 3 writes a delta's step count and usage only when they changed; format 2 wrote
-/// them in every delta and reads the same.
+/// Format 3 writes a delta's step count, usage and spending only when they changed; format 2
+/// wrote step count and usage in every delta and reads the same.
 pub const CHECKPOINT_SCHEMA: u32 = 3;
 
 /// The custom keys in which the earlier format kept what [`Control`] holds.
@@ -64,6 +65,12 @@ pub struct RunDelta {
     /// The run's usage after the step, when it changed (as for `steps`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// What the run's tree spent since the latest user input, when it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent: Option<Spent>,
+    /// What the conversation spent in all, when it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_spent: Option<Spent>,
 }
 
 impl RunDelta {
@@ -84,6 +91,8 @@ impl RunDelta {
             control: ControlDelta::full(&run.control),
             steps: Some(run.steps),
             usage: Some(run.usage),
+            spent: Some(run.spent),
+            total_spent: Some(run.total_spent),
         }
     }
 
@@ -111,6 +120,12 @@ impl RunDelta {
         }
         if let Some(usage) = self.usage {
             run.usage = usage;
+        }
+        if let Some(spent) = self.spent {
+            run.spent = spent;
+        }
+        if let Some(total) = self.total_spent {
+            run.total_spent = total;
         }
     }
 

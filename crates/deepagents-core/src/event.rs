@@ -13,6 +13,7 @@ use crate::content::ContentBlock;
 use crate::interrupt::PendingAction;
 use crate::message::{ToolStatus, Usage};
 use crate::model::StopReason;
+use crate::spend::Spent;
 use crate::state::{FileContent, Todo};
 
 /// The version of the event protocol: the JSON shape of [`Event`]. It changes whenever a
@@ -107,6 +108,9 @@ pub enum ErrorKind {
     Cancelled,
     /// The run's task panicked.
     Crashed,
+    /// The next model call would have gone past the run's spend cap; resumable with a
+    /// higher one.
+    SpendCap,
 }
 
 /// How a backend's shell commands are confined.
@@ -273,6 +277,13 @@ pub enum EventKind {
         usage: Usage,
         /// Model calls made since the latest user input.
         steps: u32,
+        /// What the run and its subagents spent since the latest user input (`cost_usd` at
+        /// the models' known prices).
+        #[serde(default)]
+        spent: Spent,
+        /// What the conversation has spent in all its runs.
+        #[serde(default)]
+        total_spent: Spent,
         /// The files kept in the agent state (the state backend's), by path, with their
         /// contents: `{"encoding": "text", "text": …}` or `{"encoding": "binary", "mime_type":
         /// …, "data": base64}`. Files on disk or in a store are not repeated here.

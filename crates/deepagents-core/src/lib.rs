@@ -13,6 +13,7 @@ pub mod message;
 pub mod model;
 pub mod run;
 pub mod run_context;
+pub mod spend;
 pub mod state;
 pub mod tool;
 
@@ -32,6 +33,7 @@ pub use model::{
 };
 pub use run::{Control, NextAction, PausedRun, Run, TurnLimitReached};
 pub use run_context::{Extensions, RunContext, RunLimits};
+pub use spend::{Budget, PriceBook, Prices, SpendCapReached, SpendLimits, Spent};
 pub use state::{
     AgentState, FileContent, FileData, Reducer, StateError, StateKey, StateSchema, StateUpdate,
     Todo, TodoStatus,

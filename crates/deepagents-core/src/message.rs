@@ -139,6 +139,14 @@ pub struct Usage {
     /// Prompt tokens served from the provider's cache (a subset of `input_tokens`).
     #[serde(default)]
     pub cached_input_tokens: u64,
+    /// Prompt tokens written to the provider's cache (a subset of `input_tokens`; Anthropic
+    /// reports them and charges extra).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_input_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl AddAssign for Usage {
@@ -146,6 +154,7 @@ impl AddAssign for Usage {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
         self.cached_input_tokens += other.cached_input_tokens;
+        self.cache_write_input_tokens += other.cache_write_input_tokens;
     }
 }
 

@@ -14,6 +14,7 @@ use crate::content::{ContentBlock, joined_text};
 use crate::interrupt::{Decision, PendingAction};
 use crate::message::{Message, ToolCall, ToolResult, Usage};
 use crate::model::ModelResponse;
+use crate::spend::Spent;
 use crate::state::{AgentState, StateError, StateSchema, StateUpdate};
 
 /// The whole state of a run; persist it and you can resume it.
@@ -27,6 +28,13 @@ pub struct Run {
     /// Tokens used since the latest user input.
     #[serde(default)]
     pub usage: Usage,
+    /// What the run and its subagents spent since the latest user input (what spend caps
+    /// count; kept across pauses and crashes).
+    #[serde(default)]
+    pub spent: Spent,
+    /// What the conversation has spent in all its runs.
+    #[serde(default)]
+    pub total_spent: Spent,
     /// The harness's bookkeeping: pauses, decisions, in-flight calls.
     #[serde(default, skip_serializing_if = "Control::is_empty")]
     pub control: Control,
@@ -116,6 +124,7 @@ impl Run {
         self.state.messages.push(Message::User { content });
         self.steps = 0;
         self.usage = Usage::default();
+        self.spent = Spent::default();
     }
 
     /// What to do next, derived from the conversation; `max_steps` bounds model calls since

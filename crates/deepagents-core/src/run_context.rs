@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::checkpoint::Checkpointing;
 use crate::event::{AgentPath, EventSink};
+use crate::spend::Budget;
 use crate::tool::RuntimeContext;
 
 /// The limits one run works under. The agent's builder sets the defaults; a run may set its
@@ -58,6 +59,8 @@ pub struct RunContext {
     pub checkpoint: Option<Checkpointing>,
     /// The limits this run works under.
     pub limits: RunLimits,
+    /// What the run tree may spend and has spent; subagent runs share their parent's.
+    pub budget: Budget,
     /// Typed per-run values: state a middleware or tool keeps for this run only.
     pub extensions: Extensions,
 }
@@ -76,6 +79,7 @@ impl RunContext {
             runtime: RuntimeContext::default(),
             checkpoint: None,
             limits: RunLimits::default(),
+            budget: Budget::default(),
             extensions: Extensions::default(),
         }
     }

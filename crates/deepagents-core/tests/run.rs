@@ -32,7 +32,7 @@ fn response(text: &str, calls: Vec<ToolCall>) -> ModelResponse {
         usage: Usage {
             input_tokens: 5,
             output_tokens: 1,
-            cached_input_tokens: 0,
+            ..Default::default()
         },
         stop_reason: StopReason::ToolUse,
     }
@@ -131,7 +131,7 @@ fn deltas_of_format_2_and_3_rebuild_the_same_run() {
         Usage {
             input_tokens: 10,
             output_tokens: 2,
-            cached_input_tokens: 0
+            ..Usage::default()
         }
     );
     assert_eq!(run.state.messages.len(), 2);

@@ -91,6 +91,7 @@ fn responses_usage_and_runs_round_trip() {
             input_tokens: 10,
             output_tokens: 2,
             cached_input_tokens: 8,
+            ..Usage::default()
         },
         stop_reason: StopReason::Other("pause_turn".into()),
     };

@@ -144,13 +144,33 @@ impl rmcp::ClientHandler for Handler {
     }
 }
 
+/// A stdio server's process group (the server leads it): killed, with whatever the server
+/// started, when dropped — when the session ends or a restart replaces the server.
+pub(crate) struct ProcessGroup(rustix::process::Pid);
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        // Already gone is fine.
+        let _ = rustix::process::kill_process_group(self.0, rustix::process::Signal::KILL);
+    }
+}
+
+/// An open connection: the service, the tools it listed, and the process group of a stdio
+/// server.
+pub(crate) struct Opened {
+    service: Service,
+    tools: Vec<Value>,
+    group: Option<ProcessGroup>,
+}
+
 /// Connects to the server and lists its tools (filtered as configured).
 pub(crate) async fn open(
     config: &ServerConfig,
     root: &Path,
     log_dir: Option<&Path>,
     handler: Handler,
-) -> Result<(Service, Vec<Value>), String> {
+) -> Result<Opened, String> {
+    let mut group = None;
     let service = match &config.transport {
         Transport::Stdio {
             command,
@@ -174,10 +194,17 @@ pub(crate) async fn open(
                     .map_err(|e| format!("cannot open its log {}: {e}", path.display()))?,
                 None => Stdio::null(),
             };
+            let mut process = process_wrap::tokio::CommandWrap::from(process);
+            process.wrap(process_wrap::tokio::ProcessGroup::leader());
             let (transport, _) = TokioChildProcess::builder(process)
                 .stderr(stderr)
                 .spawn()
                 .map_err(|e| format!("cannot start {command}: {e}"))?;
+            group = transport
+                .id()
+                .and_then(|id| i32::try_from(id).ok())
+                .and_then(rustix::process::Pid::from_raw)
+                .map(ProcessGroup);
             handler
                 .serve(transport)
                 .await
@@ -226,7 +253,11 @@ pub(crate) async fn open(
         }
     };
     let tools = list_tools(&service, config).await?;
-    Ok((service, tools))
+    Ok(Opened {
+        service,
+        tools,
+        group,
+    })
 }
 
 fn http_client(config: &ServerConfig) -> Result<reqwest::Client, String> {
@@ -287,6 +318,8 @@ pub(crate) struct Live {
 pub(crate) struct LiveState {
     /// `None` once it stopped for good.
     pub(crate) service: Option<Arc<Service>>,
+    /// The stdio server's processes, killed when replaced or when the session ends.
+    group: Option<ProcessGroup>,
     restarted: bool,
     /// Its tools as last listed, and the count of changes they reflect.
     pub(crate) tools: Vec<Value>,
@@ -302,7 +335,11 @@ impl Live {
         elicitor: Option<Arc<dyn Elicitor>>,
     ) -> Result<(Arc<Self>, Vec<Value>), String> {
         let handler = Handler::new(&config.name, elicitor);
-        let (service, tools) = open(config, root, log_dir, handler.clone()).await?;
+        let Opened {
+            service,
+            tools,
+            group,
+        } = open(config, root, log_dir, handler.clone()).await?;
         let live = Arc::new(Self {
             config: config.clone(),
             root: root.to_owned(),
@@ -310,6 +347,7 @@ impl Live {
             handler,
             state: tokio::sync::Mutex::new(LiveState {
                 service: Some(Arc::new(service)),
+                group,
                 restarted: false,
                 tools: tools.clone(),
                 seen: 0,
@@ -343,11 +381,14 @@ impl Live {
         }
         if state.restarted {
             state.service = None;
+            state.group = None;
             return format!(
                 "the MCP server {name} stopped again; its tools are unavailable for the rest of the session"
             );
         }
         state.restarted = true;
+        // What is left of the old server goes before the new one starts.
+        state.group = None;
         let started = tokio::time::timeout(
             self.config.startup_timeout,
             open(
@@ -359,21 +400,24 @@ impl Live {
         )
         .await;
         match started {
-            Ok(Ok((service, tools))) => {
-                state.service = Some(Arc::new(service));
-                state.tools = tools;
+            Ok(Ok(opened)) => {
+                state.service = Some(Arc::new(opened.service));
+                state.group = opened.group;
+                state.tools = opened.tools;
                 format!(
                     "the MCP server {name} stopped during this call and was restarted; call again if repeating it is safe"
                 )
             }
             Ok(Err(why)) => {
                 state.service = None;
+                state.group = None;
                 format!(
                     "the MCP server {name} stopped and could not be restarted ({why}); its tools are unavailable"
                 )
             }
             Err(_) => {
                 state.service = None;
+                state.group = None;
                 format!(
                     "the MCP server {name} stopped and did not come back within its startup_timeout; its tools are unavailable"
                 )

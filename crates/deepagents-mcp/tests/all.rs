@@ -442,3 +442,40 @@ async fn an_agent_built_with_a_mcp_json_calls_its_servers_tools() {
         .to_string();
     assert!(error.contains("mcpServers.bad.command"), "{error}");
 }
+
+/// Whether process `pid` is gone (or a zombie nobody has reaped yet).
+fn gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_server_takes_what_it_started_with_it() {
+    let Some(python) = python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let servers = server(
+        "spawner",
+        &python,
+        r#"{"mcpServers": {"NAME": {"command": "PYTHON", "args": ["SERVER"], "env": {"FIXTURE_SPAWN": "1"}}}}"#,
+    );
+    let connections = connect(&servers, &ConnectOptions::new(root.path())).await;
+    assert!(
+        connections.failures.is_empty(),
+        "{:?}",
+        connections.failures
+    );
+    let pid = std::fs::read_to_string(root.path().join("helper.pid")).unwrap();
+    assert!(!gone(&pid), "the helper should run while the server does");
+    drop(connections);
+    for _ in 0..100 {
+        if gone(&pid) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone(&pid), "the server's helper {pid} outlived it");
+}

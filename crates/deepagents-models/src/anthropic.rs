@@ -252,7 +252,10 @@ fn anthropic_usage(u: &Value, input_from_start: u64) -> deepagents_core::Usage {
     let input = tokens(u, "/input_tokens").max(input_from_start);
     // Saturating: the counts are the server's, and their sum must not overflow.
     let input = input.saturating_add(read).saturating_add(written);
-    usage(input, tokens(u, "/output_tokens"), read)
+    deepagents_core::Usage {
+        cache_write_input_tokens: written,
+        ..usage(input, tokens(u, "/output_tokens"), read)
+    }
 }
 
 fn stop_reason(reason: Option<&str>) -> StopReason {

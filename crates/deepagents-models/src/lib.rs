@@ -24,6 +24,7 @@ pub mod http;
 pub mod openai_chat;
 #[cfg(feature = "providers")]
 pub mod openai_responses;
+pub mod prices;
 pub mod profiles;
 
 /// A reqwest client builder whose TLS works: rustls with the `ring` provider, installed as the

@@ -407,7 +407,7 @@ fn estimate_usage(request: &ModelRequest, answer: &AssistantMessage) -> Usage {
     Usage {
         input_tokens: tokens(input_chars),
         output_tokens: tokens(output_chars),
-        cached_input_tokens: 0,
+        ..Usage::default()
     }
 }
 

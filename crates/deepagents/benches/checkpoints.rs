@@ -50,7 +50,7 @@ impl Model for BenchModel {
             usage: Usage {
                 input_tokens: 100,
                 output_tokens: 10,
-                cached_input_tokens: 0,
+                ..Default::default()
             },
             stop_reason: StopReason::EndTurn,
         })

@@ -51,7 +51,7 @@ impl Model for BenchModel {
             usage: Usage {
                 input_tokens: 10,
                 output_tokens: 2,
-                cached_input_tokens: 0,
+                ..Usage::default()
             },
             stop_reason: StopReason::EndTurn,
         })

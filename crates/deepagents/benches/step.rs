@@ -72,7 +72,7 @@ impl Model for EncodingModel {
             usage: Usage {
                 input_tokens: 10,
                 output_tokens: 2,
-                cached_input_tokens: 0,
+                ..Default::default()
             },
             stop_reason: StopReason::EndTurn,
         })

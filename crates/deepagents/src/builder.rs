@@ -162,6 +162,8 @@ pub struct AgentBuilder {
     private_keys: BTreeSet<String>,
     todos: bool,
     max_turns: u32,
+    spend_limits: deepagents_core::SpendLimits,
+    prices: Arc<deepagents_core::PriceBook>,
     backend: Option<Arc<dyn Backend>>,
     permissions: Option<Permissions>,
     base_prompt: bool,
@@ -256,6 +258,8 @@ impl AgentBuilder {
             private_keys: BTreeSet::new(),
             todos: false,
             max_turns: DEFAULT_MAX_TURNS,
+            spend_limits: deepagents_core::SpendLimits::default(),
+            prices: Arc::new(deepagents_models::prices::list_prices),
             backend: None,
             permissions: None,
             base_prompt: true,
@@ -546,6 +550,27 @@ impl AgentBuilder {
     /// named `general-purpose` replaces it.
     pub fn general_purpose_subagent(mut self, enabled: bool) -> Self {
         self.general_purpose = enabled;
+        self
+    }
+
+    /// Hard caps on what a run may spend, its subagents included: dollars at the models'
+    /// prices and tokens. Checked before each model call with the request's estimated size,
+    /// so a run stops before a call that would cross a cap (`RunError::SpendCap`, resumable
+    /// with a higher cap) — past it by at most one answer's output. These are the defaults of
+    /// every run; a run may set its own ([`RunOptions::spend_limits`](crate::RunOptions::spend_limits)).
+    pub fn spend_limits(mut self, limits: deepagents_core::SpendLimits) -> Self {
+        self.spend_limits = limits;
+        self
+    }
+
+    /// The prices model calls are charged at, by model id (default: the providers' list
+    /// prices, [`deepagents_models::prices::list_prices`]). Calls to a model without prices
+    /// count in tokens only.
+    pub fn prices(
+        mut self,
+        prices: impl Fn(&str) -> Option<deepagents_core::Prices> + Send + Sync + 'static,
+    ) -> Self {
+        self.prices = Arc::new(prices);
         self
     }
 
@@ -860,6 +885,8 @@ impl AgentBuilder {
                     subagent_depth: self.max_subagent_depth,
                     subagent_concurrency: self.max_concurrent_subagents,
                 },
+                spend_limits: self.spend_limits,
+                prices: self.prices,
                 response_format,
                 interrupts,
                 shared_keys,

@@ -23,6 +23,10 @@ pub(crate) struct AgentConfig {
     pub(crate) schema: StateSchema,
     /// The limits of a run that sets none ([`RunOptions::limits`]).
     pub(crate) limits: RunLimits,
+    /// The spend caps of a run that sets none ([`RunOptions::spend_limits`]).
+    pub(crate) spend_limits: deepagents_core::SpendLimits,
+    /// The prices model calls are charged at.
+    pub(crate) prices: Arc<deepagents_core::PriceBook>,
     /// Whether answers must come through `final_answer`.
     pub(crate) response_format: bool,
     /// Tools whose calls wait for approval.

@@ -51,6 +51,12 @@ pub(crate) async fn drive(
         runtime: options.runtime.clone(),
         checkpoint: options.checkpoint.clone(),
         limits: options.limits.unwrap_or(agent.limits),
+        // Seeded with what the run spent before a pause or a crash, so caps hold across them.
+        budget: deepagents_core::Budget::new(
+            options.spend_limits.unwrap_or(agent.spend_limits),
+            Some(Arc::clone(&agent.prices)),
+            run.spent,
+        ),
         extensions: Extensions::default(),
     };
     drive_in(agent, run, &ctx, options.cancel_grace).await
@@ -99,6 +105,8 @@ pub(crate) async fn drive_in(
                 text: text.clone(),
                 usage: run.usage,
                 steps: run.steps,
+                spent: run.spent,
+                total_spent: run.total_spent,
                 files: run
                     .state
                     .files
@@ -261,6 +269,7 @@ impl Driver<'_> {
                     };
                     if !calls.is_empty() {
                         let waiting = self.execute_tools(run, calls, journal).await?;
+                        self.settle_spend(run);
                         if !waiting.is_empty() {
                             approval::record_pause(run, &waiting);
                             journal.touched_control(ControlTouched::PAUSE);
@@ -366,6 +375,9 @@ impl Driver<'_> {
                 .await
                 .map_err(|e| middleware_error(middleware.name(), e))?;
         }
+        ctx.budget
+            .check(agent.model.id(), crate::context::estimate_tokens(&request))
+            .map_err(RunError::SpendCap)?;
         events.emit(EventKind::ModelCallStarted { step });
         let chain = ModelNext {
             stack: Arc::clone(&agent.middleware),
@@ -389,8 +401,23 @@ impl Driver<'_> {
             stop_reason: response.stop_reason.clone(),
             tool_calls: response.message.tool_calls.len(),
         });
+        ctx.budget.charge(agent.model.id(), response.usage);
         run.apply_model_response(response);
+        self.settle_spend(run);
         Ok(())
+    }
+
+    /// The top-level run's record of what its tree spent, from the shared budget (its
+    /// subagents charge it during tool calls). Subagent runs leave theirs alone.
+    fn settle_spend(&self, run: &mut Run) {
+        if !self.ctx.events.path().is_empty() {
+            return;
+        }
+        let now = self.ctx.budget.spent();
+        let mut added = now;
+        added.subtract(&run.spent);
+        run.spent = now;
+        run.total_spent.add(&added);
     }
 
     /// Executes `calls` and folds their results into `run` in call order.

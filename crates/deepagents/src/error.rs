@@ -44,6 +44,10 @@ pub enum RunError {
     /// The run's cancellation token fired.
     #[error("the run was cancelled")]
     Cancelled,
+    /// The next model call would have gone past the run's spend cap, so it was not made; the
+    /// run is saved as it was and resumes with a higher cap.
+    #[error("{0}")]
+    SpendCap(deepagents_core::SpendCapReached),
     /// The driver itself crashed; this is a bug in deepagents.
     #[error("the agent driver crashed (a bug; please report it): {0}")]
     Crashed(String),
@@ -62,6 +66,7 @@ impl RunError {
             Self::InvalidDecision(_) => ErrorKind::InvalidDecision,
             Self::Cancelled => ErrorKind::Cancelled,
             Self::Crashed(_) => ErrorKind::Crashed,
+            Self::SpendCap(_) => ErrorKind::SpendCap,
         }
     }
 }

@@ -146,11 +146,31 @@ pub(crate) struct Journal {
     control: ControlTouched,
     /// The earliest already-stored message that was changed in place since the last save.
     rewritten_from: Option<usize>,
-    /// Step count and usage at the last save: a save writes them only when they changed,
-    /// and is skipped when nothing did.
-    saved_progress: (u32, Usage),
+    /// Step count, usage and spending at the last save: a save writes them only when they
+    /// changed, and is skipped when nothing did.
+    saved_progress: Progress,
     /// Files the run's tools changed outside the state (they are not in any delta).
     changed_outside: BTreeSet<String>,
+}
+
+/// The counters a save writes only when they changed.
+#[derive(Clone, Copy, PartialEq)]
+struct Progress {
+    steps: u32,
+    usage: Usage,
+    spent: deepagents_core::Spent,
+    total_spent: deepagents_core::Spent,
+}
+
+impl Progress {
+    fn of(run: &Run) -> Self {
+        Self {
+            steps: run.steps,
+            usage: run.usage,
+            spent: run.spent,
+            total_spent: run.total_spent,
+        }
+    }
 }
 
 impl Journal {
@@ -177,9 +197,14 @@ impl Journal {
             rewritten_from: None,
             // A fresh run writes them in its first save.
             saved_progress: if fresh {
-                (u32::MAX, Usage::default())
+                Progress {
+                    steps: u32::MAX,
+                    usage: Usage::default(),
+                    spent: deepagents_core::Spent::default(),
+                    total_spent: deepagents_core::Spent::default(),
+                }
             } else {
-                (run.steps, run.usage)
+                Progress::of(run)
             },
             changed_outside: BTreeSet::new(),
             target,
@@ -245,7 +270,7 @@ impl Journal {
         let Some(target) = &mut self.target else {
             return Ok(());
         };
-        let progress = (run.steps, run.usage);
+        let progress = Progress::of(run);
         let new_messages = run.state.messages.len() > target.persisted_messages;
         if !new_messages
             && self.rewritten_from.is_none()
@@ -291,8 +316,11 @@ impl Journal {
                     .then(|| control.paused_subagents.clone()),
                 in_flight: touched.in_flight.then(|| control.in_flight.clone()),
             },
-            steps: (run.steps != self.saved_progress.0).then_some(run.steps),
-            usage: (run.usage != self.saved_progress.1).then_some(run.usage),
+            steps: (run.steps != self.saved_progress.steps).then_some(run.steps),
+            usage: (run.usage != self.saved_progress.usage).then_some(run.usage),
+            spent: (run.spent != self.saved_progress.spent).then_some(run.spent),
+            total_spent: (run.total_spent != self.saved_progress.total_spent)
+                .then_some(run.total_spent),
         };
         target
             .checkpointer

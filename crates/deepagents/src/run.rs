@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use deepagents_core::{Checkpointing, Run, RunLimits, RuntimeContext};
+use deepagents_core::{Checkpointing, Run, RunLimits, RuntimeContext, SpendLimits};
 use tokio_util::sync::CancellationToken;
 
 use crate::approval::PendingAction;
@@ -26,6 +26,8 @@ pub struct RunOptions {
     pub checkpoint: Option<Checkpointing>,
     /// This run's limits (turns, subagent depth and concurrency); `None`: the agent's.
     pub limits: Option<RunLimits>,
+    /// This run's spend caps (its subagents included); `None`: the agent's.
+    pub spend_limits: Option<SpendLimits>,
     /// Who the run acts for, as middleware, tools and store namespaces see it
     /// ([`RunContext::assistant_id`](deepagents_core::RunContext::assistant_id)); `None`: the agent's name.
     pub assistant_id: Option<String>,
@@ -39,6 +41,7 @@ impl Default for RunOptions {
             cancel_grace: DEFAULT_CANCEL_GRACE,
             checkpoint: None,
             limits: None,
+            spend_limits: None,
             assistant_id: None,
         }
     }

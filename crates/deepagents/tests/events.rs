@@ -242,7 +242,9 @@ async fn execute_output_streams_before_the_command_ends() {
 /// Versions of the event protocol and a hash of the JSON shape each had. A change to the
 /// shape of any event must come with a new version: bump `PROTOCOL_VERSION`, add its line
 /// here, and describe the change in docs/PROTOCOL.md.
-const PROTOCOL_SHAPES: &[(u32, u64)] = &[(1, 0xcd6c_b582_a5e6_77d2)];
+/// Every shape of each version, oldest first: within a version only additions (new kinds,
+/// new fields), which listeners skip.
+const PROTOCOL_SHAPES: &[(u32, u64)] = &[(1, 0xcd6c_b582_a5e6_77d2), (1, 0x1d7f_2c84_c965_aedc)];
 
 /// One event of every kind, as JSON lines.
 fn protocol_samples() -> String {
@@ -311,6 +313,12 @@ fn protocol_samples() -> String {
                 path: path.clone(),
             }],
         },
+        EventKind::ToolProgress {
+            call_id: "call_4".into(),
+            progress: 2.0,
+            total: Some(5.0),
+            message: Some("indexing".into()),
+        },
         EventKind::Summarized {
             replaced: 10,
             kept_from: Some(11),
@@ -321,6 +329,16 @@ fn protocol_samples() -> String {
             text: "Done".into(),
             usage: Usage::default(),
             steps: 2,
+            spent: deepagents::core::Spent {
+                usage: Usage {
+                    input_tokens: 1200,
+                    output_tokens: 80,
+                    ..Usage::default()
+                },
+                cost_usd: 0.0048,
+                unpriced_tokens: 0,
+            },
+            total_spent: deepagents::core::Spent::default(),
             files: [(
                 "/a.md".to_owned(),
                 FileContent::Text {

@@ -282,6 +282,8 @@ impl Tool for Task {
             runtime: ctx.run.runtime.clone(),
             checkpoint,
             limits: child.limits,
+            // The parent's caps and total: subagents spend from the same purse.
+            budget: ctx.run.budget.clone(),
             extensions: Extensions::default(),
         };
         let budget = match &places.chain {

@@ -351,7 +351,9 @@ impl SummarizationMiddleware {
     ) -> Result<(SummaryMarker, StateUpdate), String> {
         let transcript = render(&state.messages[marker.upto..cut], marker.upto);
         let factor = PerRun::of(ctx).lock().calibration.factor;
-        let text = self.summary_of(factor, &marker.text, &transcript).await?;
+        let text = self
+            .summary_of(ctx, factor, &marker.text, &transcript)
+            .await?;
         let update = self
             .append_history(ctx, state, &history_file, &transcript)
             .await?;
@@ -369,6 +371,7 @@ impl SummarizationMiddleware {
     /// run's calibration (reported ÷ estimated tokens).
     async fn summary_of(
         &self,
+        ctx: &RunContext,
         factor: f64,
         previous: &str,
         transcript: &str,
@@ -402,6 +405,8 @@ impl SummarizationMiddleware {
             .generate(&request)
             .await
             .map_err(|e| format!("the summarizer failed: {e}"))?;
+        // Summaries are model calls too: they count against the run's spend caps.
+        ctx.budget.charge(self.model.id(), response.usage);
         let text = Message::Assistant(response.message)
             .text()
             .trim()
@@ -491,7 +496,7 @@ impl SummarizationMiddleware {
         };
         let history_file = self.history_file_for(&ctx, &marker);
         let text = self
-            .summary_of(factor, &marker.text, &transcript)
+            .summary_of(&ctx, factor, &marker.text, &transcript)
             .await
             .map_err(|reason| ModelError::ContextWindowExceeded {
                 message: format!("{message}; summarizing to make room failed: {reason}"),
