@@ -10,12 +10,14 @@ use deepagents::core::ToolCall;
 use deepagents::middleware::{HookApprover, Hooks};
 
 /// The hooks of a run in `root`, and the notes to print about files skipped. Calls a hook
-/// asks about are approved with `auto_approve`, else asked on a terminal, else not run.
+/// asks about are approved with `auto_approve`, else asked on the terminal when `on_terminal`
+/// allows and stdin is one, else not run.
 pub fn load(
     root: &Path,
     files: &[PathBuf],
     trust_project: bool,
     auto_approve: bool,
+    on_terminal: bool,
 ) -> anyhow::Result<(Hooks, Vec<String>)> {
     let mut hooks = Hooks::default();
     let mut notes = Vec::new();
@@ -39,7 +41,7 @@ pub fn load(
     }
     let hooks = if auto_approve {
         hooks.approver(Arc::new(Approve::Always))
-    } else if std::io::stdin().is_terminal() {
+    } else if on_terminal && std::io::stdin().is_terminal() {
         hooks.approver(Arc::new(Approve::OnTerminal))
     } else {
         hooks

@@ -10,9 +10,10 @@ mod progress;
 mod sandbox;
 mod threads;
 mod trust;
+mod tui;
 mod workspace;
 
-use std::io::{Read as _, Write as _};
+use std::io::{IsTerminal as _, Read as _, Write as _};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
@@ -21,17 +22,46 @@ use deepagents::{Agent, CheckpointError, RunOptions, RunStatus, RunStream, model
 use futures::StreamExt as _;
 
 /// Run a deep agent: a model that plans, calls tools and works until the task is done.
+/// Without a subcommand, on a terminal, it opens the interactive agent (the TUI).
 #[derive(Parser)]
-#[command(name = "deepagents", version, about)]
+#[command(
+    name = "deepagents",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    chat: Box<ChatArgs>,
+}
+
+/// The interactive agent's flags: every `run` flag, and how to start.
+#[derive(Args)]
+struct ChatArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    /// Reopen a thread: the most recent one, or thread ID.
+    #[arg(short = 'r', long, value_name = "ID", num_args = 0..=1, default_missing_value = "")]
+    resume: Option<String>,
+    /// Start with this message (as the task argument does).
+    #[arg(short = 'm', long, value_name = "MESSAGE")]
+    message: Option<String>,
+    /// Run TEXT headless and exit, as `deepagents run TEXT` does.
+    #[arg(short = 'n', long, value_name = "TEXT")]
+    non_interactive: Option<String>,
+    /// Read the task from stdin and run it headless.
+    #[arg(long)]
+    stdin: bool,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Run one task headless and print the final answer.
     Run(Box<RunArgs>),
+    /// Open the interactive agent (the default on a terminal).
+    Chat(Box<ChatArgs>),
     /// List, show or delete conversation threads.
     #[command(subcommand)]
     Threads(ThreadsCommand),
@@ -175,6 +205,12 @@ struct RunArgs {
     /// Print one JSON event per line on stdout; the last line has "type":"final".
     #[arg(long)]
     json: bool,
+    /// Print only the answer: no progress lines, no spending line.
+    #[arg(short = 'q', long)]
+    quiet: bool,
+    /// Stop the run after SECONDS (the thread keeps what it did) and exit with status 124.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    timeout: Option<u64>,
     /// Most model calls the run may make.
     #[arg(long, default_value_t = deepagents::DEFAULT_MAX_TURNS, value_parser = clap::value_parser!(u32).range(1..))]
     max_turns: u32,
@@ -314,23 +350,25 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Run(args) => runtime.block_on(run(*args)),
-        Command::Threads(command) => runtime.block_on(threads::run(command)),
-        Command::Repo(command) => runtime.block_on(repo_command(command)),
-        Command::Mcp(command) => runtime.block_on(mcp_command(command)),
-        Command::Sandbox(SandboxCommand::Check {
+        Some(Command::Run(args)) => runtime.block_on(run(*args)),
+        Some(Command::Chat(args)) => runtime.block_on(chat(*args)),
+        None => runtime.block_on(start(*cli.chat)),
+        Some(Command::Threads(command)) => runtime.block_on(threads::run(command)),
+        Some(Command::Repo(command)) => runtime.block_on(repo_command(command)),
+        Some(Command::Mcp(command)) => runtime.block_on(mcp_command(command)),
+        Some(Command::Sandbox(SandboxCommand::Check {
             root,
             sandbox_engine,
             config,
-        }) => config::load(config.as_deref())
+        })) => config::load(config.as_deref())
             .and_then(|config| sandbox::check(root, sandbox_engine, &config.sandbox)),
-        Command::Sandbox(SandboxCommand::Run {
+        Some(Command::Sandbox(SandboxCommand::Run {
             root,
             sandbox: mode,
             sandbox_engine,
             config,
             command,
-        }) => config::load(config.as_deref()).and_then(|config| {
+        })) => config::load(config.as_deref()).and_then(|config| {
             sandbox::run(
                 root,
                 mode.or(config.sandbox.mode).unwrap_or_default(),
@@ -391,32 +429,56 @@ async fn repo_command(command: RepoCommand) -> anyhow::Result<ExitCode> {
 /// Exit status after Ctrl-C, as shells report a SIGINT death.
 const EXIT_INTERRUPTED: u8 = 130;
 
+/// The exit status of a run stopped by `--timeout` (as `timeout(1)`).
+const EXIT_TIMEOUT: u8 = 124;
+
 /// The exit status of a run stopped by its spend cap (`--max-cost`, `--max-tokens`).
 const EXIT_SPEND_CAP: u8 = 3;
 
-async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let task = match args.task.as_deref() {
-        Some("-") => {
-            let mut task = String::new();
-            std::io::stdin()
-                .read_to_string(&mut task)
-                .context("cannot read the task from stdin")?;
-            Some(task)
-        }
-        other => other.map(str::to_owned),
-    };
-    if task.as_deref().is_none_or(|t| t.trim().is_empty()) && args.thread.is_none() {
-        bail!("the task is empty; pass it as an argument or on stdin with `-`");
+/// Which front end a session serves: what may ask the person, and how.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Front {
+    /// `deepagents run`: approvals and servers' questions asked on the terminal when stdin
+    /// is one.
+    Headless,
+    /// The TUI: approvals in its panel; nothing else may read the terminal.
+    Tui,
+}
+
+impl Front {
+    /// Whether someone can decide approvals.
+    fn can_approve(self) -> bool {
+        self == Self::Tui || std::io::IsTerminal::is_terminal(&std::io::stdin())
     }
+}
+
+/// An agent built from the flags, and what must stay alive while it runs.
+struct Session {
+    agent: Agent,
+    /// The model spec, for the status bar.
+    model: String,
+    store: std::sync::Arc<dyn deepagents::backends::Store>,
+    /// Grants approvals of commands outside the sandbox make.
+    grants: Option<deepagents::backends::sandbox::SharedPolicy>,
+    /// The hooks front ends fire (`Notification`, `SessionEnd`).
+    hooks: Option<deepagents::middleware::Hooks>,
+    /// How `execute` is confined, for the status bar.
+    sandbox: String,
+    /// Dropping it stops the MCP servers.
+    mcp: Option<deepagents_mcp::Connections>,
+}
+
+/// Builds the agent the flags describe, for `front`.
+async fn prepare(args: &RunArgs, front: Front) -> anyhow::Result<Session> {
     let config = config::load(args.config.as_deref())?;
-    let Some(spec) = args.model.or_else(|| config.model.clone()) else {
+    let Some(spec) = args.model.clone().or_else(|| config.model.clone()) else {
         bail!(
             "no model given; pass --model provider:model, set DEEPAGENTS_MODEL or `model` in ~/.deepagents/config.toml (offline: --model scripted:PATH)"
         );
     };
     let mut options = models::ModelOptions {
-        base_url: args.base_url,
-        record: args.record,
+        base_url: args.base_url.clone(),
+        record: args.record.clone(),
         max_retries: args.max_retries,
         reasoning: args.reasoning_effort.as_deref().map(|effort| match effort {
             "low" => models::ReasoningEffort::Low,
@@ -471,10 +533,10 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let workspace = workspace::open(
         backend,
         repo,
-        args.root,
+        args.root.clone(),
         &args.skill_dirs,
         args.read_only_memory || config.read_only_memory,
-        args.thread.is_some(),
+        args.thread.is_some() || front == Front::Tui,
         &workspace::DiskOptions {
             virtual_mode,
             shell: &config.shell,
@@ -511,7 +573,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let grants = workspace
         .sandbox
         .clone()
-        .filter(|_| !args.auto_approve && std::io::IsTerminal::is_terminal(&std::io::stdin()));
+        .filter(|_| !args.auto_approve && front.can_approve());
     if let Some(policy) = &grants {
         builder = builder.interrupt_on("execute", approvals::outside_config(policy.clone()));
     }
@@ -521,7 +583,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     for subagent in agents::load(&agent_dirs)? {
         builder = builder.subagent(subagent);
     }
-    if let Some(prompt) = args.system_prompt {
+    if let Some(prompt) = args.system_prompt.clone() {
         builder = builder.system_prompt(prompt);
     }
     if let Some(checkpointer) = &workspace.checkpointer {
@@ -532,7 +594,13 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     let trusted = trust::project(&hooks_root, args.trust_project)?;
-    let (hooks, notes) = hooks::load(&hooks_root, &args.hook_files, trusted, args.auto_approve)?;
+    let (hooks, notes) = hooks::load(
+        &hooks_root,
+        &args.hook_files,
+        trusted,
+        args.auto_approve,
+        front == Front::Headless,
+    )?;
     for note in notes {
         eprintln!("{note}");
     }
@@ -540,15 +608,19 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if !hooks.is_empty() {
         builder = builder.hooks(hooks);
     }
-    // Kept until the run ends: dropping it stops the servers.
-    let mut _mcp = None;
+    let mut mcp_connections = None;
     if !args.no_mcp {
         let (servers, notes) = mcp::servers(&hooks_root, &args.mcp_config, trusted)?;
         for note in notes {
             eprintln!("{note}");
         }
         if !servers.is_empty() {
-            let connections = mcp::connect(&servers, &hooks_root, !args.auto_approve).await;
+            let connections = mcp::connect(
+                &servers,
+                &hooks_root,
+                !args.auto_approve && front == Front::Headless,
+            )
+            .await;
             for problem in connections.tools().1 {
                 eprintln!("warning: an MCP tool was left out: {problem}");
             }
@@ -556,7 +628,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             // tools listed again before the next model call.
             builder = builder.tool_source(connections.tool_source());
             // Tools their server marks destructive ask first, where someone can answer.
-            if !args.auto_approve && std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+            if !args.auto_approve && front.can_approve() {
                 for name in connections.destructive_tools() {
                     builder = builder.interrupt_on(
                         name,
@@ -569,10 +641,48 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     );
                 }
             }
-            _mcp = Some(connections);
+            mcp_connections = Some(connections);
         }
     }
     let agent = builder.ask_user(true).build()?;
+    Ok(Session {
+        agent,
+        model: spec,
+        store: workspace.store,
+        grants,
+        hooks: front_hooks,
+        sandbox: match (&workspace.sandbox, sandbox_mode) {
+            (_, sandbox::SandboxMode::Off) => "sandbox off".to_owned(),
+            (Some(_), _) => "sandboxed".to_owned(),
+            (None, _) => String::new(),
+        },
+        mcp: mcp_connections,
+    })
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let task = match args.task.as_deref() {
+        Some("-") => {
+            let mut task = String::new();
+            std::io::stdin()
+                .read_to_string(&mut task)
+                .context("cannot read the task from stdin")?;
+            Some(task)
+        }
+        other => other.map(str::to_owned),
+    };
+    if task.as_deref().is_none_or(|t| t.trim().is_empty()) && args.thread.is_none() {
+        bail!("the task is empty; pass it as an argument or on stdin with `-`");
+    }
+    let session = prepare(&args, Front::Headless).await?;
+    let Session {
+        agent,
+        store,
+        grants,
+        hooks: front_hooks,
+        mcp: _mcp,
+        ..
+    } = session;
 
     let options = RunOptions::default();
     let cancel = options.cancel.clone();
@@ -581,6 +691,15 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             cancel.cancel();
         }
     });
+    let timed_out = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Some(seconds) = args.timeout {
+        let (cancel, timed_out) = (options.cancel.clone(), timed_out.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+            timed_out.store(true, std::sync::atomic::Ordering::Release);
+            cancel.cancel();
+        });
+    }
     let input = task.filter(|t| !t.trim().is_empty());
     let target = match &args.thread {
         Some(id) => Target::Thread {
@@ -594,7 +713,10 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         &agent,
         &target,
         input,
-        args.json,
+        Output {
+            json: args.json,
+            quiet: args.quiet,
+        },
         args.auto_approve,
         grants.as_ref(),
         front_hooks.as_ref().map(|hooks| (hooks, session.as_str())),
@@ -610,8 +732,71 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .await;
     }
     // Closing folds SQLite's write-ahead log back into the database instead of leaving it.
-    workspace.store.close().await;
+    store.close().await;
+    if timed_out.load(std::sync::atomic::Ordering::Acquire)
+        && outcome
+            .as_ref()
+            .is_ok_and(|code| *code == ExitCode::from(EXIT_INTERRUPTED))
+    {
+        eprintln!(
+            "error: the run timed out after {} s (--timeout); what it did is kept",
+            args.timeout.unwrap_or_default()
+        );
+        return Ok(ExitCode::from(EXIT_TIMEOUT));
+    }
     outcome
+}
+
+/// Opens the TUI, or runs headless for `-n`/`--stdin`; without a terminal, says what to do.
+async fn start(mut args: ChatArgs) -> anyhow::Result<ExitCode> {
+    if let Some(text) = args.non_interactive.take() {
+        args.run.task = Some(text);
+        return run(args.run).await;
+    }
+    if args.stdin {
+        args.run.task = Some("-".to_owned());
+        return run(args.run).await;
+    }
+    if !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal()) {
+        bail!(
+            "the interactive agent needs a terminal; run headless with `deepagents -n TASK`, `--stdin`, or `deepagents run TASK`"
+        );
+    }
+    chat(args).await
+}
+
+/// The interactive agent.
+async fn chat(args: ChatArgs) -> anyhow::Result<ExitCode> {
+    let session = prepare(&args.run, Front::Tui).await?;
+    let checkpointer =
+        session.agent.checkpointer().cloned().context(
+            "the interactive agent keeps threads; its data directory could not be opened",
+        )?;
+    let thread_id = match (args.resume.as_deref(), args.run.thread.clone()) {
+        (Some(""), _) => Some(
+            tui::latest_thread(checkpointer.as_ref())
+                .await?
+                .context("there is no thread to resume yet; start one with `deepagents`")?,
+        ),
+        (Some(id), _) => Some(id.to_owned()),
+        (None, thread) => thread,
+    };
+    let first = args.message.or(args.run.task.clone());
+    let code = tui::run(tui::Start {
+        session: &session,
+        checkpointer,
+        thread_id,
+        first,
+        auto_approve: args.run.auto_approve,
+    })
+    .await;
+    if let Some(hooks) = &session.hooks {
+        hooks
+            .notify("", "SessionEnd", serde_json::json!({"reason": "exit"}))
+            .await;
+    }
+    session.store.close().await;
+    code
 }
 
 /// What the CLI runs: a conversation thread, or one run that is not saved.
@@ -662,11 +847,20 @@ async fn first_stream(
 }
 
 /// Runs to the end, answering pauses, and prints the events and the answer.
+/// How `run` prints.
+#[derive(Clone, Copy)]
+struct Output {
+    /// Every event as a JSON line.
+    json: bool,
+    /// Only the answer.
+    quiet: bool,
+}
+
 async fn drive(
     agent: &Agent,
     target: &Target,
     input: Option<String>,
-    json: bool,
+    print: Output,
     auto_approve: bool,
     grants: Option<&deepagents::backends::sandbox::SharedPolicy>,
     hooks: Option<(&deepagents::middleware::Hooks, &str)>,
@@ -676,11 +870,11 @@ async fn drive(
     let mut progress = progress::Progress::default();
     loop {
         while let Some(event) = stream.next().await {
-            if json {
+            if print.json {
                 serde_json::to_writer(&mut stdout, &event)?;
                 stdout.write_all(b"\n")?;
                 stdout.flush()?;
-            } else {
+            } else if !print.quiet {
                 progress.show(&event);
             }
         }
@@ -689,9 +883,9 @@ async fn drive(
             Err(failure) => return Ok(report_failure(&failure)),
         };
         if output.status == RunStatus::Finished {
-            if !json {
+            if !print.json {
                 writeln!(stdout, "{}", output.text)?;
-                if output.run.spent.tokens() > 0 {
+                if output.run.spent.tokens() > 0 && !print.quiet {
                     eprintln!("{}", spent_line(&output.run.spent, &output.run.total_spent));
                 }
             }

@@ -9,6 +9,7 @@ mod run;
 mod stub;
 mod subagents;
 mod threads;
+mod tui;
 
 /// The binary, with no model chosen by the environment and its data (the long-term memory
 /// store) in a scratch directory rather than the user's.

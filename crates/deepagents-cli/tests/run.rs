@@ -250,3 +250,82 @@ fn a_missing_base_url_names_the_flag() {
     assert!(error.contains("needs a base URL"), "{error}");
     assert!(error.contains("--base-url URL"), "{error}");
 }
+
+#[test]
+fn headless_flags_match_the_reference_terminal_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = script(dir.path(), json!([{"text": "the answer"}]));
+    // -n TEXT runs headless; -q prints only the answer.
+    let quiet = bin()
+        .args(["-n", "a task", "-q", "--model", &model])
+        .output()
+        .unwrap();
+    assert!(quiet.status.success(), "{}", stderr(&quiet));
+    assert_eq!(stdout(&quiet), "the answer\n");
+    assert_eq!(stderr(&quiet), "", "quiet means no progress");
+    // --stdin reads the task.
+    let mut child = bin()
+        .args(["--stdin", "--model", &model])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"from stdin")
+        .unwrap();
+    let piped = child.wait_with_output().unwrap();
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    assert_eq!(stdout(&piped), "the answer\n");
+    // No terminal and nothing to run: it says what to do instead of hanging.
+    let no_terminal = bin()
+        .args(["--model", &model])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!no_terminal.status.success());
+    assert!(
+        stderr(&no_terminal).contains("deepagents -n TASK"),
+        "{}",
+        stderr(&no_terminal)
+    );
+    // --timeout stops a run that takes too long, with timeout(1)'s status.
+    let slow = script(
+        dir.path(),
+        json!([
+            {"tool_calls": [{"id": "s", "name": "execute", "args": {"command": "sleep 20"}}]},
+            {"text": "woke"}
+        ]),
+    );
+    let started = std::time::Instant::now();
+    let timed = bin()
+        .args([
+            "run",
+            "--backend",
+            "shell",
+            "--sandbox",
+            "off",
+            "--shell-allow",
+            "sleep",
+            "--timeout",
+            "1",
+            "--model",
+            &slow,
+            "--root",
+        ])
+        .arg(dir.path())
+        .arg("sleep")
+        .output()
+        .unwrap();
+    assert_eq!(timed.status.code(), Some(124), "{}", stderr(&timed));
+    assert!(
+        stderr(&timed).contains("timed out after 1 s"),
+        "{}",
+        stderr(&timed)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+}

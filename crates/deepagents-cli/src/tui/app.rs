@@ -1,0 +1,840 @@
+//! The TUI's state and how events change it. No terminal here: keys and run events go in,
+//! [`Action`]s for the loop come out, and the view renders the state.
+
+use std::time::{Duration, Instant};
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use deepagents::core::{
+    ContentBlock, Event, EventKind, Message, Spent, Todo, ToolStatus, interrupt::DecisionKind,
+};
+use deepagents::{Decision, PendingAction};
+
+/// How many characters of a tool's output a cell keeps for its preview.
+const OUTPUT_PREVIEW: usize = 2_000;
+
+/// One entry of the conversation view.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Cell {
+    /// What the person sent.
+    User(String),
+    /// The agent's text (`depth`: subagents nest).
+    Assistant { text: String, depth: usize },
+    /// A tool call: its name, a short form of its arguments, how it went.
+    Tool {
+        call_id: String,
+        name: String,
+        arguments: String,
+        depth: usize,
+        state: ToolState,
+        /// Output so far (shell output streams here), or the result.
+        output: String,
+    },
+    /// Something the harness or the TUI says (summaries, interruptions, command output).
+    Notice(String),
+    /// A failure.
+    Error(String),
+}
+
+/// Where a tool call stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolState {
+    Running,
+    Done { ok: bool, duration_ms: u64 },
+}
+
+/// Who approves what waits for approval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Each pending action is shown in the approval panel.
+    Manual,
+    /// Everything is approved (`/yolo`): shown as a badge.
+    Yolo,
+}
+
+/// Pending actions being decided, one after another.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Approval {
+    pub actions: Vec<PendingAction>,
+    pub decisions: Vec<Decision>,
+    /// Typing a reason for a rejection.
+    pub rejecting: Option<String>,
+}
+
+/// What the loop must do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Start a turn with this message.
+    Send(String),
+    /// Cancel the running turn.
+    Interrupt,
+    /// Continue the paused run with these decisions.
+    Decide(Vec<Decision>),
+    /// Start a new thread.
+    NewThread,
+    /// List the threads.
+    ListThreads,
+    /// Switch to this thread.
+    Resume(String),
+    /// Leave.
+    Quit,
+}
+
+/// The status bar's facts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Status {
+    pub model: String,
+    pub thread: String,
+    pub sandbox: String,
+    /// What this session spent.
+    pub session: Spent,
+    /// What the thread spent in all.
+    pub thread_spent: Spent,
+}
+
+/// The whole TUI state.
+pub struct App {
+    pub cells: Vec<Cell>,
+    pub input: String,
+    /// Where the cursor is in `input`, in bytes.
+    pub cursor: usize,
+    history: Vec<String>,
+    history_at: Option<usize>,
+    /// Messages typed while a turn runs, sent when it ends.
+    pub queued: Vec<String>,
+    /// A turn is running.
+    pub busy: bool,
+    pub approval: Option<Approval>,
+    pub mode: Mode,
+    pub status: Status,
+    pub todos: Vec<Todo>,
+    /// Lines scrolled up from the bottom of the conversation.
+    pub scroll: usize,
+    /// When Ctrl-C was pressed with nothing to interrupt: a second press soon after quits.
+    quit_armed: Option<Instant>,
+    /// Spinner frame, advanced by ticks.
+    pub tick: usize,
+}
+
+impl App {
+    /// A fresh view for `status`.
+    pub fn new(status: Status) -> Self {
+        Self {
+            cells: Vec::new(),
+            input: String::new(),
+            cursor: 0,
+            history: Vec::new(),
+            history_at: None,
+            queued: Vec::new(),
+            busy: false,
+            approval: None,
+            mode: Mode::Manual,
+            status,
+            todos: Vec::new(),
+            scroll: 0,
+            quit_armed: None,
+            tick: 0,
+        }
+    }
+
+    /// Shows a thread's earlier conversation.
+    pub fn show_history(&mut self, messages: &[Message]) {
+        for message in messages {
+            match message {
+                Message::User { .. } => self.cells.push(Cell::User(message.text())),
+                Message::Assistant(assistant) => {
+                    let text = message.text();
+                    if !text.trim().is_empty() {
+                        self.cells.push(Cell::Assistant { text, depth: 0 });
+                    }
+                    for call in &assistant.tool_calls {
+                        self.cells.push(Cell::Tool {
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            arguments: short_arguments(&call.arguments),
+                            depth: 0,
+                            state: ToolState::Done {
+                                ok: true,
+                                duration_ms: 0,
+                            },
+                            output: String::new(),
+                        });
+                    }
+                }
+                Message::Tool(result) => {
+                    let ok = result.status == ToolStatus::Ok;
+                    let text = Message::Tool(result.clone()).text();
+                    self.finish_tool(&result.tool_call_id, ok, 0, &text);
+                }
+                Message::System { .. } => {}
+            }
+        }
+    }
+
+    /// Folds one run event into the view.
+    pub fn on_run_event(&mut self, event: &Event) {
+        let depth = event.path.len();
+        match &event.kind {
+            EventKind::TextDelta { text } => match self.cells.last_mut() {
+                Some(Cell::Assistant {
+                    text: shown,
+                    depth: d,
+                }) if *d == depth => {
+                    shown.push_str(text);
+                }
+                _ => self.cells.push(Cell::Assistant {
+                    text: text.clone(),
+                    depth,
+                }),
+            },
+            EventKind::ToolCallStarted {
+                call_id,
+                name,
+                arguments,
+            } => self.cells.push(Cell::Tool {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                arguments: short_arguments(arguments),
+                depth,
+                state: ToolState::Running,
+                output: String::new(),
+            }),
+            EventKind::ToolOutputDelta { call_id, text, .. } => {
+                if let Some(Cell::Tool { output, .. }) = self.tool_cell(call_id) {
+                    push_capped(output, text);
+                }
+            }
+            EventKind::ToolProgress {
+                call_id,
+                progress,
+                total,
+                message,
+            } => {
+                if let Some(Cell::Tool { output, .. }) = self.tool_cell(call_id) {
+                    output.clear();
+                    output.push_str(&match total {
+                        Some(total) => format!("{progress}/{total}"),
+                        None => progress.to_string(),
+                    });
+                    if let Some(message) = message {
+                        output.push(' ');
+                        output.push_str(message);
+                    }
+                }
+            }
+            EventKind::ToolCallFinished {
+                call_id,
+                status,
+                content,
+                duration_ms,
+                ..
+            } => {
+                let text: String = content.iter().filter_map(ContentBlock::as_text).collect();
+                self.finish_tool(call_id, *status == ToolStatus::Ok, *duration_ms, &text);
+            }
+            EventKind::StateUpdated {
+                todos: Some(todos), ..
+            } if depth == 0 => self.todos.clone_from(todos),
+            EventKind::Summarized { replaced, .. } => self.cells.push(Cell::Notice(format!(
+                "summarized {replaced} earlier messages to make room"
+            ))),
+            EventKind::Sandbox { confinement } if depth == 0 => {
+                self.status.sandbox = confinement.engine.clone();
+            }
+            _ => {}
+        }
+    }
+
+    fn tool_cell(&mut self, id: &str) -> Option<&mut Cell> {
+        self.cells
+            .iter_mut()
+            .rev()
+            .find(|cell| matches!(cell, Cell::Tool { call_id, .. } if call_id == id))
+    }
+
+    fn finish_tool(&mut self, id: &str, ok: bool, duration_ms: u64, text: &str) {
+        if let Some(Cell::Tool { state, output, .. }) = self.tool_cell(id) {
+            *state = ToolState::Done { ok, duration_ms };
+            output.clear();
+            push_capped(output, text);
+        }
+    }
+
+    /// The turn ended with an answer; what it and the session spent.
+    pub fn finished(&mut self, spent: Spent, thread: Spent) -> Option<Action> {
+        self.busy = false;
+        self.status.session.add(&spent);
+        self.status.thread_spent = thread;
+        self.next_queued()
+    }
+
+    /// The turn paused: the actions wait for decisions (at once, in `/yolo`).
+    pub fn paused(&mut self, actions: Vec<PendingAction>) -> Option<Action> {
+        if self.mode == Mode::Yolo {
+            return Some(Action::Decide(
+                actions
+                    .iter()
+                    .map(|action| {
+                        if action.allowed.contains(&DecisionKind::Approve) {
+                            Decision::Approve
+                        } else {
+                            Decision::Reject {
+                                message: Some("It may not be approved.".to_owned()),
+                            }
+                        }
+                    })
+                    .collect(),
+            ));
+        }
+        self.approval = Some(Approval {
+            actions,
+            decisions: Vec::new(),
+            rejecting: None,
+        });
+        None
+    }
+
+    /// The turn failed (or was interrupted).
+    pub fn failed(&mut self, message: String, spent: Spent) -> Option<Action> {
+        self.busy = false;
+        self.status.session.add(&spent);
+        self.cells.push(Cell::Error(message));
+        self.next_queued()
+    }
+
+    fn next_queued(&mut self) -> Option<Action> {
+        if self.queued.is_empty() {
+            return None;
+        }
+        let next = self.queued.remove(0);
+        self.start_turn(&next);
+        Some(Action::Send(next))
+    }
+
+    fn start_turn(&mut self, text: &str) {
+        self.cells.push(Cell::User(text.to_owned()));
+        self.busy = true;
+        self.scroll = 0;
+    }
+
+    /// Pasted text goes into the input as it is (newlines included).
+    pub fn on_paste(&mut self, text: &str) {
+        let text = text.replace("\r\n", "\n").replace('\r', "\n");
+        self.input.insert_str(self.cursor, &text);
+        self.cursor += text.len();
+    }
+
+    /// A spinner step.
+    pub fn on_tick(&mut self) {
+        self.tick = self.tick.wrapping_add(1);
+        if self
+            .quit_armed
+            .is_some_and(|at| at.elapsed() > Duration::from_secs(2))
+        {
+            self.quit_armed = None;
+        }
+    }
+
+    /// Whether a second Ctrl-C would quit now.
+    pub fn quit_armed(&self) -> bool {
+        self.quit_armed.is_some()
+    }
+
+    /// A key press.
+    pub fn on_key(&mut self, key: KeyEvent) -> Option<Action> {
+        if key.kind == KeyEventKind::Release {
+            return None;
+        }
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && key.code == KeyCode::Char('c') {
+            if self.busy {
+                self.cells.push(Cell::Notice(
+                    "interrupting (Ctrl-C again to quit)".to_owned(),
+                ));
+                self.quit_armed = Some(Instant::now());
+                return Some(Action::Interrupt);
+            }
+            if self.quit_armed.is_some() {
+                return Some(Action::Quit);
+            }
+            self.quit_armed = Some(Instant::now());
+            return None;
+        }
+        if ctrl && key.code == KeyCode::Char('d') && self.input.is_empty() {
+            return Some(Action::Quit);
+        }
+        if self.approval.is_some() {
+            return self.on_approval_key(key);
+        }
+        match key.code {
+            KeyCode::Esc if self.busy => {
+                self.cells.push(Cell::Notice("interrupted".to_owned()));
+                Some(Action::Interrupt)
+            }
+            KeyCode::Enter
+                if key
+                    .modifiers
+                    .intersects(KeyModifiers::SHIFT | KeyModifiers::ALT) =>
+            {
+                self.on_paste("\n");
+                None
+            }
+            KeyCode::Char('j') if ctrl => {
+                self.on_paste("\n");
+                None
+            }
+            KeyCode::Enter => self.submit(),
+            KeyCode::Char(c) => {
+                self.input.insert(self.cursor, c);
+                self.cursor += c.len_utf8();
+                None
+            }
+            KeyCode::Backspace => {
+                if let Some((at, _)) = self.input[..self.cursor].char_indices().next_back() {
+                    self.input.remove(at);
+                    self.cursor = at;
+                }
+                None
+            }
+            KeyCode::Left => {
+                if let Some((at, _)) = self.input[..self.cursor].char_indices().next_back() {
+                    self.cursor = at;
+                }
+                None
+            }
+            KeyCode::Right => {
+                if let Some(c) = self.input[self.cursor..].chars().next() {
+                    self.cursor += c.len_utf8();
+                }
+                None
+            }
+            KeyCode::Home => {
+                self.cursor = 0;
+                None
+            }
+            KeyCode::End => {
+                self.cursor = self.input.len();
+                None
+            }
+            KeyCode::Up if !self.input.contains('\n') => {
+                self.recall(true);
+                None
+            }
+            KeyCode::Down if !self.input.contains('\n') => {
+                self.recall(false);
+                None
+            }
+            KeyCode::PageUp => {
+                self.scroll += 10;
+                None
+            }
+            KeyCode::PageDown => {
+                self.scroll = self.scroll.saturating_sub(10);
+                None
+            }
+            _ => None,
+        }
+    }
+
+    fn recall(&mut self, older: bool) {
+        if self.history.is_empty() {
+            return;
+        }
+        let at = match (self.history_at, older) {
+            (None, true) => self.history.len() - 1,
+            (None, false) => return,
+            (Some(at), true) => at.saturating_sub(1),
+            (Some(at), false) if at + 1 >= self.history.len() => {
+                self.history_at = None;
+                self.input.clear();
+                self.cursor = 0;
+                return;
+            }
+            (Some(at), false) => at + 1,
+        };
+        self.history_at = Some(at);
+        self.input.clone_from(&self.history[at]);
+        self.cursor = self.input.len();
+    }
+
+    fn submit(&mut self) -> Option<Action> {
+        let text = self.input.trim().to_owned();
+        self.input.clear();
+        self.cursor = 0;
+        self.history_at = None;
+        if text.is_empty() {
+            return None;
+        }
+        self.history.push(text.clone());
+        if let Some(command) = text.strip_prefix('/') {
+            return self.command(command);
+        }
+        if self.busy {
+            self.queued.push(text);
+            return None;
+        }
+        self.start_turn(&text);
+        Some(Action::Send(text))
+    }
+
+    /// A slash command.
+    fn command(&mut self, line: &str) -> Option<Action> {
+        let (name, rest) = line.split_once(' ').unwrap_or((line, ""));
+        let rest = rest.trim();
+        let say = |app: &mut Self, text: String| {
+            app.cells.push(Cell::Notice(text));
+            None
+        };
+        match name {
+            "help" | "?" => say(self, HELP.to_owned()),
+            "quit" | "exit" | "q" => Some(Action::Quit),
+            "clear" => {
+                self.cells.clear();
+                self.scroll = 0;
+                None
+            }
+            "new" if self.busy => say(self, "wait for the turn to end (or Esc)".to_owned()),
+            "new" => Some(Action::NewThread),
+            "threads" => Some(Action::ListThreads),
+            "resume" if rest.is_empty() => say(self, "usage: /resume THREAD_ID".to_owned()),
+            "resume" if self.busy => say(self, "wait for the turn to end (or Esc)".to_owned()),
+            "resume" => Some(Action::Resume(rest.to_owned())),
+            "cost" | "tokens" => {
+                let line = spending(&self.status.session, &self.status.thread_spent);
+                say(self, line)
+            }
+            "todos" if self.todos.is_empty() => say(self, "no plan yet".to_owned()),
+            "todos" => {
+                let list = self
+                    .todos
+                    .iter()
+                    .map(|t| format!("{} {}", todo_mark(t), t.content))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                say(self, list)
+            }
+            "yolo" => {
+                self.mode = Mode::Yolo;
+                say(
+                    self,
+                    "YOLO: every action is approved without asking".to_owned(),
+                )
+            }
+            "manual" => {
+                self.mode = Mode::Manual;
+                say(
+                    self,
+                    "actions that need approval are asked about".to_owned(),
+                )
+            }
+            other => say(
+                self,
+                format!("unknown command /{other}; /help lists the commands"),
+            ),
+        }
+    }
+
+    fn on_approval_key(&mut self, key: KeyEvent) -> Option<Action> {
+        let approval = self.approval.as_mut()?;
+        if let Some(reason) = approval.rejecting.as_mut() {
+            match key.code {
+                KeyCode::Enter => {
+                    let reason = std::mem::take(reason);
+                    approval.rejecting = None;
+                    return self.decide(Decision::Reject {
+                        message: (!reason.trim().is_empty()).then_some(reason),
+                    });
+                }
+                KeyCode::Esc => approval.rejecting = None,
+                KeyCode::Backspace => {
+                    reason.pop();
+                }
+                KeyCode::Char(c) => reason.push(c),
+                _ => {}
+            }
+            return None;
+        }
+        let action = approval.actions.get(approval.decisions.len())?;
+        let allows = |kind| action.allowed.contains(&kind);
+        match key.code {
+            KeyCode::Char('y' | 'a') | KeyCode::Enter if allows(DecisionKind::Approve) => {
+                self.decide(Decision::Approve)
+            }
+            KeyCode::Char('A') if allows(DecisionKind::Approve) => {
+                // Approve this and the rest of the session's actions.
+                self.mode = Mode::Yolo;
+                self.cells.push(Cell::Notice(
+                    "approving everything for the rest of the session (/manual to undo)".to_owned(),
+                ));
+                let remaining = approval.actions.len() - approval.decisions.len();
+                let mut last = None;
+                for _ in 0..remaining {
+                    last = self.decide(Decision::Approve);
+                }
+                last
+            }
+            KeyCode::Char('n' | 'r') if allows(DecisionKind::Reject) => {
+                approval.rejecting = Some(String::new());
+                None
+            }
+            KeyCode::Esc if allows(DecisionKind::Reject) => {
+                self.decide(Decision::Reject { message: None })
+            }
+            _ => None,
+        }
+    }
+
+    fn decide(&mut self, decision: Decision) -> Option<Action> {
+        let approval = self.approval.as_mut()?;
+        approval.decisions.push(decision);
+        if approval.decisions.len() < approval.actions.len() {
+            return None;
+        }
+        let decisions = std::mem::take(&mut approval.decisions);
+        self.approval = None;
+        Some(Action::Decide(decisions))
+    }
+}
+
+const HELP: &str = "Enter sends · Shift/Alt-Enter or Ctrl-J: new line · Up/Down: earlier messages · PgUp/PgDn: scroll
+Esc interrupts the turn · Ctrl-C interrupts, twice quits · Ctrl-D on an empty line quits
+Approvals: y approve · n reject (type a reason, Enter) · A approve all for the session
+/new  /threads  /resume ID  /clear  /cost  /tokens  /todos  /manual  /yolo  /help  /quit";
+
+fn todo_mark(todo: &Todo) -> &'static str {
+    match todo.status {
+        deepagents::core::TodoStatus::Pending => "☐",
+        deepagents::core::TodoStatus::InProgress => "◐",
+        deepagents::core::TodoStatus::Completed => "☑",
+    }
+}
+
+/// The marks of a plan's items, for the view.
+pub fn mark(todo: &Todo) -> &'static str {
+    todo_mark(todo)
+}
+
+/// `$0.0123 · 1234 tokens (1100 in, 800 cached, 134 out)` for the session and the thread.
+pub fn spending(session: &Spent, thread: &Spent) -> String {
+    let one = |spent: &Spent| {
+        format!(
+            "${:.4} · {} tokens ({} in, {} cached, {} out)",
+            spent.cost_usd,
+            spent.tokens(),
+            spent.usage.input_tokens,
+            spent.usage.cached_input_tokens,
+            spent.usage.output_tokens
+        )
+    };
+    format!("session: {}\nthread:  {}", one(session), one(thread))
+}
+
+/// A call's arguments in one short line: its key argument when it has one (a command, a
+/// path, a pattern, a subagent's task), else the values of its object, strings bare.
+pub fn short_arguments(arguments: &serde_json::Value) -> String {
+    let key = [
+        "command",
+        "file_path",
+        "path",
+        "pattern",
+        "description",
+        "query",
+    ]
+    .iter()
+    .find_map(|key| arguments.get(key).and_then(serde_json::Value::as_str));
+    let text = match (key, arguments) {
+        (Some(key), _) => key.to_owned(),
+        (None, serde_json::Value::Object(map)) => map
+            .values()
+            .map(|v| match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        (None, other) => other.to_string(),
+    };
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(80) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line,
+    }
+}
+
+fn push_capped(output: &mut String, text: &str) {
+    if output.len() >= OUTPUT_PREVIEW {
+        return;
+    }
+    let room = OUTPUT_PREVIEW - output.len();
+    match text.char_indices().nth(room) {
+        Some((at, _)) => {
+            output.push_str(&text[..at]);
+            output.push('…');
+        }
+        None => output.push_str(text),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use deepagents::core::event::PathSegment;
+
+    fn event(path: usize, kind: EventKind) -> Event {
+        Event {
+            run_id: "r".into(),
+            seq: 0,
+            time: String::new(),
+            path: (0..path)
+                .map(|i| PathSegment {
+                    call_id: format!("t{i}"),
+                    name: "sub".into(),
+                })
+                .collect(),
+            kind,
+        }
+    }
+
+    fn key(code: KeyCode) -> KeyEvent {
+        KeyEvent::new(code, KeyModifiers::NONE)
+    }
+
+    fn type_text(app: &mut App, text: &str) {
+        for c in text.chars() {
+            app.on_key(key(KeyCode::Char(c)));
+        }
+    }
+
+    #[test]
+    fn typing_sends_and_a_busy_turn_queues() {
+        let mut app = App::new(Status::default());
+        type_text(&mut app, "hello");
+        assert_eq!(
+            app.on_key(key(KeyCode::Enter)),
+            Some(Action::Send("hello".into()))
+        );
+        assert!(app.busy);
+        type_text(&mut app, "next");
+        assert_eq!(app.on_key(key(KeyCode::Enter)), None);
+        assert_eq!(app.queued, ["next"]);
+        // The queued message goes when the turn ends.
+        assert_eq!(
+            app.finished(Spent::default(), Spent::default()),
+            Some(Action::Send("next".into()))
+        );
+        assert!(app.queued.is_empty());
+        // Esc interrupts; history recalls.
+        assert_eq!(app.on_key(key(KeyCode::Esc)), Some(Action::Interrupt));
+        app.failed("the run was cancelled".into(), Spent::default());
+        app.on_key(key(KeyCode::Up));
+        assert_eq!(app.input, "next");
+        app.on_key(key(KeyCode::Up));
+        assert_eq!(app.input, "hello");
+    }
+
+    #[test]
+    fn run_events_become_cells() {
+        let mut app = App::new(Status::default());
+        app.on_run_event(&event(
+            0,
+            EventKind::TextDelta {
+                text: "Let me ".into(),
+            },
+        ));
+        app.on_run_event(&event(
+            0,
+            EventKind::TextDelta {
+                text: "look.".into(),
+            },
+        ));
+        app.on_run_event(&event(
+            0,
+            EventKind::ToolCallStarted {
+                call_id: "c".into(),
+                name: "execute".into(),
+                arguments: serde_json::json!({"command": "ls -la"}),
+            },
+        ));
+        app.on_run_event(&event(
+            0,
+            EventKind::ToolOutputDelta {
+                call_id: "c".into(),
+                stream: deepagents::core::event::OutputStream::Stdout,
+                text: "a.txt\n".into(),
+            },
+        ));
+        assert_eq!(
+            app.cells[0],
+            Cell::Assistant {
+                text: "Let me look.".into(),
+                depth: 0
+            }
+        );
+        assert!(
+            matches!(&app.cells[1], Cell::Tool { state: ToolState::Running, output, arguments, .. } if output == "a.txt\n" && arguments == "ls -la")
+        );
+        app.on_run_event(&event(
+            0,
+            EventKind::ToolCallFinished {
+                call_id: "c".into(),
+                name: "execute".into(),
+                status: ToolStatus::Ok,
+                content: vec![ContentBlock::text("a.txt\nb.txt")],
+                duration_ms: 12,
+            },
+        ));
+        assert!(
+            matches!(&app.cells[1], Cell::Tool { state: ToolState::Done { ok: true, duration_ms: 12 }, output, .. } if output == "a.txt\nb.txt")
+        );
+    }
+
+    #[test]
+    fn approvals_are_decided_with_keys_in_order() {
+        let mut app = App::new(Status::default());
+        let action = |id: &str| PendingAction {
+            call_id: id.into(),
+            name: "execute".into(),
+            arguments: serde_json::json!({"command": "rm -r build"}),
+            description: None,
+            allowed: vec![DecisionKind::Approve, DecisionKind::Reject],
+            path: Vec::new(),
+        };
+        assert_eq!(app.paused(vec![action("a"), action("b")]), None);
+        assert_eq!(app.on_key(key(KeyCode::Char('y'))), None);
+        app.on_key(key(KeyCode::Char('n')));
+        type_text(&mut app, "not now");
+        assert_eq!(
+            app.on_key(key(KeyCode::Enter)),
+            Some(Action::Decide(vec![
+                Decision::Approve,
+                Decision::Reject {
+                    message: Some("not now".into())
+                }
+            ]))
+        );
+        assert!(app.approval.is_none());
+        // In YOLO mode nothing waits.
+        app.mode = Mode::Yolo;
+        assert_eq!(
+            app.paused(vec![action("c")]),
+            Some(Action::Decide(vec![Decision::Approve]))
+        );
+    }
+
+    #[test]
+    fn slash_commands_answer_in_notices() {
+        let mut app = App::new(Status::default());
+        type_text(&mut app, "/nope");
+        app.on_key(key(KeyCode::Enter));
+        assert!(
+            matches!(app.cells.last(), Some(Cell::Notice(text)) if text.contains("unknown command /nope"))
+        );
+        type_text(&mut app, "/cost");
+        app.on_key(key(KeyCode::Enter));
+        assert!(
+            matches!(app.cells.last(), Some(Cell::Notice(text)) if text.starts_with("session: $0.0000"))
+        );
+        type_text(&mut app, "/quit");
+        assert_eq!(app.on_key(key(KeyCode::Enter)), Some(Action::Quit));
+    }
+}

@@ -1,0 +1,245 @@
+//! The interactive agent: a conversation on a thread, in the terminal's alternate screen.
+//!
+//! The alternate screen (rather than an inline viewport) because the view is redrawn whole
+//! on every change — streaming text, spinners, a resized window — and that stays exact
+//! there; the conversation lives in the thread, not in the scrollback, and `deepagents
+//! threads show` prints it. The loop waits on the terminal, the running turn's events and a
+//! tick; every turn is a run of the thread, saved at every step.
+
+mod app;
+mod view;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use crossterm::event::{
+    DisableBracketedPaste, EnableBracketedPaste, Event as TermEvent, EventStream,
+};
+use crossterm::execute;
+use crossterm::terminal::{
+    EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode,
+};
+use deepagents::{Checkpointer, RunOptions, RunStatus, RunStream, Thread};
+use futures::StreamExt as _;
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
+
+use app::{Action, App, Cell, Status};
+
+/// What the TUI starts with.
+pub struct Start<'a> {
+    pub session: &'a crate::Session,
+    pub checkpointer: Arc<dyn Checkpointer>,
+    /// The thread to open; a new one when `None`.
+    pub thread_id: Option<String>,
+    /// A message to send at once.
+    pub first: Option<String>,
+    /// Start in `/yolo`.
+    pub auto_approve: bool,
+}
+
+/// The thread changed most recently.
+pub async fn latest_thread(checkpointer: &dyn Checkpointer) -> anyhow::Result<Option<String>> {
+    Ok(checkpointer
+        .threads()
+        .await?
+        .into_iter()
+        .max_by_key(|t| t.updated_at_ms)
+        .map(|t| t.thread_id))
+}
+
+fn new_thread_id() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("chat-{now}")
+}
+
+/// Puts the terminal back however the TUI ends (an error, a panic unwinding).
+struct Screen;
+
+impl Screen {
+    fn enter() -> anyhow::Result<Self> {
+        enable_raw_mode().context("cannot put the terminal in raw mode")?;
+        execute!(
+            std::io::stdout(),
+            EnterAlternateScreen,
+            EnableBracketedPaste
+        )
+        .context("cannot open the alternate screen")?;
+        Ok(Self)
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        let _ = execute!(
+            std::io::stdout(),
+            DisableBracketedPaste,
+            LeaveAlternateScreen
+        );
+        let _ = disable_raw_mode();
+    }
+}
+
+/// The running turn.
+struct Turn {
+    stream: RunStream,
+}
+
+/// Runs the TUI until the person quits.
+pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
+    let session = start.session;
+    let mut thread_id = start.thread_id.unwrap_or_else(new_thread_id);
+    let mut app = App::new(Status {
+        model: session.model.clone(),
+        thread: thread_id.clone(),
+        sandbox: session.sandbox.clone(),
+        ..Status::default()
+    });
+    if start.auto_approve {
+        app.mode = app::Mode::Yolo;
+    }
+    open(session, &thread_id, &mut app).await?;
+    let _screen = Screen::enter()?;
+    let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))
+        .context("cannot draw on the terminal")?;
+    let mut keys = EventStream::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(120));
+    let mut turn: Option<Turn> = None;
+    let mut pending = start.first.map(|first| {
+        app.cells.push(Cell::User(first.clone()));
+        app.busy = true;
+        Action::Send(first)
+    });
+    loop {
+        if let Some(action) = pending.take() {
+            match action {
+                Action::Quit => break,
+                Action::Send(text) => match handle(session, &thread_id)?.stream(text).await {
+                    Ok(stream) => turn = Some(Turn { stream }),
+                    Err(e) => pending = app.failed(e.to_string(), Default::default()),
+                },
+                Action::Decide(decisions) => {
+                    let thread = handle(session, &thread_id)?;
+                    if let Some(policy) = &session.grants
+                        && let Ok(actions) = thread.pending().await
+                    {
+                        crate::approvals::grant_approved(policy, &actions, &decisions);
+                    }
+                    app.busy = true;
+                    match thread.stream_decide(decisions).await {
+                        Ok(stream) => turn = Some(Turn { stream }),
+                        Err(failure) => {
+                            pending = app.failed(failure.to_string(), failure.run.spent)
+                        }
+                    }
+                }
+                Action::Interrupt => {
+                    if let Some(turn) = &turn {
+                        turn.stream.cancel();
+                    }
+                }
+                Action::NewThread => {
+                    thread_id = new_thread_id();
+                    app.cells.clear();
+                    app.todos.clear();
+                    open(session, &thread_id, &mut app).await?;
+                    app.cells
+                        .push(Cell::Notice(format!("new thread {thread_id}")));
+                }
+                Action::Resume(id) => {
+                    if let Err(e) = deepagents::validate_thread_id(&id) {
+                        app.cells.push(Cell::Error(e.to_string()));
+                    } else {
+                        thread_id = id;
+                        app.cells.clear();
+                        app.todos.clear();
+                        open(session, &thread_id, &mut app).await?;
+                        app.cells
+                            .push(Cell::Notice(format!("opened thread {thread_id}")));
+                    }
+                }
+                Action::ListThreads => {
+                    let mut threads = start.checkpointer.threads().await.unwrap_or_default();
+                    threads.sort_by_key(|t| std::cmp::Reverse(t.updated_at_ms));
+                    let list = threads
+                        .iter()
+                        .take(20)
+                        .map(|t| format!("{} ({} checkpoints)", t.thread_id, t.checkpoints))
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                    app.cells.push(Cell::Notice(if list.is_empty() {
+                        "no threads yet".to_owned()
+                    } else {
+                        format!("threads, newest first (/resume ID):\n{list}")
+                    }));
+                }
+            }
+            continue;
+        }
+        terminal
+            .draw(|frame| view::render(frame, &app))
+            .context("cannot draw on the terminal")?;
+        tokio::select! {
+            key = keys.next() => match key {
+                Some(Ok(TermEvent::Key(key))) => pending = app.on_key(key),
+                Some(Ok(TermEvent::Paste(text))) => app.on_paste(&text),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e).context("cannot read the terminal"),
+                None => break,
+            },
+            event = async {
+                match turn.as_mut() {
+                    Some(turn) => turn.stream.next().await,
+                    None => std::future::pending().await,
+                }
+            } => match event {
+                Some(event) => app.on_run_event(&event),
+                None => {
+                    if let Some(ended) = turn.take() {
+                        pending = match ended.stream.outcome().await {
+                            Ok(output) if output.status == RunStatus::Finished => {
+                                app.finished(output.run.spent, output.run.total_spent)
+                            }
+                            Ok(output) => app.paused(output.pending),
+                            Err(failure) => app.failed(failure.to_string(), failure.run.spent),
+                        };
+                    }
+                }
+            },
+            _ = tick.tick() => app.on_tick(),
+        }
+    }
+    if let Some(turn) = turn {
+        turn.stream.cancel();
+        let _ = turn.stream.outcome().await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The thread `id` for one turn: each turn gets its own cancellation.
+fn handle(session: &crate::Session, id: &str) -> anyhow::Result<Thread> {
+    Ok(session
+        .agent
+        .thread(id)?
+        .with_options(RunOptions::default()))
+}
+
+/// Shows thread `id`'s conversation so far (none for a new thread).
+async fn open(session: &crate::Session, id: &str, app: &mut App) -> anyhow::Result<()> {
+    if let Some(run) = handle(session, id)?.state().await? {
+        app.show_history(&run.state.messages);
+        app.todos.clone_from(&run.state.todos);
+        app.status.thread_spent = run.total_spent;
+        if !run.control.pending.is_empty() {
+            // Shown for a decision even in YOLO mode: it was left waiting.
+            app.mode = app::Mode::Manual;
+            app.paused(run.control.pending.clone());
+        }
+    }
+    app.status.thread = id.to_owned();
+    Ok(())
+}

@@ -1,0 +1,552 @@
+//! Drawing the state: the conversation, the plan, the approval panel, the input and the
+//! status bar. Lines are wrapped here (by display width, so wide characters take two
+//! columns) so scrolling knows exactly how tall the conversation is.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Position, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph};
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+
+use super::app::{App, Cell, Mode, ToolState, mark};
+
+const SPINNER: [&str; 4] = ["⠋", "⠙", "⠸", "⠴"];
+
+/// Lines of a tool's output shown under it.
+const OUTPUT_LINES: usize = 4;
+
+/// Draws the whole screen.
+pub fn render(frame: &mut Frame, app: &App) {
+    let area = frame.area();
+    let input_lines = app.input.split('\n').count().clamp(1, 6) as u16;
+    let todo_lines = if app.todos.is_empty() {
+        0
+    } else {
+        app.todos.len().min(6) as u16 + 1
+    };
+    let approval_lines = approval_lines(app, area.width);
+    let [conversation, todos, approval, input, status] = Layout::vertical([
+        Constraint::Min(3),
+        Constraint::Length(todo_lines),
+        // The panel's top border takes a line of its own.
+        Constraint::Length(approval_lines.len() as u16 + u16::from(!approval_lines.is_empty())),
+        Constraint::Length(input_lines + 2),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    render_conversation(frame, app, conversation);
+    if todo_lines > 0 {
+        let lines: Vec<Line> = std::iter::once(Line::styled("Plan", Style::new().bold()))
+            .chain(
+                app.todos
+                    .iter()
+                    .take(6)
+                    .map(|t| Line::raw(format!(" {} {}", mark(t), t.content))),
+            )
+            .collect();
+        frame.render_widget(Paragraph::new(lines), todos);
+    }
+    if !approval_lines.is_empty() {
+        frame.render_widget(
+            Paragraph::new(approval_lines).block(
+                Block::new()
+                    .borders(Borders::TOP)
+                    .border_style(Style::new().fg(Color::Yellow))
+                    .title(" approval needed "),
+            ),
+            approval,
+        );
+    }
+    render_input(frame, app, input);
+    frame.render_widget(Paragraph::new(status_line(app)), status);
+}
+
+fn approval_lines(app: &App, width: u16) -> Vec<Line<'static>> {
+    let Some(approval) = &app.approval else {
+        return Vec::new();
+    };
+    let Some(action) = approval.actions.get(approval.decisions.len()) else {
+        return Vec::new();
+    };
+    let mut lines = vec![Line::raw("")];
+    let who = if action.path.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (in {})",
+            action
+                .path
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" › ")
+        )
+    };
+    lines.push(Line::from(vec![
+        Span::styled(
+            format!(
+                "[{}/{}] ",
+                approval.decisions.len() + 1,
+                approval.actions.len()
+            ),
+            Style::new().fg(Color::DarkGray),
+        ),
+        Span::styled(action.name.clone(), Style::new().bold()),
+        Span::raw(who),
+    ]));
+    let shown = match action.arguments.get("command").and_then(|c| c.as_str()) {
+        Some(command) => format!("$ {command}"),
+        None => serde_json::to_string_pretty(&action.arguments).unwrap_or_default(),
+    };
+    for line in shown.lines().take(8) {
+        for piece in wrap(line, width.saturating_sub(2) as usize) {
+            lines.push(Line::styled(
+                format!("  {piece}"),
+                Style::new().fg(Color::Cyan),
+            ));
+        }
+    }
+    if let Some(description) = &action.description {
+        lines.push(Line::styled(
+            format!("  {description}"),
+            Style::new().fg(Color::DarkGray),
+        ));
+    }
+    lines.push(match &approval.rejecting {
+        Some(reason) => Line::raw(format!("  reason (Enter to reject, Esc back): {reason}")),
+        None => Line::styled(
+            "  y approve · n reject · A approve all this session · Esc reject",
+            Style::new().fg(Color::Yellow),
+        ),
+    });
+    lines
+}
+
+fn render_input(frame: &mut Frame, app: &App, area: Rect) {
+    let title = if app.busy {
+        format!(
+            " {} working · Esc interrupts{} ",
+            SPINNER[app.tick % SPINNER.len()],
+            if app.queued.is_empty() {
+                String::new()
+            } else {
+                format!(" · {} queued", app.queued.len())
+            }
+        )
+    } else if app.quit_armed() {
+        " Ctrl-C again to quit ".to_owned()
+    } else {
+        " message · /help ".to_owned()
+    };
+    let block = Block::new()
+        .borders(Borders::ALL)
+        .border_style(Style::new().fg(Color::DarkGray))
+        .title(title);
+    let inner = block.inner(area);
+    let lines: Vec<&str> = app.input.split('\n').collect();
+    // Keep the cursor's line visible.
+    let before = &app.input[..app.cursor.min(app.input.len())];
+    let cursor_line = before.matches('\n').count();
+    let first = cursor_line.saturating_sub(inner.height.saturating_sub(1) as usize);
+    let text: Vec<Line> = lines
+        .iter()
+        .skip(first)
+        .map(|l| Line::raw((*l).to_owned()))
+        .collect();
+    frame.render_widget(Paragraph::new(text).block(block), area);
+    if app.approval.is_none() {
+        let column = before.rsplit('\n').next().map_or(0, UnicodeWidthStr::width);
+        frame.set_cursor_position(Position::new(
+            inner.x + (column as u16).min(inner.width.saturating_sub(1)),
+            inner.y + (cursor_line - first) as u16,
+        ));
+    }
+}
+
+fn status_line(app: &App) -> Line<'static> {
+    let status = &app.status;
+    let mut spans = vec![
+        Span::styled(format!(" {} ", status.model), Style::new().bold()),
+        Span::raw(format!("· {} ", status.thread)),
+    ];
+    if app.mode == Mode::Yolo {
+        spans.push(Span::styled(
+            " YOLO ",
+            Style::new().fg(Color::Black).bg(Color::Red).bold(),
+        ));
+        spans.push(Span::raw(" "));
+    }
+    if !status.sandbox.is_empty() {
+        spans.push(Span::raw(format!("· {} ", status.sandbox)));
+    }
+    let spent = &status.session;
+    spans.push(Span::styled(
+        format!(
+            "· ${:.4} · {} in / {} out / {} cached",
+            spent.cost_usd,
+            spent.usage.input_tokens,
+            spent.usage.output_tokens,
+            spent.usage.cached_input_tokens
+        ),
+        Style::new().fg(Color::DarkGray),
+    ));
+    Line::from(spans)
+}
+
+fn render_conversation(frame: &mut Frame, app: &App, area: Rect) {
+    let width = area.width.max(10) as usize;
+    let mut lines: Vec<Line> = Vec::new();
+    for cell in &app.cells {
+        cell_lines(cell, app.tick, width, &mut lines);
+        lines.push(Line::raw(""));
+    }
+    let height = area.height as usize;
+    let end = lines.len().saturating_sub(app.scroll);
+    let start = end.saturating_sub(height);
+    let shown: Vec<Line> = lines[start..end].to_vec();
+    frame.render_widget(Paragraph::new(shown), area);
+}
+
+fn cell_lines(cell: &Cell, tick: usize, width: usize, lines: &mut Vec<Line<'static>>) {
+    match cell {
+        Cell::User(text) => {
+            for (i, line) in text.lines().enumerate() {
+                let prefix = if i == 0 { "› " } else { "  " };
+                for piece in wrap(line, width - 2) {
+                    lines.push(Line::styled(
+                        format!("{prefix}{piece}"),
+                        Style::new().fg(Color::Green).add_modifier(Modifier::BOLD),
+                    ));
+                }
+            }
+        }
+        Cell::Assistant { text, depth } => markdown(text, *depth, width, lines),
+        Cell::Tool {
+            name,
+            arguments,
+            depth,
+            state,
+            output,
+            ..
+        } => {
+            let indent = "  ".repeat(*depth);
+            let (mark, style, duration) = match state {
+                ToolState::Running => (
+                    SPINNER[tick % SPINNER.len()],
+                    Style::new().fg(Color::Yellow),
+                    String::new(),
+                ),
+                ToolState::Done {
+                    ok: true,
+                    duration_ms,
+                } => (
+                    "✓",
+                    Style::new().fg(Color::Green),
+                    format!(" {duration_ms} ms"),
+                ),
+                ToolState::Done {
+                    ok: false,
+                    duration_ms,
+                } => (
+                    "✗",
+                    Style::new().fg(Color::Red),
+                    format!(" {duration_ms} ms"),
+                ),
+            };
+            let head = format!("{indent}{mark} {name} {arguments}");
+            for (i, piece) in wrap(&head, width).into_iter().enumerate() {
+                let mut spans = vec![Span::styled(piece, style)];
+                if i == 0 && !duration.is_empty() {
+                    spans.push(Span::styled(
+                        duration.clone(),
+                        Style::new().fg(Color::DarkGray),
+                    ));
+                }
+                lines.push(Line::from(spans));
+            }
+            let output_lines: Vec<&str> = output.lines().collect();
+            let skipped = output_lines.len().saturating_sub(OUTPUT_LINES);
+            if skipped > 0 {
+                lines.push(Line::styled(
+                    format!("{indent}  … {skipped} more lines"),
+                    Style::new().fg(Color::DarkGray),
+                ));
+            }
+            for line in &output_lines[skipped..] {
+                for piece in wrap(line, width.saturating_sub(indent.len() + 4).max(8)) {
+                    lines.push(Line::styled(
+                        format!("{indent}  │ {piece}"),
+                        Style::new().fg(Color::DarkGray),
+                    ));
+                }
+            }
+        }
+        Cell::Notice(text) => {
+            for line in text.lines() {
+                for piece in wrap(line, width - 2) {
+                    lines.push(Line::styled(
+                        format!("⋯ {piece}"),
+                        Style::new().fg(Color::Blue),
+                    ));
+                }
+            }
+        }
+        Cell::Error(text) => {
+            for piece in wrap(text, width - 2) {
+                lines.push(Line::styled(
+                    format!("✗ {piece}"),
+                    Style::new().fg(Color::Red),
+                ));
+            }
+        }
+    }
+}
+
+/// Light markdown: headings bold, fenced code dimmed and kept as is, list bullets as `•`,
+/// `**bold**` and `` `code` `` spans styled.
+fn markdown(text: &str, depth: usize, width: usize, lines: &mut Vec<Line<'static>>) {
+    let indent = "  ".repeat(depth);
+    let width = width.saturating_sub(indent.len()).max(8);
+    let mut code = false;
+    for raw in text.lines() {
+        if raw.trim_start().starts_with("```") {
+            code = !code;
+            continue;
+        }
+        if code {
+            for piece in wrap(raw, width - 2) {
+                lines.push(Line::styled(
+                    format!("{indent}  {piece}"),
+                    Style::new().fg(Color::Cyan),
+                ));
+            }
+            continue;
+        }
+        let trimmed = raw.trim_start();
+        if let Some(heading) = trimmed.strip_prefix('#') {
+            let heading = heading.trim_start_matches('#').trim();
+            lines.push(Line::styled(
+                format!("{indent}{heading}"),
+                Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED),
+            ));
+            continue;
+        }
+        let (lead, body) = match trimmed.strip_prefix("- ").or(trimmed.strip_prefix("* ")) {
+            Some(item) => (format!("{}• ", &raw[..raw.len() - trimmed.len()]), item),
+            None => (String::new(), raw),
+        };
+        for (i, piece) in wrap(body, width.saturating_sub(lead.len()).max(8))
+            .into_iter()
+            .enumerate()
+        {
+            let prefix = if i == 0 {
+                lead.clone()
+            } else {
+                " ".repeat(lead.chars().count())
+            };
+            let mut spans = vec![Span::raw(format!("{indent}{prefix}"))];
+            spans.extend(inline_spans(&piece));
+            lines.push(Line::from(spans));
+        }
+    }
+}
+
+/// `**bold**` and `` `code` `` within a line.
+fn inline_spans(text: &str) -> Vec<Span<'static>> {
+    let mut spans = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let bold = rest.find("**");
+        let code = rest.find('`');
+        let (at, marker, style) = match (bold, code) {
+            (Some(b), Some(c)) if c < b => (c, "`", Style::new().fg(Color::Cyan)),
+            (Some(b), _) => (b, "**", Style::new().add_modifier(Modifier::BOLD)),
+            (None, Some(c)) => (c, "`", Style::new().fg(Color::Cyan)),
+            (None, None) => break,
+        };
+        let after = &rest[at + marker.len()..];
+        let Some(end) = after.find(marker) else {
+            break;
+        };
+        if at > 0 {
+            spans.push(Span::raw(rest[..at].to_owned()));
+        }
+        spans.push(Span::styled(after[..end].to_owned(), style));
+        rest = &after[end + marker.len()..];
+    }
+    if !rest.is_empty() {
+        spans.push(Span::raw(rest.to_owned()));
+    }
+    spans
+}
+
+/// `line` cut into pieces at most `width` columns wide, at spaces where it can be.
+pub fn wrap(line: &str, width: usize) -> Vec<String> {
+    let width = width.max(1);
+    if line.width() <= width {
+        return vec![line.to_owned()];
+    }
+    let mut pieces = Vec::new();
+    let mut current = String::new();
+    let mut used = 0;
+    for word in line.split_inclusive(' ') {
+        let word_width = word.width();
+        if used + word_width > width && !current.is_empty() {
+            pieces.push(current.trim_end().to_owned());
+            current = String::new();
+            used = 0;
+        }
+        if word_width > width {
+            // A word wider than the line is cut by characters.
+            for c in word.chars() {
+                let w = c.width().unwrap_or(0);
+                if used + w > width {
+                    pieces.push(std::mem::take(&mut current));
+                    used = 0;
+                }
+                current.push(c);
+                used += w;
+            }
+        } else {
+            current.push_str(word);
+            used += word_width;
+        }
+    }
+    if !current.is_empty() {
+        pieces.push(current.trim_end().to_owned());
+    }
+    pieces
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::tui::app::{Approval, Status};
+    use deepagents::core::interrupt::DecisionKind;
+    use deepagents::core::{Todo, TodoStatus};
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+
+    fn screen(app: &App, width: u16, height: u16) -> String {
+        let mut terminal =
+            Terminal::new(TestBackend::new(width, height)).unwrap_or_else(|e| panic!("{e}"));
+        terminal
+            .draw(|frame| render(frame, app))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let buffer = terminal.backend().buffer().clone();
+        (0..buffer.area.height)
+            .map(|y| {
+                let mut row = String::new();
+                let mut skip = 0;
+                for x in 0..buffer.area.width {
+                    if skip > 0 {
+                        skip -= 1;
+                        continue;
+                    }
+                    let symbol = buffer[(x, y)].symbol();
+                    skip = symbol.width().saturating_sub(1);
+                    row.push_str(symbol);
+                }
+                row.trim_end().to_owned()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn app() -> App {
+        App::new(Status {
+            model: "scripted:demo".into(),
+            thread: "chat-1".into(),
+            sandbox: "bubblewrap".into(),
+            ..Status::default()
+        })
+    }
+
+    #[test]
+    fn a_conversation_with_every_kind_of_cell() {
+        let mut app = app();
+        app.cells = vec![
+            Cell::User("Summarize the repo".into()),
+            Cell::Assistant {
+                text: "# Plan\n- read the **README**\n- run `ls`\n```\ncargo test\n```".into(),
+                depth: 0,
+            },
+            Cell::Tool {
+                call_id: "c".into(),
+                name: "execute".into(),
+                arguments: "ls -la".into(),
+                depth: 0,
+                state: ToolState::Done {
+                    ok: true,
+                    duration_ms: 12,
+                },
+                output: "a\nb\nc\nd\ne\nf".into(),
+            },
+            Cell::Tool {
+                call_id: "d".into(),
+                name: "read_file".into(),
+                arguments: "/missing.txt".into(),
+                depth: 1,
+                state: ToolState::Done {
+                    ok: false,
+                    duration_ms: 1,
+                },
+                output: "no such file".into(),
+            },
+            Cell::Notice("summarized 12 earlier messages to make room".into()),
+            Cell::Error("the model failed: 500".into()),
+        ];
+        app.todos = vec![
+            Todo {
+                content: "Read the README".into(),
+                status: TodoStatus::Completed,
+            },
+            Todo {
+                content: "Write the summary".into(),
+                status: TodoStatus::InProgress,
+            },
+        ];
+        insta::assert_snapshot!(screen(&app, 60, 34));
+    }
+
+    #[test]
+    fn an_approval_panel_and_the_yolo_badge() {
+        let mut app = app();
+        app.busy = true;
+        app.approval = Some(Approval {
+            actions: vec![deepagents::PendingAction {
+                call_id: "x".into(),
+                name: "execute".into(),
+                arguments: serde_json::json!({"command": "rm -rf build"}),
+                description: Some("Runs without the sandbox.".into()),
+                allowed: vec![DecisionKind::Approve, DecisionKind::Reject],
+                path: vec![deepagents::core::event::PathSegment {
+                    call_id: "t".into(),
+                    name: "cleaner".into(),
+                }],
+            }],
+            decisions: Vec::new(),
+            rejecting: None,
+        });
+        insta::assert_snapshot!("approval", screen(&app, 60, 16));
+        app.approval = None;
+        app.mode = Mode::Yolo;
+        insta::assert_snapshot!("yolo", screen(&app, 60, 6));
+    }
+
+    #[test]
+    fn wide_characters_wrap_by_width_and_resizing_rewraps() {
+        let mut app = app();
+        app.cells = vec![Cell::Assistant {
+            text: "日本語のテキストは二列ずつ使います。Mixed with ASCII words here.".into(),
+            depth: 0,
+        }];
+        insta::assert_snapshot!("wide_narrow", screen(&app, 24, 10));
+        insta::assert_snapshot!("wide_wide", screen(&app, 70, 8));
+        for piece in wrap("日本語のテキストは二列ずつ使います", 10) {
+            assert!(piece.width() <= 10, "{piece}");
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! The interactive agent in a real terminal: tmux runs the binary with the scripted model,
+//! keys go in with `send-keys`, the screen comes back with `capture-pane`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// A tmux session running the TUI, killed when dropped.
+struct Tui {
+    name: String,
+}
+
+fn tmux(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("tmux")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn have_tmux() -> bool {
+    let ok = std::process::Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok || std::env::var_os("CI").is_none(),
+        "tmux is not installed"
+    );
+    if !ok {
+        eprintln!("skipped: tmux is not installed");
+    }
+    ok
+}
+
+impl Tui {
+    fn start(data: &Path, args: &[&str]) -> Self {
+        let name = deepagents_test_support::unique_name("tui");
+        let mut command = format!(
+            "cd {} && env -u DEEPAGENTS_MODEL -u DEEPAGENTS_CONFIG DEEPAGENTS_DATA_DIR={} HOME={} {}",
+            data.display(),
+            data.display(),
+            data.display(),
+            env!("CARGO_BIN_EXE_deepagents")
+        );
+        for arg in args {
+            command.push(' ');
+            command.push_str(&format!("'{arg}'"));
+        }
+        // Keep the pane after the program exits, to read what it left.
+        let status = tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            &name,
+            "-x",
+            "100",
+            "-y",
+            "32",
+            &command,
+        ]);
+        assert!(status.status.success(), "{status:?}");
+        tmux(&["set-option", "-t", &name, "remain-on-exit", "on"]);
+        let tui = Self { name };
+        tui.wait_for("message · /help");
+        tui
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", &self.name]).stdout)
+            .into_owned()
+    }
+
+    fn wait_for(&self, text: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "`{text}` never appeared:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", &self.name];
+        args.extend_from_slice(keys);
+        tmux(&args);
+    }
+
+    fn type_line(&self, text: &str) {
+        tmux(&["send-keys", "-t", &self.name, "-l", text]);
+        self.keys(&["Enter"]);
+    }
+
+    fn exited(&self) -> bool {
+        let dead = tmux(&["display-message", "-p", "-t", &self.name, "#{pane_dead}"]);
+        String::from_utf8_lossy(&dead.stdout).trim() == "1"
+    }
+}
+
+impl Drop for Tui {
+    fn drop(&mut self) {
+        tmux(&["kill-session", "-t", &self.name]);
+    }
+}
+
+fn script(dir: &Path, turns: Value) -> String {
+    let path = dir.join("script.json");
+    std::fs::write(&path, json!({ "turns": turns }).to_string()).unwrap();
+    format!("scripted:{}", path.display())
+}
+
+#[test]
+fn a_conversation_streams_queues_shows_cost_and_reopens() {
+    if !have_tmux() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let model = script(
+        data.path(),
+        json!([
+            {"text": "Hello! **Ready** to help.", "usage": {"input_tokens": 1000, "output_tokens": 10}},
+            {"tool_calls": [{"id": "w", "name": "write_file", "args": {"file_path": "/notes.md", "content": "# Notes\n"}}]},
+            {"text": "Wrote the notes."}
+        ]),
+    );
+    let tui = Tui::start(
+        data.path(),
+        &["--model", &model, "--backend", "state", "--thread", "talk"],
+    );
+    tui.type_line("hi there");
+    let screen = tui.wait_for("Hello! Ready to help.");
+    assert!(screen.contains("› hi there"), "{screen}");
+    tui.type_line("write notes");
+    let screen = tui.wait_for("Wrote the notes.");
+    assert!(screen.contains("✓ write_file /notes.md"), "{screen}");
+    tui.type_line("/cost");
+    let screen = tui.wait_for("session: $");
+    assert!(screen.contains("tokens ("), "{screen}");
+    tui.type_line("/quit");
+    let start = Instant::now();
+    while !tui.exited() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{}",
+            tui.screen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(tui);
+    // Reopened, the conversation is there.
+    let again = Tui::start(
+        data.path(),
+        &["--model", &model, "--backend", "state", "--resume", "talk"],
+    );
+    let screen = again.wait_for("Wrote the notes.");
+    assert!(screen.contains("› hi there"), "{screen}");
+    again.type_line("/threads");
+    again.wait_for("threads, newest first");
+}
+
+#[test]
+fn approvals_are_answered_with_a_key_and_esc_interrupts_a_long_command() {
+    if !have_tmux() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let model = script(
+        data.path(),
+        json!([
+            {"tool_calls": [{"id": "t", "name": "execute", "args": {"command": "touch approved.txt"}}]},
+            {"text": "Touched it."},
+            {"tool_calls": [{"id": "s", "name": "execute", "args": {"command": "sleep 30"}}]},
+            {"text": "Queued one answered."}
+        ]),
+    );
+    let tui = Tui::start(
+        data.path(),
+        &[
+            "--model",
+            &model,
+            "--backend",
+            "shell",
+            "--sandbox",
+            "off",
+            "--shell-allow",
+            "sleep",
+            "--root",
+            ".",
+            "--thread",
+            "ops",
+        ],
+    );
+    tui.type_line("touch it");
+    let screen = tui.wait_for("approval needed");
+    assert!(screen.contains("$ touch approved.txt"), "{screen}");
+    tui.keys(&["y"]);
+    tui.wait_for("Touched it.");
+    assert!(data.path().join("approved.txt").exists());
+
+    tui.type_line("now sleep");
+    tui.wait_for("execute sleep 30");
+    // Typed while it works: queued, sent when the turn ends.
+    tui.type_line("and then this");
+    tui.wait_for("1 queued");
+    let started = Instant::now();
+    tui.keys(&["Escape"]);
+    let screen = tui.wait_for("Queued one answered.");
+    assert!(started.elapsed() < Duration::from_secs(15), "{screen}");
+    assert!(screen.contains("interrupted"), "{screen}");
+}
+
+#[test]
+fn a_spend_cap_stops_a_turn_in_the_tui() {
+    if !have_tmux() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let model = script(data.path(), json!([{"text": "never said"}]));
+    let tui = Tui::start(
+        data.path(),
+        &[
+            "--model",
+            &model,
+            "--backend",
+            "state",
+            "--max-tokens",
+            "10",
+        ],
+    );
+    tui.type_line("go");
+    let screen = tui.wait_for("--max-tokens");
+    assert!(screen.contains("token cap"), "{screen}");
+    assert!(!screen.contains("never said"), "{screen}");
+    // Ctrl-C twice leaves.
+    tui.keys(&["C-c"]);
+    tui.wait_for("Ctrl-C again to quit");
+    tui.keys(&["C-c"]);
+    let start = Instant::now();
+    while !tui.exited() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{}",
+            tui.screen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
