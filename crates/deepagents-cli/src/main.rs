@@ -464,6 +464,8 @@ struct Session {
     hooks: Option<deepagents::middleware::Hooks>,
     /// How `execute` is confined, for the status bar.
     sandbox: String,
+    /// The root on disk, when the backend has one.
+    root: Option<std::path::PathBuf>,
     /// Dropping it stops the MCP servers.
     mcp: Option<deepagents_mcp::Connections>,
 }
@@ -657,6 +659,7 @@ async fn prepare(args: &RunArgs, front: Front) -> anyhow::Result<Session> {
             (None, _) => String::new(),
         },
         mcp: mcp_connections,
+        root: workspace.root.clone(),
     })
 }
 

@@ -202,6 +202,11 @@ fn approvals_are_answered_with_a_key_and_esc_interrupts_a_long_command() {
     tui.keys(&["y"]);
     tui.wait_for("Touched it.");
     assert!(data.path().join("approved.txt").exists());
+    // /remember adds to the project's memory.
+    tui.type_line("/remember Run the tests before a release.");
+    tui.wait_for("added to");
+    let memory = std::fs::read_to_string(data.path().join("AGENTS.md")).unwrap();
+    assert_eq!(memory, "- Run the tests before a release.\n");
 
     tui.type_line("now sleep");
     tui.wait_for("execute sleep 30");

@@ -19,6 +19,8 @@ pub enum Cell {
     User(String),
     /// The agent's text (`depth`: subagents nest).
     Assistant { text: String, depth: usize },
+    /// The model's reasoning, where the provider shows it.
+    Reasoning { text: String, depth: usize },
     /// A tool call: its name, a short form of its arguments, how it went.
     Tool {
         call_id: String,
@@ -28,6 +30,8 @@ pub enum Cell {
         state: ToolState,
         /// Output so far (shell output streams here), or the result.
         output: String,
+        /// An edit's old and new text, shown as a diff.
+        diff: Option<(String, String)>,
     },
     /// Something the harness or the TUI says (summaries, interruptions, command output).
     Notice(String),
@@ -75,6 +79,12 @@ pub enum Action {
     ListThreads,
     /// Switch to this thread.
     Resume(String),
+    /// Put this text on the clipboard (OSC 52).
+    Copy(String),
+    /// List the MCP servers and their tools.
+    ListMcp,
+    /// Add this line to the project's `AGENTS.md`.
+    Remember(String),
     /// Leave.
     Quit,
 }
@@ -113,6 +123,12 @@ pub struct App {
     quit_armed: Option<Instant>,
     /// Spinner frame, advanced by ticks.
     pub tick: usize,
+    /// Tool outputs shown whole (Ctrl-O) rather than their last lines.
+    pub expanded: bool,
+    /// Reasoning shown whole (Ctrl-R) rather than its first line.
+    pub show_reasoning: bool,
+    /// The session's root, for `@` path completion.
+    pub root: Option<std::path::PathBuf>,
 }
 
 impl App {
@@ -133,6 +149,9 @@ impl App {
             scroll: 0,
             quit_armed: None,
             tick: 0,
+            expanded: false,
+            show_reasoning: false,
+            root: None,
         }
     }
 
@@ -157,6 +176,7 @@ impl App {
                                 duration_ms: 0,
                             },
                             output: String::new(),
+                            diff: edit_diff(&call.name, &call.arguments),
                         });
                     }
                 }
@@ -197,7 +217,20 @@ impl App {
                 depth,
                 state: ToolState::Running,
                 output: String::new(),
+                diff: edit_diff(name, arguments),
             }),
+            EventKind::ReasoningDelta { text } => match self.cells.last_mut() {
+                Some(Cell::Reasoning {
+                    text: shown,
+                    depth: d,
+                }) if *d == depth => {
+                    shown.push_str(text);
+                }
+                _ => self.cells.push(Cell::Reasoning {
+                    text: text.clone(),
+                    depth,
+                }),
+            },
             EventKind::ToolOutputDelta { call_id, text, .. } => {
                 if let Some(Cell::Tool { output, .. }) = self.tool_cell(call_id) {
                     push_capped(output, text);
@@ -382,6 +415,18 @@ impl App {
                 self.on_paste("\n");
                 None
             }
+            KeyCode::Char('o') if ctrl => {
+                self.expanded = !self.expanded;
+                None
+            }
+            KeyCode::Char('r') if ctrl => {
+                self.show_reasoning = !self.show_reasoning;
+                None
+            }
+            KeyCode::Tab => {
+                self.complete();
+                None
+            }
             KeyCode::Enter => self.submit(),
             KeyCode::Char(c) => {
                 self.input.insert(self.cursor, c);
@@ -433,6 +478,61 @@ impl App {
             }
             _ => None,
         }
+    }
+
+    /// Tab: a `/command` is completed to the best match; an `@path` to the longest name
+    /// the root's entries share (several are listed).
+    fn complete(&mut self) {
+        if let Some(typed) = self.input.strip_prefix('/')
+            && !typed.contains(' ')
+        {
+            if let Some((name, _)) = matching_commands(typed).first() {
+                self.input = format!("/{name} ");
+                self.cursor = self.input.len();
+            }
+            return;
+        }
+        let before = &self.input[..self.cursor];
+        let start = before.rfind(char::is_whitespace).map_or(0, |i| i + 1);
+        let Some(partial) = before[start..].strip_prefix('@') else {
+            return;
+        };
+        let Some(root) = &self.root else {
+            return;
+        };
+        let (dir, prefix) = match partial.rfind('/') {
+            Some(at) => (&partial[..=at], &partial[at + 1..]),
+            None => ("", partial),
+        };
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+            return;
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| {
+                let name = entry.file_name().into_string().ok()?;
+                let slash = if entry.path().is_dir() { "/" } else { "" };
+                (name.starts_with(prefix) && !name.starts_with('.'))
+                    .then(|| format!("{name}{slash}"))
+            })
+            .collect();
+        names.sort();
+        let Some(first) = names.first() else {
+            return;
+        };
+        // The longest start every candidate shares.
+        let mut common = first.clone();
+        for name in &names[1..] {
+            while !name.starts_with(&common) {
+                common.pop();
+            }
+        }
+        if names.len() > 1 {
+            self.cells.push(Cell::Notice(names.join("  ")));
+        }
+        let replacement = format!("@{dir}{common}");
+        self.input.replace_range(start..self.cursor, &replacement);
+        self.cursor = start + replacement.len();
     }
 
     fn recall(&mut self, older: bool) {
@@ -512,6 +612,21 @@ impl App {
                     .join("\n");
                 say(self, list)
             }
+            "copy" => match self.cells.iter().rev().find_map(|cell| match cell {
+                Cell::Assistant { text, depth: 0 } => Some(text.clone()),
+                _ => None,
+            }) {
+                Some(text) => {
+                    self.cells.push(Cell::Notice(
+                        "copied the last answer to the clipboard".to_owned(),
+                    ));
+                    Some(Action::Copy(text))
+                }
+                None => say(self, "no answer to copy yet".to_owned()),
+            },
+            "mcp" => Some(Action::ListMcp),
+            "remember" if rest.is_empty() => say(self, "usage: /remember TEXT".to_owned()),
+            "remember" => Some(Action::Remember(rest.to_owned())),
             "yolo" => {
                 self.mode = Mode::Yolo;
                 say(
@@ -596,9 +711,53 @@ impl App {
 }
 
 const HELP: &str = "Enter sends · Shift/Alt-Enter or Ctrl-J: new line · Up/Down: earlier messages · PgUp/PgDn: scroll
+Tab completes a /command or an @path · Ctrl-O: whole tool outputs · Ctrl-R: whole reasoning
 Esc interrupts the turn · Ctrl-C interrupts, twice quits · Ctrl-D on an empty line quits
-Approvals: y approve · n reject (type a reason, Enter) · A approve all for the session
-/new  /threads  /resume ID  /clear  /cost  /tokens  /todos  /manual  /yolo  /help  /quit";
+Approvals: y approve · n reject (type a reason, Enter) · A approve all for the session";
+
+/// The slash commands, with what they do (the palette shows them).
+pub const COMMANDS: &[(&str, &str)] = &[
+    ("help", "keys and commands"),
+    ("new", "start a new thread"),
+    ("threads", "the threads, newest first"),
+    ("resume", "ID: open a thread"),
+    ("clear", "clear the view"),
+    ("cost", "what the session and the thread spent"),
+    ("tokens", "the same, in tokens"),
+    ("todos", "the plan"),
+    ("mcp", "MCP servers and their tools"),
+    ("remember", "TEXT: add a line to the project's AGENTS.md"),
+    ("copy", "the last answer to the clipboard"),
+    ("manual", "ask before actions that need approval"),
+    ("yolo", "approve every action"),
+    ("quit", "leave"),
+];
+
+/// The commands matching `typed` (the text after `/`): those it is a prefix of first, then
+/// those containing its letters in order.
+pub fn matching_commands(typed: &str) -> Vec<(&'static str, &'static str)> {
+    let typed = typed
+        .split(' ')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let subsequence = |name: &str| {
+        let mut letters = name.chars();
+        typed.chars().all(|c| letters.any(|n| n == c))
+    };
+    let mut found: Vec<(&str, &str)> = COMMANDS
+        .iter()
+        .filter(|(name, _)| name.starts_with(&typed))
+        .copied()
+        .collect();
+    found.extend(
+        COMMANDS
+            .iter()
+            .filter(|(name, _)| !name.starts_with(&typed) && subsequence(name))
+            .copied(),
+    );
+    found
+}
 
 fn todo_mark(todo: &Todo) -> &'static str {
     match todo.status {
@@ -658,6 +817,18 @@ pub fn short_arguments(arguments: &serde_json::Value) -> String {
         Some((at, _)) => format!("{}…", &line[..at]),
         None => line,
     }
+}
+
+/// The old and new text of an `edit_file` call, for a diff.
+fn edit_diff(tool: &str, arguments: &serde_json::Value) -> Option<(String, String)> {
+    if tool != "edit_file" {
+        return None;
+    }
+    let text = |key: &str| arguments.get(key).and_then(serde_json::Value::as_str);
+    Some((
+        text("old_string")?.to_owned(),
+        text("new_string")?.to_owned(),
+    ))
 }
 
 fn push_capped(output: &mut String, text: &str) {
@@ -819,6 +990,28 @@ mod tests {
             app.paused(vec![action("c")]),
             Some(Action::Decide(vec![Decision::Approve]))
         );
+    }
+
+    #[test]
+    fn tab_completes_commands_and_paths() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("src")).unwrap();
+        std::fs::write(root.path().join("src/main.rs"), "").unwrap();
+        std::fs::write(root.path().join("src/mod.rs"), "").unwrap();
+        let mut app = App::new(Status::default());
+        app.root = Some(root.path().to_owned());
+        type_text(&mut app, "/thr");
+        app.on_key(key(KeyCode::Tab));
+        assert_eq!(app.input, "/threads ");
+        app.input.clear();
+        app.cursor = 0;
+        type_text(&mut app, "look at @sr");
+        app.on_key(key(KeyCode::Tab));
+        assert_eq!(app.input, "look at @src/");
+        type_text(&mut app, "ma");
+        app.on_key(key(KeyCode::Tab));
+        assert_eq!(app.input, "look at @src/main.rs");
+        assert_eq!(matching_commands("rsm")[0].0, "resume");
     }
 
     #[test]

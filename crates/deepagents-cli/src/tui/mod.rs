@@ -102,6 +102,7 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
     if start.auto_approve {
         app.mode = app::Mode::Yolo;
     }
+    app.root.clone_from(&session.root);
     open(session, &thread_id, &mut app).await?;
     let _screen = Screen::enter()?;
     let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))
@@ -162,6 +163,20 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
                             .push(Cell::Notice(format!("opened thread {thread_id}")));
                     }
                 }
+                Action::Copy(text) => {
+                    use base64::Engine as _;
+                    // OSC 52: the terminal (or tmux, or an SSH client) sets its clipboard.
+                    let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+                    let _ = std::io::Write::write_all(
+                        &mut std::io::stdout(),
+                        format!("\x1b]52;c;{encoded}\x07").as_bytes(),
+                    );
+                }
+                Action::ListMcp => app.cells.push(Cell::Notice(mcp_summary(session))),
+                Action::Remember(line) => app.cells.push(match remember(session, &line) {
+                    Ok(path) => Cell::Notice(format!("added to {}", path.display())),
+                    Err(e) => Cell::Error(format!("{e:#}")),
+                }),
                 Action::ListThreads => {
                     let mut threads = start.checkpointer.threads().await.unwrap_or_default();
                     threads.sort_by_key(|t| std::cmp::Reverse(t.updated_at_ms));
@@ -242,4 +257,47 @@ async fn open(session: &crate::Session, id: &str, app: &mut App) -> anyhow::Resu
     }
     app.status.thread = id.to_owned();
     Ok(())
+}
+
+/// The MCP servers of the session and their tools, as the model sees them.
+fn mcp_summary(session: &crate::Session) -> String {
+    let Some(connections) = &session.mcp else {
+        return "no MCP servers (see .mcp.json, --mcp-config)".to_owned();
+    };
+    let mut lines = Vec::new();
+    for server in &connections.servers {
+        let names: Vec<String> = server
+            .tools
+            .iter()
+            .filter_map(|tool| tool["name"].as_str())
+            .map(|tool| deepagents_mcp::tool_name(&server.config.name, tool))
+            .collect();
+        lines.push(format!(
+            "{} ({} tools): {}",
+            server.config.name,
+            names.len(),
+            names.join(", ")
+        ));
+    }
+    for (name, why) in &connections.failures {
+        lines.push(format!("{name}: not available: {why}"));
+    }
+    lines.join("\n")
+}
+
+/// Appends `line` as a list item to `AGENTS.md` in the root: the project's memory, read at
+/// the start of every run.
+fn remember(session: &crate::Session, line: &str) -> anyhow::Result<std::path::PathBuf> {
+    let root = session
+        .root
+        .as_ref()
+        .context("/remember needs a project on disk (--backend filesystem or shell)")?;
+    let path = root.join("AGENTS.md");
+    let mut text = std::fs::read_to_string(&path).unwrap_or_default();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&format!("- {}\n", line.trim()));
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
 }

@@ -9,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
-use super::app::{App, Cell, Mode, ToolState, mark};
+use super::app::{App, Cell, Mode, ToolState, mark, matching_commands};
 
 const SPINNER: [&str; 4] = ["⠋", "⠙", "⠸", "⠴"];
 
@@ -26,15 +26,20 @@ pub fn render(frame: &mut Frame, app: &App) {
         app.todos.len().min(6) as u16 + 1
     };
     let approval_lines = approval_lines(app, area.width);
-    let [conversation, todos, approval, input, status] = Layout::vertical([
+    let palette = palette_lines(app);
+    let [conversation, todos, approval, palette_area, input, status] = Layout::vertical([
         Constraint::Min(3),
         Constraint::Length(todo_lines),
         // The panel's top border takes a line of its own.
         Constraint::Length(approval_lines.len() as u16 + u16::from(!approval_lines.is_empty())),
+        Constraint::Length(palette.len() as u16),
         Constraint::Length(input_lines + 2),
         Constraint::Length(1),
     ])
     .areas(area);
+    if !palette.is_empty() {
+        frame.render_widget(Paragraph::new(palette), palette_area);
+    }
     render_conversation(frame, app, conversation);
     if todo_lines > 0 {
         let lines: Vec<Line> = std::iter::once(Line::styled("Plan", Style::new().bold()))
@@ -60,6 +65,32 @@ pub fn render(frame: &mut Frame, app: &App) {
     }
     render_input(frame, app, input);
     frame.render_widget(Paragraph::new(status_line(app)), status);
+}
+
+/// While a `/command` is typed: the commands that match (Tab takes the first).
+fn palette_lines(app: &App) -> Vec<Line<'static>> {
+    let Some(typed) = app.input.strip_prefix('/') else {
+        return Vec::new();
+    };
+    if typed.contains(' ') || app.approval.is_some() {
+        return Vec::new();
+    }
+    matching_commands(typed)
+        .into_iter()
+        .take(8)
+        .enumerate()
+        .map(|(i, (name, about))| {
+            let style = if i == 0 {
+                Style::new().fg(Color::Cyan).bold()
+            } else {
+                Style::new().fg(Color::Cyan)
+            };
+            Line::from(vec![
+                Span::styled(format!("  /{name:<10}"), style),
+                Span::styled(about.to_owned(), Style::new().fg(Color::DarkGray)),
+            ])
+        })
+        .collect()
 }
 
 fn approval_lines(app: &App, width: u16) -> Vec<Line<'static>> {
@@ -198,7 +229,7 @@ fn render_conversation(frame: &mut Frame, app: &App, area: Rect) {
     let width = area.width.max(10) as usize;
     let mut lines: Vec<Line> = Vec::new();
     for cell in &app.cells {
-        cell_lines(cell, app.tick, width, &mut lines);
+        cell_lines(cell, app, width, &mut lines);
         lines.push(Line::raw(""));
     }
     let height = area.height as usize;
@@ -208,7 +239,8 @@ fn render_conversation(frame: &mut Frame, app: &App, area: Rect) {
     frame.render_widget(Paragraph::new(shown), area);
 }
 
-fn cell_lines(cell: &Cell, tick: usize, width: usize, lines: &mut Vec<Line<'static>>) {
+fn cell_lines(cell: &Cell, app: &App, width: usize, lines: &mut Vec<Line<'static>>) {
+    let tick = app.tick;
     match cell {
         Cell::User(text) => {
             for (i, line) in text.lines().enumerate() {
@@ -222,12 +254,35 @@ fn cell_lines(cell: &Cell, tick: usize, width: usize, lines: &mut Vec<Line<'stat
             }
         }
         Cell::Assistant { text, depth } => markdown(text, *depth, width, lines),
+        Cell::Reasoning { text, depth } => {
+            let indent = "  ".repeat(*depth);
+            let style = Style::new()
+                .fg(Color::DarkGray)
+                .add_modifier(Modifier::ITALIC);
+            let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+            let shown = if app.show_reasoning { all.len() } else { 1 };
+            for line in all.iter().take(shown) {
+                for piece in wrap(line, width.saturating_sub(indent.len() + 2).max(8)) {
+                    lines.push(Line::styled(format!("{indent}∴ {piece}"), style));
+                }
+            }
+            if all.len() > shown {
+                lines.push(Line::styled(
+                    format!(
+                        "{indent}  … {} of reasoning (Ctrl-R)",
+                        lines_count(all.len() - shown)
+                    ),
+                    style,
+                ));
+            }
+        }
         Cell::Tool {
             name,
             arguments,
             depth,
             state,
             output,
+            diff,
             ..
         } => {
             let indent = "  ".repeat(*depth);
@@ -265,16 +320,30 @@ fn cell_lines(cell: &Cell, tick: usize, width: usize, lines: &mut Vec<Line<'stat
                 }
                 lines.push(Line::from(spans));
             }
+            if let Some((old, new)) = diff {
+                let gone = Style::new().fg(Color::Red);
+                let added = Style::new().fg(Color::Green);
+                for (mark, text, style) in [("-", old, gone), ("+", new, added)] {
+                    for line in text.lines().take(if app.expanded { 40 } else { 6 }) {
+                        for piece in wrap(line, width.saturating_sub(indent.len() + 4).max(8)) {
+                            lines.push(Line::styled(format!("{indent}  {mark} {piece}"), style));
+                        }
+                    }
+                }
+            }
             let output_lines: Vec<&str> = output.lines().collect();
-            let skipped = output_lines.len().saturating_sub(OUTPUT_LINES);
+            let keep = if app.expanded { 200 } else { OUTPUT_LINES };
+            let skipped = output_lines.len().saturating_sub(keep);
             if skipped > 0 {
                 lines.push(Line::styled(
-                    format!("{indent}  … {skipped} more lines"),
+                    format!("{indent}  … {} (Ctrl-O)", lines_count(skipped)),
                     Style::new().fg(Color::DarkGray),
                 ));
             }
             for line in &output_lines[skipped..] {
-                for piece in wrap(line, width.saturating_sub(indent.len() + 4).max(8)) {
+                // Tabs have no width of their own on the grid (line-numbered file reads).
+                let line = line.replace('\t', "  ");
+                for piece in wrap(&line, width.saturating_sub(indent.len() + 4).max(8)) {
                     lines.push(Line::styled(
                         format!("{indent}  │ {piece}"),
                         Style::new().fg(Color::DarkGray),
@@ -301,6 +370,11 @@ fn cell_lines(cell: &Cell, tick: usize, width: usize, lines: &mut Vec<Line<'stat
             }
         }
     }
+}
+
+/// `1 more line`, `3 more lines`.
+fn lines_count(n: usize) -> String {
+    format!("{n} more line{}", if n == 1 { "" } else { "s" })
 }
 
 /// Light markdown: headings bold, fenced code dimmed and kept as is, list bullets as `•`,
@@ -483,6 +557,23 @@ mod tests {
                     duration_ms: 12,
                 },
                 output: "a\nb\nc\nd\ne\nf".into(),
+                diff: None,
+            },
+            Cell::Reasoning {
+                text: "The README says what the project is.\nThen the layout.".into(),
+                depth: 0,
+            },
+            Cell::Tool {
+                call_id: "e".into(),
+                name: "edit_file".into(),
+                arguments: "/README.md".into(),
+                depth: 0,
+                state: ToolState::Done {
+                    ok: true,
+                    duration_ms: 2,
+                },
+                output: "Edited /README.md.".into(),
+                diff: Some(("Status: draft".into(), "Status: ready".into())),
             },
             Cell::Tool {
                 call_id: "d".into(),
@@ -494,6 +585,7 @@ mod tests {
                     duration_ms: 1,
                 },
                 output: "no such file".into(),
+                diff: None,
             },
             Cell::Notice("summarized 12 earlier messages to make room".into()),
             Cell::Error("the model failed: 500".into()),
@@ -508,7 +600,7 @@ mod tests {
                 status: TodoStatus::InProgress,
             },
         ];
-        insta::assert_snapshot!(screen(&app, 60, 34));
+        insta::assert_snapshot!(screen(&app, 60, 40));
     }
 
     #[test]
@@ -534,6 +626,18 @@ mod tests {
         app.approval = None;
         app.mode = Mode::Yolo;
         insta::assert_snapshot!("yolo", screen(&app, 60, 6));
+    }
+
+    #[test]
+    fn typing_a_command_opens_the_palette() {
+        let mut app = app();
+        app.input = "/re".into();
+        app.cursor = 3;
+        let shown = screen(&app, 60, 12);
+        assert!(shown.contains("/resume"), "{shown}");
+        assert!(shown.contains("/remember"), "{shown}");
+        assert!(!shown.contains("/quit"), "{shown}");
+        insta::assert_snapshot!("palette", shown);
     }
 
     #[test]
