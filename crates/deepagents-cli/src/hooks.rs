@@ -10,14 +10,12 @@ use deepagents::core::ToolCall;
 use deepagents::middleware::{HookApprover, Hooks};
 
 /// The hooks of a run in `root`, and the notes to print about files skipped. Calls a hook
-/// asks about are approved with `auto_approve`, else asked on the terminal when `on_terminal`
-/// allows and stdin is one, else not run.
+/// asks about go to `approver`; without one they do not run.
 pub fn load(
     root: &Path,
     files: &[PathBuf],
     trust_project: bool,
-    auto_approve: bool,
-    on_terminal: bool,
+    approver: Option<Arc<dyn HookApprover>>,
 ) -> anyhow::Result<(Hooks, Vec<String>)> {
     let mut hooks = Hooks::default();
     let mut notes = Vec::new();
@@ -39,14 +37,28 @@ pub fn load(
     for file in files {
         hooks = hooks.merge(Hooks::load(file)?);
     }
-    let hooks = if auto_approve {
-        hooks.approver(Arc::new(Approve::Always))
-    } else if on_terminal && std::io::stdin().is_terminal() {
-        hooks.approver(Arc::new(Approve::OnTerminal))
-    } else {
-        hooks
+    let hooks = match approver {
+        Some(approver) => hooks.approver(approver),
+        None => hooks,
     };
     Ok((hooks.in_dir(root), notes))
+}
+
+/// Who decides a hook's `ask` in a headless run: `--auto-approve` says yes, else the person
+/// at the terminal when stdin is one, else nobody.
+pub fn headless_approver(auto_approve: bool) -> Option<Arc<dyn HookApprover>> {
+    if auto_approve {
+        Some(always())
+    } else if std::io::stdin().is_terminal() {
+        Some(Arc::new(Approve::OnTerminal))
+    } else {
+        None
+    }
+}
+
+/// An approver that says yes (`--auto-approve`).
+pub fn always() -> Arc<dyn HookApprover> {
+    Arc::new(Approve::Always)
 }
 
 /// Who decides the calls a hook asks about.

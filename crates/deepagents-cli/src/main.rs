@@ -468,6 +468,8 @@ struct Session {
     root: Option<std::path::PathBuf>,
     /// Dropping it stops the MCP servers.
     mcp: Option<deepagents_mcp::Connections>,
+    /// What runs ask the TUI while they go on (hooks' `ask`, servers' questions).
+    questions: std::sync::Mutex<Option<tui::Questions>>,
 }
 
 /// Builds the agent the flags describe, for `front`.
@@ -596,13 +598,30 @@ async fn prepare(args: &RunArgs, front: Front) -> anyhow::Result<Session> {
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
     let trusted = trust::project(&hooks_root, args.trust_project)?;
-    let (hooks, notes) = hooks::load(
-        &hooks_root,
-        &args.hook_files,
-        trusted,
-        args.auto_approve,
-        front == Front::Headless,
-    )?;
+    // Who answers what a run asks while it goes on: a hook's `ask`, a server's question.
+    let (approver, elicitor, questions) = match front {
+        Front::Headless => (
+            hooks::headless_approver(args.auto_approve),
+            mcp::headless_elicitor(args.auto_approve),
+            None,
+        ),
+        Front::Tui => {
+            let (asker, questions) = tui::Asker::channel();
+            let asker = std::sync::Arc::new(asker);
+            let approver: std::sync::Arc<dyn deepagents::middleware::HookApprover> =
+                if args.auto_approve {
+                    hooks::always()
+                } else {
+                    asker.clone()
+                };
+            (
+                Some(approver),
+                Some(asker as std::sync::Arc<dyn deepagents_mcp::Elicitor>),
+                Some(questions),
+            )
+        }
+    };
+    let (hooks, notes) = hooks::load(&hooks_root, &args.hook_files, trusted, approver)?;
     for note in notes {
         eprintln!("{note}");
     }
@@ -617,12 +636,7 @@ async fn prepare(args: &RunArgs, front: Front) -> anyhow::Result<Session> {
             eprintln!("{note}");
         }
         if !servers.is_empty() {
-            let connections = mcp::connect(
-                &servers,
-                &hooks_root,
-                !args.auto_approve && front == Front::Headless,
-            )
-            .await;
+            let connections = mcp::connect(&servers, &hooks_root, elicitor).await;
             for problem in connections.tools().1 {
                 eprintln!("warning: an MCP tool was left out: {problem}");
             }
@@ -660,6 +674,7 @@ async fn prepare(args: &RunArgs, front: Front) -> anyhow::Result<Session> {
         },
         mcp: mcp_connections,
         root: workspace.root.clone(),
+        questions: std::sync::Mutex::new(questions),
     })
 }
 

@@ -52,9 +52,13 @@ pub fn servers(
 }
 
 /// Connects to `servers`, printing on stderr each one that failed and why; their stderr
-/// goes to `mcp-logs/` in the data directory. With `interactive`, servers may ask the user
-/// questions on the terminal.
-pub async fn connect(servers: &[ServerConfig], root: &Path, interactive: bool) -> Connections {
+/// goes to `mcp-logs/` in the data directory. Servers' questions go to `elicitor` (none: they
+/// are not offered elicitation).
+pub async fn connect(
+    servers: &[ServerConfig],
+    root: &Path,
+    elicitor: Option<Arc<dyn Elicitor>>,
+) -> Connections {
     let mut options = ConnectOptions::new(root);
     if let Some(dir) = crate::workspace::data_dir()
         .ok()
@@ -63,8 +67,8 @@ pub async fn connect(servers: &[ServerConfig], root: &Path, interactive: bool) -
     {
         options = options.log_dir(dir);
     }
-    if interactive && std::io::stdin().is_terminal() {
-        options = options.elicitor(Arc::new(TerminalElicitor));
+    if let Some(elicitor) = elicitor {
+        options = options.elicitor(elicitor);
     }
     let connections = deepagents_mcp::connect(servers, &options).await;
     for (name, reason) in &connections.failures {
@@ -125,7 +129,7 @@ pub async fn tools(
         .into_iter()
         .filter(|s| only.is_none_or(|name| s.name == name))
         .collect();
-    let connections = connect(&servers, root, false).await;
+    let connections = connect(&servers, root, None).await;
     let mut listed = Vec::new();
     for server in &connections.servers {
         for tool in &server.tools {
@@ -153,6 +157,13 @@ pub async fn tools(
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Who answers servers' questions in a headless run: the person at the terminal, when stdin
+/// is one and approvals are not automatic.
+pub fn headless_elicitor(auto_approve: bool) -> Option<Arc<dyn Elicitor>> {
+    (!auto_approve && std::io::stdin().is_terminal())
+        .then(|| Arc::new(TerminalElicitor) as Arc<dyn Elicitor>)
 }
 
 /// Servers' questions asked on the terminal while their call waits.

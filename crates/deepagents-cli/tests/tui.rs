@@ -256,3 +256,70 @@ fn a_spend_cap_stops_a_turn_in_the_tui() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn a_hook_s_ask_and_a_server_s_question_are_answered_in_the_tui() {
+    if !have_tmux() {
+        return;
+    }
+    let Some(python) = deepagents_test_support::mcp_python() else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let server =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deepagents-mcp/tests/fixtures/server.py");
+    let mcp = data.path().join("servers.json");
+    std::fs::write(
+        &mcp,
+        json!({"mcpServers": {"fixture": {"command": python, "args": [server.display().to_string()]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let hooks = data.path().join("hooks.json");
+    std::fs::write(
+        &hooks,
+        json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"command":
+            "printf '%s' '{\"hookSpecificOutput\": {\"permissionDecision\": \"ask\", \"permissionDecisionReason\": \"touching needs a person\"}}'"}]}]}})
+        .to_string(),
+    )
+    .unwrap();
+    let model = script(
+        data.path(),
+        json!([
+            {"tool_calls": [{"id": "t", "name": "execute", "args": {"command": "touch asked.txt"}}]},
+            {"tool_calls": [{"id": "q", "name": "fixture__ask", "args": {}}]},
+            {"text": "All answered."}
+        ]),
+    );
+    let tui = Tui::start(
+        data.path(),
+        &[
+            "--model",
+            &model,
+            "--backend",
+            "shell",
+            "--sandbox",
+            "off",
+            "--shell-allow",
+            "touch",
+            "--root",
+            ".",
+            "--hooks",
+            &hooks.display().to_string(),
+            "--mcp-config",
+            &mcp.display().to_string(),
+        ],
+    );
+    tui.type_line("go");
+    let screen = tui.wait_for("A hook asks you to approve");
+    assert!(screen.contains("touching needs a person"), "{screen}");
+    tui.keys(&["y"]);
+    let screen = tui.wait_for("The MCP server fixture asks: Who are you?");
+    assert!(data.path().join("asked.txt").exists(), "{screen}");
+    assert!(screen.contains("[1/2] age (integer)"), "{screen}");
+    tui.type_line("36");
+    tui.wait_for("[2/2] name (string)");
+    tui.type_line("Ada");
+    let screen = tui.wait_for("All answered.");
+    assert!(screen.contains("hello Ada, 36"), "{screen}");
+}

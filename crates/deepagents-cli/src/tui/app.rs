@@ -64,9 +64,41 @@ pub struct Approval {
     pub rejecting: Option<String>,
 }
 
+/// A question a running turn waits on (a hook's `ask`, a server's elicitation).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Asked {
+    /// May this call run?
+    Approve { call: String, reason: String },
+    /// A server wants values for a form, asked field by field.
+    Form {
+        server: String,
+        message: String,
+        fields: Vec<(String, serde_json::Value, bool)>,
+        at: usize,
+        values: serde_json::Map<String, serde_json::Value>,
+        typed: String,
+        problem: Option<String>,
+    },
+    /// A server wants something done at a URL.
+    Url {
+        server: String,
+        message: String,
+        url: String,
+    },
+}
+
+/// The answer to an [`Asked`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    Approved(bool),
+    Elicited(deepagents_mcp::ElicitationAnswer),
+}
+
 /// What the loop must do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
+    /// Reply to the question shown.
+    Answer(Answer),
     /// Start a turn with this message.
     Send(String),
     /// Cancel the running turn.
@@ -114,6 +146,8 @@ pub struct App {
     /// A turn is running.
     pub busy: bool,
     pub approval: Option<Approval>,
+    /// The question shown, when a turn waits on one.
+    pub asked: Option<Asked>,
     pub mode: Mode,
     pub status: Status,
     pub todos: Vec<Todo>,
@@ -143,6 +177,7 @@ impl App {
             queued: Vec::new(),
             busy: false,
             approval: None,
+            asked: None,
             mode: Mode::Manual,
             status,
             todos: Vec::new(),
@@ -395,6 +430,9 @@ impl App {
         if ctrl && key.code == KeyCode::Char('d') && self.input.is_empty() {
             return Some(Action::Quit);
         }
+        if self.asked.is_some() {
+            return self.on_question_key(key);
+        }
         if self.approval.is_some() {
             return self.on_approval_key(key);
         }
@@ -645,6 +683,101 @@ impl App {
                 self,
                 format!("unknown command /{other}; /help lists the commands"),
             ),
+        }
+    }
+
+    /// Shows a question from the run.
+    pub fn ask(&mut self, question: &super::ask::Question) {
+        self.asked = Some(match question {
+            super::ask::Question::Approve { call, reason, .. } => Asked::Approve {
+                call: format!("{} {}", call.name, short_arguments(&call.arguments)),
+                reason: reason.clone(),
+            },
+            super::ask::Question::Elicit { request, .. } => match &request.kind {
+                deepagents_mcp::Elicitation::Form { schema } => Asked::Form {
+                    server: request.server.clone(),
+                    message: request.message.clone(),
+                    fields: deepagents_mcp::elicitation::form_fields(schema),
+                    at: 0,
+                    values: serde_json::Map::new(),
+                    typed: String::new(),
+                    problem: None,
+                },
+                deepagents_mcp::Elicitation::Url { url } => Asked::Url {
+                    server: request.server.clone(),
+                    message: request.message.clone(),
+                    url: url.clone(),
+                },
+            },
+        });
+    }
+
+    fn answered(&mut self, answer: Answer) -> Option<Action> {
+        self.asked = None;
+        Some(Action::Answer(answer))
+    }
+
+    fn on_question_key(&mut self, key: KeyEvent) -> Option<Action> {
+        use deepagents_mcp::ElicitationAnswer;
+        let asked = self.asked.as_mut()?;
+        match asked {
+            Asked::Approve { .. } => match key.code {
+                KeyCode::Char('y') => self.answered(Answer::Approved(true)),
+                KeyCode::Char('n') | KeyCode::Esc | KeyCode::Enter => {
+                    self.answered(Answer::Approved(false))
+                }
+                _ => None,
+            },
+            Asked::Url { .. } => match key.code {
+                KeyCode::Char('y') | KeyCode::Enter => {
+                    self.answered(Answer::Elicited(ElicitationAnswer::Accept(None)))
+                }
+                KeyCode::Char('n') => self.answered(Answer::Elicited(ElicitationAnswer::Decline)),
+                KeyCode::Esc => self.answered(Answer::Elicited(ElicitationAnswer::Cancel)),
+                _ => None,
+            },
+            Asked::Form {
+                fields,
+                at,
+                values,
+                typed,
+                problem,
+                ..
+            } => match key.code {
+                KeyCode::Esc => self.answered(Answer::Elicited(ElicitationAnswer::Decline)),
+                KeyCode::Backspace => {
+                    typed.pop();
+                    None
+                }
+                KeyCode::Char(c) => {
+                    typed.push(c);
+                    None
+                }
+                KeyCode::Enter => {
+                    let (name, field, required) = fields.get(*at)?;
+                    if typed.trim().is_empty() && !required {
+                        *at += 1;
+                    } else {
+                        match deepagents_mcp::elicitation::parse_field(field, typed) {
+                            Ok(value) => {
+                                values.insert(name.clone(), value);
+                                *at += 1;
+                                *problem = None;
+                            }
+                            Err(why) => *problem = Some(why),
+                        }
+                    }
+                    typed.clear();
+                    if *at >= fields.len() {
+                        let values = std::mem::take(values);
+                        return self.answered(Answer::Elicited(ElicitationAnswer::Accept(Some(
+                            serde_json::Value::Object(values),
+                        ))));
+                    }
+                    None
+                }
+                _ => None,
+            },
         }
     }
 
@@ -1012,6 +1145,54 @@ mod tests {
         app.on_key(key(KeyCode::Tab));
         assert_eq!(app.input, "look at @src/main.rs");
         assert_eq!(matching_commands("rsm")[0].0, "resume");
+    }
+
+    #[test]
+    fn questions_are_answered_in_the_tui() {
+        use deepagents_mcp::{Elicitation, ElicitationAnswer, ElicitationRequest};
+        let mut app = App::new(Status::default());
+        let (reply, _) = tokio::sync::oneshot::channel();
+        app.ask(&crate::tui::ask::Question::Elicit {
+            request: ElicitationRequest {
+                server: "shop".into(),
+                message: "Your details".into(),
+                kind: Elicitation::Form {
+                    schema: serde_json::json!({"type": "object", "properties": {
+                        "age": {"type": "integer"}, "name": {"type": "string"}},
+                        "required": ["age"]}),
+                },
+            },
+            reply,
+        });
+        type_text(&mut app, "old");
+        app.on_key(key(KeyCode::Enter));
+        assert!(
+            matches!(&app.asked, Some(Asked::Form { problem: Some(p), at: 0, .. }) if p.contains("whole number"))
+        );
+        type_text(&mut app, "41");
+        app.on_key(key(KeyCode::Enter));
+        type_text(&mut app, "Ada");
+        assert_eq!(
+            app.on_key(key(KeyCode::Enter)),
+            Some(Action::Answer(Answer::Elicited(ElicitationAnswer::Accept(
+                Some(serde_json::json!({"age": 41, "name": "Ada"}))
+            ))))
+        );
+        assert!(app.asked.is_none());
+        let (reply, _) = tokio::sync::oneshot::channel();
+        app.ask(&crate::tui::ask::Question::Approve {
+            call: deepagents::core::ToolCall {
+                id: "c".into(),
+                name: "execute".into(),
+                arguments: serde_json::json!({"command": "make deploy"}),
+            },
+            reason: "deploys need a person".into(),
+            reply,
+        });
+        assert_eq!(
+            app.on_key(key(KeyCode::Char('y'))),
+            Some(Action::Answer(Answer::Approved(true)))
+        );
     }
 
     #[test]

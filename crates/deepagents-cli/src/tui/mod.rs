@@ -7,6 +7,7 @@
 //! tick; every turn is a run of the thread, saved at every step.
 
 mod app;
+mod ask;
 mod view;
 
 use std::process::ExitCode;
@@ -26,7 +27,10 @@ use futures::StreamExt as _;
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
 
-use app::{Action, App, Cell, Status};
+pub use ask::{Asker, Questions};
+
+use app::{Action, Answer, App, Cell, Status};
+use ask::Question;
 
 /// What the TUI starts with.
 pub struct Start<'a> {
@@ -107,6 +111,13 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
     let _screen = Screen::enter()?;
     let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))
         .context("cannot draw on the terminal")?;
+    let mut questions = session
+        .questions
+        .lock()
+        .ok()
+        .and_then(|mut questions| questions.take());
+    // The question shown first; the others wait their turn.
+    let mut asking: std::collections::VecDeque<Question> = std::collections::VecDeque::new();
     let mut keys = EventStream::new();
     let mut tick = tokio::time::interval(Duration::from_millis(120));
     let mut turn: Option<Turn> = None;
@@ -119,6 +130,21 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
         if let Some(action) = pending.take() {
             match action {
                 Action::Quit => break,
+                Action::Answer(answer) => {
+                    match (asking.pop_front(), answer) {
+                        (Some(Question::Approve { reply, .. }), Answer::Approved(yes)) => {
+                            let _ = reply.send(yes);
+                        }
+                        (Some(Question::Elicit { reply, .. }), Answer::Elicited(answer)) => {
+                            let _ = reply.send(answer);
+                        }
+                        // A mismatch cannot happen; dropping the reply declines.
+                        _ => {}
+                    }
+                    if let Some(next) = asking.front() {
+                        app.ask(next);
+                    }
+                }
                 Action::Send(text) => match handle(session, &thread_id)?.stream(text).await {
                     Ok(stream) => turn = Some(Turn { stream }),
                     Err(e) => pending = app.failed(e.to_string(), Default::default()),
@@ -224,6 +250,20 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
                         };
                     }
                 }
+            },
+            question = async {
+                match questions.as_mut() {
+                    Some(questions) => questions.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => match question {
+                Some(question) => {
+                    if asking.is_empty() {
+                        app.ask(&question);
+                    }
+                    asking.push_back(question);
+                }
+                None => questions = None,
             },
             _ = tick.tick() => app.on_tick(),
         }

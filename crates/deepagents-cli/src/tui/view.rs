@@ -9,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
-use super::app::{App, Cell, Mode, ToolState, mark, matching_commands};
+use super::app::{App, Asked, Cell, Mode, ToolState, mark, matching_commands};
 
 const SPINNER: [&str; 4] = ["⠋", "⠙", "⠸", "⠴"];
 
@@ -58,7 +58,11 @@ pub fn render(frame: &mut Frame, app: &App) {
                 Block::new()
                     .borders(Borders::TOP)
                     .border_style(Style::new().fg(Color::Yellow))
-                    .title(" approval needed "),
+                    .title(if app.asked.is_some() {
+                        " question "
+                    } else {
+                        " approval needed "
+                    }),
             ),
             approval,
         );
@@ -93,7 +97,88 @@ fn palette_lines(app: &App) -> Vec<Line<'static>> {
         .collect()
 }
 
+/// A question the run waits on.
+fn question_lines(asked: &Asked, width: u16) -> Vec<Line<'static>> {
+    let width = width.saturating_sub(2) as usize;
+    let mut lines = vec![Line::raw("")];
+    let mut say = |text: String, style: Style| {
+        for piece in wrap(&text, width) {
+            lines.push(Line::styled(format!("  {piece}"), style));
+        }
+    };
+    let hint = Style::new().fg(Color::Yellow);
+    match asked {
+        Asked::Approve { call, reason } => {
+            say(
+                format!("A hook asks you to approve: {call}"),
+                Style::new().bold(),
+            );
+            say(reason.clone(), Style::new().fg(Color::DarkGray));
+            say("y run it · n or Esc: do not".to_owned(), hint);
+        }
+        Asked::Url {
+            server,
+            message,
+            url,
+        } => {
+            say(
+                format!("The MCP server {server} asks: {message}"),
+                Style::new().bold(),
+            );
+            say(format!("Open {url}"), Style::new().fg(Color::Cyan));
+            say(
+                "y or Enter when done · n decline · Esc cancel the call".to_owned(),
+                hint,
+            );
+        }
+        Asked::Form {
+            server,
+            message,
+            fields,
+            at,
+            typed,
+            problem,
+            ..
+        } => {
+            say(
+                format!("The MCP server {server} asks: {message}"),
+                Style::new().bold(),
+            );
+            if let Some((name, field, required)) = fields.get(*at) {
+                let about = field["description"]
+                    .as_str()
+                    .or_else(|| field["title"].as_str())
+                    .map(|d| format!(" — {d}"))
+                    .unwrap_or_default();
+                let kind = field["type"].as_str().unwrap_or("string");
+                let optional = if *required {
+                    ""
+                } else {
+                    ", optional: Enter skips"
+                };
+                say(
+                    format!(
+                        "[{}/{}] {name} ({kind}{optional}){about}",
+                        at + 1,
+                        fields.len()
+                    ),
+                    Style::new(),
+                );
+                say(format!("> {typed}"), Style::new().fg(Color::Cyan));
+            }
+            if let Some(problem) = problem {
+                say(problem.clone(), Style::new().fg(Color::Red));
+            }
+            say("Enter next field · Esc decline".to_owned(), hint);
+        }
+    }
+    lines
+}
+
 fn approval_lines(app: &App, width: u16) -> Vec<Line<'static>> {
+    if let Some(asked) = &app.asked {
+        return question_lines(asked, width);
+    }
     let Some(approval) = &app.approval else {
         return Vec::new();
     };
@@ -186,7 +271,7 @@ fn render_input(frame: &mut Frame, app: &App, area: Rect) {
         .map(|l| Line::raw((*l).to_owned()))
         .collect();
     frame.render_widget(Paragraph::new(text).block(block), area);
-    if app.approval.is_none() {
+    if app.approval.is_none() && app.asked.is_none() {
         let column = before.rsplit('\n').next().map_or(0, UnicodeWidthStr::width);
         frame.set_cursor_position(Position::new(
             inner.x + (column as u16).min(inner.width.saturating_sub(1)),
