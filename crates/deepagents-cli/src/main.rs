@@ -470,6 +470,8 @@ struct Session {
     mcp: Option<deepagents_mcp::Connections>,
     /// What runs ask the TUI while they go on (hooks' `ask`, servers' questions).
     questions: std::sync::Mutex<Option<tui::Questions>>,
+    /// The model's context window in tokens, when known.
+    window: Option<u64>,
 }
 
 /// Builds the agent the flags describe, for `front`.
@@ -497,6 +499,9 @@ async fn prepare(args: &RunArgs, front: Front) -> anyhow::Result<Session> {
         models::SpecError::MissingBaseUrl { .. } => anyhow::anyhow!("{error} (--base-url URL)"),
         error => error.into(),
     })?;
+    let window = args
+        .max_input_tokens
+        .or_else(|| model.profile().map(|p| p.max_input_tokens));
     let mut builder = Agent::builder(model)
         .todos(args.todos)
         .compact_tool(args.compact_tool)
@@ -675,6 +680,7 @@ async fn prepare(args: &RunArgs, front: Front) -> anyhow::Result<Session> {
         mcp: mcp_connections,
         root: workspace.root.clone(),
         questions: std::sync::Mutex::new(questions),
+        window,
     })
 }
 

@@ -142,6 +142,12 @@ fn a_conversation_streams_queues_shows_cost_and_reopens() {
     tui.type_line("/cost");
     let screen = tui.wait_for("session: $");
     assert!(screen.contains("tokens ("), "{screen}");
+    tui.type_line("/context");
+    tui.wait_for("the latest request held");
+    // A title and the approval mode are kept with the thread.
+    tui.type_line("/rename Release notes");
+    tui.type_line("/yolo");
+    tui.wait_for(" YOLO ");
     tui.type_line("/quit");
     let start = Instant::now();
     while !tui.exited() {
@@ -160,8 +166,16 @@ fn a_conversation_streams_queues_shows_cost_and_reopens() {
     );
     let screen = again.wait_for("Wrote the notes.");
     assert!(screen.contains("› hi there"), "{screen}");
+    assert!(
+        screen.contains("· Release notes") && screen.contains(" YOLO "),
+        "{screen}"
+    );
     again.type_line("/threads");
-    again.wait_for("threads, newest first");
+    let screen = again.wait_for("newest first (/resume ID):");
+    assert!(
+        screen.contains("talk  20") && screen.contains("6 messages  Release notes"),
+        "{screen}"
+    );
 }
 
 #[test]

@@ -117,6 +117,10 @@ pub enum Action {
     ListMcp,
     /// Add this line to the project's `AGENTS.md`.
     Remember(String),
+    /// Give the thread this title.
+    Rename(String),
+    /// The approval mode changed: remember it for the thread.
+    ModeChanged,
     /// Leave.
     Quit,
 }
@@ -131,6 +135,10 @@ pub struct Status {
     pub session: Spent,
     /// What the thread spent in all.
     pub thread_spent: Spent,
+    /// The model's context window, when known.
+    pub window: Option<u64>,
+    /// Prompt tokens of the latest model call: how full the context is.
+    pub context: u64,
 }
 
 /// The whole TUI state.
@@ -163,6 +171,8 @@ pub struct App {
     pub show_reasoning: bool,
     /// The session's root, for `@` path completion.
     pub root: Option<std::path::PathBuf>,
+    /// Tools whose actions are approved for the rest of the session (`s` in the panel).
+    pub allowed_tools: std::collections::BTreeSet<String>,
 }
 
 impl App {
@@ -187,6 +197,7 @@ impl App {
             expanded: false,
             show_reasoning: false,
             root: None,
+            allowed_tools: std::collections::BTreeSet::new(),
         }
     }
 
@@ -302,6 +313,9 @@ impl App {
             EventKind::StateUpdated {
                 todos: Some(todos), ..
             } if depth == 0 => self.todos.clone_from(todos),
+            EventKind::ModelCallFinished { usage, .. } if depth == 0 => {
+                self.status.context = usage.input_tokens;
+            }
             EventKind::Summarized { replaced, .. } => self.cells.push(Cell::Notice(format!(
                 "summarized {replaced} earlier messages to make room"
             ))),
@@ -358,7 +372,24 @@ impl App {
             decisions: Vec::new(),
             rejecting: None,
         });
-        None
+        self.approve_allowed()
+    }
+
+    /// Approves the actions next in line whose tool was allowed for the session; the
+    /// decisions when that settles them all.
+    fn approve_allowed(&mut self) -> Option<Action> {
+        let approval = self.approval.as_mut()?;
+        while let Some(action) = approval.actions.get(approval.decisions.len()) {
+            if !(self.allowed_tools.contains(&action.name)
+                && action.allowed.contains(&DecisionKind::Approve))
+            {
+                return None;
+            }
+            approval.decisions.push(Decision::Approve);
+        }
+        let decisions = std::mem::take(&mut approval.decisions);
+        self.approval = None;
+        Some(Action::Decide(decisions))
     }
 
     /// The turn failed (or was interrupted).
@@ -640,6 +671,21 @@ impl App {
                 let line = spending(&self.status.session, &self.status.thread_spent);
                 say(self, line)
             }
+            "context" => {
+                let status = &self.status;
+                let text = match status.window {
+                    Some(window) => format!(
+                        "the latest request held {} tokens of the {window}-token window ({}%); older messages are summarized as it fills",
+                        status.context,
+                        status.context * 100 / window.max(1)
+                    ),
+                    None => format!(
+                        "the latest request held {} tokens (the model's window is not known)",
+                        status.context
+                    ),
+                };
+                say(self, text)
+            }
             "todos" if self.todos.is_empty() => say(self, "no plan yet".to_owned()),
             "todos" => {
                 let list = self
@@ -667,18 +713,21 @@ impl App {
             "remember" => Some(Action::Remember(rest.to_owned())),
             "yolo" => {
                 self.mode = Mode::Yolo;
-                say(
-                    self,
-                    "YOLO: every action is approved without asking".to_owned(),
-                )
+                self.cells.push(Cell::Notice(
+                    "YOLO: every action is approved without asking (kept for this thread)"
+                        .to_owned(),
+                ));
+                Some(Action::ModeChanged)
             }
             "manual" => {
                 self.mode = Mode::Manual;
-                say(
-                    self,
+                self.cells.push(Cell::Notice(
                     "actions that need approval are asked about".to_owned(),
-                )
+                ));
+                Some(Action::ModeChanged)
             }
+            "rename" if rest.is_empty() => say(self, "usage: /rename TITLE".to_owned()),
+            "rename" => Some(Action::Rename(rest.to_owned())),
             other => say(
                 self,
                 format!("unknown command /{other}; /help lists the commands"),
@@ -820,6 +869,14 @@ impl App {
                 }
                 last
             }
+            KeyCode::Char('s') if allows(DecisionKind::Approve) => {
+                let tool = action.name.clone();
+                self.cells.push(Cell::Notice(format!(
+                    "{tool} is approved for the rest of the session"
+                )));
+                self.allowed_tools.insert(tool);
+                self.decide(Decision::Approve)
+            }
             KeyCode::Char('n' | 'r') if allows(DecisionKind::Reject) => {
                 approval.rejecting = Some(String::new());
                 None
@@ -832,21 +889,15 @@ impl App {
     }
 
     fn decide(&mut self, decision: Decision) -> Option<Action> {
-        let approval = self.approval.as_mut()?;
-        approval.decisions.push(decision);
-        if approval.decisions.len() < approval.actions.len() {
-            return None;
-        }
-        let decisions = std::mem::take(&mut approval.decisions);
-        self.approval = None;
-        Some(Action::Decide(decisions))
+        self.approval.as_mut()?.decisions.push(decision);
+        self.approve_allowed()
     }
 }
 
 const HELP: &str = "Enter sends · Shift/Alt-Enter or Ctrl-J: new line · Up/Down: earlier messages · PgUp/PgDn: scroll
 Tab completes a /command or an @path · Ctrl-O: whole tool outputs · Ctrl-R: whole reasoning
 Esc interrupts the turn · Ctrl-C interrupts, twice quits · Ctrl-D on an empty line quits
-Approvals: y approve · n reject (type a reason, Enter) · A approve all for the session";
+Approvals: y approve · s this tool for the session · n reject (type a reason, Enter) · A everything";
 
 /// The slash commands, with what they do (the palette shows them).
 pub const COMMANDS: &[(&str, &str)] = &[
@@ -857,7 +908,9 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("clear", "clear the view"),
     ("cost", "what the session and the thread spent"),
     ("tokens", "the same, in tokens"),
+    ("context", "how full the context window is"),
     ("todos", "the plan"),
+    ("rename", "TITLE: name this thread"),
     ("mcp", "MCP servers and their tools"),
     ("remember", "TEXT: add a line to the project's AGENTS.md"),
     ("copy", "the last answer to the clipboard"),
@@ -1117,6 +1170,17 @@ mod tests {
             ]))
         );
         assert!(app.approval.is_none());
+        // `s` approves the tool for the session: its later actions do not wait.
+        app.paused(vec![action("s1")]);
+        assert_eq!(
+            app.on_key(key(KeyCode::Char('s'))),
+            Some(Action::Decide(vec![Decision::Approve]))
+        );
+        assert_eq!(
+            app.paused(vec![action("s2"), action("s3")]),
+            Some(Action::Decide(vec![Decision::Approve, Decision::Approve]))
+        );
+        app.allowed_tools.clear();
         // In YOLO mode nothing waits.
         app.mode = Mode::Yolo;
         assert_eq!(

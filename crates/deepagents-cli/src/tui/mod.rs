@@ -8,6 +8,7 @@
 
 mod app;
 mod ask;
+mod notes;
 mod view;
 
 use std::process::ExitCode;
@@ -101,13 +102,15 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
         model: session.model.clone(),
         thread: thread_id.clone(),
         sandbox: session.sandbox.clone(),
+        window: session.window,
         ..Status::default()
     });
     if start.auto_approve {
         app.mode = app::Mode::Yolo;
     }
     app.root.clone_from(&session.root);
-    open(session, &thread_id, &mut app).await?;
+    let mut notes = notes::Notes::load();
+    open(session, &thread_id, &mut app, &notes).await?;
     let _screen = Screen::enter()?;
     let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))
         .context("cannot draw on the terminal")?;
@@ -173,7 +176,7 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
                     thread_id = new_thread_id();
                     app.cells.clear();
                     app.todos.clear();
-                    open(session, &thread_id, &mut app).await?;
+                    open(session, &thread_id, &mut app, &notes).await?;
                     app.cells
                         .push(Cell::Notice(format!("new thread {thread_id}")));
                 }
@@ -184,7 +187,7 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
                         thread_id = id;
                         app.cells.clear();
                         app.todos.clear();
-                        open(session, &thread_id, &mut app).await?;
+                        open(session, &thread_id, &mut app, &notes).await?;
                         app.cells
                             .push(Cell::Notice(format!("opened thread {thread_id}")));
                     }
@@ -203,15 +206,16 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
                     Ok(path) => Cell::Notice(format!("added to {}", path.display())),
                     Err(e) => Cell::Error(format!("{e:#}")),
                 }),
+                Action::Rename(title) => {
+                    notes.update(&thread_id, |note| note.title = Some(title.clone()));
+                    app.status.thread = title;
+                }
+                Action::ModeChanged => {
+                    let yolo = app.mode == app::Mode::Yolo;
+                    notes.update(&thread_id, |note| note.yolo = yolo);
+                }
                 Action::ListThreads => {
-                    let mut threads = start.checkpointer.threads().await.unwrap_or_default();
-                    threads.sort_by_key(|t| std::cmp::Reverse(t.updated_at_ms));
-                    let list = threads
-                        .iter()
-                        .take(20)
-                        .map(|t| format!("{} ({} checkpoints)", t.thread_id, t.checkpoints))
-                        .collect::<Vec<_>>()
-                        .join("\n");
+                    let list = thread_list(start.checkpointer.as_ref(), &notes).await;
                     app.cells.push(Cell::Notice(if list.is_empty() {
                         "no threads yet".to_owned()
                     } else {
@@ -283,8 +287,49 @@ fn handle(session: &crate::Session, id: &str) -> anyhow::Result<Thread> {
         .with_options(RunOptions::default()))
 }
 
-/// Shows thread `id`'s conversation so far (none for a new thread).
-async fn open(session: &crate::Session, id: &str, app: &mut App) -> anyhow::Result<()> {
+/// The 20 threads changed last: id, when, how many messages, title.
+async fn thread_list(checkpointer: &dyn Checkpointer, notes: &notes::Notes) -> String {
+    let mut threads = checkpointer.threads().await.unwrap_or_default();
+    threads.sort_by_key(|t| std::cmp::Reverse(t.updated_at_ms));
+    let mut lines = Vec::new();
+    for thread in threads.into_iter().take(20) {
+        let run = checkpointer
+            .load(&thread.thread_id, None)
+            .await
+            .ok()
+            .flatten();
+        let messages = run.as_ref().map_or(0, |run| run.state.messages.len());
+        let title = notes.get(&thread.thread_id).title.or_else(|| {
+            run.as_ref().and_then(|run| {
+                run.state
+                    .messages
+                    .iter()
+                    .find(|m| matches!(m, deepagents::Message::User { .. }))
+                    .map(|m| app::short_arguments(&serde_json::Value::String(m.text())))
+            })
+        });
+        lines.push(format!(
+            "{}  {}  {} messages  {}",
+            thread.thread_id,
+            notes::date(thread.updated_at_ms),
+            messages,
+            title.unwrap_or_default()
+        ));
+    }
+    lines.join("\n")
+}
+
+/// Shows thread `id`'s conversation so far (none for a new thread), with its title and mode.
+async fn open(
+    session: &crate::Session,
+    id: &str,
+    app: &mut App,
+    notes: &notes::Notes,
+) -> anyhow::Result<()> {
+    let note = notes.get(id);
+    if note.yolo {
+        app.mode = app::Mode::Yolo;
+    }
     if let Some(run) = handle(session, id)?.state().await? {
         app.show_history(&run.state.messages);
         app.todos.clone_from(&run.state.todos);
@@ -295,7 +340,7 @@ async fn open(session: &crate::Session, id: &str, app: &mut App) -> anyhow::Resu
             app.paused(run.control.pending.clone());
         }
     }
-    app.status.thread = id.to_owned();
+    app.status.thread = note.title.unwrap_or_else(|| id.to_owned());
     Ok(())
 }
 

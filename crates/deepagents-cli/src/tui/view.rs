@@ -232,7 +232,7 @@ fn approval_lines(app: &App, width: u16) -> Vec<Line<'static>> {
     lines.push(match &approval.rejecting {
         Some(reason) => Line::raw(format!("  reason (Enter to reject, Esc back): {reason}")),
         None => Line::styled(
-            "  y approve · n reject · A approve all this session · Esc reject",
+            "  y approve · s approve this tool for the session · n reject · A approve everything · Esc reject",
             Style::new().fg(Color::Yellow),
         ),
     });
@@ -295,6 +295,14 @@ fn status_line(app: &App) -> Line<'static> {
     }
     if !status.sandbox.is_empty() {
         spans.push(Span::raw(format!("· {} ", status.sandbox)));
+    }
+    if let Some(window) = status.window
+        && status.context > 0
+    {
+        spans.push(Span::raw(format!(
+            "· ctx {}% ",
+            status.context * 100 / window.max(1)
+        )));
     }
     let spent = &status.session;
     spans.push(Span::styled(
