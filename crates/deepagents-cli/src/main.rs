@@ -163,7 +163,7 @@ enum RepoCommand {
 }
 
 /// Which repository, for `--backend repo` and `deepagents repo`.
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct RepoArgs {
     /// The repository: a local path (created on the first write when missing), a URL git can
     /// reach, or `owner/name` under `base` of `[repo]` in the config file.
@@ -174,7 +174,7 @@ struct RepoArgs {
     repo_branch: Option<String>,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct RunArgs {
     /// The model as provider:model, e.g. `anthropic:claude-sonnet-4-5`, `openai:gpt-5`,
     /// `replay:session.json` or `scripted:examples/scripts/plan.json`. Beats
@@ -472,10 +472,13 @@ struct Session {
     questions: std::sync::Mutex<Option<tui::Questions>>,
     /// The model's context window in tokens, when known.
     window: Option<u64>,
+    /// Whether the project's hooks and MCP servers are trusted (kept when it is rebuilt).
+    trusted: bool,
 }
 
-/// Builds the agent the flags describe, for `front`.
-async fn prepare(args: &RunArgs, front: Front) -> anyhow::Result<Session> {
+/// Builds the agent the flags describe, for `front`; `may_ask` lets it ask on the terminal
+/// whether to trust the project (not once the TUI owns the terminal).
+async fn prepare(args: &RunArgs, front: Front, may_ask: bool) -> anyhow::Result<Session> {
     let config = config::load(args.config.as_deref())?;
     let Some(spec) = args.model.clone().or_else(|| config.model.clone()) else {
         bail!(
@@ -602,7 +605,7 @@ async fn prepare(args: &RunArgs, front: Front) -> anyhow::Result<Session> {
         Some(root) => root.clone(),
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let trusted = trust::project(&hooks_root, args.trust_project)?;
+    let trusted = trust::project(&hooks_root, args.trust_project, may_ask)?;
     // Who answers what a run asks while it goes on: a hook's `ask`, a server's question.
     let (approver, elicitor, questions) = match front {
         Front::Headless => (
@@ -681,6 +684,7 @@ async fn prepare(args: &RunArgs, front: Front) -> anyhow::Result<Session> {
         root: workspace.root.clone(),
         questions: std::sync::Mutex::new(questions),
         window,
+        trusted,
     })
 }
 
@@ -698,7 +702,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if task.as_deref().is_none_or(|t| t.trim().is_empty()) && args.thread.is_none() {
         bail!("the task is empty; pass it as an argument or on stdin with `-`");
     }
-    let session = prepare(&args, Front::Headless).await?;
+    let session = prepare(&args, Front::Headless, true).await?;
     let Session {
         agent,
         store,
@@ -791,7 +795,7 @@ async fn start(mut args: ChatArgs) -> anyhow::Result<ExitCode> {
 
 /// The interactive agent.
 async fn chat(args: ChatArgs) -> anyhow::Result<ExitCode> {
-    let session = prepare(&args.run, Front::Tui).await?;
+    let session = prepare(&args.run, Front::Tui, true).await?;
     let checkpointer =
         session.agent.checkpointer().cloned().context(
             "the interactive agent keeps threads; its data directory could not be opened",
@@ -805,22 +809,15 @@ async fn chat(args: ChatArgs) -> anyhow::Result<ExitCode> {
         (Some(id), _) => Some(id.to_owned()),
         (None, thread) => thread,
     };
-    let first = args.message.or(args.run.task.clone());
-    let code = tui::run(tui::Start {
-        session: &session,
-        checkpointer,
+    let first = args.message.clone().or(args.run.task.clone());
+    tui::run(tui::Start {
+        session,
+        args: args.run.clone(),
         thread_id,
         first,
         auto_approve: args.run.auto_approve,
     })
-    .await;
-    if let Some(hooks) = &session.hooks {
-        hooks
-            .notify("", "SessionEnd", serde_json::json!({"reason": "exit"}))
-            .await;
-    }
-    session.store.close().await;
-    code
+    .await
 }
 
 /// What the CLI runs: a conversation thread, or one run that is not saved.

@@ -16,7 +16,7 @@ const FILES: [&str; 3] = [
 
 /// Whether the project in `root` is trusted; asks on a terminal when it has such files and
 /// has not been trusted as they are.
-pub fn project(root: &Path, flag: bool) -> anyhow::Result<bool> {
+pub fn project(root: &Path, flag: bool, may_ask: bool) -> anyhow::Result<bool> {
     if flag {
         return Ok(true);
     }
@@ -42,7 +42,7 @@ pub fn project(root: &Path, flag: bool) -> anyhow::Result<bool> {
     if trusted.get(&key) == Some(&print) {
         return Ok(true);
     }
-    if !std::io::stdin().is_terminal() {
+    if !may_ask || !std::io::stdin().is_terminal() {
         return Ok(false);
     }
     let names: Vec<String> = present.iter().map(|p| p.display().to_string()).collect();

@@ -170,10 +170,24 @@ fn a_conversation_streams_queues_shows_cost_and_reopens() {
         screen.contains("· Release notes") && screen.contains(" YOLO "),
         "{screen}"
     );
+    // /model switches for the next turn.
+    let other = data.path().join("other.json");
+    std::fs::write(
+        &other,
+        // The scripted model answers by position: three turns are already in the thread.
+        json!({"turns": [{"text": "-"}, {"text": "-"}, {"text": "-"}, {"text": "The other model speaking."}]})
+            .to_string(),
+    )
+    .unwrap();
+    again.type_line(&format!("/model scripted:{}", other.display()));
+    again.wait_for("the next turns use scripted:");
+    again.type_line("who is there?");
+    let screen = again.wait_for("The other model speaking.");
+    assert!(screen.contains("other.json"), "{screen}");
     again.type_line("/threads");
     let screen = again.wait_for("newest first (/resume ID):");
     assert!(
-        screen.contains("talk  20") && screen.contains("6 messages  Release notes"),
+        screen.contains("talk  20") && screen.contains("8 messages  Release notes"),
         "{screen}"
     );
 }

@@ -119,6 +119,8 @@ pub enum Action {
     Remember(String),
     /// Give the thread this title.
     Rename(String),
+    /// Use this model from the next turn on.
+    SwitchModel(String),
     /// The approval mode changed: remember it for the thread.
     ModeChanged,
     /// Leave.
@@ -726,6 +728,15 @@ impl App {
                 ));
                 Some(Action::ModeChanged)
             }
+            "model" if rest.is_empty() => {
+                let text = format!(
+                    "the model is {}; /model SPEC switches (e.g. anthropic:claude-sonnet-4-5)",
+                    self.status.model
+                );
+                say(self, text)
+            }
+            "model" if self.busy => say(self, "wait for the turn to end (or Esc)".to_owned()),
+            "model" => Some(Action::SwitchModel(rest.to_owned())),
             "rename" if rest.is_empty() => say(self, "usage: /rename TITLE".to_owned()),
             "rename" => Some(Action::Rename(rest.to_owned())),
             other => say(
@@ -909,6 +920,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("cost", "what the session and the thread spent"),
     ("tokens", "the same, in tokens"),
     ("context", "how full the context window is"),
+    ("model", "SPEC: use another model from the next turn"),
     ("todos", "the plan"),
     ("rename", "TITLE: name this thread"),
     ("mcp", "MCP servers and their tools"),

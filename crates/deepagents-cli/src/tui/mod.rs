@@ -12,7 +12,6 @@ mod notes;
 mod view;
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -34,9 +33,10 @@ use app::{Action, Answer, App, Cell, Status};
 use ask::Question;
 
 /// What the TUI starts with.
-pub struct Start<'a> {
-    pub session: &'a crate::Session,
-    pub checkpointer: Arc<dyn Checkpointer>,
+pub struct Start {
+    pub session: crate::Session,
+    /// The flags it was built from, for `/model`.
+    pub args: crate::RunArgs,
     /// The thread to open; a new one when `None`.
     pub thread_id: Option<String>,
     /// A message to send at once.
@@ -95,8 +95,9 @@ struct Turn {
 }
 
 /// Runs the TUI until the person quits.
-pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
-    let session = start.session;
+pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
+    let mut session = start.session;
+    let mut args = start.args;
     let mut thread_id = start.thread_id.unwrap_or_else(new_thread_id);
     let mut app = App::new(Status {
         model: session.model.clone(),
@@ -110,7 +111,7 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
     }
     app.root.clone_from(&session.root);
     let mut notes = notes::Notes::load();
-    open(session, &thread_id, &mut app, &notes).await?;
+    open(&session, &thread_id, &mut app, &notes).await?;
     let _screen = Screen::enter()?;
     let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))
         .context("cannot draw on the terminal")?;
@@ -148,12 +149,12 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
                         app.ask(next);
                     }
                 }
-                Action::Send(text) => match handle(session, &thread_id)?.stream(text).await {
+                Action::Send(text) => match handle(&session, &thread_id)?.stream(text).await {
                     Ok(stream) => turn = Some(Turn { stream }),
                     Err(e) => pending = app.failed(e.to_string(), Default::default()),
                 },
                 Action::Decide(decisions) => {
-                    let thread = handle(session, &thread_id)?;
+                    let thread = handle(&session, &thread_id)?;
                     if let Some(policy) = &session.grants
                         && let Ok(actions) = thread.pending().await
                     {
@@ -176,7 +177,7 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
                     thread_id = new_thread_id();
                     app.cells.clear();
                     app.todos.clear();
-                    open(session, &thread_id, &mut app, &notes).await?;
+                    open(&session, &thread_id, &mut app, &notes).await?;
                     app.cells
                         .push(Cell::Notice(format!("new thread {thread_id}")));
                 }
@@ -187,7 +188,7 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
                         thread_id = id;
                         app.cells.clear();
                         app.todos.clear();
-                        open(session, &thread_id, &mut app, &notes).await?;
+                        open(&session, &thread_id, &mut app, &notes).await?;
                         app.cells
                             .push(Cell::Notice(format!("opened thread {thread_id}")));
                     }
@@ -201,11 +202,36 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
                         format!("\x1b]52;c;{encoded}\x07").as_bytes(),
                     );
                 }
-                Action::ListMcp => app.cells.push(Cell::Notice(mcp_summary(session))),
-                Action::Remember(line) => app.cells.push(match remember(session, &line) {
+                Action::ListMcp => app.cells.push(Cell::Notice(mcp_summary(&session))),
+                Action::Remember(line) => app.cells.push(match remember(&session, &line) {
                     Ok(path) => Cell::Notice(format!("added to {}", path.display())),
                     Err(e) => Cell::Error(format!("{e:#}")),
                 }),
+                Action::SwitchModel(spec) => {
+                    let mut next = args.clone();
+                    next.model = Some(spec.clone());
+                    next.trust_project = session.trusted;
+                    match crate::prepare(&next, crate::Front::Tui, false).await {
+                        Ok(rebuilt) => {
+                            let old = std::mem::replace(&mut session, rebuilt);
+                            old.store.close().await;
+                            drop(old);
+                            questions = session
+                                .questions
+                                .lock()
+                                .ok()
+                                .and_then(|mut questions| questions.take());
+                            args = next;
+                            app.status.model.clone_from(&spec);
+                            app.status.window = session.window;
+                            app.cells
+                                .push(Cell::Notice(format!("the next turns use {spec}")));
+                        }
+                        Err(e) => app.cells.push(Cell::Error(format!("{e:#}"))),
+                    }
+                    // Building may have written to the terminal: draw everything again.
+                    let _ = terminal.clear();
+                }
                 Action::Rename(title) => {
                     notes.update(&thread_id, |note| note.title = Some(title.clone()));
                     app.status.thread = title;
@@ -215,7 +241,10 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
                     notes.update(&thread_id, |note| note.yolo = yolo);
                 }
                 Action::ListThreads => {
-                    let list = thread_list(start.checkpointer.as_ref(), &notes).await;
+                    let list = match session.agent.checkpointer() {
+                        Some(checkpointer) => thread_list(checkpointer.as_ref(), &notes).await,
+                        None => String::new(),
+                    };
                     app.cells.push(Cell::Notice(if list.is_empty() {
                         "no threads yet".to_owned()
                     } else {
@@ -276,6 +305,17 @@ pub async fn run(start: Start<'_>) -> anyhow::Result<ExitCode> {
         turn.stream.cancel();
         let _ = turn.stream.outcome().await;
     }
+    drop(_screen);
+    if let Some(hooks) = &session.hooks {
+        hooks
+            .notify(
+                &thread_id,
+                "SessionEnd",
+                serde_json::json!({"reason": "exit"}),
+            )
+            .await;
+    }
+    session.store.close().await;
     Ok(ExitCode::SUCCESS)
 }
 
