@@ -474,6 +474,8 @@ struct Session {
     window: Option<u64>,
     /// Whether the project's hooks and MCP servers are trusted (kept when it is rebuilt).
     trusted: bool,
+    /// The subagents the `task` tool offers: name and description.
+    subagents: Vec<(String, String)>,
 }
 
 /// Builds the agent the flags describe, for `front`; `may_ask` lets it ask on the terminal
@@ -592,7 +594,15 @@ async fn prepare(args: &RunArgs, front: Front, may_ask: bool) -> anyhow::Result<
     if let Some(tokens) = args.max_input_tokens {
         builder = builder.context_window(tokens);
     }
+    let mut subagents = vec![(
+        "general-purpose".to_owned(),
+        "the built-in helper: the main agent's tools, in a fresh context".to_owned(),
+    )];
     for subagent in agents::load(&agent_dirs)? {
+        subagents.push((
+            subagent.name().to_owned(),
+            subagent.description().to_owned(),
+        ));
         builder = builder.subagent(subagent);
     }
     if let Some(prompt) = args.system_prompt.clone() {
@@ -685,6 +695,7 @@ async fn prepare(args: &RunArgs, front: Front, may_ask: bool) -> anyhow::Result<
         questions: std::sync::Mutex::new(questions),
         window,
         trusted,
+        subagents,
     })
 }
 

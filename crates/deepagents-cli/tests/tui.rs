@@ -184,6 +184,8 @@ fn a_conversation_streams_queues_shows_cost_and_reopens() {
     again.type_line("who is there?");
     let screen = again.wait_for("The other model speaking.");
     assert!(screen.contains("other.json"), "{screen}");
+    again.type_line("/agents");
+    again.wait_for("general-purpose: the built-in helper");
     again.type_line("/threads");
     let screen = again.wait_for("newest first (/resume ID):");
     assert!(

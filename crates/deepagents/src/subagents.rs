@@ -96,6 +96,11 @@ impl SubAgent {
         }
     }
 
+    /// When to use it, as the model is told.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
     /// Its own model instead of the parent's. No effect on [`from_agent`](Self::from_agent).
     pub fn model(mut self, model: Arc<dyn Model>) -> Self {
         if let Some(spec) = self.spec() {

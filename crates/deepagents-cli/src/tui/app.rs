@@ -115,6 +115,8 @@ pub enum Action {
     Copy(String),
     /// List the MCP servers and their tools.
     ListMcp,
+    /// List the subagents.
+    ListAgents,
     /// Add this line to the project's `AGENTS.md`.
     Remember(String),
     /// Give the thread this title.
@@ -711,6 +713,7 @@ impl App {
                 None => say(self, "no answer to copy yet".to_owned()),
             },
             "mcp" => Some(Action::ListMcp),
+            "agents" => Some(Action::ListAgents),
             "remember" if rest.is_empty() => say(self, "usage: /remember TEXT".to_owned()),
             "remember" => Some(Action::Remember(rest.to_owned())),
             "yolo" => {
@@ -924,6 +927,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("todos", "the plan"),
     ("rename", "TITLE: name this thread"),
     ("mcp", "MCP servers and their tools"),
+    ("agents", "the subagents the agent can hand work to"),
     ("remember", "TEXT: add a line to the project's AGENTS.md"),
     ("copy", "the last answer to the clipboard"),
     ("manual", "ask before actions that need approval"),
@@ -1284,6 +1288,8 @@ mod tests {
         assert!(
             matches!(app.cells.last(), Some(Cell::Notice(text)) if text.starts_with("session: $0.0000"))
         );
+        type_text(&mut app, "/agents");
+        assert_eq!(app.on_key(key(KeyCode::Enter)), Some(Action::ListAgents));
         type_text(&mut app, "/quit");
         assert_eq!(app.on_key(key(KeyCode::Enter)), Some(Action::Quit));
     }

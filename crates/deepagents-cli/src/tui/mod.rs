@@ -203,6 +203,14 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
                     );
                 }
                 Action::ListMcp => app.cells.push(Cell::Notice(mcp_summary(&session))),
+                Action::ListAgents => app.cells.push(Cell::Notice(
+                    session
+                        .subagents
+                        .iter()
+                        .map(|(name, about)| format!("{name}: {about}"))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                )),
                 Action::Remember(line) => app.cells.push(match remember(&session, &line) {
                     Ok(path) => Cell::Notice(format!("added to {}", path.display())),
                     Err(e) => Cell::Error(format!("{e:#}")),
