@@ -59,6 +59,10 @@ pub(crate) async fn drive(
         ),
         extensions: Extensions::default(),
     };
+    if options.compact_first {
+        ctx.extensions
+            .insert(crate::middleware::CompactFirst::default());
+    }
     drive_in(agent, run, &ctx, options.cancel_grace).await
 }
 

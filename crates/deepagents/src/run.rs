@@ -28,6 +28,10 @@ pub struct RunOptions {
     pub limits: Option<RunLimits>,
     /// This run's spend caps (its subagents included); `None`: the agent's.
     pub spend_limits: Option<SpendLimits>,
+    /// Summarize the older messages before the run's first model call, as the
+    /// `compact_conversation` tool asks (a front end's `/compact`). Needs summarization;
+    /// a conversation too small to gain from it is left as it is.
+    pub compact_first: bool,
     /// Who the run acts for, as middleware, tools and store namespaces see it
     /// ([`RunContext::assistant_id`](deepagents_core::RunContext::assistant_id)); `None`: the agent's name.
     pub assistant_id: Option<String>,
@@ -42,6 +46,7 @@ impl Default for RunOptions {
             checkpoint: None,
             limits: None,
             spend_limits: None,
+            compact_first: false,
             assistant_id: None,
         }
     }

@@ -634,6 +634,49 @@ async fn compact_conversation_is_refused_when_small_and_compacts_otherwise() {
 }
 
 #[tokio::test]
+async fn a_run_can_ask_for_compaction_before_its_first_model_call() {
+    let mut turns: Vec<Value> = (0..6)
+        .map(|i| json!({"text": format!("step {i}"), "tool_calls": [{"id": format!("c{i}"), "name": "blob", "args": {}}]}))
+        .collect();
+    turns.push(json!({"text": "first done"}));
+    turns.push(json!({"text": "second done"}));
+    let mut script = script(0, true);
+    script["turns"] = json!(turns);
+    let model = recording(script, None);
+    // A window this run fits in without summarizing, unless asked.
+    let agent = Agent::builder(model.clone())
+        .dyn_tool(blob())
+        .context_window(6_000)
+        .general_purpose_subagent(false)
+        .build()
+        .unwrap();
+    let first = agent.invoke("go").await.unwrap();
+    assert_eq!(first.text, "first done");
+    assert!(summarizer_requests(&model).is_empty());
+    let mut run = first.run;
+    run.push_user_input(vec![deepagents::ContentBlock::text("and now?")]);
+    let (output, events) = run_with_events(
+        &agent,
+        run,
+        RunOptions {
+            compact_first: true,
+            ..RunOptions::default()
+        },
+    )
+    .await;
+    assert_eq!(output.text, "second done");
+    let summaries = summarized(&events);
+    assert_eq!(summaries.len(), 1, "{summaries:?}");
+    assert_eq!(summaries[0]["trigger"], "requested");
+    let last = main_requests(&model).pop().unwrap();
+    assert!(
+        last.messages[0]
+            .text()
+            .starts_with("[Earlier conversation, summarized.")
+    );
+}
+
+#[tokio::test]
 async fn reported_usage_corrects_the_estimate() {
     let run = |multiplier: u64| async move {
         let model = Arc::new(Recording {

@@ -177,6 +177,10 @@ pub struct App {
     pub root: Option<std::path::PathBuf>,
     /// Tools whose actions are approved for the rest of the session (`s` in the panel).
     pub allowed_tools: std::collections::BTreeSet<String>,
+    /// `/compact`: the next turn summarizes first.
+    pub compact_next: bool,
+    /// A turn was asked to compact and has not yet.
+    compacting: bool,
 }
 
 impl App {
@@ -202,6 +206,8 @@ impl App {
             show_reasoning: false,
             root: None,
             allowed_tools: std::collections::BTreeSet::new(),
+            compact_next: false,
+            compacting: false,
         }
     }
 
@@ -320,9 +326,12 @@ impl App {
             EventKind::ModelCallFinished { usage, .. } if depth == 0 => {
                 self.status.context = usage.input_tokens;
             }
-            EventKind::Summarized { replaced, .. } => self.cells.push(Cell::Notice(format!(
-                "summarized {replaced} earlier messages to make room"
-            ))),
+            EventKind::Summarized { replaced, .. } => {
+                self.compacting = false;
+                self.cells.push(Cell::Notice(format!(
+                    "summarized {replaced} earlier messages to make room"
+                )));
+            }
             EventKind::Sandbox { confinement } if depth == 0 => {
                 self.status.sandbox = confinement.engine.clone();
             }
@@ -345,9 +354,20 @@ impl App {
         }
     }
 
+    /// Whether the turn about to start compacts first (`/compact`).
+    pub fn take_compact(&mut self) -> bool {
+        self.compacting = self.compact_next;
+        std::mem::take(&mut self.compact_next)
+    }
+
     /// The turn ended with an answer; what it and the session spent.
     pub fn finished(&mut self, spent: Spent, thread: Spent) -> Option<Action> {
         self.busy = false;
+        if std::mem::take(&mut self.compacting) {
+            self.cells.push(Cell::Notice(
+                "nothing was summarized: the conversation is still small for the window".to_owned(),
+            ));
+        }
         self.status.session.add(&spent);
         self.status.thread_spent = thread;
         self.next_queued()
@@ -675,6 +695,14 @@ impl App {
                 let line = spending(&self.status.session, &self.status.thread_spent);
                 say(self, line)
             }
+            "compact" => {
+                self.compact_next = true;
+                say(
+                    self,
+                    "older messages will be summarized before your next message is answered"
+                        .to_owned(),
+                )
+            }
             "context" => {
                 let status = &self.status;
                 let text = match status.window {
@@ -923,6 +951,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("cost", "what the session and the thread spent"),
     ("tokens", "the same, in tokens"),
     ("context", "how full the context window is"),
+    ("compact", "summarize older messages before the next turn"),
     ("model", "SPEC: use another model from the next turn"),
     ("todos", "the plan"),
     ("rename", "TITLE: name this thread"),
@@ -1288,6 +1317,10 @@ mod tests {
         assert!(
             matches!(app.cells.last(), Some(Cell::Notice(text)) if text.starts_with("session: $0.0000"))
         );
+        type_text(&mut app, "/compact");
+        assert_eq!(app.on_key(key(KeyCode::Enter)), None);
+        assert!(app.take_compact());
+        assert!(!app.take_compact(), "only the next turn compacts");
         type_text(&mut app, "/agents");
         assert_eq!(app.on_key(key(KeyCode::Enter)), Some(Action::ListAgents));
         type_text(&mut app, "/quit");

@@ -149,12 +149,15 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
                         app.ask(next);
                     }
                 }
-                Action::Send(text) => match handle(&session, &thread_id)?.stream(text).await {
+                Action::Send(text) => match handle(&session, &thread_id, app.take_compact())?
+                    .stream(text)
+                    .await
+                {
                     Ok(stream) => turn = Some(Turn { stream }),
                     Err(e) => pending = app.failed(e.to_string(), Default::default()),
                 },
                 Action::Decide(decisions) => {
-                    let thread = handle(&session, &thread_id)?;
+                    let thread = handle(&session, &thread_id, false)?;
                     if let Some(policy) = &session.grants
                         && let Ok(actions) = thread.pending().await
                     {
@@ -327,12 +330,13 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The thread `id` for one turn: each turn gets its own cancellation.
-fn handle(session: &crate::Session, id: &str) -> anyhow::Result<Thread> {
-    Ok(session
-        .agent
-        .thread(id)?
-        .with_options(RunOptions::default()))
+/// The thread `id` for one turn: each turn gets its own cancellation; `compact` summarizes
+/// older messages first.
+fn handle(session: &crate::Session, id: &str, compact: bool) -> anyhow::Result<Thread> {
+    Ok(session.agent.thread(id)?.with_options(RunOptions {
+        compact_first: compact,
+        ..RunOptions::default()
+    }))
 }
 
 /// The 20 threads changed last: id, when, how many messages, title.
@@ -378,7 +382,7 @@ async fn open(
     if note.yolo {
         app.mode = app::Mode::Yolo;
     }
-    if let Some(run) = handle(session, id)?.state().await? {
+    if let Some(run) = handle(session, id, false)?.state().await? {
         app.show_history(&run.state.messages);
         app.todos.clone_from(&run.state.todos);
         app.status.thread_spent = run.total_spent;

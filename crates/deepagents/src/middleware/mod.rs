@@ -73,6 +73,7 @@ pub use shorten::ShortenOldEditsMiddleware;
 pub use skills::{SKILL_WARNINGS_KEY, SKILLS_KEY, SkillInfo, SkillWarning, SkillsMiddleware};
 pub(crate) use subagents::Registered;
 pub use subagents::SubAgentsMiddleware;
+pub(crate) use summarization::CompactFirst;
 pub use summarization::{
     COMPACT_KEY, HISTORY_DIR, SUMMARY_KEY, SummarizationConfig, SummarizationMiddleware, Threshold,
 };

@@ -115,6 +115,16 @@ pub struct SummarizationMiddleware {
     hooks: Option<super::Hooks>,
 }
 
+/// `RunOptions::compact_first`: summarize before the run's first model call (cleared once
+/// acted on).
+pub(crate) struct CompactFirst(std::sync::atomic::AtomicBool);
+
+impl Default for CompactFirst {
+    fn default() -> Self {
+        Self(std::sync::atomic::AtomicBool::new(true))
+    }
+}
+
 /// What summarization remembers during one run, in the run's extensions: one agent serves
 /// many runs at once, and each run's hooks are called one after another.
 #[derive(Default)]
@@ -753,7 +763,12 @@ impl Middleware for SummarizationMiddleware {
         };
         let shown_messages = state.messages.len() - marker.upto.min(state.messages.len())
             + usize::from(marker.upto > 0);
-        let requested = COMPACT.get(state)? == Some(true);
+        // Asked for by the compact tool (in the state) or by the run's options (once).
+        let asked_by_run = ctx
+            .extensions
+            .get::<CompactFirst>()
+            .is_some_and(|first| first.0.swap(false, std::sync::atomic::Ordering::AcqRel));
+        let requested = COMPACT.get(state)? == Some(true) || asked_by_run;
         if requested {
             COMPACT.set(&mut update, &false)?;
         }
