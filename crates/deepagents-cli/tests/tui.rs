@@ -187,7 +187,7 @@ fn a_conversation_streams_queues_shows_cost_and_reopens() {
     again.type_line("/agents");
     again.wait_for("general-purpose: the built-in helper");
     again.type_line("/threads");
-    let screen = again.wait_for("newest first (/resume ID):");
+    let screen = again.wait_for("Enter open · d delete");
     assert!(
         screen.contains("talk  20") && screen.contains("8 messages  Release notes"),
         "{screen}"

@@ -87,6 +87,14 @@ pub enum Asked {
     },
 }
 
+/// The thread picker (`/threads`): threads newest first, one selected.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Picker {
+    /// `(thread id, the line shown)`.
+    pub threads: Vec<(String, String)>,
+    pub selected: usize,
+}
+
 /// The answer to an [`Asked`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum Answer {
@@ -111,6 +119,8 @@ pub enum Action {
     ListThreads,
     /// Switch to this thread.
     Resume(String),
+    /// Delete this thread.
+    DeleteThread(String),
     /// Put this text on the clipboard (OSC 52).
     Copy(String),
     /// List the MCP servers and their tools.
@@ -160,6 +170,8 @@ pub struct App {
     pub approval: Option<Approval>,
     /// The question shown, when a turn waits on one.
     pub asked: Option<Asked>,
+    /// The thread picker, when open.
+    pub picker: Option<Picker>,
     pub mode: Mode,
     pub status: Status,
     pub todos: Vec<Todo>,
@@ -196,6 +208,7 @@ impl App {
             busy: false,
             approval: None,
             asked: None,
+            picker: None,
             mode: Mode::Manual,
             status,
             todos: Vec::new(),
@@ -488,6 +501,9 @@ impl App {
         if self.asked.is_some() {
             return self.on_question_key(key);
         }
+        if self.picker.is_some() {
+            return self.on_picker_key(key);
+        }
         if self.approval.is_some() {
             return self.on_approval_key(key);
         }
@@ -777,6 +793,44 @@ impl App {
         }
     }
 
+    /// Opens the thread picker on `threads` (id, line), newest first.
+    pub fn pick_thread(&mut self, threads: Vec<(String, String)>) {
+        if threads.is_empty() {
+            self.cells.push(Cell::Notice("no threads yet".to_owned()));
+            return;
+        }
+        self.picker = Some(Picker {
+            threads,
+            selected: 0,
+        });
+    }
+
+    fn on_picker_key(&mut self, key: KeyEvent) -> Option<Action> {
+        let picker = self.picker.as_mut()?;
+        match key.code {
+            KeyCode::Up => picker.selected = picker.selected.saturating_sub(1),
+            KeyCode::Down => {
+                picker.selected = (picker.selected + 1).min(picker.threads.len() - 1);
+            }
+            KeyCode::Enter if !self.busy => {
+                let (id, _) = picker.threads[picker.selected].clone();
+                self.picker = None;
+                return Some(Action::Resume(id));
+            }
+            KeyCode::Char('d') | KeyCode::Delete => {
+                let (id, _) = picker.threads.remove(picker.selected);
+                picker.selected = picker.selected.min(picker.threads.len().saturating_sub(1));
+                if picker.threads.is_empty() {
+                    self.picker = None;
+                }
+                return Some(Action::DeleteThread(id));
+            }
+            KeyCode::Esc | KeyCode::Char('q') => self.picker = None,
+            _ => {}
+        }
+        None
+    }
+
     /// Shows a question from the run.
     pub fn ask(&mut self, question: &super::ask::Question) {
         self.asked = Some(match question {
@@ -945,7 +999,7 @@ Approvals: y approve · s this tool for the session · n reject (type a reason, 
 pub const COMMANDS: &[(&str, &str)] = &[
     ("help", "keys and commands"),
     ("new", "start a new thread"),
-    ("threads", "the threads, newest first"),
+    ("threads", "pick a thread: Enter opens, d deletes"),
     ("resume", "ID: open a thread"),
     ("clear", "clear the view"),
     ("cost", "what the session and the thread spent"),
@@ -1302,6 +1356,25 @@ mod tests {
             app.on_key(key(KeyCode::Char('y'))),
             Some(Action::Answer(Answer::Approved(true)))
         );
+    }
+
+    #[test]
+    fn the_picker_opens_and_deletes_threads() {
+        let mut app = App::new(Status::default());
+        app.pick_thread(vec![
+            ("b".into(), "b · newest".into()),
+            ("a".into(), "a · older".into()),
+        ]);
+        app.on_key(key(KeyCode::Down));
+        assert_eq!(
+            app.on_key(key(KeyCode::Char('d'))),
+            Some(Action::DeleteThread("a".into()))
+        );
+        assert_eq!(
+            app.on_key(key(KeyCode::Enter)),
+            Some(Action::Resume("b".into()))
+        );
+        assert!(app.picker.is_none());
     }
 
     #[test]

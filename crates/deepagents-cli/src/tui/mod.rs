@@ -252,15 +252,24 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
                     notes.update(&thread_id, |note| note.yolo = yolo);
                 }
                 Action::ListThreads => {
-                    let list = match session.agent.checkpointer() {
+                    let threads = match session.agent.checkpointer() {
                         Some(checkpointer) => thread_list(checkpointer.as_ref(), &notes).await,
-                        None => String::new(),
+                        None => Vec::new(),
                     };
-                    app.cells.push(Cell::Notice(if list.is_empty() {
-                        "no threads yet".to_owned()
-                    } else {
-                        format!("threads, newest first (/resume ID):\n{list}")
-                    }));
+                    app.pick_thread(threads);
+                }
+                Action::DeleteThread(id) if id == thread_id => app.cells.push(Cell::Error(
+                    "this is the thread open now; /new or /resume another one first".to_owned(),
+                )),
+                Action::DeleteThread(id) => {
+                    let deleted = match session.agent.checkpointer() {
+                        Some(checkpointer) => delete_thread(checkpointer.as_ref(), &id).await,
+                        None => Err(anyhow::anyhow!("no thread store")),
+                    };
+                    app.cells.push(match deleted {
+                        Ok(()) => Cell::Notice(format!("deleted thread {id}")),
+                        Err(e) => Cell::Error(format!("cannot delete {id}: {e:#}")),
+                    });
                 }
             }
             continue;
@@ -339,12 +348,24 @@ fn handle(session: &crate::Session, id: &str, compact: bool) -> anyhow::Result<T
     }))
 }
 
-/// The 20 threads changed last: id, when, how many messages, title.
-async fn thread_list(checkpointer: &dyn Checkpointer, notes: &notes::Notes) -> String {
+/// Deletes thread `id`, unless a run holds it.
+async fn delete_thread(checkpointer: &dyn Checkpointer, id: &str) -> anyhow::Result<()> {
+    deepagents::validate_thread_id(id)?;
+    drop(checkpointer.try_lease(id).await?);
+    checkpointer.delete_thread(id).await?;
+    Ok(())
+}
+
+/// The 50 threads changed last, newest first: id, and a line with when, how many messages,
+/// the title.
+async fn thread_list(
+    checkpointer: &dyn Checkpointer,
+    notes: &notes::Notes,
+) -> Vec<(String, String)> {
     let mut threads = checkpointer.threads().await.unwrap_or_default();
     threads.sort_by_key(|t| std::cmp::Reverse(t.updated_at_ms));
     let mut lines = Vec::new();
-    for thread in threads.into_iter().take(20) {
+    for thread in threads.into_iter().take(50) {
         let run = checkpointer
             .load(&thread.thread_id, None)
             .await
@@ -360,15 +381,16 @@ async fn thread_list(checkpointer: &dyn Checkpointer, notes: &notes::Notes) -> S
                     .map(|m| app::short_arguments(&serde_json::Value::String(m.text())))
             })
         });
-        lines.push(format!(
+        let line = format!(
             "{}  {}  {} messages  {}",
             thread.thread_id,
             notes::date(thread.updated_at_ms),
             messages,
             title.unwrap_or_default()
-        ));
+        );
+        lines.push((thread.thread_id, line));
     }
-    lines.join("\n")
+    lines
 }
 
 /// Shows thread `id`'s conversation so far (none for a new thread), with its title and mode.

@@ -9,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
-use super::app::{App, Asked, Cell, Mode, ToolState, mark, matching_commands};
+use super::app::{App, Asked, Cell, Mode, Picker, ToolState, mark, matching_commands};
 
 const SPINNER: [&str; 4] = ["⠋", "⠙", "⠸", "⠴"];
 
@@ -60,6 +60,8 @@ pub fn render(frame: &mut Frame, app: &App) {
                     .border_style(Style::new().fg(Color::Yellow))
                     .title(if app.asked.is_some() {
                         " question "
+                    } else if app.picker.is_some() {
+                        " threads "
                     } else {
                         " approval needed "
                     }),
@@ -175,9 +177,34 @@ fn question_lines(asked: &Asked, width: u16) -> Vec<Line<'static>> {
     lines
 }
 
+/// The thread picker: the threads around the selected one.
+fn picker_lines(picker: &Picker, width: u16) -> Vec<Line<'static>> {
+    let mut lines = vec![Line::raw("")];
+    let first = picker.selected.saturating_sub(7);
+    for (i, (_, line)) in picker.threads.iter().enumerate().skip(first).take(8) {
+        let text: String = line
+            .chars()
+            .take(width.saturating_sub(4) as usize)
+            .collect();
+        lines.push(if i == picker.selected {
+            Line::styled(format!("› {text}"), Style::new().fg(Color::Cyan).bold())
+        } else {
+            Line::raw(format!("  {text}"))
+        });
+    }
+    lines.push(Line::styled(
+        "  ↑↓ choose · Enter open · d delete · Esc close",
+        Style::new().fg(Color::Yellow),
+    ));
+    lines
+}
+
 fn approval_lines(app: &App, width: u16) -> Vec<Line<'static>> {
     if let Some(asked) = &app.asked {
         return question_lines(asked, width);
+    }
+    if let Some(picker) = &app.picker {
+        return picker_lines(picker, width);
     }
     let Some(approval) = &app.approval else {
         return Vec::new();
@@ -271,7 +298,7 @@ fn render_input(frame: &mut Frame, app: &App, area: Rect) {
         .map(|l| Line::raw((*l).to_owned()))
         .collect();
     frame.render_widget(Paragraph::new(text).block(block), area);
-    if app.approval.is_none() && app.asked.is_none() {
+    if app.approval.is_none() && app.asked.is_none() && app.picker.is_none() {
         let column = before.rsplit('\n').next().map_or(0, UnicodeWidthStr::width);
         frame.set_cursor_position(Position::new(
             inner.x + (column as u16).min(inner.width.saturating_sub(1)),
