@@ -209,6 +209,13 @@ fn approvals_are_answered_with_a_key_and_esc_interrupts_a_long_command() {
             {"text": "Queued one answered."}
         ]),
     );
+    let skill = data.path().join(".deepagents/skills/release");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: release\ndescription: Cut a release of the project\n---\nBump, tag, publish.\n",
+    )
+    .unwrap();
     let tui = Tui::start(
         data.path(),
         &[
@@ -232,6 +239,9 @@ fn approvals_are_answered_with_a_key_and_esc_interrupts_a_long_command() {
     tui.keys(&["y"]);
     tui.wait_for("Touched it.");
     assert!(data.path().join("approved.txt").exists());
+    // The skills the first run loaded are listed.
+    tui.type_line("/skills");
+    tui.wait_for("/release: Cut a release of the project");
     // /remember adds to the project's memory.
     tui.type_line("/remember Run the tests before a release.");
     tui.wait_for("added to");

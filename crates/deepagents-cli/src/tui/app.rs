@@ -191,6 +191,8 @@ pub struct App {
     pub allowed_tools: std::collections::BTreeSet<String>,
     /// `/compact`: the next turn summarizes first.
     pub compact_next: bool,
+    /// The skills the agent has (listed in the thread's state once its first run loaded them).
+    pub skills: Vec<deepagents::middleware::SkillInfo>,
     /// A turn was asked to compact and has not yet.
     compacting: bool,
 }
@@ -221,6 +223,7 @@ impl App {
             allowed_tools: std::collections::BTreeSet::new(),
             compact_next: false,
             compacting: false,
+            skills: Vec::new(),
         }
     }
 
@@ -333,9 +336,12 @@ impl App {
                 let text: String = content.iter().filter_map(ContentBlock::as_text).collect();
                 self.finish_tool(call_id, *status == ToolStatus::Ok, *duration_ms, &text);
             }
-            EventKind::StateUpdated {
-                todos: Some(todos), ..
-            } if depth == 0 => self.todos.clone_from(todos),
+            EventKind::StateUpdated { todos, custom, .. } if depth == 0 => {
+                if let Some(todos) = todos {
+                    self.todos.clone_from(todos);
+                }
+                self.learn_skills(custom.get(deepagents::middleware::SKILLS_KEY));
+            }
             EventKind::ModelCallFinished { usage, .. } if depth == 0 => {
                 self.status.context = usage.input_tokens;
             }
@@ -349,6 +355,13 @@ impl App {
                 self.status.sandbox = confinement.engine.clone();
             }
             _ => {}
+        }
+    }
+
+    /// Takes the skills from the state's listing, when it holds one.
+    pub fn learn_skills(&mut self, listing: Option<&serde_json::Value>) {
+        if let Some(skills) = listing.and_then(|v| serde_json::from_value(v.clone()).ok()) {
+            self.skills = skills;
         }
     }
 
@@ -786,10 +799,41 @@ impl App {
             "model" => Some(Action::SwitchModel(rest.to_owned())),
             "rename" if rest.is_empty() => say(self, "usage: /rename TITLE".to_owned()),
             "rename" => Some(Action::Rename(rest.to_owned())),
-            other => say(
+            "skills" if self.skills.is_empty() => say(
                 self,
-                format!("unknown command /{other}; /help lists the commands"),
+                "no skills listed yet (they are loaded with the thread's first message)".to_owned(),
             ),
+            "skills" => {
+                let list = self
+                    .skills
+                    .iter()
+                    .map(|skill| format!("/{}: {}", skill.name, skill.description))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                say(self, list)
+            }
+            other => match self.skills.iter().find(|skill| skill.name == other) {
+                // A skill as a command: the message asks for it by name.
+                Some(skill) if !self.busy => {
+                    let text = format!(
+                        "Use the `{}` skill (read {} first).{}",
+                        skill.name,
+                        skill.path,
+                        if rest.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" {rest}")
+                        }
+                    );
+                    self.start_turn(&text);
+                    Some(Action::Send(text))
+                }
+                Some(_) => say(self, "wait for the turn to end (or Esc)".to_owned()),
+                None => say(
+                    self,
+                    format!("unknown command /{other}; /help lists the commands"),
+                ),
+            },
         }
     }
 
@@ -1011,6 +1055,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("rename", "TITLE: name this thread"),
     ("mcp", "MCP servers and their tools"),
     ("agents", "the subagents the agent can hand work to"),
+    ("skills", "the skills; /NAME uses one"),
     ("remember", "TEXT: add a line to the project's AGENTS.md"),
     ("copy", "the last answer to the clipboard"),
     ("manual", "ask before actions that need approval"),
@@ -1394,6 +1439,22 @@ mod tests {
         assert_eq!(app.on_key(key(KeyCode::Enter)), None);
         assert!(app.take_compact());
         assert!(!app.take_compact(), "only the next turn compacts");
+        app.learn_skills(Some(&serde_json::json!([
+            {"name": "release", "description": "Cut a release", "path": "/skills/release/SKILL.md"}
+        ])));
+        type_text(&mut app, "/skills");
+        app.on_key(key(KeyCode::Enter));
+        assert!(
+            matches!(app.cells.last(), Some(Cell::Notice(text)) if text == "/release: Cut a release")
+        );
+        type_text(&mut app, "/release 1.2");
+        assert_eq!(
+            app.on_key(key(KeyCode::Enter)),
+            Some(Action::Send(
+                "Use the `release` skill (read /skills/release/SKILL.md first). 1.2".into()
+            ))
+        );
+        app.failed(String::new(), Spent::default());
         type_text(&mut app, "/agents");
         assert_eq!(app.on_key(key(KeyCode::Enter)), Some(Action::ListAgents));
         type_text(&mut app, "/quit");

@@ -407,6 +407,7 @@ async fn open(
     if let Some(run) = handle(session, id, false)?.state().await? {
         app.show_history(&run.state.messages);
         app.todos.clone_from(&run.state.todos);
+        app.learn_skills(run.state.custom.get(deepagents::middleware::SKILLS_KEY));
         app.status.thread_spent = run.total_spent;
         if !run.control.pending.is_empty() {
             // Shown for a decision even in YOLO mode: it was left waiting.
