@@ -34,12 +34,28 @@ pub async fn open_thread_waiting(
     input: Option<String>,
     wait: Duration,
 ) -> Result<(Run, Checkpointing), CheckpointError> {
+    open_thread_with(
+        checkpointer,
+        thread_id,
+        input.map(|text| vec![deepagents_core::ContentBlock::text(text)]),
+        wait,
+    )
+    .await
+}
+
+/// Like [`open_thread_waiting`], with input of any content (text and images).
+pub(crate) async fn open_thread_with(
+    checkpointer: Arc<dyn Checkpointer>,
+    thread_id: &str,
+    input: Option<Vec<deepagents_core::ContentBlock>>,
+    wait: Duration,
+) -> Result<(Run, Checkpointing), CheckpointError> {
     validate_thread_id(thread_id)?;
     let lease = lease_thread(checkpointer.as_ref(), thread_id, wait).await?;
     let mut checkpointing = Checkpointing::new(checkpointer, lease, 0);
     let mut run = reload(&mut checkpointing).await?;
     if let Some(input) = input {
-        run.push_user_input(vec![deepagents_core::ContentBlock::text(input)]);
+        run.push_user_input(input);
     }
     Ok((run, checkpointing))
 }

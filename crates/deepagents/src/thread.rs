@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use deepagents_core::{CheckpointError, CheckpointInfo, Checkpointer, EventSink, Run};
+use deepagents_core::{
+    CheckpointError, CheckpointInfo, Checkpointer, ContentBlock, EventSink, Run,
+};
 
 use crate::agent::Agent;
 use crate::approval::{Decision, PendingAction};
@@ -91,8 +93,11 @@ impl Thread {
     }
 
     /// Loads the thread (appending `input` as user input, if any) under its checkpointing.
-    async fn open(&self, input: Option<String>) -> Result<(Run, RunOptions), CheckpointError> {
-        let (run, checkpoint) = crate::journal::open_thread_waiting(
+    async fn open(
+        &self,
+        input: Option<Vec<ContentBlock>>,
+    ) -> Result<(Run, RunOptions), CheckpointError> {
+        let (run, checkpoint) = crate::journal::open_thread_with(
             Arc::clone(&self.checkpointer),
             &self.id,
             input,
@@ -119,14 +124,26 @@ impl Thread {
         input: Option<String>,
         events: EventSink,
     ) -> Result<RunOutput, RunFailure> {
-        let (run, options) = self.open(input).await.map_err(not_loaded)?;
+        let (run, options) = self
+            .open(input.map(|text| vec![ContentBlock::text(text)]))
+            .await
+            .map_err(not_loaded)?;
         self.agent.run(run, options, events).await
     }
 
     /// Adds `input` to the conversation and runs it on a background task, streaming events.
     /// Fails before the run starts when the thread cannot be loaded (or another run holds it).
     pub async fn stream(&self, input: impl Into<String>) -> Result<RunStream, CheckpointError> {
-        let (run, options) = self.open(Some(input.into())).await?;
+        self.stream_content(vec![ContentBlock::text(input)]).await
+    }
+
+    /// Like [`stream`](Self::stream), with input of any content: text with images (a front
+    /// end's attachments), documents, audio.
+    pub async fn stream_content(
+        &self,
+        content: Vec<ContentBlock>,
+    ) -> Result<RunStream, CheckpointError> {
+        let (run, options) = self.open(Some(content)).await?;
         Ok(self.agent.stream_run(run, options))
     }
 

@@ -907,3 +907,31 @@ fn check_nested_round(dir: &std::path::Path, kills: usize) {
         }
     });
 }
+
+#[tokio::test]
+async fn a_thread_takes_images_with_a_message() {
+    use futures::StreamExt as _;
+    let store: Store = Arc::new(InMemoryCheckpointer::new());
+    let agent = Agent::builder(scripted(json!([{"text": "a red pixel"}])))
+        .checkpointer(store.clone())
+        .build()
+        .unwrap();
+    let thread = agent.thread("pictures").unwrap();
+    let mut stream = thread
+        .stream_content(vec![
+            deepagents::ContentBlock::text("what is this?"),
+            deepagents::ContentBlock::data("image/png", b"\x89PNG".to_vec()),
+        ])
+        .await
+        .unwrap();
+    while stream.next().await.is_some() {}
+    assert_eq!(stream.outcome().await.unwrap().text, "a red pixel");
+    let stored = store.load("pictures", None).await.unwrap().unwrap();
+    let Message::User { content } = &stored.state.messages[0] else {
+        panic!("{:?}", stored.state.messages)
+    };
+    assert!(
+        matches!(&content[1], deepagents::ContentBlock::Data { mime_type, .. } if mime_type == "image/png"),
+        "{content:?}"
+    );
+}

@@ -61,7 +61,9 @@ pub struct Approval {
     pub actions: Vec<PendingAction>,
     pub decisions: Vec<Decision>,
     /// Typing a reason for a rejection.
-    pub rejecting: Option<String>,
+    /// Typing something for the action shown: a rejection's reason, edited arguments, a
+    /// response in the call's place.
+    pub typing: Option<(Typing, String)>,
 }
 
 /// A question a running turn waits on (a hook's `ask`, a server's elicitation).
@@ -100,6 +102,17 @@ pub struct Picker {
 pub enum Answer {
     Approved(bool),
     Elicited(deepagents_mcp::ElicitationAnswer),
+}
+
+/// What is being typed in the approval panel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Typing {
+    /// A rejection's reason (optional).
+    Reason,
+    /// The call's arguments, as JSON.
+    Arguments,
+    /// An answer given to the model in the call's place.
+    Response,
 }
 
 /// What the loop must do.
@@ -420,7 +433,7 @@ impl App {
         self.approval = Some(Approval {
             actions,
             decisions: Vec::new(),
-            rejecting: None,
+            typing: None,
         });
         self.approve_allowed()
     }
@@ -972,20 +985,38 @@ impl App {
 
     fn on_approval_key(&mut self, key: KeyEvent) -> Option<Action> {
         let approval = self.approval.as_mut()?;
-        if let Some(reason) = approval.rejecting.as_mut() {
+        if let Some((what, text)) = approval.typing.as_mut() {
             match key.code {
                 KeyCode::Enter => {
-                    let reason = std::mem::take(reason);
-                    approval.rejecting = None;
-                    return self.decide(Decision::Reject {
-                        message: (!reason.trim().is_empty()).then_some(reason),
-                    });
+                    let (what, text) = (*what, std::mem::take(text));
+                    let decision = match what {
+                        Typing::Reason => Decision::Reject {
+                            message: (!text.trim().is_empty()).then_some(text),
+                        },
+                        Typing::Response => Decision::Respond { message: text },
+                        Typing::Arguments => match serde_json::from_str::<serde_json::Value>(&text)
+                        {
+                            Ok(arguments @ serde_json::Value::Object(_)) => {
+                                Decision::Edit { arguments }
+                            }
+                            _ => {
+                                // Keep what was typed to fix it.
+                                approval.typing = Some((what, text));
+                                self.cells.push(Cell::Error(
+                                    "the arguments must be one JSON object".to_owned(),
+                                ));
+                                return None;
+                            }
+                        },
+                    };
+                    approval.typing = None;
+                    return self.decide(decision);
                 }
-                KeyCode::Esc => approval.rejecting = None,
+                KeyCode::Esc => approval.typing = None,
                 KeyCode::Backspace => {
-                    reason.pop();
+                    text.pop();
                 }
-                KeyCode::Char(c) => reason.push(c),
+                KeyCode::Char(c) => text.push(c),
                 _ => {}
             }
             return None;
@@ -1018,7 +1049,16 @@ impl App {
                 self.decide(Decision::Approve)
             }
             KeyCode::Char('n' | 'r') if allows(DecisionKind::Reject) => {
-                approval.rejecting = Some(String::new());
+                approval.typing = Some((Typing::Reason, String::new()));
+                None
+            }
+            KeyCode::Char('e') if allows(DecisionKind::Edit) => {
+                let arguments = action.arguments.to_string();
+                approval.typing = Some((Typing::Arguments, arguments));
+                None
+            }
+            KeyCode::Char('m') if allows(DecisionKind::Respond) => {
+                approval.typing = Some((Typing::Response, String::new()));
                 None
             }
             KeyCode::Esc if allows(DecisionKind::Reject) => {
@@ -1037,7 +1077,7 @@ impl App {
 const HELP: &str = "Enter sends · Shift/Alt-Enter or Ctrl-J: new line · Up/Down: earlier messages · PgUp/PgDn: scroll
 Tab completes a /command or an @path · Ctrl-O: whole tool outputs · Ctrl-R: whole reasoning
 Esc interrupts the turn · Ctrl-C interrupts, twice quits · Ctrl-D on an empty line quits
-Approvals: y approve · s this tool for the session · n reject (type a reason, Enter) · A everything";
+Approvals: y approve · s this tool for the session · n reject (a reason, Enter) · e edit the arguments · m answer instead · A everything";
 
 /// The slash commands, with what they do (the palette shows them).
 pub const COMMANDS: &[(&str, &str)] = &[
@@ -1147,6 +1187,62 @@ pub fn short_arguments(arguments: &serde_json::Value) -> String {
         Some((at, _)) => format!("{}…", &line[..at]),
         None => line,
     }
+}
+
+/// The largest image a message attaches.
+const MAX_ATTACHMENT: u64 = 5 * 1024 * 1024;
+
+/// A message as content: its text, then each image it names as `@path` in the root
+/// (png, jpeg, gif, webp, up to 5 MiB), attached so the model sees it; what was attached or
+/// refused, for the view.
+pub fn message_content(
+    text: &str,
+    root: Option<&std::path::Path>,
+) -> (Vec<ContentBlock>, Vec<String>) {
+    let mut content = vec![ContentBlock::text(text)];
+    let mut notes = Vec::new();
+    let Some(root) = root.and_then(|r| r.canonicalize().ok()) else {
+        return (content, notes);
+    };
+    for word in text.split_whitespace() {
+        let Some(path) = word.strip_prefix('@') else {
+            continue;
+        };
+        let path = path.trim_end_matches([',', '.', ';', ':', ')', '?', '!']);
+        let lower = path.to_ascii_lowercase();
+        let mime = match lower.rsplit('.').next() {
+            Some("png") => "image/png",
+            Some("jpg" | "jpeg") => "image/jpeg",
+            Some("gif") => "image/gif",
+            Some("webp") => "image/webp",
+            _ => continue,
+        };
+        let Ok(full) = root.join(path.trim_start_matches('/')).canonicalize() else {
+            notes.push(format!("{path}: no such file"));
+            continue;
+        };
+        if !full.starts_with(&root) {
+            notes.push(format!("{path}: outside the project, not attached"));
+            continue;
+        }
+        match std::fs::metadata(&full) {
+            Ok(meta) if meta.len() > MAX_ATTACHMENT => {
+                notes.push(format!("{path}: larger than 5 MiB, not attached"));
+            }
+            Ok(meta) => match std::fs::read(&full) {
+                Ok(bytes) => {
+                    notes.push(format!(
+                        "attached {path} ({} KB)",
+                        meta.len().div_ceil(1024)
+                    ));
+                    content.push(ContentBlock::data(mime, bytes));
+                }
+                Err(e) => notes.push(format!("{path}: {e}")),
+            },
+            Err(e) => notes.push(format!("{path}: {e}")),
+        }
+    }
+    (content, notes)
 }
 
 /// The old and new text of an `edit_file` call, for a diff.
@@ -1314,6 +1410,36 @@ mod tests {
             ]))
         );
         assert!(app.approval.is_none());
+        // `e` edits the arguments (as JSON), `m` answers in the call's place.
+        let editable = |id: &str| PendingAction {
+            allowed: vec![
+                DecisionKind::Approve,
+                DecisionKind::Edit,
+                DecisionKind::Reject,
+                DecisionKind::Respond,
+            ],
+            ..action(id)
+        };
+        app.paused(vec![editable("e1"), editable("e2")]);
+        app.on_key(key(KeyCode::Char('e')));
+        for _ in 0..40 {
+            app.on_key(key(KeyCode::Backspace));
+        }
+        type_text(&mut app, "{\"command\": \"ls\"}");
+        assert_eq!(app.on_key(key(KeyCode::Enter)), None);
+        app.on_key(key(KeyCode::Char('m')));
+        type_text(&mut app, "skipped it");
+        assert_eq!(
+            app.on_key(key(KeyCode::Enter)),
+            Some(Action::Decide(vec![
+                Decision::Edit {
+                    arguments: serde_json::json!({"command": "ls"})
+                },
+                Decision::Respond {
+                    message: "skipped it".into()
+                }
+            ]))
+        );
         // `s` approves the tool for the session: its later actions do not wait.
         app.paused(vec![action("s1")]);
         assert_eq!(
@@ -1420,6 +1546,25 @@ mod tests {
             Some(Action::Resume("b".into()))
         );
         assert!(app.picker.is_none());
+    }
+
+    #[test]
+    fn images_named_with_at_are_attached() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("shot.png"), b"\x89PNG....").unwrap();
+        let (content, notes) =
+            message_content("what is in @shot.png? and @gone.jpg", Some(root.path()));
+        assert_eq!(content.len(), 2);
+        assert!(
+            matches!(&content[1], ContentBlock::Data { mime_type, data } if mime_type == "image/png" && data.starts_with(b"\x89PNG"))
+        );
+        assert_eq!(
+            notes,
+            ["attached shot.png (1 KB)", "gone.jpg: no such file"]
+        );
+        let (content, notes) = message_content("see @../etc/x.png", Some(root.path()));
+        assert_eq!(content.len(), 1);
+        assert_eq!(notes.len(), 1);
     }
 
     #[test]

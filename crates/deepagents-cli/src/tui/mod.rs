@@ -149,13 +149,19 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
                         app.ask(next);
                     }
                 }
-                Action::Send(text) => match handle(&session, &thread_id, app.take_compact())?
-                    .stream(text)
-                    .await
-                {
-                    Ok(stream) => turn = Some(Turn { stream }),
-                    Err(e) => pending = app.failed(e.to_string(), Default::default()),
-                },
+                Action::Send(text) => {
+                    let (content, notes) = app::message_content(&text, session.root.as_deref());
+                    for note in notes {
+                        app.cells.push(Cell::Notice(note));
+                    }
+                    let started = handle(&session, &thread_id, app.take_compact())?
+                        .stream_content(content)
+                        .await;
+                    match started {
+                        Ok(stream) => turn = Some(Turn { stream }),
+                        Err(e) => pending = app.failed(e.to_string(), Default::default()),
+                    }
+                }
                 Action::Decide(decisions) => {
                     let thread = handle(&session, &thread_id, false)?;
                     if let Some(policy) = &session.grants

@@ -2,6 +2,7 @@
 //! status bar. Lines are wrapped here (by display width, so wide characters take two
 //! columns) so scrolling knows exactly how tall the conversation is.
 
+use deepagents::core::interrupt::DecisionKind;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Position, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -9,7 +10,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
-use super::app::{App, Asked, Cell, Mode, Picker, ToolState, mark, matching_commands};
+use super::app::{App, Asked, Cell, Mode, Picker, ToolState, Typing, mark, matching_commands};
 
 const SPINNER: [&str; 4] = ["⠋", "⠙", "⠸", "⠴"];
 
@@ -256,12 +257,30 @@ fn approval_lines(app: &App, width: u16) -> Vec<Line<'static>> {
             Style::new().fg(Color::DarkGray),
         ));
     }
-    lines.push(match &approval.rejecting {
-        Some(reason) => Line::raw(format!("  reason (Enter to reject, Esc back): {reason}")),
-        None => Line::styled(
-            "  y approve · s approve this tool for the session · n reject · A approve everything · Esc reject",
-            Style::new().fg(Color::Yellow),
-        ),
+    lines.push(match &approval.typing {
+        Some((what, text)) => {
+            let label = match what {
+                Typing::Reason => "reason (Enter rejects, Esc back)",
+                Typing::Arguments => "arguments as JSON (Enter runs it so, Esc back)",
+                Typing::Response => "answer for the model (Enter sends, Esc back)",
+            };
+            Line::raw(format!("  {label}: {text}"))
+        }
+        None => {
+            let allows = |kind| action.allowed.contains(&kind);
+            let mut keys = vec!["y approve", "s this tool for the session"];
+            if allows(DecisionKind::Edit) {
+                keys.push("e edit");
+            }
+            if allows(DecisionKind::Respond) {
+                keys.push("m answer instead");
+            }
+            keys.extend(["n reject", "A everything"]);
+            Line::styled(
+                format!("  {}", keys.join(" · ")),
+                Style::new().fg(Color::Yellow),
+            )
+        }
     });
     lines
 }
@@ -740,7 +759,7 @@ mod tests {
                 }],
             }],
             decisions: Vec::new(),
-            rejecting: None,
+            typing: None,
         });
         insta::assert_snapshot!("approval", screen(&app, 60, 16));
         app.approval = None;
