@@ -522,9 +522,21 @@ fn markdown(text: &str, depth: usize, width: usize, lines: &mut Vec<Line<'static
     let indent = "  ".repeat(depth);
     let width = width.saturating_sub(indent.len()).max(8);
     let mut code = false;
-    for raw in text.lines() {
+    let all: Vec<&str> = text.lines().collect();
+    let mut next = 0;
+    while next < all.len() {
+        let raw = all[next];
+        next += 1;
         if raw.trim_start().starts_with("```") {
             code = !code;
+            continue;
+        }
+        if !code && raw.trim_start().starts_with('|') {
+            let start = next - 1;
+            while next < all.len() && all[next].trim_start().starts_with('|') {
+                next += 1;
+            }
+            table(&all[start..next], &indent, width, lines);
             continue;
         }
         if code {
@@ -561,6 +573,67 @@ fn markdown(text: &str, depth: usize, width: usize, lines: &mut Vec<Line<'static
             let mut spans = vec![Span::raw(format!("{indent}{prefix}"))];
             spans.extend(inline_spans(&piece));
             lines.push(Line::from(spans));
+        }
+    }
+}
+
+/// A markdown table with its columns aligned by display width (the header bold, the
+/// `---` row drawn as a rule); one too wide for the view is shown as written.
+fn table(rows: &[&str], indent: &str, width: usize, lines: &mut Vec<Line<'static>>) {
+    let cells = |row: &str| -> Vec<String> {
+        let row = row.trim();
+        let row = row.strip_prefix('|').unwrap_or(row);
+        let row = row.strip_suffix('|').unwrap_or(row);
+        row.split('|').map(|cell| cell.trim().to_owned()).collect()
+    };
+    let is_rule = |row: &str| {
+        row.chars()
+            .all(|c| matches!(c, '|' | '-' | ':' | ' ' | '\t'))
+    };
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .filter(|r| !is_rule(r))
+        .map(|r| cells(r))
+        .collect();
+    let columns = body.iter().map(Vec::len).max().unwrap_or(0);
+    let mut widths = vec![0; columns];
+    for row in &body {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.width());
+        }
+    }
+    let total = widths.iter().sum::<usize>() + 3 * columns.saturating_sub(1);
+    if total > width {
+        for row in rows {
+            lines.push(Line::raw(format!("{indent}{row}")));
+        }
+        return;
+    }
+    let has_rule = rows.iter().any(|r| is_rule(r));
+    for (n, row) in body.iter().enumerate() {
+        let text = (0..columns)
+            .map(|i| {
+                let cell = row.get(i).map_or("", String::as_str);
+                format!("{cell}{}", " ".repeat(widths[i] - cell.width()))
+            })
+            .collect::<Vec<_>>()
+            .join(" │ ");
+        let style = if n == 0 && has_rule {
+            Style::new().add_modifier(Modifier::BOLD)
+        } else {
+            Style::new()
+        };
+        lines.push(Line::styled(format!("{indent}{}", text.trim_end()), style));
+        if n == 0 && has_rule {
+            let rule = widths
+                .iter()
+                .map(|w| "─".repeat(*w))
+                .collect::<Vec<_>>()
+                .join("─┼─");
+            lines.push(Line::styled(
+                format!("{indent}{rule}"),
+                Style::new().fg(Color::DarkGray),
+            ));
         }
     }
 }
@@ -683,7 +756,7 @@ mod tests {
         app.cells = vec![
             Cell::User("Summarize the repo".into()),
             Cell::Assistant {
-                text: "# Plan\n- read the **README**\n- run `ls`\n```\ncargo test\n```".into(),
+                text: "# Plan\n- read the **README**\n- run `ls`\n```\ncargo test\n```\n| crate | lines |\n|---|---:|\n| core | 1200 |\n| tui | 900 |".into(),
                 depth: 0,
             },
             Cell::Tool {
