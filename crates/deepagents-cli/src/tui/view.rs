@@ -522,13 +522,15 @@ fn markdown(text: &str, depth: usize, width: usize, lines: &mut Vec<Line<'static
     let indent = "  ".repeat(depth);
     let width = width.saturating_sub(indent.len()).max(8);
     let mut code = false;
+    let mut language = String::new();
     let all: Vec<&str> = text.lines().collect();
     let mut next = 0;
     while next < all.len() {
         let raw = all[next];
         next += 1;
-        if raw.trim_start().starts_with("```") {
+        if let Some(fence) = raw.trim_start().strip_prefix("```") {
             code = !code;
+            language = fence.trim().to_ascii_lowercase();
             continue;
         }
         if !code && raw.trim_start().starts_with('|') {
@@ -541,10 +543,9 @@ fn markdown(text: &str, depth: usize, width: usize, lines: &mut Vec<Line<'static
         }
         if code {
             for piece in wrap(raw, width - 2) {
-                lines.push(Line::styled(
-                    format!("{indent}  {piece}"),
-                    Style::new().fg(Color::Cyan),
-                ));
+                let mut spans = vec![Span::raw(format!("{indent}  "))];
+                spans.extend(highlight(&piece, &language));
+                lines.push(Line::from(spans));
             }
             continue;
         }
@@ -575,6 +576,120 @@ fn markdown(text: &str, depth: usize, width: usize, lines: &mut Vec<Line<'static
             lines.push(Line::from(spans));
         }
     }
+}
+
+/// Keywords, strings, numbers and comments of a line of code in `language` (a fence's info
+/// string), colored; other languages get the plain code color. A lexer this small misreads
+/// some lines (strings across lines); it only colors, never changes the text.
+fn highlight(line: &str, language: &str) -> Vec<Span<'static>> {
+    const RUST: &[&str] = &[
+        "as", "async", "await", "break", "const", "continue", "crate", "else", "enum", "false",
+        "fn", "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub",
+        "ref", "return", "self", "Self", "static", "struct", "super", "trait", "true", "type",
+        "use", "where", "while",
+    ];
+    const PYTHON: &[&str] = &[
+        "and", "as", "async", "await", "class", "def", "elif", "else", "except", "False",
+        "finally", "for", "from", "if", "import", "in", "is", "lambda", "None", "not", "or",
+        "pass", "raise", "return", "True", "try", "while", "with", "yield",
+    ];
+    const SCRIPT: &[&str] = &[
+        "async",
+        "await",
+        "break",
+        "case",
+        "class",
+        "const",
+        "continue",
+        "default",
+        "do",
+        "done",
+        "elif",
+        "else",
+        "esac",
+        "export",
+        "false",
+        "fi",
+        "for",
+        "function",
+        "if",
+        "import",
+        "in",
+        "interface",
+        "let",
+        "new",
+        "null",
+        "return",
+        "then",
+        "this",
+        "true",
+        "type",
+        "var",
+        "while",
+    ];
+    let (keywords, comment): (&[&str], &str) = match language {
+        "rust" | "rs" => (RUST, "//"),
+        "python" | "py" => (PYTHON, "#"),
+        "sh" | "bash" | "shell" | "zsh" | "console" => (SCRIPT, "#"),
+        "js" | "javascript" | "ts" | "typescript" | "go" | "c" | "cpp" | "java" => (SCRIPT, "//"),
+        "toml" | "yaml" | "yml" => (&[], "#"),
+        _ => return vec![Span::styled(line.to_owned(), Style::new().fg(Color::Cyan))],
+    };
+    let keyword = Style::new().fg(Color::Magenta).add_modifier(Modifier::BOLD);
+    let string = Style::new().fg(Color::Green);
+    let number = Style::new().fg(Color::Yellow);
+    let plain = Style::new().fg(Color::Cyan);
+    let mut spans = Vec::new();
+    let mut rest = line;
+    while let Some(c) = rest.chars().next() {
+        if rest.starts_with(comment) {
+            spans.push(Span::styled(
+                rest.to_owned(),
+                Style::new().fg(Color::DarkGray),
+            ));
+            break;
+        }
+        let take = if c == '"' || (c == '\'' && language != "rust" && language != "rs") {
+            // To the closing quote (a backslash escapes), or the end of the line.
+            let mut end = rest.len();
+            let mut escaped = false;
+            for (i, d) in rest.char_indices().skip(1) {
+                if escaped {
+                    escaped = false;
+                } else if d == '\\' {
+                    escaped = true;
+                } else if d == c {
+                    end = i + d.len_utf8();
+                    break;
+                }
+            }
+            (end, string)
+        } else if c.is_ascii_digit() {
+            let end = rest
+                .find(|d: char| !(d.is_ascii_alphanumeric() || d == '.' || d == '_'))
+                .unwrap_or(rest.len());
+            (end, number)
+        } else if c.is_alphabetic() || c == '_' {
+            let end = rest
+                .find(|d: char| !(d.is_alphanumeric() || d == '_'))
+                .unwrap_or(rest.len());
+            let word = &rest[..end];
+            (
+                end,
+                if keywords.contains(&word) {
+                    keyword
+                } else {
+                    plain
+                },
+            )
+        } else {
+            (c.len_utf8(), plain)
+        };
+        let (end, style) = take;
+        spans.push(Span::styled(rest[..end].to_owned(), style));
+        rest = &rest[end..];
+    }
+    spans
 }
 
 /// A markdown table with its columns aligned by display width (the header bold, the
@@ -838,6 +953,36 @@ mod tests {
         app.approval = None;
         app.mode = Mode::Yolo;
         insta::assert_snapshot!("yolo", screen(&app, 60, 6));
+    }
+
+    #[test]
+    fn code_is_colored_by_its_language() {
+        let spans = highlight("let n = 42; // the answer", "rust");
+        let style_of = |text: &str| {
+            spans
+                .iter()
+                .find(|s| s.content == text)
+                .map(|s| s.style.fg)
+                .unwrap_or_else(|| panic!("no span {text:?}: {spans:?}"))
+        };
+        assert_eq!(style_of("let"), Some(Color::Magenta));
+        assert_eq!(style_of("42"), Some(Color::Yellow));
+        assert_eq!(style_of("// the answer"), Some(Color::DarkGray));
+        assert_eq!(style_of("n"), Some(Color::Cyan));
+        let python = highlight("print('a # b')  # note", "python");
+        assert!(
+            python
+                .iter()
+                .any(|s| s.content == "'a # b'" && s.style.fg == Some(Color::Green))
+        );
+        assert!(python.iter().any(|s| s.content == "# note"));
+        // The text is never changed, only colored.
+        let joined: String = highlight("x = \"unterminated", "py")
+            .iter()
+            .map(|s| s.content.to_string())
+            .collect();
+        assert_eq!(joined, "x = \"unterminated");
+        assert_eq!(highlight("anything", "brainfuck").len(), 1);
     }
 
     #[test]
