@@ -469,7 +469,7 @@ struct Session {
     /// Dropping it stops the MCP servers.
     mcp: Option<deepagents_mcp::Connections>,
     /// What runs ask the TUI while they go on (hooks' `ask`, servers' questions).
-    questions: std::sync::Mutex<Option<tui::Questions>>,
+    questions: Option<tui::Questions>,
     /// The model's context window in tokens, when known.
     window: Option<u64>,
     /// Whether the project's hooks and MCP servers are trusted (kept when it is rebuilt).
@@ -692,7 +692,7 @@ async fn prepare(args: &RunArgs, front: Front, may_ask: bool) -> anyhow::Result<
         },
         mcp: mcp_connections,
         root: workspace.root.clone(),
-        questions: std::sync::Mutex::new(questions),
+        questions,
         window,
         trusted,
         subagents,
@@ -999,15 +999,7 @@ pub(crate) fn spent_line(
     spent: &deepagents::core::Spent,
     total: &deepagents::core::Spent,
 ) -> String {
-    let usage = &spent.usage;
-    let mut line = format!(
-        "spent ${:.4} · {} tokens ({} in, {} cached, {} out)",
-        spent.cost_usd,
-        spent.tokens(),
-        usage.input_tokens,
-        usage.cached_input_tokens,
-        usage.output_tokens
-    );
+    let mut line = format!("spent {}", progress::spent_summary(spent));
     if spent.unpriced_tokens > 0 {
         line.push_str(&format!(
             "; {} tokens of models without known prices are not in the cost",

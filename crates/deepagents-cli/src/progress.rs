@@ -75,12 +75,7 @@ impl Progress {
             }
             EventKind::StateUpdated { todos, custom, .. } => {
                 for todo in todos.iter().flatten() {
-                    let mark = match todo.status {
-                        TodoStatus::Pending => "☐",
-                        TodoStatus::InProgress => "◐",
-                        TodoStatus::Completed => "☑",
-                    };
-                    say!("{indent}  {mark} {}", todo.content);
+                    say!("{indent}  {} {}", todo_mark(todo.status), todo.content);
                 }
                 // Set once per thread, when the skills are loaded.
                 if let Some(warnings) = custom.get("skill_warnings").and_then(Value::as_array) {
@@ -109,6 +104,28 @@ fn write_line(args: Arguments<'_>) {
     line.push('\n');
     // Progress is best-effort: a closed stderr must not stop the run.
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// `$0.0123 · 1234 tokens (1100 in, 800 cached, 134 out)`: what some runs spent, the one
+/// form every front end prints it in.
+pub fn spent_summary(spent: &deepagents::core::Spent) -> String {
+    format!(
+        "${:.4} · {} tokens ({} in, {} cached, {} out)",
+        spent.cost_usd,
+        spent.tokens(),
+        spent.usage.input_tokens,
+        spent.usage.cached_input_tokens,
+        spent.usage.output_tokens
+    )
+}
+
+/// The mark of a plan item: ☐ to do, ◐ in progress, ☑ done (here and in the TUI).
+pub fn todo_mark(status: TodoStatus) -> &'static str {
+    match status {
+        TodoStatus::Pending => "☐",
+        TodoStatus::InProgress => "◐",
+        TodoStatus::Completed => "☑",
+    }
 }
 
 /// `⚠ skill `name`: what is wrong [rule] (path)`.

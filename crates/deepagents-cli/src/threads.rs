@@ -52,15 +52,10 @@ async fn command_on(
                     }
                 }
             }
-            let total = &run.total_spent;
             writeln!(
                 out,
-                "spent: ${:.4} · {} tokens ({} in, {} cached, {} out)",
-                total.cost_usd,
-                total.tokens(),
-                total.usage.input_tokens,
-                total.usage.cached_input_tokens,
-                total.usage.output_tokens
+                "spent: {}",
+                crate::progress::spent_summary(&run.total_spent)
             )?;
         }
         ThreadsCommand::Delete { id } => {

@@ -883,6 +883,17 @@ fn sandbox_event(stdout: &str) -> Value {
 }
 
 /// Each `execute` result of a `--json` run, by call id.
+/// The JSON objects of a file with one per line (what the logging hooks of these tests
+/// write), blank lines skipped.
+fn json_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 fn execute_results(stdout: &str) -> std::collections::BTreeMap<String, String> {
     stdout
         .lines()
@@ -1191,12 +1202,7 @@ fn hooks_block_rewrite_log_and_time_out_as_their_files_say() {
     assert!(results["r"].contains("kept"), "{stdout}");
     assert!(stderr(&output).contains("timed out"), "{}", stderr(&output));
     // Logged after each call that ran, in Claude Code's names, with the result.
-    let logged: Vec<Value> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let logged: Vec<Value> = json_lines(&log);
     let names: Vec<&str> = logged
         .iter()
         .map(|e| e["tool_name"].as_str().unwrap())
@@ -1310,12 +1316,7 @@ fn a_stop_hook_keeps_the_run_going_once_and_precompact_hears_of_summaries() {
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(final_line(&output)["text"], "tests pass now");
-    let stopped: Vec<Value> = std::fs::read_to_string(&stops)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let stopped: Vec<Value> = json_lines(&stops);
     assert_eq!(stopped.len(), 2, "{stopped:?}");
     assert_eq!(stopped[0]["stop_hook_active"], false);
     assert_eq!(stopped[1]["stop_hook_active"], true);
@@ -1353,12 +1354,7 @@ fn a_stop_hook_keeps_the_run_going_once_and_precompact_hears_of_summaries() {
         .filter(|e| e["type"] == "summarized")
         .count();
     assert!(summaries > 0);
-    let compacted: Vec<Value> = std::fs::read_to_string(&compacts)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let compacted: Vec<Value> = json_lines(&compacts);
     assert_eq!(compacted.len(), summaries, "{compacted:?}");
     assert_eq!(compacted[0]["hook_event_name"], "PreCompact");
     assert_eq!(compacted[0]["trigger"], "auto");
@@ -1647,12 +1643,7 @@ fn notification_hooks_hear_about_approvals_and_session_end_about_the_exit() {
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
-    let events: Vec<Value> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events: Vec<Value> = json_lines(&log);
     assert_eq!(events.len(), 2, "{events:?}");
     assert_eq!(events[0]["hook_event_name"], "Notification");
     assert!(

@@ -765,7 +765,7 @@ impl App {
                 let list = self
                     .todos
                     .iter()
-                    .map(|t| format!("{} {}", todo_mark(t), t.content))
+                    .map(|t| format!("{} {}", mark(t), t.content))
                     .collect::<Vec<_>>()
                     .join("\n");
                 say(self, list)
@@ -1129,31 +1129,14 @@ pub fn matching_commands(typed: &str) -> Vec<(&'static str, &'static str)> {
     found
 }
 
-fn todo_mark(todo: &Todo) -> &'static str {
-    match todo.status {
-        deepagents::core::TodoStatus::Pending => "☐",
-        deepagents::core::TodoStatus::InProgress => "◐",
-        deepagents::core::TodoStatus::Completed => "☑",
-    }
-}
-
-/// The marks of a plan's items, for the view.
+/// The mark of a plan item.
 pub fn mark(todo: &Todo) -> &'static str {
-    todo_mark(todo)
+    crate::progress::todo_mark(todo.status)
 }
 
 /// `$0.0123 · 1234 tokens (1100 in, 800 cached, 134 out)` for the session and the thread.
 pub fn spending(session: &Spent, thread: &Spent) -> String {
-    let one = |spent: &Spent| {
-        format!(
-            "${:.4} · {} tokens ({} in, {} cached, {} out)",
-            spent.cost_usd,
-            spent.tokens(),
-            spent.usage.input_tokens,
-            spent.usage.cached_input_tokens,
-            spent.usage.output_tokens
-        )
-    };
+    let one = crate::progress::spent_summary;
     format!("session: {}\nthread:  {}", one(session), one(thread))
 }
 

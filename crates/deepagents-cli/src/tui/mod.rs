@@ -115,11 +115,7 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
     let _screen = Screen::enter()?;
     let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))
         .context("cannot draw on the terminal")?;
-    let mut questions = session
-        .questions
-        .lock()
-        .ok()
-        .and_then(|mut questions| questions.take());
+    let mut questions = session.questions.take();
     // The question shown first; the others wait their turn.
     let mut asking: std::collections::VecDeque<Question> = std::collections::VecDeque::new();
     let mut keys = EventStream::new();
@@ -233,11 +229,7 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
                             let old = std::mem::replace(&mut session, rebuilt);
                             old.store.close().await;
                             drop(old);
-                            questions = session
-                                .questions
-                                .lock()
-                                .ok()
-                                .and_then(|mut questions| questions.take());
+                            questions = session.questions.take();
                             args = next;
                             app.status.model.clone_from(&spec);
                             app.status.window = session.window;
