@@ -38,6 +38,65 @@ pub(crate) struct ProgressTarget {
     pub(crate) call_id: String,
 }
 
+impl ProgressTarget {
+    fn emit(&self, params: ProgressNotificationParam) {
+        self.events.emit(EventKind::ToolProgress {
+            call_id: self.call_id.clone(),
+            progress: params.progress,
+            total: params.total,
+            message: params.message,
+        });
+    }
+}
+
+/// Progress notifications by the call they belong to. A call learns its progress token only
+/// once its request is sent, and a fast server reports before that: such reports wait here
+/// (a few per token, for a bounded number of tokens) until the call takes them.
+#[derive(Default)]
+pub(crate) struct ProgressRoutes {
+    calls: HashMap<ProgressToken, Route>,
+}
+
+enum Route {
+    Call(ProgressTarget),
+    Early(Vec<ProgressNotificationParam>),
+}
+
+/// Early reports kept per token, and tokens with early reports kept.
+const EARLY_REPORTS: usize = 32;
+const EARLY_TOKENS: usize = 256;
+
+impl ProgressRoutes {
+    fn report(&mut self, params: ProgressNotificationParam) {
+        let early = self.calls.len() < EARLY_TOKENS;
+        match self.calls.get_mut(&params.progress_token) {
+            Some(Route::Call(target)) => target.emit(params),
+            Some(Route::Early(reports)) if reports.len() < EARLY_REPORTS => reports.push(params),
+            Some(Route::Early(_)) => {}
+            None if early => {
+                self.calls
+                    .insert(params.progress_token.clone(), Route::Early(vec![params]));
+            }
+            None => {}
+        }
+    }
+
+    /// The call with `token` reports to `target` from now on (early reports first).
+    pub(crate) fn route(&mut self, token: ProgressToken, target: ProgressTarget) {
+        if let Some(Route::Early(reports)) = self.calls.remove(&token) {
+            for params in reports {
+                target.emit(params);
+            }
+        }
+        self.calls.insert(token, Route::Call(target));
+    }
+
+    /// The call with `token` ended: what it reports now is dropped.
+    pub(crate) fn end(&mut self, token: &ProgressToken) {
+        self.calls.remove(token);
+    }
+}
+
 /// Our side of a connection, shared by the connection that replaces it after a crash.
 #[derive(Clone)]
 pub(crate) struct Handler {
@@ -45,7 +104,7 @@ pub(crate) struct Handler {
     /// `tools/list_changed` notifications so far.
     pub(crate) changes: Arc<AtomicU64>,
     /// Running calls by their progress token.
-    pub(crate) progress: Arc<Mutex<HashMap<ProgressToken, ProgressTarget>>>,
+    pub(crate) progress: Arc<Mutex<ProgressRoutes>>,
     elicitor: Option<Arc<dyn Elicitor>>,
 }
 
@@ -90,15 +149,8 @@ impl rmcp::ClientHandler for Handler {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + MaybeSendFuture + '_ {
-        if let Ok(calls) = self.progress.lock()
-            && let Some(target) = calls.get(&params.progress_token)
-        {
-            target.events.emit(EventKind::ToolProgress {
-                call_id: target.call_id.clone(),
-                progress: params.progress,
-                total: params.total,
-                message: params.message,
-            });
+        if let Ok(mut routes) = self.progress.lock() {
+            routes.report(params);
         }
         std::future::ready(())
     }
@@ -423,5 +475,41 @@ impl Live {
                 )
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(token: u32, progress: f64) -> ProgressNotificationParam {
+        serde_json::from_value(serde_json::json!({"progressToken": token, "progress": progress}))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn reports_before_the_call_knows_its_token_are_not_lost() {
+        let mut routes = ProgressRoutes::default();
+        routes.report(report(7, 1.0));
+        routes.report(report(7, 2.0));
+        let (events, mut received) = EventSink::channel();
+        let token = report(7, 0.0).progress_token;
+        routes.route(
+            token.clone(),
+            ProgressTarget {
+                events,
+                call_id: "c".into(),
+            },
+        );
+        routes.report(report(7, 3.0));
+        routes.end(&token);
+        routes.report(report(7, 4.0));
+        let mut seen = Vec::new();
+        while let Ok(event) = received.try_recv() {
+            if let EventKind::ToolProgress { progress, .. } = event.kind {
+                seen.push(progress);
+            }
+        }
+        assert_eq!(seen, [1.0, 2.0, 3.0]);
     }
 }

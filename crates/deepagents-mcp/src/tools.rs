@@ -77,8 +77,8 @@ struct CallGuard<'a> {
 
 impl Drop for CallGuard<'_> {
     fn drop(&mut self) {
-        if let Ok(mut calls) = self.live.handler.progress.lock() {
-            calls.remove(&self.token);
+        if let Ok(mut routes) = self.live.handler.progress.lock() {
+            routes.end(&self.token);
         }
         if let Some((peer, id)) = self.pending.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
@@ -134,8 +134,8 @@ async fn call(
         token: handle.progress_token.clone(),
         pending: Some((handle.peer.clone(), handle.id.clone())),
     };
-    if let Ok(mut calls) = live.handler.progress.lock() {
-        calls.insert(
+    if let Ok(mut routes) = live.handler.progress.lock() {
+        routes.route(
             guard.token.clone(),
             ProgressTarget {
                 events: ctx.run.events.clone(),
