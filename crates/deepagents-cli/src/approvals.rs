@@ -56,6 +56,65 @@ pub fn outside_config(policy: SharedPolicy) -> InterruptConfig {
     }
 }
 
+/// Whether the TUI asks before every change (`/manual`) or only before what leaves the
+/// sandbox (`/auto`); read by the interrupt rules at every call, so a switch applies at once.
+#[derive(Clone, Debug, Default)]
+pub struct ManualSwitch(Arc<std::sync::atomic::AtomicBool>);
+
+impl ManualSwitch {
+    /// Asks before every change from now on, or not.
+    pub fn set(&self, manual: bool) {
+        self.0.store(manual, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn is_on(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// The file tools that change the root and ask in `/manual`.
+pub const FILE_CHANGES: [&str; 3] = ["write_file", "edit_file", "delete"];
+
+/// A file change asks while `manual` is on.
+pub fn manual_file_config(manual: ManualSwitch) -> InterruptConfig {
+    InterruptConfig {
+        description: Some(
+            "Manual mode: every file change asks first (/auto stops asking).".to_owned(),
+        ),
+        predicate: Some(Arc::new(move |_: &serde_json::Value| manual.is_on())),
+        ..InterruptConfig::default()
+    }
+}
+
+/// A confined command asks while `manual` is on, and whenever it names something outside
+/// the sandbox (see [`outside_config`]).
+pub fn manual_execute_config(
+    manual: ManualSwitch,
+    policy: Option<SharedPolicy>,
+) -> InterruptConfig {
+    let outside = policy.map(outside_config);
+    InterruptConfig {
+        allowed: vec![
+            DecisionKind::Approve,
+            DecisionKind::Edit,
+            DecisionKind::Reject,
+            DecisionKind::Respond,
+        ],
+        reason: Some(Arc::new(move |args: &serde_json::Value| {
+            let outside = outside
+                .as_ref()
+                .and_then(|config| config.reason.as_ref())
+                .and_then(|reason| reason(args));
+            outside.or_else(|| {
+                manual.is_on().then(|| {
+                    "Manual mode: every command asks first; it would run in the sandbox (/auto stops asking).".to_owned()
+                })
+            })
+        })),
+        ..InterruptConfig::default()
+    }
+}
+
 /// Widens `policy` with what the approved (or edited) `execute` calls among `actions` name.
 pub fn grant_approved(policy: &SharedPolicy, actions: &[PendingAction], decisions: &[Decision]) {
     for (action, decision) in actions.iter().zip(decisions) {

@@ -476,6 +476,8 @@ struct Session {
     trusted: bool,
     /// The subagents the `task` tool offers: name and description.
     subagents: Vec<(String, String)>,
+    /// `/manual` or `/auto` in the TUI (none when everything is approved anyway).
+    manual: Option<approvals::ManualSwitch>,
 }
 
 /// Builds the agent the flags describe, for `front`; `may_ask` lets it ask on the terminal
@@ -588,7 +590,20 @@ async fn prepare(args: &RunArgs, front: Front, may_ask: bool) -> anyhow::Result<
         .sandbox
         .clone()
         .filter(|_| !args.auto_approve && front.can_approve());
-    if let Some(policy) = &grants {
+    // The TUI switches between asking before every change (`/manual`) and only before what
+    // leaves the sandbox (`/auto`) while it runs.
+    let manual = (front == Front::Tui && !args.auto_approve).then(approvals::ManualSwitch::default);
+    if let Some(manual) = &manual {
+        for tool in approvals::FILE_CHANGES {
+            builder = builder.interrupt_on(tool, approvals::manual_file_config(manual.clone()));
+        }
+        if sandbox_mode != sandbox::SandboxMode::Off && workspace.backend.as_sandbox().is_some() {
+            builder = builder.interrupt_on(
+                "execute",
+                approvals::manual_execute_config(manual.clone(), grants.clone()),
+            );
+        }
+    } else if let Some(policy) = &grants {
         builder = builder.interrupt_on("execute", approvals::outside_config(policy.clone()));
     }
     if let Some(tokens) = args.max_input_tokens {
@@ -696,6 +711,7 @@ async fn prepare(args: &RunArgs, front: Front, may_ask: bool) -> anyhow::Result<
         window,
         trusted,
         subagents,
+        manual,
     })
 }
 

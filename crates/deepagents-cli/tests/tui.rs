@@ -143,7 +143,7 @@ fn a_conversation_streams_queues_shows_cost_and_reopens() {
     let screen = tui.wait_for("session: $");
     assert!(screen.contains("tokens ("), "{screen}");
     tui.type_line("/context");
-    tui.wait_for("the latest request held");
+    tui.wait_for("context: ");
     // A title and the approval mode are kept with the thread.
     tui.type_line("/rename Release notes");
     tui.type_line("/yolo");
@@ -362,4 +362,71 @@ fn a_hook_s_ask_and_a_server_s_question_are_answered_in_the_tui() {
     tui.type_line("Ada");
     let screen = tui.wait_for("All answered.");
     assert!(screen.contains("hello Ada, 36"), "{screen}");
+}
+
+#[test]
+fn manual_mode_asks_before_changes_auto_does_not_and_the_thread_keeps_its_mode() {
+    if !have_tmux() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let model = script(
+        data.path(),
+        json!([
+            {"tool_calls": [{"id": "a", "name": "write_file", "args": {"file_path": "/asked.md", "content": "no\n"}}]},
+            {"text": "It was refused."},
+            {"tool_calls": [{"id": "b", "name": "write_file", "args": {"file_path": "/free.md", "content": "yes\n"}}]},
+            {"text": "Written freely.", "usage": {"input_tokens": 4000, "output_tokens": 10}}
+        ]),
+    );
+    let args = [
+        "--model",
+        &model,
+        "--backend",
+        "filesystem",
+        "--root",
+        ".",
+        "--thread",
+        "modes",
+    ];
+    let tui = Tui::start(data.path(), &args);
+    assert!(tui.screen().contains("· auto"), "{}", tui.screen());
+    tui.type_line("/manual");
+    tui.wait_for("· manual");
+    tui.type_line("write it");
+    let screen = tui.wait_for("approval needed");
+    assert!(screen.contains("write_file"), "{screen}");
+    tui.keys(&["n"]);
+    tui.keys(&["Enter"]);
+    tui.wait_for("It was refused.");
+    assert!(!data.path().join("asked.md").exists());
+
+    tui.type_line("/auto");
+    tui.wait_for("what the sandbox contains runs");
+    tui.type_line("write again");
+    tui.wait_for("Written freely.");
+    assert_eq!(
+        std::fs::read_to_string(data.path().join("free.md")).unwrap(),
+        "yes\n"
+    );
+    tui.type_line("/context");
+    let screen = tui.wait_for("messages (");
+    assert!(screen.contains("tools ("), "{screen}");
+    assert!(screen.contains("context: 4,000"), "{screen}");
+    tui.type_line("/manual");
+    tui.wait_for("· manual");
+    tui.type_line("/quit");
+    let start = Instant::now();
+    while !tui.exited() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{}",
+            tui.screen()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(tui);
+    // Reopened, the thread is in the mode it was left in.
+    let tui = Tui::start(data.path(), &args);
+    assert!(tui.screen().contains("· manual"), "{}", tui.screen());
 }

@@ -46,13 +46,55 @@ pub enum ToolState {
     Done { ok: bool, duration_ms: u64 },
 }
 
+/// `12,345` for 12345.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// What fills the context window, in estimated tokens (see [`App::show_context`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContextParts {
+    /// Memory files (AGENTS.md) put in the system prompt.
+    pub memory: u64,
+    /// The skills listed in the system prompt.
+    pub skills: u64,
+    /// Tool definitions, and how many.
+    pub tools: (u64, usize),
+    /// The conversation, and how many messages.
+    pub messages: (u64, usize),
+}
+
 /// Who approves what waits for approval.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
-    /// Each pending action is shown in the approval panel.
+    /// What the sandbox contains runs (file changes in the root, confined commands); what
+    /// leaves it asks, in the approval panel (`/auto`).
+    #[default]
+    Auto,
+    /// Every file change and command asks too (`/manual`).
     Manual,
     /// Everything is approved (`/yolo`): shown as a badge.
     Yolo,
+}
+
+impl Mode {
+    /// Its name in the status bar and in commands.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Manual => "manual",
+            Self::Yolo => "yolo",
+        }
+    }
 }
 
 /// Pending actions being decided, one after another.
@@ -140,6 +182,10 @@ pub enum Action {
     ListMcp,
     /// List the subagents.
     ListAgents,
+    /// Show how full the context window is and with what.
+    ShowContext,
+    /// Attach the image on the clipboard (Ctrl-V).
+    PasteImage,
     /// Add this line to the project's `AGENTS.md`.
     Remember(String),
     /// Give the thread this title.
@@ -208,6 +254,16 @@ pub struct App {
     pub skills: Vec<deepagents::middleware::SkillInfo>,
     /// A turn was asked to compact and has not yet.
     compacting: bool,
+    /// Images pasted into the input, sent with the message that still names them.
+    pasted: Vec<Pasted>,
+}
+
+/// An image pasted into the input, named in it by its label (`[image 1]`).
+#[derive(Clone, Debug, PartialEq)]
+struct Pasted {
+    label: String,
+    mime: &'static str,
+    bytes: Vec<u8>,
 }
 
 impl App {
@@ -224,7 +280,7 @@ impl App {
             approval: None,
             asked: None,
             picker: None,
-            mode: Mode::Manual,
+            mode: Mode::Auto,
             status,
             todos: Vec::new(),
             scroll: 0,
@@ -237,6 +293,7 @@ impl App {
             compact_next: false,
             compacting: false,
             skills: Vec::new(),
+            pasted: Vec::new(),
         }
     }
 
@@ -399,6 +456,60 @@ impl App {
         std::mem::take(&mut self.compact_next)
     }
 
+    /// `/context`: the window gauge and what fills it.
+    pub fn show_context(&mut self, parts: &ContextParts) {
+        let status = &self.status;
+        let known = parts.memory + parts.skills + parts.tools.0 + parts.messages.0;
+        // The latest request is measured; its parts are estimated, the system prompt's
+        // own text being what the estimate leaves.
+        let total = status.context.max(known);
+        let mut lines = vec![match status.window {
+            Some(window) => {
+                let filled = (total * 20 / window.max(1)).min(20) as usize;
+                format!(
+                    "context: {} of {} tokens ({}%)  {}{}",
+                    thousands(total),
+                    thousands(window),
+                    total * 100 / window.max(1),
+                    "█".repeat(filled),
+                    "░".repeat(20 - filled)
+                )
+            }
+            None => format!(
+                "context: {} tokens (the model's window is not known)",
+                thousands(total)
+            ),
+        }];
+        let system = if status.context > 0 {
+            format!("~{}", thousands(status.context.saturating_sub(known)))
+        } else {
+            "known after the first model call".to_owned()
+        };
+        for (what, tokens) in [
+            ("system prompt".to_owned(), system),
+            (
+                "memory (AGENTS.md)".to_owned(),
+                format!("~{}", thousands(parts.memory)),
+            ),
+            ("skills".to_owned(), format!("~{}", thousands(parts.skills))),
+            (
+                format!("tools ({})", parts.tools.1),
+                format!("~{}", thousands(parts.tools.0)),
+            ),
+            (
+                format!("messages ({})", parts.messages.1),
+                format!("~{}", thousands(parts.messages.0)),
+            ),
+        ] {
+            lines.push(format!("  {what:<20} {tokens}"));
+        }
+        lines.push(
+            "parts estimated at 4 characters a token; older messages are summarized as the window fills (/compact now)"
+                .to_owned(),
+        );
+        self.cells.push(Cell::Notice(lines.join("\n")));
+    }
+
     /// The turn ended with an answer; what it and the session spent.
     pub fn finished(&mut self, spent: Spent, thread: Spent) -> Option<Action> {
         self.busy = false;
@@ -478,11 +589,73 @@ impl App {
         self.scroll = 0;
     }
 
-    /// Pasted text goes into the input as it is (newlines included).
+    /// Pasted text goes into the input as it is (newlines included); the path of an image
+    /// file (what dropping a file on a terminal pastes) attaches the image instead.
     pub fn on_paste(&mut self, text: &str) {
+        if let Some((path, mime)) = pasted_image_path(text) {
+            match std::fs::metadata(&path) {
+                Ok(meta) if meta.len() > MAX_ATTACHMENT => self.cells.push(Cell::Error(format!(
+                    "{}: larger than 5 MiB, not attached",
+                    path.display()
+                ))),
+                _ => match std::fs::read(&path) {
+                    Ok(bytes) => {
+                        let name = path.file_name().map_or_else(
+                            || path.display().to_string(),
+                            |name| name.to_string_lossy().into_owned(),
+                        );
+                        self.attach(&name, mime, bytes);
+                    }
+                    Err(e) => self
+                        .cells
+                        .push(Cell::Error(format!("{}: {e}", path.display()))),
+                },
+            }
+            return;
+        }
         let text = text.replace("\r\n", "\n").replace('\r', "\n");
         self.input.insert_str(self.cursor, &text);
         self.cursor += text.len();
+    }
+
+    /// Attaches an image to the message being written, named in it as `[image N]`.
+    pub fn attach(&mut self, name: &str, mime: &'static str, bytes: Vec<u8>) {
+        if bytes.len() as u64 > MAX_ATTACHMENT {
+            self.cells.push(Cell::Error(format!(
+                "{name}: larger than 5 MiB, not attached"
+            )));
+            return;
+        }
+        let label = format!("[image {}]", self.pasted.len() + 1);
+        self.cells.push(Cell::Notice(format!(
+            "attached {name} ({} KB) as {label}",
+            (bytes.len() as u64).div_ceil(1024)
+        )));
+        let mut typed = label.clone();
+        if self.input[..self.cursor]
+            .chars()
+            .last()
+            .is_some_and(|c| !c.is_whitespace())
+        {
+            typed.insert(0, ' ');
+        }
+        typed.push(' ');
+        self.input.insert_str(self.cursor, &typed);
+        self.cursor += typed.len();
+        self.pasted.push(Pasted { label, mime, bytes });
+    }
+
+    /// The pasted images `text` still names, as content to send with it.
+    pub fn take_pasted(&mut self, text: &str) -> Vec<ContentBlock> {
+        let (named, rest) = std::mem::take(&mut self.pasted)
+            .into_iter()
+            .partition::<Vec<_>, _>(|image| text.contains(&image.label));
+        // Images of a message still being written (or queued) stay for it.
+        self.pasted = rest;
+        named
+            .into_iter()
+            .map(|image| ContentBlock::data(image.mime, image.bytes))
+            .collect()
     }
 
     /// A spinner step.
@@ -554,6 +727,7 @@ impl App {
                 self.expanded = !self.expanded;
                 None
             }
+            KeyCode::Char('v') if ctrl => Some(Action::PasteImage),
             KeyCode::Char('r') if ctrl => {
                 self.show_reasoning = !self.show_reasoning;
                 None
@@ -745,21 +919,7 @@ impl App {
                         .to_owned(),
                 )
             }
-            "context" => {
-                let status = &self.status;
-                let text = match status.window {
-                    Some(window) => format!(
-                        "the latest request held {} tokens of the {window}-token window ({}%); older messages are summarized as it fills",
-                        status.context,
-                        status.context * 100 / window.max(1)
-                    ),
-                    None => format!(
-                        "the latest request held {} tokens (the model's window is not known)",
-                        status.context
-                    ),
-                };
-                say(self, text)
-            }
+            "context" => Some(Action::ShowContext),
             "todos" if self.todos.is_empty() => say(self, "no plan yet".to_owned()),
             "todos" => {
                 let list = self
@@ -797,7 +957,15 @@ impl App {
             "manual" => {
                 self.mode = Mode::Manual;
                 self.cells.push(Cell::Notice(
-                    "actions that need approval are asked about".to_owned(),
+                    "every file change and command asks first (kept for this thread)".to_owned(),
+                ));
+                Some(Action::ModeChanged)
+            }
+            "auto" => {
+                self.mode = Mode::Auto;
+                self.cells.push(Cell::Notice(
+                    "what the sandbox contains runs; what leaves it asks (kept for this thread)"
+                        .to_owned(),
                 ));
                 Some(Action::ModeChanged)
             }
@@ -1031,7 +1199,7 @@ impl App {
                 // Approve this and the rest of the session's actions.
                 self.mode = Mode::Yolo;
                 self.cells.push(Cell::Notice(
-                    "approving everything for the rest of the session (/manual to undo)".to_owned(),
+                    "approving everything for the rest of the session (/auto to undo)".to_owned(),
                 ));
                 let remaining = approval.actions.len() - approval.decisions.len();
                 let mut last = None;
@@ -1075,9 +1243,10 @@ impl App {
 }
 
 const HELP: &str = "Enter sends · Shift/Alt-Enter or Ctrl-J: new line · Up/Down: earlier messages · PgUp/PgDn: scroll
-Tab completes a /command or an @path · Ctrl-O: whole tool outputs · Ctrl-R: whole reasoning
+Tab completes a /command or an @path · Ctrl-V: the clipboard's image · Ctrl-O: whole tool outputs · Ctrl-R: whole reasoning
 Esc interrupts the turn · Ctrl-C interrupts, twice quits · Ctrl-D on an empty line quits
-Approvals: y approve · s this tool for the session · n reject (a reason, Enter) · e edit the arguments · m answer instead · A everything";
+Approvals: y approve · s this tool for the session · n reject (a reason, Enter) · e edit the arguments · m answer instead · A everything
+Modes: /auto runs what the sandbox contains · /manual asks before every change · /yolo approves everything";
 
 /// The slash commands, with what they do (the palette shows them).
 pub const COMMANDS: &[(&str, &str)] = &[
@@ -1088,7 +1257,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("clear", "clear the view"),
     ("cost", "what the session and the thread spent"),
     ("tokens", "the same, in tokens"),
-    ("context", "how full the context window is"),
+    ("context", "how full the context window is, and with what"),
     ("compact", "summarize older messages before the next turn"),
     ("model", "SPEC: use another model from the next turn"),
     ("todos", "the plan"),
@@ -1098,7 +1267,8 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("skills", "the skills; /NAME uses one"),
     ("remember", "TEXT: add a line to the project's AGENTS.md"),
     ("copy", "the last answer to the clipboard"),
-    ("manual", "ask before actions that need approval"),
+    ("auto", "run what the sandbox contains, ask for the rest"),
+    ("manual", "ask before every file change and command"),
     ("yolo", "approve every action"),
     ("quit", "leave"),
 ];
@@ -1172,6 +1342,35 @@ pub fn short_arguments(arguments: &serde_json::Value) -> String {
     }
 }
 
+/// The image file a paste names, alone: a path as terminals paste a dropped file (quoted,
+/// with `\ ` escapes, or a `file://` URL), with the image's type.
+fn pasted_image_path(text: &str) -> Option<(std::path::PathBuf, &'static str)> {
+    let text = text.trim();
+    let text = text
+        .strip_prefix('\'')
+        .and_then(|t| t.strip_suffix('\''))
+        .or_else(|| text.strip_prefix('"').and_then(|t| t.strip_suffix('"')))
+        .unwrap_or(text);
+    let text = text.strip_prefix("file://").unwrap_or(text);
+    if text.contains('\n') {
+        return None;
+    }
+    let path = std::path::PathBuf::from(text.replace("\\ ", " "));
+    let mime = image_type(&path.to_string_lossy())?;
+    path.is_file().then_some((path, mime))
+}
+
+/// The type of an image file named `path`, by its extension.
+fn image_type(path: &str) -> Option<&'static str> {
+    match path.to_ascii_lowercase().rsplit('.').next()? {
+        "png" => Some("image/png"),
+        "jpg" | "jpeg" => Some("image/jpeg"),
+        "gif" => Some("image/gif"),
+        "webp" => Some("image/webp"),
+        _ => None,
+    }
+}
+
 /// The largest image a message attaches.
 const MAX_ATTACHMENT: u64 = 5 * 1024 * 1024;
 
@@ -1192,13 +1391,8 @@ pub fn message_content(
             continue;
         };
         let path = path.trim_end_matches([',', '.', ';', ':', ')', '?', '!']);
-        let lower = path.to_ascii_lowercase();
-        let mime = match lower.rsplit('.').next() {
-            Some("png") => "image/png",
-            Some("jpg" | "jpeg") => "image/jpeg",
-            Some("gif") => "image/gif",
-            Some("webp") => "image/webp",
-            _ => continue,
+        let Some(mime) = image_type(path) else {
+            continue;
         };
         let Ok(full) = root.join(path.trim_start_matches('/')).canonicalize() else {
             notes.push(format!("{path}: no such file"));
@@ -1529,6 +1723,82 @@ mod tests {
             Some(Action::Resume("b".into()))
         );
         assert!(app.picker.is_none());
+    }
+
+    #[test]
+    fn a_pasted_image_path_attaches_the_image_until_its_label_is_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let shot = dir.path().join("my shot.png");
+        std::fs::write(&shot, b"\x89PNG....").unwrap();
+        let mut app = App::new(Status::default());
+        app.on_paste("look at ");
+        // As a terminal pastes a dropped file: quoted, or with escaped spaces.
+        app.on_paste(&format!("'{}'", shot.display()));
+        app.on_paste(&shot.display().to_string().replace(' ', "\\ "));
+        assert_eq!(app.input, "look at [image 1] [image 2] ");
+        assert!(
+            matches!(&app.cells[0], Cell::Notice(n) if n == "attached my shot.png (1 KB) as [image 1]")
+        );
+        // A path to something else is text.
+        app.on_paste("/etc/hostname");
+        assert!(app.input.ends_with("/etc/hostname"));
+        let sent = app.take_pasted("look at [image 2]");
+        assert!(
+            matches!(&sent[..], [ContentBlock::Data { mime_type, data }] if mime_type == "image/png" && data.starts_with(b"\x89PNG"))
+        );
+        // The one not sent stays for a later message; sent ones do not come twice.
+        assert_eq!(app.take_pasted("look at [image 2]").len(), 0);
+        assert_eq!(app.take_pasted("[image 1]").len(), 1);
+        app.attach("big", "image/png", vec![0; 6 * 1024 * 1024]);
+        assert!(
+            matches!(app.cells.last(), Some(Cell::Error(e)) if e.contains("larger than 5 MiB"))
+        );
+    }
+
+    #[test]
+    fn context_shows_a_gauge_and_what_fills_it() {
+        let mut app = App::new(Status {
+            window: Some(200_000),
+            context: 50_000,
+            ..Status::default()
+        });
+        app.show_context(&ContextParts {
+            memory: 1_000,
+            skills: 500,
+            tools: (3_500, 12),
+            messages: (20_000, 31),
+        });
+        let Some(Cell::Notice(text)) = app.cells.last() else {
+            panic!("{:?}", app.cells)
+        };
+        assert!(
+            text.starts_with("context: 50,000 of 200,000 tokens (25%)  █████░░░"),
+            "{text}"
+        );
+        assert!(text.contains("system prompt        ~25,000"), "{text}");
+        assert!(text.contains("tools (12)           ~3,500"), "{text}");
+        assert!(text.contains("messages (31)        ~20,000"), "{text}");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(999), "999");
+    }
+
+    #[test]
+    fn modes_switch_with_commands() {
+        let mut app = App::new(Status::default());
+        assert_eq!(app.mode, Mode::Auto);
+        for (command, mode) in [
+            ("/manual", Mode::Manual),
+            ("/yolo", Mode::Yolo),
+            ("/auto", Mode::Auto),
+        ] {
+            app.input = command.to_owned();
+            app.cursor = command.len();
+            assert_eq!(
+                app.on_key(KeyEvent::from(KeyCode::Enter)),
+                Some(Action::ModeChanged)
+            );
+            assert_eq!(app.mode, mode);
+        }
     }
 
     #[test]

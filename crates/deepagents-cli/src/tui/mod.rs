@@ -127,6 +127,10 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
         Action::Send(first)
     });
     loop {
+        // The interrupt rules read the mode at every call: a switch applies at once.
+        if let Some(manual) = &session.manual {
+            manual.set(app.mode == app::Mode::Manual);
+        }
         if let Some(action) = pending.take() {
             match action {
                 Action::Quit => break,
@@ -146,7 +150,8 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
                     }
                 }
                 Action::Send(text) => {
-                    let (content, notes) = app::message_content(&text, session.root.as_deref());
+                    let (mut content, notes) = app::message_content(&text, session.root.as_deref());
+                    content.extend(app.take_pasted(&text));
                     for note in notes {
                         app.cells.push(Cell::Notice(note));
                     }
@@ -208,6 +213,14 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
                     );
                 }
                 Action::ListMcp => app.cells.push(Cell::Notice(mcp_summary(&session))),
+                Action::PasteImage => match clipboard_image().await {
+                    Ok(bytes) => app.attach("the clipboard's image", "image/png", bytes),
+                    Err(why) => app.cells.push(Cell::Error(why)),
+                },
+                Action::ShowContext => {
+                    let parts = context_parts(&session, &thread_id).await;
+                    app.show_context(&parts);
+                }
                 Action::ListAgents => app.cells.push(Cell::Notice(
                     session
                         .subagents
@@ -246,8 +259,8 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
                     app.status.thread = title;
                 }
                 Action::ModeChanged => {
-                    let yolo = app.mode == app::Mode::Yolo;
-                    notes.update(&thread_id, |note| note.yolo = yolo);
+                    let mode = app.mode;
+                    notes.update(&thread_id, |note| note.mode = mode);
                 }
                 Action::ListThreads => {
                     let threads = match session.agent.checkpointer() {
@@ -399,8 +412,9 @@ async fn open(
     notes: &notes::Notes,
 ) -> anyhow::Result<()> {
     let note = notes.get(id);
-    if note.yolo {
-        app.mode = app::Mode::Yolo;
+    // With --auto-approve everything stays approved, whatever the thread had.
+    if session.manual.is_some() {
+        app.mode = note.mode;
     }
     if let Some(run) = handle(session, id, false)?.state().await? {
         app.show_history(&run.state.messages);
@@ -409,12 +423,86 @@ async fn open(
         app.status.thread_spent = run.total_spent;
         if !run.control.pending.is_empty() {
             // Shown for a decision even in YOLO mode: it was left waiting.
-            app.mode = app::Mode::Manual;
+            if app.mode == app::Mode::Yolo {
+                app.mode = app::Mode::Auto;
+            }
             app.paused(run.control.pending.clone());
         }
     }
     app.status.thread = note.title.unwrap_or_else(|| id.to_owned());
     Ok(())
+}
+
+/// The image on the system clipboard, as PNG, read with `wl-paste` (Wayland) or `xclip`
+/// (X11): a terminal pastes only text, so the image is fetched beside it.
+async fn clipboard_image() -> Result<Vec<u8>, String> {
+    let readers: [(&str, &[&str]); 2] = [
+        ("wl-paste", &["--no-newline", "--type", "image/png"]),
+        (
+            "xclip",
+            &["-selection", "clipboard", "-target", "image/png", "-out"],
+        ),
+    ];
+    let mut tried = Vec::new();
+    for (program, args) in readers {
+        match tokio::process::Command::new(program)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .await
+        {
+            Ok(out) if out.status.success() && out.stdout.starts_with(b"\x89PNG") => {
+                return Ok(out.stdout);
+            }
+            Ok(_) => tried.push(format!("{program} found no image")),
+            Err(_) => tried.push(format!("{program} is not installed")),
+        }
+    }
+    Err(format!(
+        "no image on the clipboard ({}); paste or drop an image file's path instead, or name it as @path",
+        tried.join(", ")
+    ))
+}
+
+/// Estimated tokens of what the next request carries besides the system prompt's own text.
+async fn context_parts(session: &crate::Session, id: &str) -> app::ContextParts {
+    let tokens = |value: &serde_json::Value| {
+        serde_json::to_string(value).map_or(0, |text| text.len() as u64 / 4)
+    };
+    let mut parts = app::ContextParts::default();
+    let mut tools: Vec<serde_json::Value> = session
+        .agent
+        .tool_specs()
+        .iter()
+        .filter_map(|spec| serde_json::to_value(spec).ok())
+        .collect();
+    if let Some(connections) = &session.mcp {
+        for server in &connections.servers {
+            tools.extend(server.tools.iter().cloned());
+        }
+    }
+    parts.tools = (tools.iter().map(tokens).sum(), tools.len());
+    let state = match handle(session, id, false) {
+        Ok(thread) => thread.state().await.ok().flatten(),
+        Err(_) => None,
+    };
+    if let Some(run) = state {
+        let state = &run.state;
+        parts.messages = (
+            state
+                .messages
+                .iter()
+                .filter_map(|message| serde_json::to_value(message).ok())
+                .map(|message| tokens(&message))
+                .sum(),
+            state.messages.len(),
+        );
+        let custom = |key: &str| state.custom.get(key).map_or(0, tokens);
+        parts.memory = custom(deepagents::middleware::MEMORY_KEY);
+        parts.skills = custom(deepagents::middleware::SKILLS_KEY);
+    }
+    parts
 }
 
 /// The MCP servers of the session and their tools, as the model sees them.

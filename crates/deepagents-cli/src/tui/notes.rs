@@ -12,9 +12,9 @@ pub struct Note {
     /// Given with `/rename`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    /// `/yolo` was on when it was last used.
+    /// The approval mode when it was last used.
     #[serde(default)]
-    pub yolo: bool,
+    pub mode: super::app::Mode,
 }
 
 /// The notes of every thread.

@@ -338,6 +338,8 @@ fn status_line(app: &App) -> Line<'static> {
             Style::new().fg(Color::Black).bg(Color::Red).bold(),
         ));
         spans.push(Span::raw(" "));
+    } else {
+        spans.push(Span::raw(format!("· {} ", app.mode.name())));
     }
     if !status.sandbox.is_empty() {
         spans.push(Span::raw(format!("· {} ", status.sandbox)));
