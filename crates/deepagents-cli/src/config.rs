@@ -65,6 +65,52 @@ pub struct Config {
     /// Spend caps per run.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// `deepagents serve`: where it listens and who may call it.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// `deepagents serve`: assistants besides the one the flags describe.
+    #[serde(default)]
+    pub assistants: Vec<AssistantConfig>,
+}
+
+/// `[server]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// The address to listen on; `--listen` beats it.
+    pub listen: Option<String>,
+    /// API keys and the tenant each acts for (`"KEY" = "TENANT"`); with none, no key is
+    /// asked for.
+    #[serde(default)]
+    pub api_keys: BTreeMap<String, String>,
+}
+
+/// One `[[assistants]]` entry: an agent built as the flags build one, with these changes.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AssistantConfig {
+    /// Its graph id, what clients name it by.
+    pub name: String,
+    /// What it is for.
+    pub description: Option<String>,
+    /// Its model (default: the server's).
+    pub model: Option<String>,
+    /// Its system prompt, in place of the default.
+    pub system_prompt: Option<String>,
+    /// Tools whose calls pause for a decision.
+    #[serde(default)]
+    pub interrupt_on: Vec<String>,
+    /// Its permission rules file.
+    pub permissions: Option<std::path::PathBuf>,
+    /// Extra `.mcp.json` files.
+    #[serde(default)]
+    pub mcp_config: Vec<std::path::PathBuf>,
+    /// Directories of its subagents.
+    #[serde(default)]
+    pub agents: Vec<std::path::PathBuf>,
+    /// Directories of its skills.
+    #[serde(default)]
+    pub skills: Vec<std::path::PathBuf>,
 }
 
 /// `[limits]`: what one run may spend, its subagents included; `--max-cost` and

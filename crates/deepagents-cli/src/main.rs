@@ -8,6 +8,7 @@ mod local_context;
 mod mcp;
 mod progress;
 mod sandbox;
+mod serve;
 mod threads;
 mod trust;
 mod tui;
@@ -74,6 +75,9 @@ enum Command {
     /// The MCP servers a run would use, and their tools.
     #[command(subcommand)]
     Mcp(McpCommand),
+    /// Serve the agent over HTTP with the LangGraph Platform API (the official
+    /// langgraph-sdk clients and UIs built on them work unchanged).
+    Serve(Box<serve::ServeArgs>),
 }
 
 /// Where `deepagents mcp` looks for servers (as `run` does).
@@ -304,6 +308,10 @@ struct RunArgs {
     /// terminal, and is refused (with a message the model sees) when nobody can answer.
     #[arg(long)]
     auto_approve: bool,
+    /// Pause before every call of TOOL for a decision (repeatable): asked on a terminal,
+    /// an interrupt for `serve`'s clients.
+    #[arg(long = "interrupt-on", value_name = "TOOL")]
+    interrupt_on: Vec<String>,
     /// Continue (or, after a crash or Ctrl-C, resume) this conversation thread; it is
     /// checkpointed after every step in the data directory. Without a task, the thread resumes.
     #[arg(long, value_name = "ID")]
@@ -351,6 +359,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Some(Command::Run(args)) => runtime.block_on(run(*args)),
+        Some(Command::Serve(args)) => serve::main(*args),
         Some(Command::Chat(args)) => runtime.block_on(chat(*args)),
         None => runtime.block_on(start(*cli.chat)),
         Some(Command::Threads(command)) => runtime.block_on(threads::run(command)),
@@ -443,12 +452,15 @@ enum Front {
     Headless,
     /// The TUI: approvals in its panel; nothing else may read the terminal.
     Tui,
+    /// `deepagents serve`: approvals are the API's interrupts; nothing reads the terminal.
+    Server,
 }
 
 impl Front {
     /// Whether someone can decide approvals.
     fn can_approve(self) -> bool {
-        self == Self::Tui || std::io::IsTerminal::is_terminal(&std::io::stdin())
+        matches!(self, Self::Tui | Self::Server)
+            || std::io::IsTerminal::is_terminal(&std::io::stdin())
     }
 }
 
@@ -478,11 +490,24 @@ struct Session {
     subagents: Vec<(String, String)>,
     /// `/manual` or `/auto` in the TUI (none when everything is approved anyway).
     manual: Option<approvals::ManualSwitch>,
+    /// The server's view of the checkpointer (`deepagents serve`).
+    watch: Option<std::sync::Arc<deepagents_server::StepWatch>>,
 }
 
 /// Builds the agent the flags describe, for `front`; `may_ask` lets it ask on the terminal
 /// whether to trust the project (not once the TUI owns the terminal).
 async fn prepare(args: &RunArgs, front: Front, may_ask: bool) -> anyhow::Result<Session> {
+    prepare_watched(args, front, may_ask, None).await
+}
+
+/// [`prepare`], for the server: every assistant checkpoints through one `watch` (made from
+/// this one's checkpointer when `None`).
+async fn prepare_watched(
+    args: &RunArgs,
+    front: Front,
+    may_ask: bool,
+    watch: Option<std::sync::Arc<deepagents_server::StepWatch>>,
+) -> anyhow::Result<Session> {
     let config = config::load(args.config.as_deref())?;
     let Some(spec) = args.model.clone().or_else(|| config.model.clone()) else {
         bail!(
@@ -552,7 +577,7 @@ async fn prepare(args: &RunArgs, front: Front, may_ask: bool) -> anyhow::Result<
         args.root.clone(),
         &args.skill_dirs,
         args.read_only_memory || config.read_only_memory,
-        args.thread.is_some() || front == Front::Tui,
+        args.thread.is_some() || front != Front::Headless,
         &workspace::DiskOptions {
             virtual_mode,
             shell: &config.shell,
@@ -623,8 +648,22 @@ async fn prepare(args: &RunArgs, front: Front, may_ask: bool) -> anyhow::Result<
     if let Some(prompt) = args.system_prompt.clone() {
         builder = builder.system_prompt(prompt);
     }
-    if let Some(checkpointer) = &workspace.checkpointer {
-        builder = builder.checkpointer(checkpointer.clone());
+    // The server sees every step a run saves through its watch.
+    let watch = match (&workspace.checkpointer, front) {
+        (Some(checkpointer), Front::Server) => {
+            Some(watch.unwrap_or_else(|| deepagents_server::StepWatch::new(checkpointer.clone())))
+        }
+        _ => None,
+    };
+    match (&watch, &workspace.checkpointer) {
+        (Some(watch), _) => builder = builder.checkpointer(watch.clone()),
+        (None, Some(checkpointer)) => builder = builder.checkpointer(checkpointer.clone()),
+        (None, None) => {}
+    }
+    if !args.auto_approve {
+        for tool in &args.interrupt_on {
+            builder = builder.interrupt_on(tool, deepagents::InterruptConfig::default());
+        }
     }
     let hooks_root = match &workspace.root {
         Some(root) => root.clone(),
@@ -638,6 +677,9 @@ async fn prepare(args: &RunArgs, front: Front, may_ask: bool) -> anyhow::Result<
             mcp::headless_elicitor(args.auto_approve),
             None,
         ),
+        // Nobody at a terminal: hooks' `ask` is refused unless everything is approved, and
+        // MCP servers are not offered questions.
+        Front::Server => (args.auto_approve.then(hooks::always), None, None),
         Front::Tui => {
             let (asker, questions) = tui::Asker::channel();
             let asker = std::sync::Arc::new(asker);
@@ -712,6 +754,7 @@ async fn prepare(args: &RunArgs, front: Front, may_ask: bool) -> anyhow::Result<
         trusted,
         subagents,
         manual,
+        watch,
     })
 }
 

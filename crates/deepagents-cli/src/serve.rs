@@ -1,0 +1,125 @@
+//! `deepagents serve`: the agents the flags and `[[assistants]]` describe, over HTTP with the
+//! LangGraph Platform API.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+
+use crate::{Front, RunArgs, Session, config, prepare_watched};
+
+/// Flags of `deepagents serve`.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// The agent, as for `run` (model, backend, root, permissions, sandbox, MCP, skills,
+    /// subagents…); it is assistant `agent`.
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// Where to listen (default 127.0.0.1:2024, or `listen` of `[server]`).
+    #[arg(long, value_name = "ADDRESS")]
+    pub listen: Option<String>,
+    /// An API key and the tenant it acts for (repeatable), beside `api_keys` of `[server]`.
+    /// With none, no key is asked for and everything is tenant `default`.
+    #[arg(long = "api-key", value_name = "KEY=TENANT")]
+    pub api_keys: Vec<String>,
+}
+
+/// Runs the server until SIGTERM or Ctrl-C.
+pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    // Runs of different threads are independent: both cores serve them.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(args))
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if args.run.task.is_some() || args.run.thread.is_some() {
+        bail!("`serve` takes no task or --thread: clients create threads and runs over the API");
+    }
+    let config = config::load(args.run.config.as_deref())?;
+    let mut api_keys: BTreeMap<String, String> = config.server.api_keys.clone();
+    for pair in &args.api_keys {
+        let Some((key, tenant)) = pair.split_once('=') else {
+            bail!("--api-key takes KEY=TENANT, not `{pair}`");
+        };
+        api_keys.insert(key.to_owned(), tenant.to_owned());
+    }
+    let session = prepare_watched(&args.run, Front::Server, true, None).await?;
+    let Some(watch) = session.watch.clone() else {
+        bail!("the agent keeps no threads, so it cannot be served");
+    };
+    let store = Arc::clone(&session.store);
+    let mut sessions: Vec<Session> = Vec::new();
+    let mut assistants = vec![deepagents_server::Assistant::new(
+        "agent",
+        session.agent.clone(),
+    )];
+    for entry in &config.assistants {
+        let mut run = args.run.clone();
+        if let Some(model) = &entry.model {
+            run.model = Some(model.clone());
+        }
+        if let Some(prompt) = &entry.system_prompt {
+            run.system_prompt = Some(prompt.clone());
+        }
+        run.interrupt_on.extend(entry.interrupt_on.iter().cloned());
+        if let Some(permissions) = &entry.permissions {
+            run.permissions = Some(permissions.clone());
+        }
+        run.mcp_config.extend(entry.mcp_config.iter().cloned());
+        run.agent_dirs.extend(entry.agents.iter().cloned());
+        run.skill_dirs.extend(entry.skills.iter().cloned());
+        let built = prepare_watched(&run, Front::Server, true, Some(watch.clone()))
+            .await
+            .with_context(|| format!("assistant `{}` of the config file", entry.name))?;
+        let mut assistant = deepagents_server::Assistant::new(&entry.name, built.agent.clone());
+        assistant.description.clone_from(&entry.description);
+        assistants.push(assistant);
+        sessions.push(built);
+    }
+    let listen = args
+        .listen
+        .or(config.server.listen)
+        .unwrap_or_else(|| "127.0.0.1:2024".to_owned());
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}; pass another --listen ADDRESS"))?;
+    let address = listener.local_addr().context("cannot read the address")?;
+    let tenants = if api_keys.is_empty() {
+        "no API key asked for".to_owned()
+    } else {
+        format!("{} API keys", api_keys.len())
+    };
+    eprintln!(
+        "deepagents serve: listening on http://{address} ({} assistants; {tenants})",
+        assistants.len()
+    );
+    let mut options = deepagents_server::ServerOptions::new(assistants, store, watch);
+    options.api_keys = api_keys;
+    deepagents_server::serve(listener, options, shutdown_signal()).await?;
+    eprintln!("deepagents serve: stopped");
+    session.store.close().await;
+    for other in sessions {
+        other.store.close().await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}

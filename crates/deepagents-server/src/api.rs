@@ -1,0 +1,1418 @@
+//! The routes, payloads and status codes of the LangGraph Platform API, over [`Runs`] and
+//! [`Records`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use deepagents::backends::Store;
+use deepagents::backends::store::SearchQuery;
+use deepagents::core::{Checkpointer, Run, RunDelta};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, ApiResult};
+use crate::records::{Records, RunRecord, ThreadRecord};
+use crate::runs::{Job, Live, Runs, interrupt_id, storage_id};
+use crate::stream::MODES;
+use crate::time::{now_ms, rfc3339};
+use crate::{Assistant, ServerOptions, convert};
+
+/// What every handler shares.
+struct Shared {
+    assistants: Vec<Arc<Assistant>>,
+    store: Arc<dyn Store>,
+    watch: Arc<crate::StepWatch>,
+    runs: Arc<Runs>,
+    api_keys: BTreeMap<String, String>,
+}
+
+type AppState = Arc<Shared>;
+
+/// The tenant a request acts for.
+#[derive(Clone)]
+struct Tenant(String);
+
+impl Shared {
+    fn records(&self, tenant: &Tenant) -> Records {
+        Records::new(Arc::clone(&self.store), &tenant.0)
+    }
+
+    /// The assistant an `assistant_id` names: its id, graph id or name.
+    fn assistant(&self, id: &str) -> ApiResult<Arc<Assistant>> {
+        self.assistants
+            .iter()
+            .find(|a| a.id() == id || a.graph_id == id || a.name == id)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(format!("assistant `{id}`")))
+    }
+}
+
+/// The router and the runs it drives.
+pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
+    let runs = Runs::new(Arc::clone(&options.watch));
+    let max_body = options.max_body_bytes;
+    let shared = Arc::new(Shared {
+        assistants: options.assistants.into_iter().map(Arc::new).collect(),
+        store: options.store,
+        watch: options.watch,
+        runs: Arc::clone(&runs),
+        api_keys: options.api_keys,
+    });
+    let api = Router::new()
+        .route("/assistants/search", post(assistants_search))
+        .route("/assistants/count", post(assistants_count))
+        .route("/assistants/{assistant_id}", get(assistant_get))
+        .route("/assistants/{assistant_id}/schemas", get(assistant_schemas))
+        .route("/threads", post(thread_create))
+        .route("/threads/search", post(threads_search))
+        .route("/threads/count", post(threads_count))
+        .route(
+            "/threads/{thread_id}",
+            get(thread_get).patch(thread_patch).delete(thread_delete),
+        )
+        .route(
+            "/threads/{thread_id}/state",
+            get(state_get).post(state_update),
+        )
+        .route("/threads/{thread_id}/state/checkpoint", post(state_at_body))
+        .route("/threads/{thread_id}/state/{checkpoint_id}", get(state_at))
+        .route(
+            "/threads/{thread_id}/history",
+            get(history_get).post(history),
+        )
+        .route("/threads/{thread_id}/runs", get(runs_list).post(run_create))
+        .route("/threads/{thread_id}/runs/stream", post(run_stream))
+        .route("/threads/{thread_id}/runs/wait", post(run_wait))
+        .route(
+            "/threads/{thread_id}/runs/{run_id}",
+            get(run_get).delete(run_delete),
+        )
+        .route("/threads/{thread_id}/runs/{run_id}/join", get(run_join))
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/stream",
+            get(run_join_stream),
+        )
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/cancel",
+            post(run_cancel),
+        )
+        .route("/runs", post(stateless_create))
+        .route("/runs/stream", post(stateless_stream))
+        .route("/runs/wait", post(stateless_wait))
+        .route(
+            "/store/items",
+            get(store_get).put(store_put).delete(store_delete),
+        )
+        .route("/store/items/search", post(store_search))
+        .route("/store/namespaces", post(store_namespaces))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            authenticate,
+        ));
+    let router = Router::new()
+        .route("/ok", get(|| async { Json(json!({"ok": true})) }))
+        .route("/info", get(info))
+        .route("/metrics", get(metrics))
+        .merge(api)
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(shared);
+    (router, runs)
+}
+
+/// The tenant of the request's API key (`x-api-key` or `Authorization: Bearer`); without
+/// configured keys, tenant `default`.
+async fn authenticate(
+    State(shared): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let tenant = if shared.api_keys.is_empty() {
+        "default".to_owned()
+    } else {
+        let headers = request.headers();
+        let key = headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| {
+                headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+            })
+            .map(str::trim);
+        match key.and_then(|key| shared.api_keys.get(key)) {
+            Some(tenant) => tenant.clone(),
+            None => return Err(ApiError::unauthorized()),
+        }
+    };
+    request.extensions_mut().insert(Tenant(tenant));
+    Ok(next.run(request).await)
+}
+
+/// A JSON body that may be absent or empty (`{}` then).
+struct Body0(Value);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for Body0 {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|e| ApiError::invalid(format!("cannot read the body: {e}")))?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(json!({})));
+        }
+        match serde_json::from_slice(&bytes) {
+            Ok(value @ Value::Object(_)) => Ok(Self(value)),
+            Ok(_) => Err(ApiError::invalid("the body must be a JSON object")),
+            Err(e) => Err(ApiError::invalid(format!(
+                "the body is not valid JSON: {e}"
+            ))),
+        }
+    }
+}
+
+fn field<'a>(body: &'a Value, key: &str) -> Option<&'a Value> {
+    body.get(key).filter(|v| !v.is_null())
+}
+
+fn count(body: &Value, key: &str, default: usize) -> ApiResult<usize> {
+    match field(body, key) {
+        None => Ok(default),
+        Some(value) => value
+            .as_u64()
+            .map(|n| n as usize)
+            .ok_or_else(|| ApiError::invalid(format!("`{key}` must be a non-negative integer"))),
+    }
+}
+
+/// Whether `metadata` holds every key of `filter` with the same value.
+fn matches(metadata: &Value, filter: Option<&Value>) -> bool {
+    match filter.and_then(Value::as_object) {
+        None => true,
+        Some(filter) => filter.iter().all(|(k, v)| metadata.get(k) == Some(v)),
+    }
+}
+
+async fn info() -> Json<Value> {
+    Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "langgraph_py_version": null,
+        "flags": {"assistants": true, "crons": false, "langsmith": false, "langsmith_tracing_replicas": false},
+        "metadata": {"server": "deepagents-rs"},
+    }))
+}
+
+async fn metrics(State(shared): State<AppState>) -> Response {
+    let (active, queued) = shared.runs.counts();
+    let text = format!(
+        "# HELP deepagents_runs_active Runs running in this server.\n# TYPE deepagents_runs_active gauge\ndeepagents_runs_active {active}\n# HELP deepagents_runs_queued Runs waiting for their thread.\n# TYPE deepagents_runs_queued gauge\ndeepagents_runs_queued {queued}\n"
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+// ---- assistants ----
+
+fn assistant_json(assistant: &Assistant) -> Value {
+    let at = rfc3339(0);
+    json!({
+        "assistant_id": assistant.id(),
+        "graph_id": assistant.graph_id,
+        "name": assistant.name,
+        "description": assistant.description,
+        "config": {},
+        "context": {},
+        "metadata": {"created_by": "system"},
+        "version": 1,
+        "created_at": at,
+        "updated_at": at,
+    })
+}
+
+fn assistants_matching<'a>(shared: &'a Shared, body: &Value) -> Vec<&'a Arc<Assistant>> {
+    shared
+        .assistants
+        .iter()
+        .filter(|a| field(body, "graph_id").is_none_or(|g| g.as_str() == Some(&a.graph_id)))
+        .filter(|a| field(body, "name").is_none_or(|n| n.as_str() == Some(&a.name)))
+        .filter(|_| matches(&json!({"created_by": "system"}), field(body, "metadata")))
+        .collect()
+}
+
+async fn assistants_search(
+    State(shared): State<AppState>,
+    Body0(body): Body0,
+) -> ApiResult<Json<Vec<Value>>> {
+    let (limit, offset) = (count(&body, "limit", 10)?, count(&body, "offset", 0)?);
+    Ok(Json(
+        assistants_matching(&shared, &body)
+            .into_iter()
+            .skip(offset)
+            .take(limit)
+            .map(|a| assistant_json(a))
+            .collect(),
+    ))
+}
+
+async fn assistants_count(State(shared): State<AppState>, Body0(body): Body0) -> Json<usize> {
+    Json(assistants_matching(&shared, &body).len())
+}
+
+async fn assistant_get(
+    State(shared): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(assistant_json(&*shared.assistant(&id)?)))
+}
+
+async fn assistant_schemas(
+    State(shared): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let assistant = shared.assistant(&id)?;
+    let messages = json!({"type": "array", "items": {"type": "object"}});
+    Ok(Json(json!({
+        "graph_id": assistant.graph_id,
+        "input_schema": {"type": "object", "properties": {"messages": messages}},
+        "output_schema": {"type": "object", "properties": {"messages": messages, "todos": {"type": "array"}, "files": {"type": "object"}, "structured_response": {}}},
+        "state_schema": {"type": "object", "properties": {"messages": messages, "todos": {"type": "array"}, "files": {"type": "object"}}},
+        "config_schema": {"type": "object", "properties": {}},
+        "context_schema": {"type": "object", "properties": {}},
+    })))
+}
+
+// ---- threads ----
+
+fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// A thread as the API shows it, with its current values and interrupts.
+fn thread_json(record: &ThreadRecord, run: Option<&Run>) -> Value {
+    let (values, interrupts) = match run {
+        Some(run) => {
+            let id = interrupt_id(run);
+            let interrupts = if run.control.pending.is_empty() {
+                json!({})
+            } else {
+                json!({ id.clone(): convert::interrupts(&run.control.pending, &id) })
+            };
+            (convert::values(run, &id), interrupts)
+        }
+        None => (json!({}), json!({})),
+    };
+    json!({
+        "thread_id": record.thread_id,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+        "metadata": record.metadata,
+        "status": record.status,
+        "values": values,
+        "interrupts": interrupts,
+        "config": {},
+    })
+}
+
+async fn load(
+    shared: &Shared,
+    tenant: &Tenant,
+    thread_id: &str,
+    at: Option<u64>,
+) -> ApiResult<Option<Run>> {
+    Ok(shared
+        .watch
+        .load(&storage_id(&tenant.0, thread_id), at)
+        .await?)
+}
+
+async fn create_thread(shared: &Shared, tenant: &Tenant, body: &Value) -> ApiResult<ThreadRecord> {
+    let records = shared.records(tenant);
+    let thread_id = match field(body, "thread_id") {
+        Some(Value::String(id)) => id.clone(),
+        Some(_) => return Err(ApiError::invalid("`thread_id` must be a string")),
+        None => new_id(),
+    };
+    deepagents::core::validate_thread_id(&storage_id(&tenant.0, &thread_id))?;
+    if let Some(existing) = records.thread(&thread_id).await? {
+        return match field(body, "if_exists").and_then(Value::as_str) {
+            Some("do_nothing") => Ok(existing),
+            _ => Err(ApiError::conflict(format!(
+                "thread `{thread_id}` exists; send if_exists: do_nothing to get it instead"
+            ))),
+        };
+    }
+    let metadata = match field(body, "metadata") {
+        Some(Value::Object(map)) => Value::Object(map.clone()),
+        Some(_) => return Err(ApiError::invalid("`metadata` must be an object")),
+        None => json!({}),
+    };
+    let at = rfc3339(now_ms());
+    let record = ThreadRecord {
+        thread_id,
+        created_at: at.clone(),
+        updated_at: at,
+        metadata,
+        status: "idle".to_owned(),
+    };
+    records.put_thread(&record).await?;
+    Ok(record)
+}
+
+async fn thread_create(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Body0(body): Body0,
+) -> ApiResult<Json<Value>> {
+    let record = create_thread(&shared, &tenant, &body).await?;
+    let run = load(&shared, &tenant, &record.thread_id, None).await?;
+    Ok(Json(thread_json(&record, run.as_ref())))
+}
+
+async fn thread_get(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let record = shared.records(&tenant).existing_thread(&id).await?;
+    let run = load(&shared, &tenant, &id, None).await?;
+    Ok(Json(thread_json(&record, run.as_ref())))
+}
+
+async fn thread_patch(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+    Body0(body): Body0,
+) -> ApiResult<Json<Value>> {
+    let records = shared.records(&tenant);
+    let mut record = records.existing_thread(&id).await?;
+    if let (Some(Value::Object(update)), Value::Object(metadata)) =
+        (field(&body, "metadata"), &mut record.metadata)
+    {
+        metadata.extend(update.clone());
+    }
+    record.updated_at = rfc3339(now_ms());
+    records.put_thread(&record).await?;
+    let run = load(&shared, &tenant, &id, None).await?;
+    Ok(Json(thread_json(&record, run.as_ref())))
+}
+
+async fn thread_delete(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let records = shared.records(&tenant);
+    records.existing_thread(&id).await?;
+    let storage = storage_id(&tenant.0, &id);
+    shared.runs.stop_thread(&storage);
+    records.delete_thread(&id).await?;
+    // A run stopping now may still hold the thread for its last step.
+    for _ in 0..50 {
+        match shared.watch.delete_thread(&storage).await {
+            Err(deepagents::core::CheckpointError::Busy { .. }) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => {
+                other?;
+                break;
+            }
+        }
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn filtered_threads(
+    shared: &Shared,
+    tenant: &Tenant,
+    body: &Value,
+) -> ApiResult<Vec<ThreadRecord>> {
+    let ids: Option<BTreeSet<&str>> = field(body, "ids")
+        .and_then(Value::as_array)
+        .map(|ids| ids.iter().filter_map(Value::as_str).collect());
+    let status = field(body, "status").and_then(Value::as_str);
+    let mut threads: Vec<ThreadRecord> = shared
+        .records(tenant)
+        .threads()
+        .await?
+        .into_iter()
+        .filter(|t| matches(&t.metadata, field(body, "metadata")))
+        .filter(|t| status.is_none_or(|s| s == t.status))
+        .filter(|t| {
+            ids.as_ref()
+                .is_none_or(|ids| ids.contains(t.thread_id.as_str()))
+        })
+        .collect();
+    let sort_by = field(body, "sort_by")
+        .and_then(Value::as_str)
+        .unwrap_or("updated_at");
+    let key = |t: &ThreadRecord| match sort_by {
+        "thread_id" => t.thread_id.clone(),
+        "created_at" => t.created_at.clone(),
+        "status" => t.status.clone(),
+        _ => t.updated_at.clone(),
+    };
+    threads.sort_by_key(|t| (key(t), t.thread_id.clone()));
+    if field(body, "sort_order").and_then(Value::as_str) != Some("asc") {
+        threads.reverse();
+    }
+    Ok(threads)
+}
+
+async fn threads_search(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Body0(body): Body0,
+) -> ApiResult<Response> {
+    let (limit, offset) = (count(&body, "limit", 10)?, count(&body, "offset", 0)?);
+    let threads = filtered_threads(&shared, &tenant, &body).await?;
+    let total = threads.len();
+    let mut page = Vec::new();
+    for record in threads.iter().skip(offset).take(limit) {
+        let run = load(&shared, &tenant, &record.thread_id, None).await?;
+        page.push(thread_json(record, run.as_ref()));
+    }
+    let mut response = Json(page).into_response();
+    if offset + limit < total
+        && let Ok(next) = HeaderValue::from_str(&(offset + limit).to_string())
+    {
+        response.headers_mut().insert("X-Pagination-Next", next);
+    }
+    if let Ok(total) = HeaderValue::from_str(&total.to_string()) {
+        response.headers_mut().insert("X-Pagination-Total", total);
+    }
+    Ok(response)
+}
+
+async fn threads_count(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Body0(body): Body0,
+) -> ApiResult<Json<usize>> {
+    Ok(Json(filtered_threads(&shared, &tenant, &body).await?.len()))
+}
+
+// ---- state ----
+
+fn checkpoint_json(thread_id: &str, id: Option<u64>) -> Value {
+    match id {
+        Some(id) => {
+            json!({"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": id.to_string(), "checkpoint_map": null})
+        }
+        None => Value::Null,
+    }
+}
+
+/// A thread's state at one checkpoint, as `get_state` and `get_history` return it.
+fn state_json(
+    thread_id: &str,
+    run: Option<&Run>,
+    checkpoint: Option<u64>,
+    parent: Option<u64>,
+    created_at_ms: u64,
+) -> Value {
+    let Some(run) = run else {
+        return json!({"values": {}, "next": [], "tasks": [], "checkpoint": null, "metadata": {}, "created_at": null, "parent_checkpoint": null, "interrupts": []});
+    };
+    let id = interrupt_id(run);
+    let waiting = !run.control.pending.is_empty();
+    let interrupts = if waiting {
+        convert::interrupts(&run.control.pending, &id)
+    } else {
+        json!([])
+    };
+    let tasks = if waiting {
+        json!([{"id": id, "name": "tools", "path": ["__pregel_pull", "tools"], "error": null, "interrupts": interrupts, "checkpoint": null, "state": null, "result": null}])
+    } else {
+        json!([])
+    };
+    json!({
+        "values": convert::values(run, &id),
+        "next": if waiting { json!(["tools"]) } else { json!([]) },
+        "tasks": tasks,
+        "checkpoint": checkpoint_json(thread_id, checkpoint),
+        "metadata": {"step": run.steps, "source": "loop", "thread_id": thread_id},
+        "created_at": rfc3339(created_at_ms),
+        "parent_checkpoint": checkpoint_json(thread_id, parent),
+        "interrupts": interrupts,
+    })
+}
+
+/// The state at checkpoint `at` (default: the latest) of a thread that exists.
+async fn state_of(
+    shared: &Shared,
+    tenant: &Tenant,
+    thread_id: &str,
+    at: Option<u64>,
+) -> ApiResult<Value> {
+    shared.records(tenant).existing_thread(thread_id).await?;
+    let checkpoints = shared
+        .watch
+        .checkpoints(&storage_id(&tenant.0, thread_id))
+        .await?;
+    let position = match at {
+        Some(at) => Some(checkpoints.iter().position(|c| c.id == at).ok_or_else(|| {
+            ApiError::not_found(format!("checkpoint `{at}` of thread `{thread_id}`"))
+        })?),
+        None => checkpoints.len().checked_sub(1),
+    };
+    let Some(position) = position else {
+        return Ok(state_json(thread_id, None, None, None, 0));
+    };
+    let info = &checkpoints[position];
+    let run = load(shared, tenant, thread_id, Some(info.id)).await?;
+    let parent = position.checked_sub(1).map(|p| checkpoints[p].id);
+    Ok(state_json(
+        thread_id,
+        run.as_ref(),
+        Some(info.id),
+        parent,
+        info.created_at_ms,
+    ))
+}
+
+fn checkpoint_id(value: &Value) -> ApiResult<u64> {
+    let id = value
+        .get("checkpoint_id")
+        .or_else(|| value.pointer("/configurable/checkpoint_id"))
+        .unwrap_or(value);
+    match id {
+        Value::String(s) => s.parse().ok(),
+        Value::Number(n) => n.as_u64(),
+        _ => None,
+    }
+    .ok_or_else(|| ApiError::invalid(format!("not a checkpoint id: {id}")))
+}
+
+async fn state_get(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(state_of(&shared, &tenant, &id, None).await?))
+}
+
+async fn state_at(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path((id, checkpoint)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let at = checkpoint_id(&Value::String(checkpoint))?;
+    Ok(Json(state_of(&shared, &tenant, &id, Some(at)).await?))
+}
+
+async fn state_at_body(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+    Body0(body): Body0,
+) -> ApiResult<Json<Value>> {
+    let checkpoint =
+        field(&body, "checkpoint").ok_or_else(|| ApiError::invalid("`checkpoint` is missing"))?;
+    let at = checkpoint_id(checkpoint)?;
+    Ok(Json(state_of(&shared, &tenant, &id, Some(at)).await?))
+}
+
+async fn state_update(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+    Body0(body): Body0,
+) -> ApiResult<Json<Value>> {
+    shared.records(&tenant).existing_thread(&id).await?;
+    let storage = storage_id(&tenant.0, &id);
+    if shared.runs.busy(&storage) {
+        return Err(ApiError::conflict(format!(
+            "thread `{id}` has a run going; update its state when it ends"
+        )));
+    }
+    let _lease = shared.watch.try_lease(&storage).await?;
+    let mut run = shared.watch.load(&storage, None).await?.unwrap_or_default();
+    let values = field(&body, "values").cloned().unwrap_or(Value::Null);
+    convert::apply_values(&mut run, &values).map_err(ApiError::invalid)?;
+    let checkpoint = shared
+        .watch
+        .append(&storage, &RunDelta::full(&run), &run)
+        .await?;
+    Ok(Json(
+        json!({"checkpoint": checkpoint_json(&id, Some(checkpoint))}),
+    ))
+}
+
+async fn history_of(
+    shared: &Shared,
+    tenant: &Tenant,
+    id: &str,
+    body: &Value,
+) -> ApiResult<Vec<Value>> {
+    shared.records(tenant).existing_thread(id).await?;
+    let limit = count(body, "limit", 10)?;
+    let before = field(body, "before").map(checkpoint_id).transpose()?;
+    let checkpoints = shared.watch.checkpoints(&storage_id(&tenant.0, id)).await?;
+    let mut states = Vec::new();
+    for (position, info) in checkpoints.iter().enumerate().rev() {
+        if before.is_some_and(|before| info.id >= before) {
+            continue;
+        }
+        if states.len() == limit {
+            break;
+        }
+        let run = load(shared, tenant, id, Some(info.id)).await?;
+        let parent = position.checked_sub(1).map(|p| checkpoints[p].id);
+        let state = state_json(id, run.as_ref(), Some(info.id), parent, info.created_at_ms);
+        if matches(&state["metadata"], field(body, "metadata")) {
+            states.push(state);
+        }
+    }
+    Ok(states)
+}
+
+async fn history(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+    Body0(body): Body0,
+) -> ApiResult<Json<Vec<Value>>> {
+    Ok(Json(history_of(&shared, &tenant, &id, &body).await?))
+}
+
+#[derive(Deserialize)]
+struct HistoryQuery {
+    limit: Option<usize>,
+    before: Option<String>,
+}
+
+async fn history_get(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(id): Path<String>,
+    Query(query): Query<HistoryQuery>,
+) -> ApiResult<Json<Vec<Value>>> {
+    let body = json!({"limit": query.limit, "before": query.before});
+    Ok(Json(history_of(&shared, &tenant, &id, &body).await?))
+}
+
+// ---- runs ----
+
+fn run_json(record: &RunRecord) -> Value {
+    let mut value = serde_json::to_value(record).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut value {
+        map.remove("kwargs");
+        map.insert("kwargs".to_owned(), record.kwargs.clone());
+    }
+    value
+}
+
+/// The stream modes of a payload (default `values`), checked.
+fn stream_modes(body: &Value) -> ApiResult<BTreeSet<String>> {
+    let modes: Vec<String> = match field(body, "stream_mode") {
+        None => vec!["values".to_owned()],
+        Some(Value::String(mode)) => vec![mode.clone()],
+        Some(Value::Array(modes)) => modes
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`stream_mode` must be a string or a list of strings",
+            ));
+        }
+    };
+    for mode in &modes {
+        if !MODES.contains(&mode.as_str()) {
+            return Err(ApiError::invalid(format!(
+                "unknown stream mode `{mode}`; use one of {}",
+                MODES.join(", ")
+            )));
+        }
+    }
+    Ok(modes.into_iter().collect())
+}
+
+/// Creates a run from a payload and starts or queues it.
+async fn create_run(
+    shared: &AppState,
+    tenant: &Tenant,
+    thread_id: &str,
+    body: Value,
+    stateless: bool,
+) -> ApiResult<Arc<Live>> {
+    let records = shared.records(tenant);
+    let assistant_id = field(&body, "assistant_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid("`assistant_id` is missing"))?;
+    let assistant = shared.assistant(assistant_id)?;
+    if records.thread(thread_id).await?.is_none() {
+        if stateless || field(&body, "if_not_exists").and_then(Value::as_str) == Some("create") {
+            create_thread(shared, tenant, &json!({"thread_id": thread_id})).await?;
+        } else {
+            return Err(ApiError::not_found(format!(
+                "thread `{thread_id}` (send if_not_exists: create to make it)"
+            )));
+        }
+    }
+    let input = convert::input_content(field(&body, "input").unwrap_or(&Value::Null))
+        .map_err(ApiError::invalid)?;
+    let resume = field(&body, "command")
+        .and_then(|command| field(command, "resume"))
+        .cloned();
+    if let Some(command) = field(&body, "command") {
+        if field(command, "goto").is_some() {
+            return Err(ApiError::invalid(
+                "command.goto is not supported: the agent has one loop; send resume or input",
+            ));
+        }
+        if let Some(update) = field(command, "update") {
+            let storage = storage_id(&tenant.0, thread_id);
+            let _lease = shared.watch.try_lease(&storage).await?;
+            let mut run = shared.watch.load(&storage, None).await?.unwrap_or_default();
+            convert::apply_values(&mut run, update).map_err(ApiError::invalid)?;
+            shared
+                .watch
+                .append(&storage, &RunDelta::full(&run), &run)
+                .await?;
+        }
+    }
+    let modes = stream_modes(&body)?;
+    let strategy = field(&body, "multitask_strategy")
+        .and_then(Value::as_str)
+        .unwrap_or("reject")
+        .to_owned();
+    if !matches!(
+        strategy.as_str(),
+        "reject" | "enqueue" | "interrupt" | "rollback"
+    ) {
+        return Err(ApiError::invalid(format!(
+            "unknown multitask_strategy `{strategy}`; use reject, enqueue, interrupt or rollback"
+        )));
+    }
+    let at = rfc3339(now_ms());
+    let record = RunRecord {
+        run_id: new_id(),
+        thread_id: thread_id.to_owned(),
+        assistant_id: assistant.id(),
+        created_at: at.clone(),
+        updated_at: at,
+        status: "pending".to_owned(),
+        metadata: field(&body, "metadata")
+            .cloned()
+            .unwrap_or_else(|| json!({})),
+        multitask_strategy: strategy.clone(),
+        kwargs: body.clone(),
+    };
+    records.put_run(&record).await?;
+    let live = Live::new(record.clone());
+    let keep = field(&body, "on_completion").and_then(Value::as_str) == Some("keep");
+    let job = Job {
+        records: records.clone(),
+        assistant,
+        input,
+        resume,
+        modes,
+        subgraphs: field(&body, "stream_subgraphs")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        delete_thread_after: stateless && !keep,
+    };
+    if let Err(error) = shared.runs.submit(Arc::clone(&live), job, &strategy) {
+        let _ = records.delete_run(thread_id, &record.run_id).await;
+        return Err(error);
+    }
+    Ok(live)
+}
+
+async fn run_create(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(thread_id): Path<String>,
+    Body0(body): Body0,
+) -> ApiResult<Response> {
+    let live = create_run(&shared, &tenant, &thread_id, body, false).await?;
+    let record = live.snapshot();
+    let mut response = Json(run_json(&record)).into_response();
+    set_location(&mut response, &record, false);
+    Ok(response)
+}
+
+async fn stateless_create(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Body0(body): Body0,
+) -> ApiResult<Json<Value>> {
+    let live = create_run(&shared, &tenant, &new_id(), body, true).await?;
+    Ok(Json(run_json(&live.snapshot())))
+}
+
+fn set_location(response: &mut Response, record: &RunRecord, stream: bool) {
+    let path = format!("/threads/{}/runs/{}", record.thread_id, record.run_id);
+    if let Ok(value) = HeaderValue::from_str(&path) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LOCATION, value);
+    }
+    if stream && let Ok(value) = HeaderValue::from_str(&format!("{path}/stream")) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+}
+
+/// Cancels a run when the client of its stream goes away (`on_disconnect: cancel`).
+struct CancelOnDrop(Option<Arc<Live>>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(live) = self.0.take() {
+            live.stop("interrupt");
+        }
+    }
+}
+
+/// A run's frames from `from` on as server-sent events, following it until it ends; only
+/// the frames of `modes` when given.
+fn sse(
+    live: Arc<Live>,
+    from: usize,
+    modes: Option<BTreeSet<String>>,
+    cancel_on_drop: bool,
+) -> Response {
+    let guard = CancelOnDrop(cancel_on_drop.then(|| Arc::clone(&live)));
+    let stream = futures::stream::unfold(
+        (live, from, guard, false),
+        move |(live, next, mut guard, done)| {
+            let modes = modes.clone();
+            async move {
+                if done {
+                    return None;
+                }
+                loop {
+                    let (frames, ended) = live.log.since(next);
+                    if let Some((last, _)) = frames.last() {
+                        let next = last + 1;
+                        let mut text = String::new();
+                        for (id, frame) in &frames {
+                            let mode = frame.event.split(['|', '/']).next().unwrap_or_default();
+                            let wanted = modes.as_ref().is_none_or(|modes| {
+                                matches!(mode, "metadata" | "error")
+                                    || modes.contains(mode)
+                                    || (mode == "messages" && modes.contains("messages-tuple"))
+                            });
+                            if wanted {
+                                text.push_str(&format!(
+                                    "event: {}\ndata: {}\nid: {id}\n\n",
+                                    frame.event, frame.data
+                                ));
+                            }
+                        }
+                        return Some((
+                            Ok::<_, std::convert::Infallible>(Bytes::from(text)),
+                            (live, next, guard, false),
+                        ));
+                    }
+                    if ended {
+                        // The run ended on its own: nothing to cancel.
+                        drop(guard.0.take());
+                        return None;
+                    }
+                    // A comment now and then keeps proxies from closing a quiet stream.
+                    if tokio::time::timeout(Duration::from_secs(15), live.log.changed(next))
+                        .await
+                        .is_err()
+                    {
+                        return Some((
+                            Ok(Bytes::from_static(b": heartbeat\n\n")),
+                            (live, next, guard, false),
+                        ));
+                    }
+                }
+            }
+        },
+    );
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+async fn stream_run(
+    shared: AppState,
+    tenant: Tenant,
+    thread_id: String,
+    body: Value,
+    stateless: bool,
+) -> ApiResult<Response> {
+    let cancel = field(&body, "on_disconnect").and_then(Value::as_str) == Some("cancel");
+    let live = create_run(&shared, &tenant, &thread_id, body, stateless).await?;
+    let record = live.snapshot();
+    let mut response = sse(live, 0, None, cancel);
+    set_location(&mut response, &record, !stateless);
+    Ok(response)
+}
+
+async fn run_stream(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(thread_id): Path<String>,
+    Body0(body): Body0,
+) -> ApiResult<Response> {
+    stream_run(shared, tenant, thread_id, body, false).await
+}
+
+async fn stateless_stream(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Body0(body): Body0,
+) -> ApiResult<Response> {
+    stream_run(shared, tenant, new_id(), body, true).await
+}
+
+/// What `wait` and `join` answer: the thread's values once the run ended, or its error.
+async fn outcome(shared: &Shared, tenant: &Tenant, live: &Live) -> ApiResult<Value> {
+    live.ended().await;
+    if let Some(error) = live.error.lock().map(|e| e.clone()).unwrap_or_default() {
+        return Ok(json!({"__error__": error}));
+    }
+    let thread_id = live.snapshot().thread_id;
+    Ok(match load(shared, tenant, &thread_id, None).await? {
+        Some(run) => convert::values(&run, &interrupt_id(&run)),
+        None => json!({}),
+    })
+}
+
+async fn wait_run(
+    shared: AppState,
+    tenant: Tenant,
+    thread_id: String,
+    body: Value,
+    stateless: bool,
+) -> ApiResult<Response> {
+    let live = create_run(&shared, &tenant, &thread_id, body, stateless).await?;
+    let record = live.snapshot();
+    // A stateless run's thread goes when it ends: read its values first.
+    let values = if stateless {
+        let mut steps = shared.watch.subscribe(&storage_id(&tenant.0, &thread_id));
+        let mut last = None;
+        loop {
+            tokio::select! {
+                step = steps.steps.recv() => match step {
+                    Some(step) => last = Some(step.run),
+                    None => break,
+                },
+                () = live.ended() => break,
+            }
+        }
+        while let Ok(step) = steps.steps.try_recv() {
+            last = Some(step.run);
+        }
+        match (
+            live.error.lock().map(|e| e.clone()).unwrap_or_default(),
+            last,
+        ) {
+            (Some(error), _) => json!({"__error__": error}),
+            (None, Some(run)) => convert::values(&run, &interrupt_id(&run)),
+            (None, None) => json!({}),
+        }
+    } else {
+        outcome(&shared, &tenant, &live).await?
+    };
+    let mut response = Json(values).into_response();
+    set_location(&mut response, &record, false);
+    Ok(response)
+}
+
+async fn run_wait(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(thread_id): Path<String>,
+    Body0(body): Body0,
+) -> ApiResult<Response> {
+    wait_run(shared, tenant, thread_id, body, false).await
+}
+
+async fn stateless_wait(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Body0(body): Body0,
+) -> ApiResult<Response> {
+    wait_run(shared, tenant, new_id(), body, true).await
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    limit: Option<usize>,
+    offset: Option<usize>,
+    status: Option<String>,
+}
+
+async fn runs_list(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(thread_id): Path<String>,
+    Query(query): Query<ListQuery>,
+) -> ApiResult<Json<Vec<Value>>> {
+    let records = shared.records(&tenant);
+    records.existing_thread(&thread_id).await?;
+    let runs = records.runs(&thread_id).await?;
+    Ok(Json(
+        runs.iter()
+            .map(|record| {
+                shared
+                    .runs
+                    .get(&record.run_id)
+                    .map_or_else(|| record.clone(), |live| live.snapshot())
+            })
+            .filter(|record| query.status.as_deref().is_none_or(|s| s == record.status))
+            .skip(query.offset.unwrap_or(0))
+            .take(query.limit.unwrap_or(10))
+            .map(|record| run_json(&record))
+            .collect(),
+    ))
+}
+
+/// The run, as this process knows it or as recorded.
+async fn find_run(
+    shared: &Shared,
+    tenant: &Tenant,
+    thread_id: &str,
+    run_id: &str,
+) -> ApiResult<(RunRecord, Option<Arc<Live>>)> {
+    let records = shared.records(tenant);
+    let live = shared
+        .runs
+        .get(run_id)
+        .filter(|live| live.snapshot().thread_id == thread_id);
+    // The record decides the tenant: a live run of another tenant's thread is not found.
+    let record = records
+        .run(thread_id, run_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run `{run_id}` of thread `{thread_id}`")))?;
+    Ok(match live {
+        Some(live) => (live.snapshot(), Some(live)),
+        None => (record, None),
+    })
+}
+
+async fn run_get(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path((thread_id, run_id)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let (record, _) = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    Ok(Json(run_json(&record)))
+}
+
+async fn run_delete(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path((thread_id, run_id)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let (record, _) = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    if matches!(record.status.as_str(), "pending" | "running") {
+        return Err(ApiError::conflict(
+            "the run is still going; cancel it first",
+        ));
+    }
+    shared
+        .records(&tenant)
+        .delete_run(&thread_id, &run_id)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn run_join(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path((thread_id, run_id)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let (_, live) = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    match live {
+        Some(live) => Ok(Json(outcome(&shared, &tenant, &live).await?)),
+        None => Ok(Json(
+            match load(&shared, &tenant, &thread_id, None).await? {
+                Some(run) => convert::values(&run, &interrupt_id(&run)),
+                None => json!({}),
+            },
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+struct JoinQuery {
+    stream_mode: Option<String>,
+    cancel_on_disconnect: Option<bool>,
+}
+
+async fn run_join_stream(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path((thread_id, run_id)): Path<(String, String)>,
+    Query(query): Query<JoinQuery>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let (record, live) = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    let from = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(0, |last| last + 1);
+    let modes = query
+        .stream_mode
+        .map(|modes| modes.split(',').map(str::to_owned).collect());
+    let live = match live {
+        Some(live) => live,
+        // A run this process does not run (it ended long ago, or another server runs it):
+        // nothing more to stream.
+        None => {
+            let ended = Live::new(record.clone());
+            ended.log.end();
+            ended
+        }
+    };
+    let mut response = sse(
+        live,
+        from,
+        modes,
+        query.cancel_on_disconnect.unwrap_or(false),
+    );
+    set_location(&mut response, &record, true);
+    Ok(response)
+}
+
+#[derive(Deserialize)]
+struct CancelQuery {
+    wait: Option<String>,
+    action: Option<String>,
+}
+
+async fn run_cancel(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path((thread_id, run_id)): Path<(String, String)>,
+    Query(query): Query<CancelQuery>,
+) -> ApiResult<StatusCode> {
+    let (record, live) = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    let action = query.action.as_deref().unwrap_or("interrupt");
+    if !matches!(action, "interrupt" | "rollback") {
+        return Err(ApiError::invalid(format!(
+            "unknown cancel action `{action}`; use interrupt or rollback"
+        )));
+    }
+    match live {
+        Some(live) => {
+            live.stop(action);
+            if matches!(query.wait.as_deref(), Some("1" | "true" | "True")) {
+                live.ended().await;
+            }
+        }
+        // Recorded as going but run by no one here (a server that stopped): settle it.
+        None if matches!(record.status.as_str(), "pending" | "running") => {
+            let mut record = record;
+            record.status = "interrupted".to_owned();
+            record.updated_at = rfc3339(now_ms());
+            shared.records(&tenant).put_run(&record).await?;
+        }
+        None => {}
+    }
+    Ok(
+        if matches!(query.wait.as_deref(), Some("1" | "true" | "True")) {
+            StatusCode::NO_CONTENT
+        } else {
+            StatusCode::ACCEPTED
+        },
+    )
+}
+
+// ---- store ----
+
+fn store_ns(tenant: &Tenant, namespace: &[String]) -> Vec<String> {
+    let mut full = vec!["store".to_owned(), tenant.0.clone()];
+    full.extend(namespace.iter().cloned());
+    full
+}
+
+fn namespace_of(body: &Value, key: &str) -> ApiResult<Vec<String>> {
+    match field(body, key) {
+        Some(Value::Array(labels)) => labels
+            .iter()
+            .map(|label| {
+                label
+                    .as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| ApiError::invalid(format!("`{key}` must be a list of strings")))
+            })
+            .collect(),
+        None => Ok(Vec::new()),
+        Some(_) => Err(ApiError::invalid(format!(
+            "`{key}` must be a list of strings"
+        ))),
+    }
+}
+
+fn item_json(item: &deepagents::backends::store::StoreItem) -> Value {
+    json!({
+        "namespace": item.namespace.iter().skip(2).collect::<Vec<_>>(),
+        "key": item.key,
+        "value": item.value,
+        "created_at": rfc3339(item.created_at_ms),
+        "updated_at": rfc3339(item.updated_at_ms),
+    })
+}
+
+async fn store_put(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Body0(body): Body0,
+) -> ApiResult<StatusCode> {
+    let namespace = namespace_of(&body, "namespace")?;
+    if namespace.is_empty() {
+        return Err(ApiError::invalid("`namespace` needs at least one label"));
+    }
+    let key = field(&body, "key")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid("`key` is missing"))?;
+    let value = field(&body, "value")
+        .cloned()
+        .ok_or_else(|| ApiError::invalid("`value` is missing"))?;
+    shared
+        .store
+        .put(&store_ns(&tenant, &namespace), key, value)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+struct ItemQuery {
+    namespace: Option<String>,
+    key: String,
+}
+
+async fn store_get(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Query(query): Query<ItemQuery>,
+) -> ApiResult<Json<Value>> {
+    let namespace: Vec<String> = query
+        .namespace
+        .as_deref()
+        .unwrap_or_default()
+        .split('.')
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let item = shared
+        .store
+        .get(&store_ns(&tenant, &namespace), &query.key)
+        .await?;
+    item.map(|item| Json(item_json(&item))).ok_or_else(|| {
+        ApiError::not_found(format!("item `{}` in namespace {namespace:?}", query.key))
+    })
+}
+
+async fn store_delete(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Body0(body): Body0,
+) -> ApiResult<StatusCode> {
+    let namespace = namespace_of(&body, "namespace")?;
+    let key = field(&body, "key")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid("`key` is missing"))?;
+    shared
+        .store
+        .delete(&store_ns(&tenant, &namespace), key)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Every item under `prefix` of the tenant's store.
+async fn items_under(
+    shared: &Shared,
+    tenant: &Tenant,
+    prefix: &[String],
+) -> ApiResult<Vec<deepagents::backends::store::StoreItem>> {
+    let namespace = store_ns(tenant, prefix);
+    let mut items = Vec::new();
+    loop {
+        let page = shared
+            .store
+            .search(
+                &namespace,
+                &SearchQuery {
+                    offset: items.len(),
+                    limit: 500,
+                    ..SearchQuery::default()
+                },
+            )
+            .await?;
+        let full = page.len() == 500;
+        items.extend(page);
+        if !full {
+            return Ok(items);
+        }
+    }
+}
+
+async fn store_search(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Body0(body): Body0,
+) -> ApiResult<Json<Value>> {
+    let prefix = namespace_of(&body, "namespace_prefix")?;
+    let (limit, offset) = (count(&body, "limit", 10)?, count(&body, "offset", 0)?);
+    // No embeddings: a query matches items whose value contains it as text.
+    let query = field(&body, "query")
+        .and_then(Value::as_str)
+        .map(str::to_lowercase);
+    let items: Vec<Value> = items_under(&shared, &tenant, &prefix)
+        .await?
+        .iter()
+        .filter(|item| matches(&item.value, field(&body, "filter")))
+        .filter(|item| {
+            query
+                .as_ref()
+                .is_none_or(|q| item.value.to_string().to_lowercase().contains(q))
+        })
+        .skip(offset)
+        .take(limit)
+        .map(item_json)
+        .collect();
+    Ok(Json(json!({"items": items})))
+}
+
+async fn store_namespaces(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Body0(body): Body0,
+) -> ApiResult<Json<Value>> {
+    let prefix = namespace_of(&body, "prefix")?;
+    let suffix = namespace_of(&body, "suffix")?;
+    let max_depth = field(&body, "max_depth")
+        .and_then(Value::as_u64)
+        .map(|d| d as usize);
+    let (limit, offset) = (count(&body, "limit", 100)?, count(&body, "offset", 0)?);
+    let namespaces: BTreeSet<Vec<String>> = items_under(&shared, &tenant, &prefix)
+        .await?
+        .into_iter()
+        .map(|item| item.namespace.into_iter().skip(2).collect::<Vec<_>>())
+        .filter(|ns| ns.ends_with(&suffix))
+        .map(|mut ns| {
+            if let Some(depth) = max_depth {
+                ns.truncate(depth);
+            }
+            ns
+        })
+        .collect();
+    let page: Vec<Vec<String>> = namespaces.into_iter().skip(offset).take(limit).collect();
+    Ok(Json(json!({"namespaces": page})))
+}

@@ -1,0 +1,98 @@
+//! Errors as the LangGraph Platform answers them: a status code and `{"detail": …}`.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+/// A request that failed, with the status it is answered with.
+#[derive(Debug, thiserror::Error)]
+#[error("{detail}")]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// What went wrong and, where it helps, what to do.
+    pub detail: String,
+}
+
+impl ApiError {
+    /// A 404 for `what` (a thread, a run, an assistant…).
+    pub fn not_found(what: impl std::fmt::Display) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            detail: format!("{what} not found"),
+        }
+    }
+
+    /// A 409: the request conflicts with what is there (a busy thread, an existing id).
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::CONFLICT,
+            detail: detail.into(),
+        }
+    }
+
+    /// A 422: the payload cannot be used.
+    pub fn invalid(detail: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            detail: detail.into(),
+        }
+    }
+
+    /// A 500: storage or the agent failed.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            detail: detail.to_string(),
+        }
+    }
+
+    /// A 401: no or an unknown API key.
+    pub fn unauthorized() -> Self {
+        Self {
+            status: StatusCode::UNAUTHORIZED,
+            detail: "missing or unknown API key; send it as `x-api-key` or `Authorization: Bearer`"
+                .to_owned(),
+        }
+    }
+}
+
+impl From<deepagents::backends::store::StoreError> for ApiError {
+    fn from(error: deepagents::backends::store::StoreError) -> Self {
+        match error {
+            deepagents::backends::store::StoreError::InvalidNamespace { .. } => {
+                Self::invalid(error.to_string())
+            }
+            other => Self::internal(other),
+        }
+    }
+}
+
+impl From<deepagents::core::CheckpointError> for ApiError {
+    fn from(error: deepagents::core::CheckpointError) -> Self {
+        use deepagents::core::CheckpointError as E;
+        match error {
+            E::Busy { .. } => Self::conflict(error.to_string()),
+            E::NotFound { .. } => Self {
+                status: StatusCode::NOT_FOUND,
+                detail: error.to_string(),
+            },
+            E::InvalidThreadId { .. } => Self::invalid(error.to_string()),
+            E::AlreadyExists { .. } => Self::conflict(error.to_string()),
+            other => Self::internal(other),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(serde_json::json!({ "detail": self.detail })),
+        )
+            .into_response()
+    }
+}
+
+/// What handlers return.
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,174 @@
+//! An HTTP server for deep agents that speaks the LangGraph Platform API: the official
+//! `langgraph-sdk` clients, and the UIs built on them, talk to it unchanged.
+//!
+//! It serves [`Assistant`]s — built agents with a graph id — over threads kept in the agents'
+//! checkpointer and runs driven in this process, one at a time per thread. Threads' metadata
+//! and runs' records live in a [`Store`], beside the API's own store items; every one of them
+//! belongs to a tenant, named by the API key a request carries.
+//!
+//! ```no_run
+//! # async fn serve(agent: deepagents::Agent, store: std::sync::Arc<dyn deepagents::backends::Store>, watch: std::sync::Arc<deepagents_server::StepWatch>) -> std::io::Result<()> {
+//! // `agent` was built with `watch` as its checkpointer.
+//! let options = deepagents_server::ServerOptions::new(
+//!     vec![deepagents_server::Assistant::new("agent", agent)],
+//!     store,
+//!     watch,
+//! );
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:2024").await?;
+//! deepagents_server::serve(listener, options, std::future::pending()).await
+//! # }
+//! ```
+
+mod api;
+mod convert;
+mod error;
+mod records;
+mod runs;
+mod stream;
+mod time;
+mod watch;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use deepagents::Agent;
+use deepagents::backends::Store;
+
+pub use error::ApiError;
+pub use watch::{Step, StepWatch, Subscription};
+
+/// One agent the server offers, under a graph id (`agent` by default, as the reference
+/// platform's templates name it).
+pub struct Assistant {
+    /// The graph id clients name it by (`assistant_id` may be it or [`id`](Self::id)).
+    pub graph_id: String,
+    /// Its display name.
+    pub name: String,
+    /// What it is for.
+    pub description: Option<String>,
+    /// The agent; its checkpointer must be the server's [`StepWatch`].
+    pub agent: Agent,
+}
+
+impl Assistant {
+    /// `agent` as graph `graph_id`, named so.
+    pub fn new(graph_id: impl Into<String>, agent: Agent) -> Self {
+        let graph_id = graph_id.into();
+        Self {
+            name: graph_id.clone(),
+            graph_id,
+            description: None,
+            agent,
+        }
+    }
+
+    /// Its assistant id: derived from the graph id as the reference platform derives the
+    /// ids of the assistants it makes for each graph (a UUID v5 in the URL namespace).
+    pub fn id(&self) -> String {
+        uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, self.graph_id.as_bytes()).to_string()
+    }
+}
+
+/// What the server serves and how.
+pub struct ServerOptions {
+    /// The assistants, the first being the default.
+    pub assistants: Vec<Assistant>,
+    /// Where threads' metadata, runs' records and the API's store items live.
+    pub store: Arc<dyn Store>,
+    /// The agents' checkpointer, watched.
+    pub watch: Arc<StepWatch>,
+    /// API keys and the tenant each belongs to. Empty: no key is asked for and everything
+    /// belongs to tenant `default` (for a server on 127.0.0.1).
+    pub api_keys: BTreeMap<String, String>,
+    /// The largest request body accepted (default 16 MiB).
+    pub max_body_bytes: usize,
+}
+
+impl ServerOptions {
+    /// `assistants` over `store` and `watch`, without API keys.
+    pub fn new(assistants: Vec<Assistant>, store: Arc<dyn Store>, watch: Arc<StepWatch>) -> Self {
+        Self {
+            assistants,
+            store,
+            watch,
+            api_keys: BTreeMap::new(),
+            max_body_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// Why a server could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// There is nothing to serve.
+    #[error("no assistants to serve")]
+    NoAssistants,
+    /// Two assistants share a graph id.
+    #[error("two assistants have the graph id `{0}`; give each its own")]
+    DuplicateGraph(String),
+    /// An assistant's agent does not checkpoint through the server's watch.
+    #[error(
+        "the agent of assistant `{0}` does not checkpoint through the server's StepWatch; build it with .checkpointer(watch.clone())"
+    )]
+    Unwatched(String),
+    /// A tenant name cannot be used in storage.
+    #[error("tenant `{0}` may only have letters, digits, `-` and `_`")]
+    InvalidTenant(String),
+}
+
+/// The server's routes, ready to be served (or nested in a larger application).
+pub fn router(options: ServerOptions) -> Result<axum::Router, ServerError> {
+    build(options).map(|(router, _)| router)
+}
+
+fn build(options: ServerOptions) -> Result<(axum::Router, Arc<runs::Runs>), ServerError> {
+    if options.assistants.is_empty() {
+        return Err(ServerError::NoAssistants);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for assistant in &options.assistants {
+        if !seen.insert(assistant.graph_id.clone()) {
+            return Err(ServerError::DuplicateGraph(assistant.graph_id.clone()));
+        }
+        let watched = assistant.agent.checkpointer().is_some_and(|checkpointer| {
+            std::ptr::addr_eq(Arc::as_ptr(checkpointer), Arc::as_ptr(&options.watch))
+        });
+        if !watched {
+            return Err(ServerError::Unwatched(assistant.graph_id.clone()));
+        }
+    }
+    if let Some(bad) = options.api_keys.values().find(|tenant| {
+        tenant.is_empty()
+            || !tenant
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    }) {
+        return Err(ServerError::InvalidTenant(bad.clone()));
+    }
+    Ok(api::router(options))
+}
+
+/// Serves `options` on `listener` until `shutdown` completes; then it stops taking requests
+/// and runs, cancels the runs still going (their threads keep every finished step) and
+/// returns once they have settled.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    options: ServerOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (router, runs) =
+        build(options).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let stopping = Arc::clone(&runs);
+    // Streams of running runs hold their connections open: the runs stop first, so the
+    // streams end and the server can.
+    let shutdown = async move {
+        shutdown.await;
+        stopping.stop_all();
+    };
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    runs.settled().await;
+    Ok(())
+}

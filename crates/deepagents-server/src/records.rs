@@ -1,0 +1,208 @@
+//! What the server keeps besides checkpoints — threads' metadata and status, runs — in the
+//! same [`Store`] as long-term memory, under namespaces of the tenant (`server.<tenant>.…`), so
+//! an embedded SQLite server and a PostgreSQL one keep them alike.
+
+use std::sync::Arc;
+
+use deepagents::backends::Store;
+use deepagents::backends::store::SearchQuery;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{ApiError, ApiResult};
+
+/// A thread as the API shows it, less its values (read from its checkpoints).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThreadRecord {
+    /// Its id.
+    pub thread_id: String,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub updated_at: String,
+    /// What the client attached.
+    pub metadata: Value,
+    /// `idle`, `busy`, `interrupted` or `error`.
+    pub status: String,
+}
+
+/// A run as the API shows it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// Its id.
+    pub run_id: String,
+    /// Its thread.
+    pub thread_id: String,
+    /// The assistant it runs.
+    pub assistant_id: String,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub updated_at: String,
+    /// `pending`, `running`, `success`, `error`, `timeout` or `interrupted`.
+    pub status: String,
+    /// What the client attached.
+    pub metadata: Value,
+    /// What it does when its thread is busy: `reject`, `enqueue`, `interrupt`, `rollback`.
+    pub multitask_strategy: String,
+    /// The payload it was created with.
+    #[serde(default)]
+    pub kwargs: Value,
+}
+
+fn threads_ns(tenant: &str) -> Vec<String> {
+    vec!["server".into(), tenant.into(), "threads".into()]
+}
+
+fn runs_ns(tenant: &str, thread_id: &str) -> Vec<String> {
+    vec![
+        "server".into(),
+        tenant.into(),
+        "runs".into(),
+        thread_id.into(),
+    ]
+}
+
+/// The records of one tenant.
+#[derive(Clone)]
+pub struct Records {
+    store: Arc<dyn Store>,
+    tenant: String,
+}
+
+impl Records {
+    /// Records of `tenant` in `store`.
+    pub fn new(store: Arc<dyn Store>, tenant: &str) -> Self {
+        Self {
+            store,
+            tenant: tenant.to_owned(),
+        }
+    }
+
+    /// The tenant.
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// Thread `id`, when it exists.
+    pub async fn thread(&self, id: &str) -> ApiResult<Option<ThreadRecord>> {
+        let item = self.store.get(&threads_ns(&self.tenant), id).await?;
+        item.map(|item| serde_json::from_value(item.value).map_err(ApiError::internal))
+            .transpose()
+    }
+
+    /// Thread `id`, or a 404.
+    pub async fn existing_thread(&self, id: &str) -> ApiResult<ThreadRecord> {
+        self.thread(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found(format!("thread `{id}`")))
+    }
+
+    /// Writes `thread`.
+    pub async fn put_thread(&self, thread: &ThreadRecord) -> ApiResult<()> {
+        let value = serde_json::to_value(thread).map_err(ApiError::internal)?;
+        self.store
+            .put(&threads_ns(&self.tenant), &thread.thread_id, value)
+            .await?;
+        Ok(())
+    }
+
+    /// Sets thread `id`'s status (a thread deleted meanwhile stays deleted).
+    pub async fn set_thread_status(&self, id: &str, status: &str) -> ApiResult<()> {
+        if let Some(mut thread) = self.thread(id).await? {
+            thread.status = status.to_owned();
+            thread.updated_at = crate::time::rfc3339(crate::time::now_ms());
+            self.put_thread(&thread).await?;
+        }
+        Ok(())
+    }
+
+    /// Every thread of the tenant.
+    pub async fn threads(&self) -> ApiResult<Vec<ThreadRecord>> {
+        let items = all(&*self.store, &threads_ns(&self.tenant)).await?;
+        Ok(items
+            .into_iter()
+            .filter_map(|value| serde_json::from_value(value).ok())
+            .collect())
+    }
+
+    /// Removes thread `id` and its runs.
+    pub async fn delete_thread(&self, id: &str) -> ApiResult<bool> {
+        for run in self.runs(id).await? {
+            self.store
+                .delete(&runs_ns(&self.tenant, id), &run.run_id)
+                .await?;
+        }
+        Ok(self.store.delete(&threads_ns(&self.tenant), id).await?)
+    }
+
+    /// Run `run_id` of thread `thread_id`.
+    pub async fn run(&self, thread_id: &str, run_id: &str) -> ApiResult<Option<RunRecord>> {
+        let item = self
+            .store
+            .get(&runs_ns(&self.tenant, thread_id), run_id)
+            .await?;
+        item.map(|item| serde_json::from_value(item.value).map_err(ApiError::internal))
+            .transpose()
+    }
+
+    /// Writes `run`.
+    pub async fn put_run(&self, run: &RunRecord) -> ApiResult<()> {
+        let value = serde_json::to_value(run).map_err(ApiError::internal)?;
+        self.store
+            .put(&runs_ns(&self.tenant, &run.thread_id), &run.run_id, value)
+            .await?;
+        Ok(())
+    }
+
+    /// Removes a run's record.
+    pub async fn delete_run(&self, thread_id: &str, run_id: &str) -> ApiResult<()> {
+        self.store
+            .delete(&runs_ns(&self.tenant, thread_id), run_id)
+            .await?;
+        Ok(())
+    }
+
+    /// The runs of thread `thread_id`, newest first.
+    pub async fn runs(&self, thread_id: &str) -> ApiResult<Vec<RunRecord>> {
+        let items = all(&*self.store, &runs_ns(&self.tenant, thread_id)).await?;
+        let mut runs: Vec<RunRecord> = items
+            .into_iter()
+            .filter_map(|value| serde_json::from_value(value).ok())
+            .collect();
+        runs.sort_by(|a, b| {
+            b.created_at
+                .cmp(&a.created_at)
+                .then(b.run_id.cmp(&a.run_id))
+        });
+        Ok(runs)
+    }
+}
+
+/// Every value directly in `namespace`, page by page.
+async fn all(store: &dyn Store, namespace: &[String]) -> ApiResult<Vec<Value>> {
+    let mut values = Vec::new();
+    let mut offset = 0;
+    loop {
+        let page = store
+            .search(
+                namespace,
+                &SearchQuery {
+                    offset,
+                    limit: 500,
+                    ..SearchQuery::default()
+                },
+            )
+            .await?;
+        let full = page.len() == 500;
+        offset += page.len();
+        values.extend(
+            page.into_iter()
+                .filter(|item| item.namespace == namespace)
+                .map(|item| item.value),
+        );
+        if !full {
+            return Ok(values);
+        }
+    }
+}
