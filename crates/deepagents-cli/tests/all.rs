@@ -6,6 +6,7 @@ mod config;
 mod providers;
 mod repo;
 mod run;
+mod server;
 mod stub;
 mod subagents;
 mod threads;

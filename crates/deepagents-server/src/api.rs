@@ -783,6 +783,25 @@ async fn create_run(
         }
     }
     let modes = stream_modes(&body)?;
+    // Decisions for a thread at rest are checked now, so a bad resume is a 422, not a
+    // failed run (behind a running run they are checked when their turn comes).
+    if let Some(resume) = &resume {
+        let storage = storage_id(&tenant.0, thread_id);
+        if !shared.runs.busy(&storage) {
+            let pending = shared
+                .watch
+                .load(&storage, None)
+                .await?
+                .map(|run| run.control.pending)
+                .unwrap_or_default();
+            if pending.is_empty() {
+                return Err(ApiError::invalid(
+                    "the thread waits for no decision; send input instead of command.resume",
+                ));
+            }
+            convert::decisions(resume, &pending).map_err(ApiError::invalid)?;
+        }
+    }
     let strategy = field(&body, "multitask_strategy")
         .and_then(Value::as_str)
         .unwrap_or("reject")
@@ -983,6 +1002,9 @@ async fn outcome(shared: &Shared, tenant: &Tenant, live: &Live) -> ApiResult<Val
     if let Some(error) = live.error.lock().map(|e| e.clone()).unwrap_or_default() {
         return Ok(json!({"__error__": error}));
     }
+    if let Some(values) = live.values.lock().map(|v| v.clone()).unwrap_or_default() {
+        return Ok(values);
+    }
     let thread_id = live.snapshot().thread_id;
     Ok(match load(shared, tenant, &thread_id, None).await? {
         Some(run) => convert::values(&run, &interrupt_id(&run)),
@@ -999,33 +1021,7 @@ async fn wait_run(
 ) -> ApiResult<Response> {
     let live = create_run(&shared, &tenant, &thread_id, body, stateless).await?;
     let record = live.snapshot();
-    // A stateless run's thread goes when it ends: read its values first.
-    let values = if stateless {
-        let mut steps = shared.watch.subscribe(&storage_id(&tenant.0, &thread_id));
-        let mut last = None;
-        loop {
-            tokio::select! {
-                step = steps.steps.recv() => match step {
-                    Some(step) => last = Some(step.run),
-                    None => break,
-                },
-                () = live.ended() => break,
-            }
-        }
-        while let Ok(step) = steps.steps.try_recv() {
-            last = Some(step.run);
-        }
-        match (
-            live.error.lock().map(|e| e.clone()).unwrap_or_default(),
-            last,
-        ) {
-            (Some(error), _) => json!({"__error__": error}),
-            (None, Some(run)) => convert::values(&run, &interrupt_id(&run)),
-            (None, None) => json!({}),
-        }
-    } else {
-        outcome(&shared, &tenant, &live).await?
-    };
+    let values = outcome(&shared, &tenant, &live).await?;
     let mut response = Json(values).into_response();
     set_location(&mut response, &record, false);
     Ok(response)
@@ -1147,17 +1143,11 @@ async fn run_join(
     }
 }
 
-#[derive(Deserialize)]
-struct JoinQuery {
-    stream_mode: Option<String>,
-    cancel_on_disconnect: Option<bool>,
-}
-
 async fn run_join_stream(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
     Path((thread_id, run_id)): Path<(String, String)>,
-    Query(query): Query<JoinQuery>,
+    Query(query): Query<Vec<(String, String)>>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let (record, live) = find_run(&shared, &tenant, &thread_id, &run_id).await?;
@@ -1166,9 +1156,18 @@ async fn run_join_stream(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<usize>().ok())
         .map_or(0, |last| last + 1);
-    let modes = query
-        .stream_mode
-        .map(|modes| modes.split(',').map(str::to_owned).collect());
+    // `stream_mode` may repeat (one per mode) or list modes with commas.
+    let modes: BTreeSet<String> = query
+        .iter()
+        .filter(|(key, _)| key == "stream_mode")
+        .flat_map(|(_, value)| value.split(','))
+        .filter(|mode| !mode.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let modes = (!modes.is_empty()).then_some(modes);
+    let cancel = query
+        .iter()
+        .any(|(key, value)| key == "cancel_on_disconnect" && value.eq_ignore_ascii_case("true"));
     let live = match live {
         Some(live) => live,
         // A run this process does not run (it ended long ago, or another server runs it):
@@ -1179,12 +1178,7 @@ async fn run_join_stream(
             ended
         }
     };
-    let mut response = sse(
-        live,
-        from,
-        modes,
-        query.cancel_on_disconnect.unwrap_or(false),
-    );
+    let mut response = sse(live, from, modes, cancel);
     set_location(&mut response, &record, true);
     Ok(response)
 }

@@ -57,6 +57,9 @@ pub struct Live {
     cancel_action: Mutex<Option<String>>,
     /// Why it failed, for `wait`.
     pub error: Mutex<Option<Value>>,
+    /// The thread's values after the run's latest step, for `wait` (a stateless run's
+    /// thread is gone once it ends).
+    pub values: Mutex<Option<Value>>,
 }
 
 impl Live {
@@ -68,6 +71,7 @@ impl Live {
             cancel: CancellationToken::new(),
             cancel_action: Mutex::new(None),
             error: Mutex::new(None),
+            values: Mutex::new(None),
         })
     }
 
@@ -86,6 +90,11 @@ impl Live {
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(action.to_owned());
         self.cancel.cancel();
+    }
+
+    fn keep_values(&self, run: &Run) {
+        *self.values.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(convert::values(run, &interrupt_id(run)));
     }
 
     /// Waits until the run ended.
@@ -273,12 +282,13 @@ impl Runs {
         } else {
             self.settle(&live, &job, "interrupted", None).await;
         }
-        live.log.end();
+        // A stateless run's thread is gone before anyone waiting learns the run ended.
         if job.delete_thread_after {
             let thread_id = live.snapshot().thread_id;
             let _ = self.watch.delete_thread(&storage).await;
             let _ = job.records.delete_thread(&thread_id).await;
         }
+        live.log.end();
         self.next(&storage);
         // Finished runs stay joinable for a while, then only their record remains.
         let runs = Arc::clone(&self);
@@ -356,6 +366,7 @@ impl Runs {
                                 framer.event(&event);
                             }
                             framer.step(step.checkpoint, &step.run, &interrupt_id(&step.run));
+                            live.keep_values(&step.run);
                             if let Some(event) = next_turn {
                                 framer.event(&event);
                             }
@@ -368,6 +379,7 @@ impl Runs {
                 }
                 while let Ok(step) = steps.steps.try_recv() {
                     framer.step(step.checkpoint, &step.run, &interrupt_id(&step.run));
+                    live.keep_values(&step.run);
                 }
                 stream.outcome().await.map_err(|failure| failure.error)
             }

@@ -165,6 +165,14 @@ pub fn mcp_python() -> Option<String> {
     )
 }
 
+/// A Python with the official `langgraph-sdk` client installed (pinned by `.ci/run`).
+pub fn langgraph_python() -> Option<String> {
+    test_env(
+        "DEEPAGENTS_TEST_LANGGRAPH_PYTHON",
+        "a Python with `langgraph-sdk` installed",
+    )
+}
+
 /// The `node_modules` holding the reference MCP servers from npm
 /// (`@modelcontextprotocol/server-everything`, `@modelcontextprotocol/server-filesystem`).
 pub fn mcp_node_modules() -> Option<std::path::PathBuf> {

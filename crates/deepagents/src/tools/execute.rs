@@ -74,15 +74,23 @@ impl Tool for Execute {
                 text: text.to_owned(),
             });
         };
-        let result = sandbox
-            .execute_streaming(
-                &backend_context(&ctx),
-                &args.command,
-                args.timeout.map(Duration::from_secs),
-                &on_output,
-            )
-            .await
-            .map_err(to_model)?;
+        let context = backend_context(&ctx);
+        let running = sandbox.execute_streaming(
+            &context,
+            &args.command,
+            args.timeout.map(Duration::from_secs),
+            &on_output,
+        );
+        // A cancelled run stops its command at once (dropping it kills the process group)
+        // rather than after the grace period other tools get to finish.
+        let result = tokio::select! {
+            result = running => result.map_err(to_model)?,
+            () = ctx.run.cancel.cancelled() => {
+                return Err(ToolError::RespondToModel(
+                    "The run was cancelled while the command ran; it was stopped.".to_owned(),
+                ));
+            }
+        };
         let mut text = result.output;
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');

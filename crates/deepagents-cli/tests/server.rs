@@ -1,0 +1,329 @@
+//! `deepagents serve` driven by the official `langgraph-sdk` Python client, and by hand where
+//! the client hides the wire (status codes, SSE framing, API keys).
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+
+/// A running `deepagents serve`, killed when dropped.
+struct Server {
+    child: Child,
+    address: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    /// The server with the scripted model of `script`, its files under `root`.
+    fn start(data: &Path, root: &Path, script: serde_json::Value, extra: &[&str]) -> Self {
+        let script_path = data.join("script.json");
+        std::fs::write(&script_path, script.to_string()).unwrap();
+        let mut command = crate::bin();
+        command
+            .env("DEEPAGENTS_DATA_DIR", data.join("data"))
+            .env("HOME", data)
+            .args(["serve", "--listen", "127.0.0.1:0", "--model"])
+            .arg(format!("scripted:{}", script_path.display()))
+            .args([
+                "--todos",
+                "--backend",
+                "shell",
+                "--sandbox",
+                "off",
+                "--shell-allow",
+                "sleep",
+            ])
+            .arg("--root")
+            .arg(root)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        // Warnings may come first; the address is on the `listening on` line.
+        let mut line = String::new();
+        while !line.contains("listening on") {
+            line.clear();
+            assert!(
+                stderr.read_line(&mut line).unwrap() > 0,
+                "the server exited"
+            );
+        }
+        let address = line
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_owned();
+        // Keep reading its log so it never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = stderr.read_to_string(&mut rest);
+        });
+        Self { child, address }
+    }
+
+    /// One HTTP/1.1 request; the status, the headers and the body.
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&serde_json::Value>,
+    ) -> (u16, String, String) {
+        let mut stream = TcpStream::connect(&self.address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let body = body.map(ToString::to_string).unwrap_or_default();
+        let mut request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
+            self.address,
+            body.len()
+        );
+        if !body.is_empty() {
+            request.push_str("Content-Type: application/json\r\n");
+        }
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        request.push_str(&body);
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (status, head.to_owned(), dechunk(head, body))
+    }
+}
+
+/// The body of a response sent in chunks, joined.
+fn dechunk(head: &str, body: &str) -> String {
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return body.to_owned();
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+    out
+}
+
+fn script() -> serde_json::Value {
+    let sleep = json!([
+        {"tool_calls": [{"id": "s1", "name": "execute", "args": {"command": "sleep 30"}}]},
+        {"text": "Slept."}
+    ]);
+    json!({
+        "turns": [{"text": "Default answer."}],
+        "conversations": [
+            {"when_task_contains": "plan the notes", "turns": [
+                {"text": "Planning.", "tool_calls": [{"id": "t1", "name": "write_todos", "args": {"todos": [{"content": "Write the notes", "status": "in_progress"}]}}]},
+                {"text": "Noted."}
+            ]},
+            {"when_task_contains": "write the file", "turns": [
+                {"tool_calls": [{"id": "w1", "name": "write_file", "args": {"file_path": "/sdk.md", "content": "from the sdk\n"}}]},
+                {"text": "Written."}
+            ]},
+            {"when_task_contains": "sleep", "turns": sleep},
+            {"when_task_contains": "join me", "turns": [{"text": "Joined."}]}
+        ]
+    })
+}
+
+#[test]
+fn the_official_sdk_drives_threads_runs_interrupts_cancellation_and_the_store() {
+    let Some(python) = deepagents_test_support::langgraph_python() else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        data.path(),
+        root.path(),
+        script(),
+        &[
+            "--interrupt-on",
+            "write_file",
+            "--api-key",
+            "key-a=alpha",
+            "--api-key",
+            "key-b=beta",
+        ],
+    );
+    let check = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/langgraph_sdk_check.py");
+    let output = std::process::Command::new(python)
+        .arg(check)
+        .arg(format!("http://{}", server.address))
+        .arg(root.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success()
+            && String::from_utf8_lossy(&output.stdout).contains("sdk check passed"),
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn the_wire_has_the_platform_s_status_codes_framing_and_keys() {
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        data.path(),
+        root.path(),
+        script(),
+        &["--api-key", "secret=team"],
+    );
+    let key = [("x-api-key", "secret")];
+    // No key, a wrong key: 401 with what to do. Health needs none.
+    let (status, _, body) = server.request("POST", "/threads", &[], Some(&json!({})));
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("x-api-key"), "{body}");
+    let (status, _, _) = server.request(
+        "POST",
+        "/threads",
+        &[("Authorization", "Bearer nope")],
+        Some(&json!({})),
+    );
+    assert_eq!(status, 401);
+    assert_eq!(server.request("GET", "/ok", &[], None).0, 200);
+    // Bad input: 422 with the reason, never a crash.
+    let (status, _, body) = server.request("POST", "/threads", &key, None);
+    assert_eq!(status, 200, "{body}");
+    let thread: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let tid = thread["thread_id"].as_str().unwrap();
+    for (payload, says) in [
+        (
+            json!({"assistant_id": "agent", "stream_mode": "telepathy"}),
+            "unknown stream mode",
+        ),
+        (
+            json!({"assistant_id": "agent", "input": {"messages": [{"role": "assistant", "content": "x"}]}}),
+            "only user messages",
+        ),
+        (
+            json!({"assistant_id": "agent", "multitask_strategy": "maybe"}),
+            "multitask_strategy",
+        ),
+        (json!({"input": {}}), "assistant_id"),
+    ] {
+        let (status, _, body) = server.request(
+            "POST",
+            &format!("/threads/{tid}/runs"),
+            &key,
+            Some(&payload),
+        );
+        assert_eq!(status, 422, "{payload}: {body}");
+        assert!(body.contains(says), "{payload}: {body}");
+    }
+    let (status, _, body) = server.request(
+        "POST",
+        "/threads",
+        &[
+            ("x-api-key", "secret"),
+            ("Content-Type", "application/json"),
+        ],
+        Some(&json!([1])),
+    );
+    assert_eq!(status, 422, "{body}");
+    let (status, _, _) = server.request(
+        "POST",
+        &format!("/threads/{tid}/runs"),
+        &key,
+        Some(&json!({"assistant_id": "nobody"})),
+    );
+    assert_eq!(status, 404);
+    let (status, _, body) = server.request(
+        "POST",
+        "/threads",
+        &key,
+        Some(&json!({"thread_id": "../../etc"})),
+    );
+    assert_eq!(status, 422, "{body}");
+    // A stream: event-stream, the run's location, `metadata` first, ids in order.
+    let (status, head, body) = server.request(
+        "POST",
+        &format!("/threads/{tid}/runs/stream"),
+        &key,
+        Some(&json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "join me"}]}, "stream_mode": ["values", "messages-tuple"]})),
+    );
+    assert_eq!(status, 200, "{body}");
+    let head = head.to_ascii_lowercase();
+    assert!(head.contains("content-type: text/event-stream"), "{head}");
+    assert!(
+        head.contains(&format!("content-location: /threads/{tid}/runs/")),
+        "{head}"
+    );
+    let frames: Vec<&str> = body
+        .split("\n\n")
+        .filter(|f| !f.trim().is_empty())
+        .collect();
+    assert!(frames[0].starts_with("event: metadata\ndata: {"), "{body}");
+    for (i, frame) in frames.iter().enumerate() {
+        assert!(frame.ends_with(&format!("\nid: {i}")), "{frame}");
+    }
+    assert!(
+        frames.iter().any(|f| f.starts_with("event: messages\n")),
+        "{body}"
+    );
+    let last = frames
+        .iter()
+        .rev()
+        .find(|f| f.starts_with("event: values"))
+        .unwrap();
+    assert!(last.contains("\"Joined.\""), "{last}");
+    // A stateless run's thread is gone with it.
+    let (status, _, body) = server.request("POST", "/runs/wait", &key, Some(&json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "join me"}]}})));
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("Joined."), "{body}");
+    let (_, _, body) = server.request("POST", "/threads/search", &key, Some(&json!({})));
+    let threads: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    assert_eq!(threads.len(), 1, "{body}");
+    // State updates: messages added, todos set; a bad key is refused.
+    let (status, _, body) = server.request("POST", &format!("/threads/{tid}/state"), &key, Some(&json!({"values": {"todos": [{"content": "Review", "status": "pending"}], "messages": [{"type": "human", "content": "added"}]}})));
+    assert_eq!(status, 200, "{body}");
+    let (_, _, body) = server.request("GET", &format!("/threads/{tid}/state"), &key, None);
+    let state: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(state["values"]["todos"][0]["content"], "Review");
+    assert_eq!(
+        state["values"]["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()["content"],
+        "added"
+    );
+    let (status, _, body) = server.request(
+        "POST",
+        &format!("/threads/{tid}/state"),
+        &key,
+        Some(&json!({"values": {"mood": 1}})),
+    );
+    assert_eq!(status, 422, "{body}");
+    let (status, _, body) = server.request("GET", "/metrics", &[], None);
+    assert_eq!(status, 200);
+    assert!(body.contains("deepagents_runs_active 0"), "{body}");
+}
