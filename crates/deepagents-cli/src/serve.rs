@@ -99,6 +99,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     );
     let mut options = deepagents_server::ServerOptions::new(assistants, store, watch);
     options.api_keys = api_keys;
+    options.cluster = cluster().await?;
     deepagents_server::serve(listener, options, shutdown_signal()).await?;
     eprintln!("deepagents serve: stopped");
     session.store.close().await;
@@ -106,6 +107,33 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         other.store.close().await;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The cluster `DEEPAGENTS_DATABASE_URL` (PostgreSQL) and `DEEPAGENTS_REDIS_URL` name: runs
+/// queued in the database, their events fanned out through Redis, shared by every server
+/// started with the same two.
+async fn cluster() -> anyhow::Result<Option<Arc<deepagents_server::cluster::Cluster>>> {
+    let database = std::env::var("DEEPAGENTS_DATABASE_URL")
+        .ok()
+        .filter(|url| !url.is_empty());
+    let redis = std::env::var("DEEPAGENTS_REDIS_URL")
+        .ok()
+        .filter(|url| !url.is_empty());
+    match (database, redis) {
+        (Some(database), Some(redis)) if database.starts_with("postgres") => {
+            let cluster = deepagents_server::cluster::Cluster::connect(&database, &redis)
+                .await
+                .context("cannot join the cluster")?;
+            eprintln!(
+                "deepagents serve: sharing runs with other servers (PostgreSQL queue, Redis events)"
+            );
+            Ok(Some(Arc::new(cluster)))
+        }
+        (_, Some(_)) => bail!(
+            "DEEPAGENTS_REDIS_URL is set, but a cluster also needs DEEPAGENTS_DATABASE_URL=postgres://… (the queue and the threads live there)"
+        ),
+        _ => Ok(None),
+    }
 }
 
 /// SIGTERM or Ctrl-C.

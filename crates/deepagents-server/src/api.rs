@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use crate::error::{ApiError, ApiResult};
 use crate::records::{Records, RunRecord, ThreadRecord};
 use crate::runs::{Job, Live, Runs, interrupt_id, storage_id};
+use crate::stream::FrameLog;
 use crate::stream::MODES;
 use crate::time::{now_ms, rfc3339};
 use crate::{Assistant, ServerOptions, convert};
@@ -57,10 +58,30 @@ impl Shared {
 
 /// The router and the runs it drives.
 pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
-    let runs = Runs::new(Arc::clone(&options.watch));
+    let assistants: Vec<Arc<Assistant>> = options.assistants.into_iter().map(Arc::new).collect();
+    #[cfg(feature = "cluster")]
+    let runs = match options.cluster {
+        Some(cluster) => Runs::clustered(
+            Arc::clone(&options.watch),
+            Arc::clone(&options.store),
+            assistants.clone(),
+            cluster,
+        ),
+        None => Runs::new(
+            Arc::clone(&options.watch),
+            Arc::clone(&options.store),
+            assistants.clone(),
+        ),
+    };
+    #[cfg(not(feature = "cluster"))]
+    let runs = Runs::new(
+        Arc::clone(&options.watch),
+        Arc::clone(&options.store),
+        assistants.clone(),
+    );
     let max_body = options.max_body_bytes;
     let shared = Arc::new(Shared {
-        assistants: options.assistants.into_iter().map(Arc::new).collect(),
+        assistants,
         store: options.store,
         watch: options.watch,
         runs: Arc::clone(&runs),
@@ -212,7 +233,7 @@ async fn info() -> Json<Value> {
 }
 
 async fn metrics(State(shared): State<AppState>) -> Response {
-    let (active, queued) = shared.runs.counts();
+    let (active, queued) = shared.runs.counts().await;
     let text = format!(
         "# HELP deepagents_runs_active Runs running in this server.\n# TYPE deepagents_runs_active gauge\ndeepagents_runs_active {active}\n# HELP deepagents_runs_queued Runs waiting for their thread.\n# TYPE deepagents_runs_queued gauge\ndeepagents_runs_queued {queued}\n"
     );
@@ -413,8 +434,8 @@ async fn thread_delete(
     let records = shared.records(&tenant);
     records.existing_thread(&id).await?;
     let storage = storage_id(&tenant.0, &id);
-    shared.runs.stop_thread(&storage);
-    records.delete_thread(&id).await?;
+    shared.runs.stop_thread(&tenant.0, &id).await?;
+    records.delete_thread(&id, false).await?;
     // A run stopping now may still hold the thread for its last step.
     for _ in 0..50 {
         match shared.watch.delete_thread(&storage).await {
@@ -629,7 +650,7 @@ async fn state_update(
 ) -> ApiResult<Json<Value>> {
     shared.records(&tenant).existing_thread(&id).await?;
     let storage = storage_id(&tenant.0, &id);
-    if shared.runs.busy(&storage) {
+    if shared.runs.busy(&tenant.0, &id).await? {
         return Err(ApiError::conflict(format!(
             "thread `{id}` has a run going; update its state when it ends"
         )));
@@ -745,7 +766,7 @@ async fn create_run(
     thread_id: &str,
     body: Value,
     stateless: bool,
-) -> ApiResult<Arc<Live>> {
+) -> ApiResult<RunRecord> {
     let records = shared.records(tenant);
     let assistant_id = field(&body, "assistant_id")
         .and_then(Value::as_str)
@@ -787,7 +808,7 @@ async fn create_run(
     // failed run (behind a running run they are checked when their turn comes).
     if let Some(resume) = &resume {
         let storage = storage_id(&tenant.0, thread_id);
-        if !shared.runs.busy(&storage) {
+        if !shared.runs.busy(&tenant.0, thread_id).await? {
             let pending = shared
                 .watch
                 .load(&storage, None)
@@ -827,13 +848,16 @@ async fn create_run(
             .unwrap_or_else(|| json!({})),
         multitask_strategy: strategy.clone(),
         kwargs: body.clone(),
+        error: None,
+        values: None,
+        worker: None,
     };
     records.put_run(&record).await?;
-    let live = Live::new(record.clone());
     let keep = field(&body, "on_completion").and_then(Value::as_str) == Some("keep");
     let job = Job {
-        records: records.clone(),
-        assistant,
+        tenant: tenant.0.clone(),
+        graph_id: assistant.graph_id.clone(),
+        record: record.clone(),
         input,
         resume,
         modes,
@@ -842,11 +866,11 @@ async fn create_run(
             .unwrap_or(false),
         delete_thread_after: stateless && !keep,
     };
-    if let Err(error) = shared.runs.submit(Arc::clone(&live), job, &strategy) {
+    if let Err(error) = shared.runs.submit(job, &strategy).await {
         let _ = records.delete_run(thread_id, &record.run_id).await;
         return Err(error);
     }
-    Ok(live)
+    Ok(record)
 }
 
 async fn run_create(
@@ -855,8 +879,7 @@ async fn run_create(
     Path(thread_id): Path<String>,
     Body0(body): Body0,
 ) -> ApiResult<Response> {
-    let live = create_run(&shared, &tenant, &thread_id, body, false).await?;
-    let record = live.snapshot();
+    let record = create_run(&shared, &tenant, &thread_id, body, false).await?;
     let mut response = Json(run_json(&record)).into_response();
     set_location(&mut response, &record, false);
     Ok(response)
@@ -867,8 +890,8 @@ async fn stateless_create(
     Extension(tenant): Extension<Tenant>,
     Body0(body): Body0,
 ) -> ApiResult<Json<Value>> {
-    let live = create_run(&shared, &tenant, &new_id(), body, true).await?;
-    Ok(Json(run_json(&live.snapshot())))
+    let record = create_run(&shared, &tenant, &new_id(), body, true).await?;
+    Ok(Json(run_json(&record)))
 }
 
 fn set_location(response: &mut Response, record: &RunRecord, stream: bool) {
@@ -884,12 +907,127 @@ fn set_location(response: &mut Response, record: &RunRecord, stream: bool) {
 }
 
 /// Cancels a run when the client of its stream goes away (`on_disconnect: cancel`).
-struct CancelOnDrop(Option<Arc<Live>>);
+struct CancelOnDrop(Option<(Arc<Runs>, RunRecord)>);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        if let Some(live) = self.0.take() {
-            live.stop("interrupt");
+        if let Some((runs, record)) = self.0.take() {
+            tokio::spawn(async move {
+                let _ = runs.cancel(&record, "interrupt").await;
+            });
+        }
+    }
+}
+
+/// Where a stream's frames come from: the run's log in this process, or the cluster's
+/// copy of it when another server runs it (or may).
+enum Source {
+    Local(Arc<Live>),
+    #[cfg(feature = "cluster")]
+    Remote(Box<Remote>),
+}
+
+/// A run's frames in the cluster's Redis stream.
+#[cfg(feature = "cluster")]
+struct Remote {
+    cluster: Arc<crate::cluster::Cluster>,
+    records: Records,
+    record: RunRecord,
+    /// The Redis entry read last.
+    after: String,
+}
+
+impl Source {
+    /// The source of `record`'s frames.
+    fn of(shared: &Shared, tenant: &Tenant, record: &RunRecord) -> Self {
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = shared.runs.cluster() {
+            return Self::Remote(Box::new(Remote {
+                cluster: Arc::clone(cluster),
+                records: shared.records(tenant),
+                record: record.clone(),
+                after: "0".to_owned(),
+            }));
+        }
+        let _ = tenant;
+        match shared.runs.get(&record.run_id) {
+            Some(live) => Self::Local(live),
+            // A run this process does not run (it ended long ago): nothing more to stream.
+            None => {
+                let log = FrameLog::new();
+                log.end();
+                Self::Local(Live::ended_with(record.clone(), log))
+            }
+        }
+    }
+
+    /// The next frames from index `next` on; `None` once the run ended and all were sent.
+    /// An empty list when nothing came for a while (time for a heartbeat).
+    async fn next(&mut self, next: usize) -> Option<Vec<(usize, crate::stream::Frame)>> {
+        match self {
+            Self::Local(live) => loop {
+                let (frames, ended) = live.log.since(next);
+                if !frames.is_empty() {
+                    return Some(frames);
+                }
+                if ended {
+                    return None;
+                }
+                let waited = tokio::time::timeout(Duration::from_secs(15), live.log.changed(next));
+                if waited.await.is_err() {
+                    return Some(Vec::new());
+                }
+            },
+            #[cfg(feature = "cluster")]
+            Self::Remote(remote) => {
+                let Remote {
+                    cluster,
+                    records,
+                    record,
+                    after,
+                } = &mut **remote;
+                let read = cluster
+                    .read(&record.run_id, after, Duration::from_secs(5))
+                    .await;
+                let entries = match read {
+                    Ok(entries) => entries,
+                    Err(error) => {
+                        tracing::warn!(run_id = %record.run_id, %error, "cannot read the run's frames");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        Vec::new()
+                    }
+                };
+                if entries.is_empty() {
+                    // No frames and none coming: a run that ended before its frames were
+                    // kept (or long ago).
+                    let ended = records
+                        .run(&record.thread_id, &record.run_id)
+                        .await
+                        .ok()
+                        .flatten()
+                        .is_none_or(|now| now.ended());
+                    return if ended { None } else { Some(Vec::new()) };
+                }
+                let mut frames = Vec::new();
+                for (id, index, frame) in entries {
+                    *after = id;
+                    match frame {
+                        Some(frame) if index >= next => frames.push((index, frame)),
+                        Some(_) => {}
+                        None if frames.is_empty() => return None,
+                        // The frames before the end go out first; the end comes next time.
+                        None => {
+                            if let Some(previous) = after.rsplit_once('-').and_then(|(ms, seq)| {
+                                Some(format!("{ms}-{}", seq.parse::<u64>().ok()?.checked_sub(1)?))
+                            }) {
+                                *after = previous;
+                            }
+                            break;
+                        }
+                    }
+                }
+                Some(frames)
+            }
         }
     }
 }
@@ -897,60 +1035,45 @@ impl Drop for CancelOnDrop {
 /// A run's frames from `from` on as server-sent events, following it until it ends; only
 /// the frames of `modes` when given.
 fn sse(
-    live: Arc<Live>,
+    source: Source,
     from: usize,
     modes: Option<BTreeSet<String>>,
-    cancel_on_drop: bool,
+    guard: CancelOnDrop,
 ) -> Response {
-    let guard = CancelOnDrop(cancel_on_drop.then(|| Arc::clone(&live)));
     let stream = futures::stream::unfold(
-        (live, from, guard, false),
-        move |(live, next, mut guard, done)| {
+        (source, from, guard),
+        move |(mut source, next, mut guard)| {
             let modes = modes.clone();
             async move {
-                if done {
+                let Some(frames) = source.next(next).await else {
+                    // The run ended on its own: nothing to cancel.
+                    drop(guard.0.take());
                     return None;
-                }
-                loop {
-                    let (frames, ended) = live.log.since(next);
-                    if let Some((last, _)) = frames.last() {
-                        let next = last + 1;
-                        let mut text = String::new();
-                        for (id, frame) in &frames {
-                            let mode = frame.event.split(['|', '/']).next().unwrap_or_default();
-                            let wanted = modes.as_ref().is_none_or(|modes| {
-                                matches!(mode, "metadata" | "error")
-                                    || modes.contains(mode)
-                                    || (mode == "messages" && modes.contains("messages-tuple"))
-                            });
-                            if wanted {
-                                text.push_str(&format!(
-                                    "event: {}\ndata: {}\nid: {id}\n\n",
-                                    frame.event, frame.data
-                                ));
-                            }
-                        }
-                        return Some((
-                            Ok::<_, std::convert::Infallible>(Bytes::from(text)),
-                            (live, next, guard, false),
-                        ));
-                    }
-                    if ended {
-                        // The run ended on its own: nothing to cancel.
-                        drop(guard.0.take());
-                        return None;
-                    }
+                };
+                let Some((last, _)) = frames.last() else {
                     // A comment now and then keeps proxies from closing a quiet stream.
-                    if tokio::time::timeout(Duration::from_secs(15), live.log.changed(next))
-                        .await
-                        .is_err()
-                    {
-                        return Some((
-                            Ok(Bytes::from_static(b": heartbeat\n\n")),
-                            (live, next, guard, false),
+                    return Some((
+                        Ok::<_, std::convert::Infallible>(Bytes::from_static(b": heartbeat\n\n")),
+                        (source, next, guard),
+                    ));
+                };
+                let after = last + 1;
+                let mut text = String::new();
+                for (id, frame) in &frames {
+                    let mode = frame.event.split(['|', '/']).next().unwrap_or_default();
+                    let wanted = modes.as_ref().is_none_or(|modes| {
+                        matches!(mode, "metadata" | "error")
+                            || modes.contains(mode)
+                            || (mode == "messages" && modes.contains("messages-tuple"))
+                    });
+                    if wanted {
+                        text.push_str(&format!(
+                            "event: {}\ndata: {}\nid: {id}\n\n",
+                            frame.event, frame.data
                         ));
                     }
                 }
+                Some((Ok(Bytes::from(text)), (source, after, guard)))
             }
         },
     );
@@ -972,9 +1095,9 @@ async fn stream_run(
     stateless: bool,
 ) -> ApiResult<Response> {
     let cancel = field(&body, "on_disconnect").and_then(Value::as_str) == Some("cancel");
-    let live = create_run(&shared, &tenant, &thread_id, body, stateless).await?;
-    let record = live.snapshot();
-    let mut response = sse(live, 0, None, cancel);
+    let record = create_run(&shared, &tenant, &thread_id, body, stateless).await?;
+    let guard = CancelOnDrop(cancel.then(|| (Arc::clone(&shared.runs), record.clone())));
+    let mut response = sse(Source::of(&shared, &tenant, &record), 0, None, guard);
     set_location(&mut response, &record, !stateless);
     Ok(response)
 }
@@ -996,17 +1119,38 @@ async fn stateless_stream(
     stream_run(shared, tenant, new_id(), body, true).await
 }
 
+/// Waits until `record`'s run ended and gives its record then.
+async fn ended(shared: &Shared, tenant: &Tenant, record: &RunRecord) -> ApiResult<RunRecord> {
+    if let Some(live) = shared.runs.get(&record.run_id) {
+        live.ended().await;
+    }
+    // Run elsewhere (another server of the cluster), or settled just now: its record says.
+    let records = shared.records(tenant);
+    loop {
+        match records.run(&record.thread_id, &record.run_id).await? {
+            Some(now) if now.ended() => return Ok(now),
+            Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            // Rolled back: it left nothing.
+            None => {
+                return Ok(RunRecord {
+                    status: "interrupted".to_owned(),
+                    ..record.clone()
+                });
+            }
+        }
+    }
+}
+
 /// What `wait` and `join` answer: the thread's values once the run ended, or its error.
-async fn outcome(shared: &Shared, tenant: &Tenant, live: &Live) -> ApiResult<Value> {
-    live.ended().await;
-    if let Some(error) = live.error.lock().map(|e| e.clone()).unwrap_or_default() {
+async fn outcome(shared: &Shared, tenant: &Tenant, record: &RunRecord) -> ApiResult<Value> {
+    let record = ended(shared, tenant, record).await?;
+    if let Some(error) = record.error {
         return Ok(json!({"__error__": error}));
     }
-    if let Some(values) = live.values.lock().map(|v| v.clone()).unwrap_or_default() {
+    if let Some(values) = record.values {
         return Ok(values);
     }
-    let thread_id = live.snapshot().thread_id;
-    Ok(match load(shared, tenant, &thread_id, None).await? {
+    Ok(match load(shared, tenant, &record.thread_id, None).await? {
         Some(run) => convert::values(&run, &interrupt_id(&run)),
         None => json!({}),
     })
@@ -1019,9 +1163,8 @@ async fn wait_run(
     body: Value,
     stateless: bool,
 ) -> ApiResult<Response> {
-    let live = create_run(&shared, &tenant, &thread_id, body, stateless).await?;
-    let record = live.snapshot();
-    let values = outcome(&shared, &tenant, &live).await?;
+    let record = create_run(&shared, &tenant, &thread_id, body, stateless).await?;
+    let values = outcome(&shared, &tenant, &record).await?;
     let mut response = Json(values).into_response();
     set_location(&mut response, &record, false);
     Ok(response)
@@ -1076,26 +1219,22 @@ async fn runs_list(
     ))
 }
 
-/// The run, as this process knows it or as recorded.
+/// The run, as this process knows it or as recorded; the record decides the tenant (a run
+/// of another tenant's thread is not found).
 async fn find_run(
     shared: &Shared,
     tenant: &Tenant,
     thread_id: &str,
     run_id: &str,
-) -> ApiResult<(RunRecord, Option<Arc<Live>>)> {
-    let records = shared.records(tenant);
-    let live = shared
-        .runs
-        .get(run_id)
-        .filter(|live| live.snapshot().thread_id == thread_id);
-    // The record decides the tenant: a live run of another tenant's thread is not found.
-    let record = records
+) -> ApiResult<RunRecord> {
+    let record = shared
+        .records(tenant)
         .run(thread_id, run_id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("run `{run_id}` of thread `{thread_id}`")))?;
-    Ok(match live {
-        Some(live) => (live.snapshot(), Some(live)),
-        None => (record, None),
+    Ok(match shared.runs.get(run_id) {
+        Some(live) if live.snapshot().thread_id == thread_id => live.snapshot(),
+        _ => record,
     })
 }
 
@@ -1104,7 +1243,7 @@ async fn run_get(
     Extension(tenant): Extension<Tenant>,
     Path((thread_id, run_id)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    let (record, _) = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    let record = find_run(&shared, &tenant, &thread_id, &run_id).await?;
     Ok(Json(run_json(&record)))
 }
 
@@ -1113,7 +1252,7 @@ async fn run_delete(
     Extension(tenant): Extension<Tenant>,
     Path((thread_id, run_id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let (record, _) = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    let record = find_run(&shared, &tenant, &thread_id, &run_id).await?;
     if matches!(record.status.as_str(), "pending" | "running") {
         return Err(ApiError::conflict(
             "the run is still going; cancel it first",
@@ -1131,16 +1270,8 @@ async fn run_join(
     Extension(tenant): Extension<Tenant>,
     Path((thread_id, run_id)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    let (_, live) = find_run(&shared, &tenant, &thread_id, &run_id).await?;
-    match live {
-        Some(live) => Ok(Json(outcome(&shared, &tenant, &live).await?)),
-        None => Ok(Json(
-            match load(&shared, &tenant, &thread_id, None).await? {
-                Some(run) => convert::values(&run, &interrupt_id(&run)),
-                None => json!({}),
-            },
-        )),
-    }
+    let record = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    Ok(Json(outcome(&shared, &tenant, &record).await?))
 }
 
 async fn run_join_stream(
@@ -1150,7 +1281,7 @@ async fn run_join_stream(
     Query(query): Query<Vec<(String, String)>>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let (record, live) = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    let record = find_run(&shared, &tenant, &thread_id, &run_id).await?;
     let from = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
@@ -1168,17 +1299,8 @@ async fn run_join_stream(
     let cancel = query
         .iter()
         .any(|(key, value)| key == "cancel_on_disconnect" && value.eq_ignore_ascii_case("true"));
-    let live = match live {
-        Some(live) => live,
-        // A run this process does not run (it ended long ago, or another server runs it):
-        // nothing more to stream.
-        None => {
-            let ended = Live::new(record.clone());
-            ended.log.end();
-            ended
-        }
-    };
-    let mut response = sse(live, from, modes, cancel);
+    let guard = CancelOnDrop(cancel.then(|| (Arc::clone(&shared.runs), record.clone())));
+    let mut response = sse(Source::of(&shared, &tenant, &record), from, modes, guard);
     set_location(&mut response, &record, true);
     Ok(response)
 }
@@ -1195,36 +1317,29 @@ async fn run_cancel(
     Path((thread_id, run_id)): Path<(String, String)>,
     Query(query): Query<CancelQuery>,
 ) -> ApiResult<StatusCode> {
-    let (record, live) = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    let record = find_run(&shared, &tenant, &thread_id, &run_id).await?;
     let action = query.action.as_deref().unwrap_or("interrupt");
     if !matches!(action, "interrupt" | "rollback") {
         return Err(ApiError::invalid(format!(
             "unknown cancel action `{action}`; use interrupt or rollback"
         )));
     }
-    match live {
-        Some(live) => {
-            live.stop(action);
-            if matches!(query.wait.as_deref(), Some("1" | "true" | "True")) {
-                live.ended().await;
-            }
-        }
-        // Recorded as going but run by no one here (a server that stopped): settle it.
-        None if matches!(record.status.as_str(), "pending" | "running") => {
-            let mut record = record;
-            record.status = "interrupted".to_owned();
-            record.updated_at = rfc3339(now_ms());
-            shared.records(&tenant).put_run(&record).await?;
-        }
-        None => {}
+    let wait = matches!(query.wait.as_deref(), Some("1" | "true" | "True"));
+    let reached = shared.runs.cancel(&record, action).await?;
+    if !reached && !record.ended() {
+        // Recorded as going but run by no one (a server that stopped): settle it.
+        let mut record = record;
+        record.status = "interrupted".to_owned();
+        record.updated_at = rfc3339(now_ms());
+        shared.records(&tenant).put_run(&record).await?;
+    } else if wait {
+        ended(&shared, &tenant, &record).await?;
     }
-    Ok(
-        if matches!(query.wait.as_deref(), Some("1" | "true" | "True")) {
-            StatusCode::NO_CONTENT
-        } else {
-            StatusCode::ACCEPTED
-        },
-    )
+    Ok(if wait {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::ACCEPTED
+    })
 }
 
 // ---- store ----

@@ -20,6 +20,8 @@
 //! ```
 
 mod api;
+#[cfg(feature = "cluster")]
+pub mod cluster;
 mod convert;
 mod error;
 mod records;
@@ -82,6 +84,10 @@ pub struct ServerOptions {
     pub api_keys: BTreeMap<String, String>,
     /// The largest request body accepted (default 16 MiB).
     pub max_body_bytes: usize,
+    /// The queue and event fan-out shared with other servers; `None`: this server runs
+    /// every run it accepts.
+    #[cfg(feature = "cluster")]
+    pub cluster: Option<Arc<cluster::Cluster>>,
 }
 
 impl ServerOptions {
@@ -93,6 +99,8 @@ impl ServerOptions {
             watch,
             api_keys: BTreeMap::new(),
             max_body_bytes: 16 * 1024 * 1024,
+            #[cfg(feature = "cluster")]
+            cluster: None,
         }
     }
 }

@@ -48,6 +48,22 @@ pub struct RunRecord {
     /// The payload it was created with.
     #[serde(default)]
     pub kwargs: Value,
+    /// Why it failed (`{error, message}`), once it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+    /// A stateless run's final values (its thread is gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub values: Option<Value>,
+    /// The server running it, in a cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+}
+
+impl RunRecord {
+    /// Whether the run is over.
+    pub fn ended(&self) -> bool {
+        !matches!(self.status.as_str(), "pending" | "running")
+    }
 }
 
 fn threads_ns(tenant: &str) -> Vec<String> {
@@ -77,11 +93,6 @@ impl Records {
             store,
             tenant: tenant.to_owned(),
         }
-    }
-
-    /// The tenant.
-    pub fn tenant(&self) -> &str {
-        &self.tenant
     }
 
     /// Thread `id`, when it exists.
@@ -126,12 +137,15 @@ impl Records {
             .collect())
     }
 
-    /// Removes thread `id` and its runs.
-    pub async fn delete_thread(&self, id: &str) -> ApiResult<bool> {
-        for run in self.runs(id).await? {
-            self.store
-                .delete(&runs_ns(&self.tenant, id), &run.run_id)
-                .await?;
+    /// Removes thread `id`, and its runs unless `keep_runs` (a stateless run's record
+    /// outlives its thread, for whoever waits on it).
+    pub async fn delete_thread(&self, id: &str, keep_runs: bool) -> ApiResult<bool> {
+        if !keep_runs {
+            for run in self.runs(id).await? {
+                self.store
+                    .delete(&runs_ns(&self.tenant, id), &run.run_id)
+                    .await?;
+            }
         }
         Ok(self.store.delete(&threads_ns(&self.tenant), id).await?)
     }

@@ -1,13 +1,17 @@
-//! Runs in this process: one at a time per thread, the others waiting their turn
-//! (`multitask_strategy`), each driven on its own task with its frames kept for joiners.
+//! Runs: one at a time per thread, the others waiting their turn (`multitask_strategy`),
+//! each driven on its own task with its frames kept for joiners. Embedded, the queue is in
+//! this process; in a cluster it is the shared one of [`crate::cluster`], and any server
+//! may drive a run another one accepted.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use deepagents::core::{Checkpointer, ContentBlock, Run, RunDelta};
+use deepagents::backends::Store;
+use deepagents::core::{Checkpointer, ContentBlock, Event, EventKind, Run, RunDelta};
 use deepagents::{RunError, RunOptions, RunStream};
 use futures::{FutureExt as _, StreamExt as _};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -36,16 +40,19 @@ pub fn interrupt_id(run: &Run) -> String {
 }
 
 /// Whether `event` begins what follows a saved step: the run's start or its next model call.
-fn starts_turn(event: &deepagents::core::Event) -> bool {
+fn starts_turn(event: &Event) -> bool {
     event.path.is_empty()
         && matches!(
             event.kind,
-            deepagents::core::EventKind::RunStarted { .. }
-                | deepagents::core::EventKind::ModelCallStarted { .. }
+            EventKind::RunStarted { .. } | EventKind::ModelCallStarted { .. }
         )
 }
 
-/// A run this process knows: its record, its frames, how to stop it.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A run this process drives (or drove): its record, its frames, how to stop it.
 pub struct Live {
     /// The run's record, as last saved.
     pub record: Mutex<RunRecord>,
@@ -55,67 +62,56 @@ pub struct Live {
     pub cancel: CancellationToken,
     /// How it was cancelled: `interrupt` (keep what it did) or `rollback` (undo it).
     cancel_action: Mutex<Option<String>>,
-    /// Why it failed, for `wait`.
-    pub error: Mutex<Option<Value>>,
-    /// The thread's values after the run's latest step, for `wait` (a stateless run's
-    /// thread is gone once it ends).
-    pub values: Mutex<Option<Value>>,
+    /// The thread's values after the run's latest step.
+    values: Mutex<Option<Value>>,
 }
 
 impl Live {
-    /// A pending run.
-    pub fn new(record: RunRecord) -> Arc<Self> {
+    fn new(record: RunRecord, log: Arc<FrameLog>) -> Arc<Self> {
         Arc::new(Self {
             record: Mutex::new(record),
-            log: FrameLog::new(),
+            log,
             cancel: CancellationToken::new(),
             cancel_action: Mutex::new(None),
-            error: Mutex::new(None),
             values: Mutex::new(None),
         })
     }
 
+    /// A run that ended, with its frames.
+    pub fn ended_with(record: RunRecord, log: Arc<FrameLog>) -> Arc<Self> {
+        Self::new(record, log)
+    }
+
     /// The record now.
     pub fn snapshot(&self) -> RunRecord {
-        self.record
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.record).clone()
     }
 
     /// Stops the run: `interrupt` keeps what it did, `rollback` undoes it.
     pub fn stop(&self, action: &str) {
-        *self
-            .cancel_action
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(action.to_owned());
+        *lock(&self.cancel_action) = Some(action.to_owned());
         self.cancel.cancel();
-    }
-
-    fn keep_values(&self, run: &Run) {
-        *self.values.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(convert::values(run, &interrupt_id(run)));
     }
 
     /// Waits until the run ended.
     pub async fn ended(&self) {
-        loop {
-            let (frames, ended) = self.log.since(usize::MAX);
-            drop(frames);
-            if ended {
-                return;
-            }
+        while !self.log.has_ended() {
             self.log.changed(usize::MAX).await;
         }
     }
+
+    fn keep_values(&self, run: &Run) {
+        *lock(&self.values) = Some(convert::values(run, &interrupt_id(run)));
+    }
 }
 
-/// What a run does, besides its record.
+/// How to run a run: what its payload asked, as it waits in a queue.
+#[derive(Clone, Serialize, Deserialize)]
 pub struct Job {
-    /// The tenant's records.
-    pub records: Records,
-    /// The assistant it runs.
-    pub assistant: Arc<Assistant>,
+    /// The tenant the run belongs to.
+    pub tenant: String,
+    /// The assistant's graph id.
+    pub graph_id: String,
     /// The user input to add.
     pub input: Option<Vec<ContentBlock>>,
     /// `command.resume`: the decisions for the pending actions.
@@ -126,62 +122,151 @@ pub struct Job {
     pub subgraphs: bool,
     /// A stateless run's thread, deleted when the run ends.
     pub delete_thread_after: bool,
+    /// The run's record when it was created.
+    pub record: RunRecord,
 }
 
-/// A thread's runs: the one running and those waiting.
+/// A thread's runs in this process: the one running and those waiting.
 #[derive(Default)]
 struct Line {
     active: Option<Arc<Live>>,
     queue: VecDeque<(Arc<Live>, Job)>,
 }
 
-/// The runs of this process.
+/// The runs of this server.
 pub struct Runs {
     live: Mutex<HashMap<String, Arc<Live>>>,
     lines: Mutex<HashMap<String, Line>>,
     watch: Arc<StepWatch>,
+    store: Arc<dyn Store>,
+    assistants: Vec<Arc<Assistant>>,
+    #[cfg(feature = "cluster")]
+    cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// Wakes the cluster dispatcher when this server queued a run.
+    #[cfg(feature = "cluster")]
+    queued: tokio::sync::Notify,
 }
 
 impl Runs {
     /// No runs yet; steps come from `watch`.
-    pub fn new(watch: Arc<StepWatch>) -> Arc<Self> {
+    pub fn new(
+        watch: Arc<StepWatch>,
+        store: Arc<dyn Store>,
+        assistants: Vec<Arc<Assistant>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             live: Mutex::new(HashMap::new()),
             lines: Mutex::new(HashMap::new()),
             watch,
+            store,
+            assistants,
+            #[cfg(feature = "cluster")]
+            cluster: None,
+            #[cfg(feature = "cluster")]
+            queued: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Runs whose queue is `cluster`'s, driven by whichever server claims them.
+    #[cfg(feature = "cluster")]
+    pub fn clustered(
+        watch: Arc<StepWatch>,
+        store: Arc<dyn Store>,
+        assistants: Vec<Arc<Assistant>>,
+        cluster: Arc<crate::cluster::Cluster>,
+    ) -> Arc<Self> {
+        let runs = Arc::new(Self {
+            live: Mutex::new(HashMap::new()),
+            lines: Mutex::new(HashMap::new()),
+            watch,
+            store,
+            assistants,
+            cluster: Some(cluster),
+            queued: tokio::sync::Notify::new(),
+        });
+        tokio::spawn(Arc::clone(&runs).dispatch());
+        runs
+    }
+
+    /// The cluster, when there is one.
+    #[cfg(feature = "cluster")]
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.cluster.as_ref()
     }
 
     /// Run `run_id`, while this process knows it.
     pub fn get(&self, run_id: &str) -> Option<Arc<Live>> {
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(run_id)
-            .cloned()
+        lock(&self.live).get(run_id).cloned()
     }
 
-    /// Runs running and runs waiting, in this process.
-    pub fn counts(&self) -> (usize, usize) {
-        let lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Runs running and runs waiting: in the cluster, or in this process.
+    pub async fn counts(&self) -> (usize, usize) {
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = &self.cluster
+            && let Ok((pending, running)) = cluster.depth().await
+        {
+            return (running as usize, pending as usize);
+        }
+        let lines = lock(&self.lines);
         let active = lines.values().filter(|line| line.active.is_some()).count();
         let queued = lines.values().map(|line| line.queue.len()).sum();
         (active, queued)
     }
 
-    /// Whether thread `storage` has a run running or waiting.
-    pub fn busy(&self, storage: &str) -> bool {
-        self.lines
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(storage)
-            .is_some_and(|line| line.active.is_some() || !line.queue.is_empty())
+    /// Whether thread `thread_id` of `tenant` has a run running or waiting.
+    pub async fn busy(&self, tenant: &str, thread_id: &str) -> ApiResult<bool> {
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = &self.cluster {
+            return cluster
+                .thread_busy(tenant, thread_id)
+                .await
+                .map_err(ApiError::internal);
+        }
+        Ok(lock(&self.lines)
+            .get(&storage_id(tenant, thread_id))
+            .is_some_and(|line| line.active.is_some() || !line.queue.is_empty()))
+    }
+
+    /// Stops every run of a thread, running or waiting (the thread is going away).
+    pub async fn stop_thread(&self, tenant: &str, thread_id: &str) -> ApiResult<()> {
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = &self.cluster {
+            return cluster
+                .cancel_thread(tenant, thread_id, "interrupt")
+                .await
+                .map_err(ApiError::internal);
+        }
+        let mut lines = lock(&self.lines);
+        if let Some(line) = lines.get_mut(&storage_id(tenant, thread_id)) {
+            if let Some(active) = &line.active {
+                active.stop("interrupt");
+            }
+            for (live, _) in line.queue.drain(..) {
+                live.log.end();
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks run `record` to stop, wherever it runs; whether anything was running it.
+    pub async fn cancel(&self, record: &RunRecord, action: &str) -> ApiResult<bool> {
+        if let Some(live) = self.get(&record.run_id) {
+            live.stop(action);
+        }
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = &self.cluster {
+            return cluster
+                .cancel(&record.run_id, action)
+                .await
+                .map_err(ApiError::internal);
+        }
+        Ok(self.get(&record.run_id).is_some())
     }
 
     /// Stops every run (the server is shutting down): running ones keep what they did,
-    /// waiting ones never start; their threads can be continued by the next server.
+    /// waiting ones never start here; their threads can be continued by the next server.
     pub fn stop_all(&self) {
-        let lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
+        let lines = lock(&self.lines);
         for line in lines.values() {
             if let Some(active) = &line.active {
                 active.stop("interrupt");
@@ -192,44 +277,58 @@ impl Runs {
         }
     }
 
-    /// Waits until no run is going.
+    /// Waits until no run is going in this process.
     pub async fn settled(&self) {
         loop {
-            let active: Vec<Arc<Live>> = self
-                .lines
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
+            let active = lock(&self.lines)
                 .values()
-                .filter_map(|line| line.active.clone())
-                .collect();
-            let Some(live) = active.into_iter().next() else {
+                .find_map(|line| line.active.clone());
+            let Some(live) = active else {
                 return;
             };
             live.ended().await;
-            // The next one of its thread starts (cancelled) and ends at once.
             tokio::task::yield_now().await;
         }
     }
 
-    /// Stops every run of thread `storage`, running or waiting (the thread is going away).
-    pub fn stop_thread(&self, storage: &str) {
-        let mut lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(line) = lines.get_mut(storage) {
-            if let Some(active) = &line.active {
-                active.stop("interrupt");
-            }
-            for (live, _) in line.queue.drain(..) {
-                live.log.end();
-            }
-        }
-    }
-
-    /// Starts `live`, or queues it behind the thread's run as `strategy` says: `reject` (a
+    /// Starts a new run, or queues it behind its thread's as `strategy` says: `reject` (a
     /// 409), `enqueue`, `interrupt` or `rollback` (the running one is stopped first).
-    pub fn submit(self: &Arc<Self>, live: Arc<Live>, job: Job, strategy: &str) -> ApiResult<()> {
-        let record = live.snapshot();
-        let storage = storage_id(job.records.tenant(), &record.thread_id);
-        let mut lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
+    pub async fn submit(self: &Arc<Self>, job: Job, strategy: &str) -> ApiResult<()> {
+        let record = job.record.clone();
+        let tenant = job.tenant.clone();
+        let busy_error = || {
+            ApiError::conflict(format!(
+                "thread `{}` is busy with a run; wait for it, cancel it, or send multitask_strategy enqueue, interrupt or rollback",
+                record.thread_id
+            ))
+        };
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = &self.cluster {
+            if cluster
+                .thread_busy(&tenant, &record.thread_id)
+                .await
+                .map_err(ApiError::internal)?
+            {
+                match strategy {
+                    "enqueue" => {}
+                    "interrupt" | "rollback" => cluster
+                        .cancel_thread(&tenant, &record.thread_id, strategy)
+                        .await
+                        .map_err(ApiError::internal)?,
+                    _ => return Err(busy_error()),
+                }
+            }
+            let job = serde_json::to_value(&job).map_err(ApiError::internal)?;
+            cluster
+                .enqueue(&record.run_id, &tenant, &record.thread_id, &job)
+                .await
+                .map_err(ApiError::internal)?;
+            self.queued.notify_one();
+            return Ok(());
+        }
+        let storage = storage_id(&tenant, &record.thread_id);
+        let live = Live::new(record.clone(), FrameLog::new());
+        let mut lines = lock(&self.lines);
         let line = lines.entry(storage.clone()).or_default();
         if line.active.is_some() || !line.queue.is_empty() {
             match strategy {
@@ -240,27 +339,30 @@ impl Runs {
                     }
                     line.queue.push_front((live.clone(), job));
                 }
-                _ => {
-                    return Err(ApiError::conflict(format!(
-                        "thread `{}` is busy with a run; wait for it, cancel it, or send multitask_strategy enqueue, interrupt or rollback",
-                        record.thread_id
-                    )));
-                }
+                _ => return Err(busy_error()),
             }
         } else {
             line.active = Some(live.clone());
-            tokio::spawn(Arc::clone(self).drive(storage, live.clone(), job));
+            tokio::spawn(Arc::clone(self).drive(storage, live.clone(), job, 1));
         }
-        self.live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(record.run_id, live);
+        lock(&self.live).insert(record.run_id, live);
         Ok(())
+    }
+
+    fn records(&self, tenant: &str) -> Records {
+        Records::new(Arc::clone(&self.store), tenant)
+    }
+
+    fn assistant(&self, graph_id: &str) -> Option<Arc<Assistant>> {
+        self.assistants
+            .iter()
+            .find(|a| a.graph_id == graph_id)
+            .cloned()
     }
 
     /// The thread's run ended: the next waiting one starts.
     fn next(self: &Arc<Self>, storage: &str) {
-        let mut lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut lines = lock(&self.lines);
         let Some(line) = lines.get_mut(storage) else {
             return;
         };
@@ -268,7 +370,7 @@ impl Runs {
         match line.queue.pop_front() {
             Some((live, job)) => {
                 line.active = Some(live.clone());
-                tokio::spawn(Arc::clone(self).drive(storage.to_owned(), live, job));
+                tokio::spawn(Arc::clone(self).drive(storage.to_owned(), live, job, 1));
             }
             None => {
                 lines.remove(storage);
@@ -276,17 +378,31 @@ impl Runs {
         }
     }
 
-    async fn drive(self: Arc<Self>, storage: String, live: Arc<Live>, job: Job) {
-        if !live.cancel.is_cancelled() {
-            self.execute(&storage, &live, &job).await;
-        } else {
-            self.settle(&live, &job, "interrupted", None).await;
+    async fn drive(self: Arc<Self>, storage: String, live: Arc<Live>, job: Job, attempt: i32) {
+        let records = self.records(&job.tenant);
+        let stateless = job.delete_thread_after;
+        match self.assistant(&job.graph_id) {
+            Some(assistant) if !live.cancel.is_cancelled() => {
+                self.execute(&storage, &live, &job, &records, &assistant, attempt)
+                    .await;
+            }
+            Some(_) => {
+                self.settle(&live, &records, "interrupted", Some("idle"), stateless)
+                    .await
+            }
+            None => {
+                let error = json!({"error": "assistant", "message": format!("this server has no assistant `{}`", job.graph_id)});
+                lock(&live.record).error = Some(error);
+                self.settle(&live, &records, "error", Some("error"), stateless)
+                    .await;
+            }
         }
-        // A stateless run's thread is gone before anyone waiting learns the run ended.
+        // A stateless run's thread is gone before anyone waiting learns the run ended; its
+        // record keeps the final values.
         if job.delete_thread_after {
             let thread_id = live.snapshot().thread_id;
             let _ = self.watch.delete_thread(&storage).await;
-            let _ = job.records.delete_thread(&thread_id).await;
+            let _ = records.delete_thread(&thread_id, true).await;
         }
         live.log.end();
         self.next(&storage);
@@ -295,53 +411,67 @@ impl Runs {
         let run_id = live.snapshot().run_id;
         tokio::spawn(async move {
             tokio::time::sleep(KEEP_FINISHED).await;
-            runs.live
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&run_id);
+            lock(&runs.live).remove(&run_id);
         });
     }
 
-    /// Saves the run's final status and its thread's.
-    async fn settle(&self, live: &Live, job: &Job, status: &str, thread_status: Option<&str>) {
+    /// Saves the run's final status, and its thread's.
+    async fn settle(
+        &self,
+        live: &Live,
+        records: &Records,
+        status: &str,
+        thread_status: Option<&str>,
+        stateless: bool,
+    ) {
         let record = {
-            let mut record = live.record.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut record = lock(&live.record);
             record.status = status.to_owned();
             record.updated_at = crate::time::rfc3339(crate::time::now_ms());
+            if stateless {
+                record.values = lock(&live.values).clone();
+            }
             record.clone()
         };
-        if let Err(error) = job.records.put_run(&record).await {
+        if let Err(error) = records.put_run(&record).await {
             tracing::warn!(run_id = %record.run_id, %error, "the run's status was not saved");
         }
         if let Some(thread_status) = thread_status {
-            let _ = job
-                .records
+            let _ = records
                 .set_thread_status(&record.thread_id, thread_status)
                 .await;
         }
     }
 
-    async fn execute(&self, storage: &str, live: &Live, job: &Job) {
+    #[allow(clippy::too_many_arguments)]
+    async fn execute(
+        &self,
+        storage: &str,
+        live: &Live,
+        job: &Job,
+        records: &Records,
+        assistant: &Assistant,
+        attempt: i32,
+    ) {
         let record = live.snapshot();
         let mut steps = self.watch.subscribe(storage);
         let before = self.watch.load(storage, None).await.ok().flatten();
         {
-            let mut record = live.record.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut record = lock(&live.record);
             record.status = "running".to_owned();
         }
-        let _ = job.records.put_run(&live.snapshot()).await;
-        let _ = job
-            .records
-            .set_thread_status(&record.thread_id, "busy")
-            .await;
+        let _ = records.put_run(&live.snapshot()).await;
+        let _ = records.set_thread_status(&record.thread_id, "busy").await;
         let meta = json!({
             "run_id": record.run_id,
             "thread_id": record.thread_id,
             "assistant_id": record.assistant_id,
-            "graph_id": job.assistant.graph_id,
+            "graph_id": assistant.graph_id,
         });
-        live.log
-            .push("metadata", &json!({"run_id": record.run_id, "attempt": 1}));
+        live.log.push(
+            "metadata",
+            &json!({"run_id": record.run_id, "attempt": attempt}),
+        );
         let mut framer = Framer::new(
             live.log.clone(),
             job.modes.clone(),
@@ -349,7 +479,11 @@ impl Runs {
             meta,
             before.as_ref(),
         );
-        let outcome = match self.start(storage, live, job, before.as_ref()).await {
+        let mut first_step = true;
+        let outcome = match self
+            .start(storage, live, job, assistant, before.as_ref())
+            .await
+        {
             Ok(mut stream) => {
                 loop {
                     tokio::select! {
@@ -367,6 +501,9 @@ impl Runs {
                             }
                             framer.step(step.checkpoint, &step.run, &interrupt_id(&step.run));
                             live.keep_values(&step.run);
+                            if std::mem::take(&mut first_step) {
+                                self.started(&record.run_id).await;
+                            }
                             if let Some(event) = next_turn {
                                 framer.event(&event);
                             }
@@ -386,11 +523,7 @@ impl Runs {
             Err(error) => Err(error),
         };
         drop(steps);
-        let action = live
-            .cancel_action
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let action = lock(&live.cancel_action).clone();
         match outcome {
             Ok(output) => {
                 let thread_status = if output.pending.is_empty() {
@@ -398,7 +531,14 @@ impl Runs {
                 } else {
                     "interrupted"
                 };
-                self.settle(live, job, "success", Some(thread_status)).await;
+                self.settle(
+                    live,
+                    records,
+                    "success",
+                    Some(thread_status),
+                    job.delete_thread_after,
+                )
+                .await;
             }
             Err(RunError::Cancelled) if action.as_deref() == Some("rollback") => {
                 // Undone: the thread as it was before, and no record of the run.
@@ -413,10 +553,7 @@ impl Runs {
                 if let Err(error) = restored {
                     tracing::warn!(%storage, %error, "a rolled-back run's changes stay");
                 }
-                let _ = job
-                    .records
-                    .delete_run(&record.thread_id, &record.run_id)
-                    .await;
+                let _ = records.delete_run(&record.thread_id, &record.run_id).await;
                 let status = if before
                     .as_ref()
                     .is_some_and(|run| !run.control.pending.is_empty())
@@ -425,13 +562,17 @@ impl Runs {
                 } else {
                     "idle"
                 };
-                let _ = job
-                    .records
-                    .set_thread_status(&record.thread_id, status)
-                    .await;
+                let _ = records.set_thread_status(&record.thread_id, status).await;
             }
             Err(RunError::Cancelled) => {
-                self.settle(live, job, "interrupted", Some("idle")).await;
+                self.settle(
+                    live,
+                    records,
+                    "interrupted",
+                    Some("idle"),
+                    job.delete_thread_after,
+                )
+                .await;
             }
             Err(error) => {
                 let kind = serde_json::to_value(error.kind())
@@ -440,11 +581,28 @@ impl Runs {
                     .unwrap_or_else(|| "error".to_owned());
                 let message = error.to_string();
                 framer.error(&kind, &message);
-                *live.error.lock().unwrap_or_else(PoisonError::into_inner) =
-                    Some(json!({"error": kind, "message": message}));
-                self.settle(live, job, "error", Some("error")).await;
+                lock(&live.record).error = Some(json!({"error": kind, "message": message}));
+                self.settle(
+                    live,
+                    records,
+                    "error",
+                    Some("error"),
+                    job.delete_thread_after,
+                )
+                .await;
             }
         }
+    }
+
+    /// The run's input is in its thread: a later attempt continues rather than repeats it.
+    async fn started(&self, run_id: &str) {
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = &self.cluster
+            && let Err(error) = cluster.mark_started(run_id).await
+        {
+            tracing::warn!(%run_id, %error, "a crash now would add the run's input twice");
+        }
+        let _ = run_id;
     }
 
     /// Starts the run on its thread: the decisions of a resume, else the input, else a
@@ -454,20 +612,20 @@ impl Runs {
         storage: &str,
         live: &Live,
         job: &Job,
+        assistant: &Assistant,
         before: Option<&Run>,
     ) -> Result<RunStream, RunError> {
-        let thread = job
-            .assistant
+        let thread = assistant
             .agent
             .thread(storage)
             .map_err(|e| RunError::Crashed(e.to_string()))?
             .with_options(RunOptions {
                 cancel: live.cancel.clone(),
-                assistant_id: Some(job.assistant.graph_id.clone()),
+                assistant_id: Some(assistant.graph_id.clone()),
                 ..RunOptions::default()
             })
-            // A run of this thread in another process (the CLI on the same database) ends
-            // before this one starts, rather than failing it at once.
+            // A run of this thread elsewhere (the CLI on the same database, a server whose
+            // lease ran out but whose connection lingers) ends before this one starts.
             .with_lease_wait(Duration::from_secs(30));
         match (&job.resume, &job.input) {
             (Some(resume), _) => {
@@ -493,5 +651,103 @@ impl Runs {
                 .map_err(RunError::Checkpoint),
             (None, None) => thread.stream_resume().await.map_err(RunError::Checkpoint),
         }
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl Runs {
+    /// Claims runs from the cluster's queue and drives them, as long as the server runs.
+    async fn dispatch(self: Arc<Self>) {
+        let Some(cluster) = self.cluster.clone() else {
+            return;
+        };
+        loop {
+            match cluster.claim().await {
+                Ok(Some(claimed)) => {
+                    tokio::spawn(Arc::clone(&self).drive_claimed(Arc::clone(&cluster), claimed));
+                    continue;
+                }
+                Ok(None) => {}
+                Err(error) => tracing::warn!(%error, "cannot claim runs; trying again"),
+            }
+            // Runs queued here wake it at once; others' within the poll interval.
+            let _ = tokio::time::timeout(Duration::from_millis(200), self.queued.notified()).await;
+        }
+    }
+
+    async fn drive_claimed(
+        self: Arc<Self>,
+        cluster: Arc<crate::cluster::Cluster>,
+        claimed: crate::cluster::Claimed,
+    ) {
+        let run_id = claimed.run_id.clone();
+        let Ok(mut job) = serde_json::from_value::<Job>(claimed.job) else {
+            tracing::warn!(%run_id, "a queued run that cannot be read is dropped");
+            let _ = cluster.finish(&run_id).await;
+            return;
+        };
+        // A run another server started continues from its thread's last checkpoint.
+        if claimed.started {
+            job.input = None;
+            job.resume = None;
+        }
+        let base = cluster.frame_count(&run_id).await.unwrap_or(0);
+        let (publisher, mut published) =
+            tokio::sync::mpsc::unbounded_channel::<Option<(usize, crate::stream::Frame)>>();
+        let publishing = {
+            let cluster = Arc::clone(&cluster);
+            let run_id = run_id.clone();
+            tokio::spawn(async move {
+                while let Some(item) = published.recv().await {
+                    let end = item.is_none();
+                    let result = match &item {
+                        Some((index, frame)) => cluster.publish(&run_id, *index, Some(frame)).await,
+                        None => cluster.publish(&run_id, 0, None).await,
+                    };
+                    if let Err(error) = result {
+                        tracing::warn!(%run_id, %error, "a frame was not published");
+                    }
+                    if end {
+                        return;
+                    }
+                }
+            })
+        };
+        let mut record = job.record.clone();
+        record.worker = Some(cluster.worker.clone());
+        let live = Live::new(record, FrameLog::continuing(base, Some(publisher)));
+        if let Some(action) = &claimed.cancel {
+            live.stop(action);
+        }
+        lock(&self.live).insert(run_id.clone(), Arc::clone(&live));
+        let heartbeat = {
+            let cluster = Arc::clone(&cluster);
+            let live = Arc::clone(&live);
+            let run_id = run_id.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(crate::cluster::HEARTBEAT).await;
+                    match cluster.heartbeat(&run_id).await {
+                        Ok(crate::cluster::Heartbeat::Held(Some(action))) => live.stop(&action),
+                        Ok(crate::cluster::Heartbeat::Held(None)) => {}
+                        // Another server has it: this one stops without settling it.
+                        Ok(crate::cluster::Heartbeat::Lost) => {
+                            live.cancel.cancel();
+                            return;
+                        }
+                        Err(error) => {
+                            tracing::warn!(%run_id, %error, "the run's lease was not renewed")
+                        }
+                    }
+                }
+            })
+        };
+        let storage = storage_id(&claimed.tenant, &job.record.thread_id);
+        Arc::clone(&self)
+            .drive(storage, Arc::clone(&live), job, claimed.attempt)
+            .await;
+        heartbeat.abort();
+        let _ = cluster.finish(&run_id).await;
+        let _ = publishing.await;
     }
 }

@@ -19,9 +19,17 @@ pub struct Frame {
     pub data: String,
 }
 
+/// Where a run's frames are published besides its log (the cluster's Redis stream):
+/// `Some((index, frame))` for each, `None` when the run ended.
+pub type Publisher = tokio::sync::mpsc::UnboundedSender<Option<(usize, Frame)>>;
+
 /// The frames of one run, growing while it runs.
 pub struct FrameLog {
+    /// The frames, the first being frame `base` (an earlier attempt of the run, on another
+    /// server, sent those before).
     frames: Mutex<Vec<Frame>>,
+    base: usize,
+    publisher: Option<Publisher>,
     /// How many frames there are, and whether the run ended.
     progress: watch::Sender<(usize, bool)>,
 }
@@ -29,26 +37,45 @@ pub struct FrameLog {
 impl FrameLog {
     /// An empty log.
     pub fn new() -> Arc<Self> {
+        Self::continuing(0, None)
+    }
+
+    /// A log whose first frame is frame `base`, each also sent to `publisher`.
+    pub fn continuing(base: usize, publisher: Option<Publisher>) -> Arc<Self> {
         Arc::new(Self {
             frames: Mutex::new(Vec::new()),
-            progress: watch::channel((0, false)).0,
+            base,
+            publisher,
+            progress: watch::channel((base, false)).0,
         })
     }
 
     /// Adds a frame.
     pub fn push(&self, event: impl Into<String>, data: &Value) {
-        let mut frames = self.frames.lock().unwrap_or_else(PoisonError::into_inner);
-        frames.push(Frame {
+        let frame = Frame {
             event: event.into(),
             data: data.to_string(),
-        });
-        let len = frames.len();
-        self.progress.send_modify(|progress| progress.0 = len);
+        };
+        let mut frames = self.frames.lock().unwrap_or_else(PoisonError::into_inner);
+        let index = self.base + frames.len();
+        if let Some(publisher) = &self.publisher {
+            let _ = publisher.send(Some((index, frame.clone())));
+        }
+        frames.push(frame);
+        self.progress.send_modify(|progress| progress.0 = index + 1);
     }
 
     /// No more frames come.
     pub fn end(&self) {
+        if let Some(publisher) = &self.publisher {
+            let _ = publisher.send(None);
+        }
         self.progress.send_modify(|progress| progress.1 = true);
+    }
+
+    /// Whether the run ended.
+    pub fn has_ended(&self) -> bool {
+        self.progress.borrow().1
     }
 
     /// Frames from index `from` on, and whether the log has ended.
@@ -58,7 +85,8 @@ impl FrameLog {
         let new = frames
             .iter()
             .enumerate()
-            .skip(from)
+            .map(|(i, frame)| (self.base + i, frame))
+            .filter(|(i, _)| *i >= from)
             .map(|(i, frame)| (i, frame.clone()))
             .collect();
         (new, ended)

@@ -1,0 +1,342 @@
+//! Several servers sharing the work. Runs are queued durably in PostgreSQL: any server
+//! claims the next one whose thread is free (`FOR UPDATE SKIP LOCKED`), holds it with a
+//! lease it renews, and another claims it when the lease runs out — its thread continues
+//! from the last checkpoint (the journal settles what was in flight: nothing lost, no
+//! mutating call run twice). Each run's frames go to a Redis stream, so a client joins it
+//! on any server and resumes after the last frame it saw; cancellation is a mark on the
+//! queued run that its server's heartbeat reads.
+
+use std::time::Duration;
+
+use redis::AsyncCommands as _;
+use serde_json::Value;
+use sqlx::Row as _;
+
+use crate::stream::Frame;
+
+/// How long a claimed run stays claimed without a heartbeat.
+pub const LEASE: Duration = Duration::from_secs(10);
+/// How often the server running a run renews its lease and looks for a cancellation.
+pub const HEARTBEAT: Duration = Duration::from_millis(500);
+/// How long a run's frames stay in Redis after it ended.
+const FRAMES_TTL_SECS: i64 = 3600;
+
+/// The shared queue and event fan-out.
+pub struct Cluster {
+    pool: sqlx::PgPool,
+    redis: redis::Client,
+    connection: redis::aio::MultiplexedConnection,
+    /// This server's name in the queue.
+    pub worker: String,
+}
+
+/// A run this server claimed.
+pub struct Claimed {
+    /// The run.
+    pub run_id: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// Whether an earlier attempt already added its input to the thread.
+    pub started: bool,
+    /// 1 for the first attempt.
+    pub attempt: i32,
+    /// How to run it (see `runs::QueuedJob`).
+    pub job: Value,
+    /// A cancellation asked before it was claimed.
+    pub cancel: Option<String>,
+}
+
+/// Why the cluster could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// PostgreSQL failed.
+    #[error("the run queue (PostgreSQL) failed: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Redis failed.
+    #[error("the event fan-out (Redis) failed: {0}")]
+    Redis(#[from] redis::RedisError),
+}
+
+fn frames_key(run_id: &str) -> String {
+    format!("deepagents:frames:{run_id}")
+}
+
+const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+impl Cluster {
+    /// Connects to the queue at `database_url` and Redis at `redis_url`, creating the
+    /// queue's table when missing.
+    pub async fn connect(database_url: &str, redis_url: &str) -> Result<Self, ClusterError> {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(8)
+            .connect(database_url)
+            .await?;
+        // One server creates the table at a time (others wait on the lock, then see it).
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(7460293)")
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS deepagents_server_queue (
+                seq BIGSERIAL,
+                run_id TEXT PRIMARY KEY,
+                tenant TEXT NOT NULL,
+                thread_id TEXT NOT NULL,
+                status TEXT NOT NULL,
+                worker TEXT,
+                lease_until BIGINT NOT NULL DEFAULT 0,
+                started BOOLEAN NOT NULL DEFAULT FALSE,
+                attempt INTEGER NOT NULL DEFAULT 0,
+                cancel TEXT,
+                job JSONB NOT NULL
+            )",
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "CREATE INDEX IF NOT EXISTS deepagents_server_queue_thread ON deepagents_server_queue (tenant, thread_id, seq)",
+        )
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let redis = redis::Client::open(redis_url)?;
+        let connection = redis.get_multiplexed_async_connection().await?;
+        Ok(Self {
+            pool,
+            redis,
+            connection,
+            worker: format!("{}-{}", std::process::id(), uuid::Uuid::new_v4()),
+        })
+    }
+
+    /// Queues a run.
+    pub async fn enqueue(
+        &self,
+        run_id: &str,
+        tenant: &str,
+        thread_id: &str,
+        job: &Value,
+    ) -> Result<(), ClusterError> {
+        sqlx::query("INSERT INTO deepagents_server_queue (run_id, tenant, thread_id, status, job) VALUES ($1, $2, $3, 'pending', $4)")
+            .bind(run_id)
+            .bind(tenant)
+            .bind(thread_id)
+            .bind(job)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Whether thread `thread_id` of `tenant` has runs queued or running.
+    pub async fn thread_busy(&self, tenant: &str, thread_id: &str) -> Result<bool, ClusterError> {
+        let row = sqlx::query("SELECT EXISTS (SELECT 1 FROM deepagents_server_queue WHERE tenant = $1 AND thread_id = $2)")
+            .bind(tenant)
+            .bind(thread_id)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    /// Asks every run of a thread to stop (`interrupt` or `rollback`).
+    pub async fn cancel_thread(
+        &self,
+        tenant: &str,
+        thread_id: &str,
+        action: &str,
+    ) -> Result<(), ClusterError> {
+        sqlx::query(
+            "UPDATE deepagents_server_queue SET cancel = $3 WHERE tenant = $1 AND thread_id = $2",
+        )
+        .bind(tenant)
+        .bind(thread_id)
+        .bind(action)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Asks run `run_id` to stop, wherever it runs; `false` when it is not queued.
+    pub async fn cancel(&self, run_id: &str, action: &str) -> Result<bool, ClusterError> {
+        let done = sqlx::query("UPDATE deepagents_server_queue SET cancel = $2 WHERE run_id = $1")
+            .bind(run_id)
+            .bind(action)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Claims the oldest run whose thread has nothing older queued: a pending one, or a
+    /// running one whose server stopped renewing its lease.
+    pub async fn claim(&self) -> Result<Option<Claimed>, ClusterError> {
+        let sql = format!(
+            "WITH next AS (
+                SELECT q.run_id FROM deepagents_server_queue q
+                WHERE (q.status = 'pending' OR (q.status = 'running' AND q.lease_until < {NOW_MS}))
+                  AND NOT EXISTS (
+                    SELECT 1 FROM deepagents_server_queue o
+                    WHERE o.tenant = q.tenant AND o.thread_id = q.thread_id AND o.seq < q.seq)
+                ORDER BY q.seq
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED)
+            UPDATE deepagents_server_queue q
+            SET status = 'running', worker = $1, lease_until = {NOW_MS} + $2, attempt = q.attempt + 1
+            FROM next WHERE q.run_id = next.run_id
+            RETURNING q.run_id, q.tenant, q.started, q.attempt, q.job, q.cancel"
+        );
+        let row = sqlx::query(&sql)
+            .bind(&self.worker)
+            .bind(LEASE.as_millis() as i64)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        Ok(Some(Claimed {
+            run_id: row.try_get("run_id")?,
+            tenant: row.try_get("tenant")?,
+            started: row.try_get("started")?,
+            attempt: row.try_get("attempt")?,
+            job: row.try_get("job")?,
+            cancel: row.try_get("cancel")?,
+        }))
+    }
+
+    /// Renews the lease of a run this server runs: the cancellation asked for it, if any,
+    /// or `Err(None)`-like `Ok(None)` with `lost` when another server took it over.
+    pub async fn heartbeat(&self, run_id: &str) -> Result<Heartbeat, ClusterError> {
+        let sql = format!(
+            "UPDATE deepagents_server_queue SET lease_until = {NOW_MS} + $3
+             WHERE run_id = $1 AND worker = $2 RETURNING cancel"
+        );
+        let row = sqlx::query(&sql)
+            .bind(run_id)
+            .bind(&self.worker)
+            .bind(LEASE.as_millis() as i64)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match row {
+            None => Heartbeat::Lost,
+            Some(row) => Heartbeat::Held(row.try_get("cancel")?),
+        })
+    }
+
+    /// The run added its input to its thread: a later attempt continues it instead.
+    pub async fn mark_started(&self, run_id: &str) -> Result<(), ClusterError> {
+        sqlx::query("UPDATE deepagents_server_queue SET started = TRUE WHERE run_id = $1")
+            .bind(run_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The run ended: out of the queue.
+    pub async fn finish(&self, run_id: &str) -> Result<(), ClusterError> {
+        sqlx::query("DELETE FROM deepagents_server_queue WHERE run_id = $1 AND (worker = $2 OR worker IS NULL)")
+            .bind(run_id)
+            .bind(&self.worker)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Runs queued and running, in the whole cluster.
+    pub async fn depth(&self) -> Result<(i64, i64), ClusterError> {
+        let row = sqlx::query("SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'running') FROM deepagents_server_queue")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok((row.try_get(0)?, row.try_get(1)?))
+    }
+
+    /// How many frames run `run_id` has published.
+    pub async fn frame_count(&self, run_id: &str) -> Result<usize, ClusterError> {
+        let mut connection = self.connection.clone();
+        let len: usize = connection.xlen(frames_key(run_id)).await?;
+        Ok(len)
+    }
+
+    /// Publishes frame `index` of a run (`None`: the run ended).
+    pub async fn publish(
+        &self,
+        run_id: &str,
+        index: usize,
+        frame: Option<&Frame>,
+    ) -> Result<(), ClusterError> {
+        let mut connection = self.connection.clone();
+        let key = frames_key(run_id);
+        let index = index.to_string();
+        match frame {
+            Some(frame) => {
+                let _: String = connection
+                    .xadd(
+                        &key,
+                        "*",
+                        &[
+                            ("i", index.as_str()),
+                            ("e", frame.event.as_str()),
+                            ("d", frame.data.as_str()),
+                        ],
+                    )
+                    .await?;
+            }
+            None => {
+                let _: String = connection
+                    .xadd(&key, "*", &[("i", index.as_str()), ("e", END), ("d", "")])
+                    .await?;
+                let _: bool = connection.expire(&key, FRAMES_TTL_SECS).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Frames of run `run_id` after Redis entry `after` (`0` for all), waiting up to
+    /// `block` for some; each with its index, `None` for the end marker.
+    pub async fn read(
+        &self,
+        run_id: &str,
+        after: &str,
+        block: Duration,
+    ) -> Result<Vec<(String, usize, Option<Frame>)>, ClusterError> {
+        // A blocking read holds its connection: each reader has its own.
+        let mut connection = self.redis.get_multiplexed_async_connection().await?;
+        let reply: redis::streams::StreamReadReply = connection
+            .xread_options(
+                &[frames_key(run_id)],
+                &[after],
+                &redis::streams::StreamReadOptions::default()
+                    .block(block.as_millis() as usize)
+                    .count(500),
+            )
+            .await?;
+        let mut frames = Vec::new();
+        for key in reply.keys {
+            for entry in key.ids {
+                let field = |name: &str| -> String {
+                    entry
+                        .map
+                        .get(name)
+                        .and_then(|value| redis::from_redis_value::<String>(value.clone()).ok())
+                        .unwrap_or_default()
+                };
+                let index = field("i").parse().unwrap_or_default();
+                let event = field("e");
+                let frame = (event != END).then(|| Frame {
+                    event,
+                    data: field("d"),
+                });
+                frames.push((entry.id.clone(), index, frame));
+            }
+        }
+        Ok(frames)
+    }
+}
+
+/// The end marker's event name in a run's Redis stream.
+const END: &str = "__end__";
+
+/// What a heartbeat learned.
+pub enum Heartbeat {
+    /// The run is still this server's; a cancellation was asked, or not.
+    Held(Option<String>),
+    /// Another server took the run over.
+    Lost,
+}
