@@ -121,7 +121,10 @@ async fn cluster() -> anyhow::Result<Option<Arc<deepagents_server::cluster::Clus
         .filter(|url| !url.is_empty());
     match (database, redis) {
         (Some(database), Some(redis)) if database.starts_with("postgres") => {
-            let cluster = deepagents_server::cluster::Cluster::connect(&database, &redis)
+            // Servers of one deployment share runs; another deployment on the same database
+            // names itself otherwise.
+            let name = std::env::var("DEEPAGENTS_CLUSTER").unwrap_or_else(|_| "default".to_owned());
+            let cluster = deepagents_server::cluster::Cluster::connect(&database, &redis, &name)
                 .await
                 .context("cannot join the cluster")?;
             eprintln!(

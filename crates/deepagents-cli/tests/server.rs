@@ -13,6 +13,7 @@ use serde_json::json;
 struct Server {
     child: Child,
     address: String,
+    pid: u32,
 }
 
 impl Drop for Server {
@@ -25,6 +26,17 @@ impl Drop for Server {
 impl Server {
     /// The server with the scripted model of `script`, its files under `root`.
     fn start(data: &Path, root: &Path, script: serde_json::Value, extra: &[&str]) -> Self {
+        Self::start_with(data, root, script, extra, &[])
+    }
+
+    /// [`start`](Self::start), with `envs` set.
+    fn start_with(
+        data: &Path,
+        root: &Path,
+        script: serde_json::Value,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
         let script_path = data.join("script.json");
         std::fs::write(&script_path, script.to_string()).unwrap();
         let mut command = crate::bin();
@@ -45,10 +57,12 @@ impl Server {
             .arg("--root")
             .arg(root)
             .args(extra)
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let mut child = command.spawn().unwrap();
+        let pid = child.id();
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
         // Warnings may come first; the address is on the `listening on` line.
         let mut line = String::new();
@@ -70,7 +84,11 @@ impl Server {
             let mut rest = String::new();
             let _ = stderr.read_to_string(&mut rest);
         });
-        Self { child, address }
+        Self {
+            child,
+            address,
+            pid,
+        }
     }
 
     /// One HTTP/1.1 request; the status, the headers and the body.
@@ -151,6 +169,24 @@ fn script() -> serde_json::Value {
     })
 }
 
+/// Runs the SDK check against `server`, its files under `root`.
+fn sdk_check(python: &str, server: &Server, root: &Path) {
+    let check = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/langgraph_sdk_check.py");
+    let output = std::process::Command::new(python)
+        .arg(check)
+        .arg(format!("http://{}", server.address))
+        .arg(root)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success()
+            && String::from_utf8_lossy(&output.stdout).contains("sdk check passed"),
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 #[test]
 fn the_official_sdk_drives_threads_runs_interrupts_cancellation_and_the_store() {
     let Some(python) = deepagents_test_support::langgraph_python() else {
@@ -171,20 +207,45 @@ fn the_official_sdk_drives_threads_runs_interrupts_cancellation_and_the_store() 
             "key-b=beta",
         ],
     );
-    let check = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/langgraph_sdk_check.py");
-    let output = std::process::Command::new(python)
-        .arg(check)
-        .arg(format!("http://{}", server.address))
-        .arg(root.path())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success()
-            && String::from_utf8_lossy(&output.stdout).contains("sdk check passed"),
-        "stdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    sdk_check(&python, &server, root.path());
+}
+
+#[test]
+fn the_official_sdk_passes_against_two_servers_sharing_postgres_and_redis() {
+    let (Some(python), Some(database), Some(redis)) = (
+        deepagents_test_support::langgraph_python(),
+        deepagents_test_support::postgres_url(),
+        deepagents_test_support::redis_url(),
+    ) else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let cluster = deepagents_test_support::unique_name("sdk-cluster");
+    // Tenants of their own: the database outlives the test.
+    let unique = cluster.replace(['.', ':'], "-");
+    let (alpha, beta) = (format!("key-a={unique}-a"), format!("key-b={unique}-b"));
+    let envs = [
+        ("DEEPAGENTS_DATABASE_URL", database.as_str()),
+        ("DEEPAGENTS_REDIS_URL", redis.as_str()),
+        ("DEEPAGENTS_CLUSTER", cluster.as_str()),
+    ];
+    let args = [
+        "--interrupt-on",
+        "write_file",
+        "--api-key",
+        &alpha,
+        "--api-key",
+        &beta,
+    ];
+    let start = |name: &str| {
+        let dir = data.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        Server::start_with(&dir, root.path(), script(), &args, &envs)
+    };
+    // The client talks to one; either runs what it accepts.
+    let (first, _second) = (start("a"), start("b"));
+    sdk_check(&python, &first, root.path());
 }
 
 #[test]
@@ -326,4 +387,170 @@ fn the_wire_has_the_platform_s_status_codes_framing_and_keys() {
     let (status, _, body) = server.request("GET", "/metrics", &[], None);
     assert_eq!(status, 200);
     assert!(body.contains("deepagents_runs_active 0"), "{body}");
+}
+
+fn get_json(server: &Server, path: &str, key: &[(&str, &str)]) -> serde_json::Value {
+    let (status, _, body) = server.request("GET", path, key, None);
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+#[test]
+fn two_servers_share_runs_and_one_finishes_what_a_killed_one_was_running() {
+    let (Some(database), Some(redis)) = (
+        deepagents_test_support::postgres_url(),
+        deepagents_test_support::redis_url(),
+    ) else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let cluster = deepagents_test_support::unique_name("cluster");
+    let tenant = deepagents_test_support::unique_name("tenant").replace(['.', ':'], "-");
+    let key_arg = format!("k={tenant}");
+    let envs = [
+        ("DEEPAGENTS_DATABASE_URL", database.as_str()),
+        ("DEEPAGENTS_REDIS_URL", redis.as_str()),
+        ("DEEPAGENTS_CLUSTER", cluster.as_str()),
+    ];
+    let script = json!({
+        "turns": [{"text": "Default answer."}],
+        "conversations": [
+            {"when_task_contains": "sleep", "turns": [
+                {"tool_calls": [{"id": "s1", "name": "execute", "args": {"command": "sleep 30"}}]},
+                {"text": "Slept."}
+            ]},
+            {"when_task_contains": "count", "turns": [
+                {"text": "One."}, {"text": "Two."}, {"text": "Three."}, {"text": "Four."}
+            ]}
+        ]
+    });
+    let start = |name: &str| {
+        let dir = data.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        Server::start_with(
+            &dir,
+            root.path(),
+            script.clone(),
+            &["--api-key", &key_arg],
+            &envs,
+        )
+    };
+    let mut servers = vec![start("a"), start("b")];
+    let key = [("x-api-key", "k")];
+
+    // Runs created on either server run one at a time per thread, in order.
+    let (_, _, body) = servers[0].request("POST", "/threads", &key, Some(&json!({})));
+    let counted: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let counted = counted["thread_id"].as_str().unwrap().to_owned();
+    let mut runs = Vec::new();
+    for (i, text) in ["count", "more", "again", "last"].iter().enumerate() {
+        let payload = json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": text}]}, "multitask_strategy": "enqueue"});
+        let (status, _, body) = servers[i % 2].request(
+            "POST",
+            &format!("/threads/{counted}/runs"),
+            &key,
+            Some(&payload),
+        );
+        assert_eq!(status, 200, "{body}");
+        let run: serde_json::Value = serde_json::from_str(&body).unwrap();
+        runs.push(run["run_id"].as_str().unwrap().to_owned());
+    }
+    for run in &runs {
+        let (status, _, body) = servers[1].request(
+            "GET",
+            &format!("/threads/{counted}/runs/{run}/join"),
+            &key,
+            None,
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    let state = get_json(&servers[0], &format!("/threads/{counted}/state"), &key);
+    let texts: Vec<&str> = state["values"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "count", "One.", "more", "Two.", "again", "Three.", "last", "Four."
+        ]
+    );
+
+    // A long run, created on the first server, is run by one of them.
+    let (_, _, body) = servers[0].request("POST", "/threads", &key, Some(&json!({})));
+    let thread: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let payload = json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "sleep please"}]}, "stream_mode": ["values", "updates"]});
+    let (status, _, body) = servers[0].request(
+        "POST",
+        &format!("/threads/{tid}/runs"),
+        &key,
+        Some(&payload),
+    );
+    assert_eq!(status, 200, "{body}");
+    let run: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let owner = loop {
+        let run = get_json(&servers[1], &format!("/threads/{tid}/runs/{run_id}"), &key);
+        if run["status"] == "running" && run["worker"].is_string() {
+            let worker = run["worker"].as_str().unwrap().to_owned();
+            break servers
+                .iter()
+                .position(|s| worker.starts_with(&format!("{}-", s.pid)))
+                .unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "{run}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // Wait until the command runs, then kill the server running it.
+    loop {
+        let state = get_json(&servers[1], &format!("/threads/{tid}/state"), &key);
+        if state["values"]["messages"]
+            .as_array()
+            .is_some_and(|m| m.len() >= 2)
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{state}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let survivor = servers.remove(1 - owner);
+    // A client joins the run's stream on the survivor before the crash.
+    let joined = {
+        let address = survivor.address.clone();
+        let path = format!("/threads/{tid}/runs/{run_id}/stream");
+        std::thread::spawn(move || {
+            let server = Server {
+                child: std::process::Command::new("true").spawn().unwrap(),
+                address,
+                pid: 0,
+            };
+            server.request("GET", &path, &[("x-api-key", "k")], None)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    drop(servers); // SIGKILL
+    let (status, _, stream) = joined.join().unwrap();
+    assert_eq!(status, 200);
+    assert!(stream.contains("event: metadata"), "{stream}");
+    assert!(
+        stream.contains("\"attempt\":2"),
+        "the survivor resumed it: {stream}"
+    );
+    assert!(stream.contains("Slept."), "{stream}");
+    let run = get_json(&survivor, &format!("/threads/{tid}/runs/{run_id}"), &key);
+    assert_eq!(run["status"], "success", "{run}");
+    // One result for the command, none repeated: the history is consistent.
+    let state = get_json(&survivor, &format!("/threads/{tid}/state"), &key);
+    let messages = state["values"]["messages"].as_array().unwrap();
+    let results: Vec<&serde_json::Value> = messages
+        .iter()
+        .filter(|m| m["tool_call_id"] == "s1")
+        .collect();
+    assert_eq!(results.len(), 1, "{messages:?}");
+    assert_eq!(messages.last().unwrap()["content"], "Slept.");
 }

@@ -935,6 +935,8 @@ struct Remote {
     record: RunRecord,
     /// The Redis entry read last.
     after: String,
+    /// The end marker was read.
+    finished: bool,
 }
 
 impl Source {
@@ -947,6 +949,7 @@ impl Source {
                 records: shared.records(tenant),
                 record: record.clone(),
                 after: "0".to_owned(),
+                finished: false,
             }));
         }
         let _ = tenant;
@@ -985,29 +988,45 @@ impl Source {
                     records,
                     record,
                     after,
+                    finished,
                 } = &mut **remote;
-                let read = cluster
-                    .read(&record.run_id, after, Duration::from_secs(5))
-                    .await;
-                let entries = match read {
-                    Ok(entries) => entries,
-                    Err(error) => {
-                        tracing::warn!(run_id = %record.run_id, %error, "cannot read the run's frames");
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        Vec::new()
-                    }
-                };
-                if entries.is_empty() {
-                    // No frames and none coming: a run that ended before its frames were
-                    // kept (or long ago).
-                    let ended = records
-                        .run(&record.thread_id, &record.run_id)
-                        .await
-                        .ok()
-                        .flatten()
-                        .is_none_or(|now| now.ended());
-                    return if ended { None } else { Some(Vec::new()) };
+                if *finished {
+                    return None;
                 }
+                // Polled: a blocking read would hold the shared connection.
+                let mut polls = 0u32;
+                let entries = loop {
+                    match cluster.read(&record.run_id, after).await {
+                        Ok(entries) if !entries.is_empty() => break entries,
+                        Ok(_) => {}
+                        Err(error) => {
+                            tracing::warn!(run_id = %record.run_id, %error, "cannot read the run's frames");
+                        }
+                    }
+                    polls += 1;
+                    // Now and then: did the run end without frames (long ago, or before
+                    // they were kept)? And a heartbeat every 15 s.
+                    if polls % 20 == 0 {
+                        let ended = records
+                            .run(&record.thread_id, &record.run_id)
+                            .await
+                            .ok()
+                            .flatten()
+                            .is_none_or(|now| now.ended());
+                        if ended
+                            && cluster
+                                .read(&record.run_id, after)
+                                .await
+                                .is_ok_and(|e| e.is_empty())
+                        {
+                            return None;
+                        }
+                    }
+                    if polls == 300 {
+                        return Some(Vec::new());
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                };
                 let mut frames = Vec::new();
                 for (id, index, frame) in entries {
                     *after = id;
@@ -1017,11 +1036,7 @@ impl Source {
                         None if frames.is_empty() => return None,
                         // The frames before the end go out first; the end comes next time.
                         None => {
-                            if let Some(previous) = after.rsplit_once('-').and_then(|(ms, seq)| {
-                                Some(format!("{ms}-{}", seq.parse::<u64>().ok()?.checked_sub(1)?))
-                            }) {
-                                *after = previous;
-                            }
+                            *finished = true;
                             break;
                         }
                     }

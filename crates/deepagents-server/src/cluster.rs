@@ -24,8 +24,10 @@ const FRAMES_TTL_SECS: i64 = 3600;
 /// The shared queue and event fan-out.
 pub struct Cluster {
     pool: sqlx::PgPool,
-    redis: redis::Client,
     connection: redis::aio::MultiplexedConnection,
+    /// The deployment: servers of one name share runs; those of another, on the same
+    /// database, do not.
+    name: String,
     /// This server's name in the queue.
     pub worker: String,
 }
@@ -64,9 +66,13 @@ fn frames_key(run_id: &str) -> String {
 const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 impl Cluster {
-    /// Connects to the queue at `database_url` and Redis at `redis_url`, creating the
-    /// queue's table when missing.
-    pub async fn connect(database_url: &str, redis_url: &str) -> Result<Self, ClusterError> {
+    /// Joins cluster `name`: the queue at `database_url` and Redis at `redis_url`, creating
+    /// the queue's table when missing.
+    pub async fn connect(
+        database_url: &str,
+        redis_url: &str,
+        name: &str,
+    ) -> Result<Self, ClusterError> {
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(8)
             .connect(database_url)
@@ -80,6 +86,7 @@ impl Cluster {
             "CREATE TABLE IF NOT EXISTS deepagents_server_queue (
                 seq BIGSERIAL,
                 run_id TEXT PRIMARY KEY,
+                cluster TEXT NOT NULL,
                 tenant TEXT NOT NULL,
                 thread_id TEXT NOT NULL,
                 status TEXT NOT NULL,
@@ -94,17 +101,18 @@ impl Cluster {
         .execute(&mut *tx)
         .await?;
         sqlx::query(
-            "CREATE INDEX IF NOT EXISTS deepagents_server_queue_thread ON deepagents_server_queue (tenant, thread_id, seq)",
+            "CREATE INDEX IF NOT EXISTS deepagents_server_queue_thread ON deepagents_server_queue (cluster, tenant, thread_id, seq)",
         )
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        let redis = redis::Client::open(redis_url)?;
-        let connection = redis.get_multiplexed_async_connection().await?;
+        let connection = redis::Client::open(redis_url)?
+            .get_multiplexed_async_connection()
+            .await?;
         Ok(Self {
             pool,
-            redis,
             connection,
+            name: name.to_owned(),
             worker: format!("{}-{}", std::process::id(), uuid::Uuid::new_v4()),
         })
     }
@@ -117,11 +125,12 @@ impl Cluster {
         thread_id: &str,
         job: &Value,
     ) -> Result<(), ClusterError> {
-        sqlx::query("INSERT INTO deepagents_server_queue (run_id, tenant, thread_id, status, job) VALUES ($1, $2, $3, 'pending', $4)")
+        sqlx::query("INSERT INTO deepagents_server_queue (run_id, cluster, tenant, thread_id, status, job) VALUES ($1, $5, $2, $3, 'pending', $4)")
             .bind(run_id)
             .bind(tenant)
             .bind(thread_id)
             .bind(job)
+            .bind(&self.name)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -129,9 +138,10 @@ impl Cluster {
 
     /// Whether thread `thread_id` of `tenant` has runs queued or running.
     pub async fn thread_busy(&self, tenant: &str, thread_id: &str) -> Result<bool, ClusterError> {
-        let row = sqlx::query("SELECT EXISTS (SELECT 1 FROM deepagents_server_queue WHERE tenant = $1 AND thread_id = $2)")
+        let row = sqlx::query("SELECT EXISTS (SELECT 1 FROM deepagents_server_queue WHERE tenant = $1 AND thread_id = $2 AND cluster = $3)")
             .bind(tenant)
             .bind(thread_id)
+            .bind(&self.name)
             .fetch_one(&self.pool)
             .await?;
         Ok(row.try_get(0)?)
@@ -145,11 +155,12 @@ impl Cluster {
         action: &str,
     ) -> Result<(), ClusterError> {
         sqlx::query(
-            "UPDATE deepagents_server_queue SET cancel = $3 WHERE tenant = $1 AND thread_id = $2",
+            "UPDATE deepagents_server_queue SET cancel = $3 WHERE tenant = $1 AND thread_id = $2 AND cluster = $4",
         )
         .bind(tenant)
         .bind(thread_id)
         .bind(action)
+        .bind(&self.name)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -171,10 +182,11 @@ impl Cluster {
         let sql = format!(
             "WITH next AS (
                 SELECT q.run_id FROM deepagents_server_queue q
-                WHERE (q.status = 'pending' OR (q.status = 'running' AND q.lease_until < {NOW_MS}))
+                WHERE q.cluster = $3
+                  AND (q.status = 'pending' OR (q.status = 'running' AND q.lease_until < {NOW_MS}))
                   AND NOT EXISTS (
                     SELECT 1 FROM deepagents_server_queue o
-                    WHERE o.tenant = q.tenant AND o.thread_id = q.thread_id AND o.seq < q.seq)
+                    WHERE o.cluster = q.cluster AND o.tenant = q.tenant AND o.thread_id = q.thread_id AND o.seq < q.seq)
                 ORDER BY q.seq
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED)
@@ -186,6 +198,7 @@ impl Cluster {
         let row = sqlx::query(&sql)
             .bind(&self.worker)
             .bind(LEASE.as_millis() as i64)
+            .bind(&self.name)
             .fetch_optional(&self.pool)
             .await?;
         let Some(row) = row else {
@@ -201,8 +214,8 @@ impl Cluster {
         }))
     }
 
-    /// Renews the lease of a run this server runs: the cancellation asked for it, if any,
-    /// or `Err(None)`-like `Ok(None)` with `lost` when another server took it over.
+    /// Renews the lease of a run this server runs, learning the cancellation asked for it,
+    /// if any, or that another server took it over.
     pub async fn heartbeat(&self, run_id: &str) -> Result<Heartbeat, ClusterError> {
         let sql = format!(
             "UPDATE deepagents_server_queue SET lease_until = {NOW_MS} + $3
@@ -241,7 +254,8 @@ impl Cluster {
 
     /// Runs queued and running, in the whole cluster.
     pub async fn depth(&self) -> Result<(i64, i64), ClusterError> {
-        let row = sqlx::query("SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'running') FROM deepagents_server_queue")
+        let row = sqlx::query("SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'running') FROM deepagents_server_queue WHERE cluster = $1")
+        .bind(&self.name)
             .fetch_one(&self.pool)
             .await?;
         Ok((row.try_get(0)?, row.try_get(1)?))
@@ -288,23 +302,19 @@ impl Cluster {
         Ok(())
     }
 
-    /// Frames of run `run_id` after Redis entry `after` (`0` for all), waiting up to
-    /// `block` for some; each with its index, `None` for the end marker.
+    /// Frames of run `run_id` after Redis entry `after` (`0` for all), without waiting;
+    /// each with its Redis entry id and index, `None` for the end marker.
     pub async fn read(
         &self,
         run_id: &str,
         after: &str,
-        block: Duration,
     ) -> Result<Vec<(String, usize, Option<Frame>)>, ClusterError> {
-        // A blocking read holds its connection: each reader has its own.
-        let mut connection = self.redis.get_multiplexed_async_connection().await?;
+        let mut connection = self.connection.clone();
         let reply: redis::streams::StreamReadReply = connection
             .xread_options(
                 &[frames_key(run_id)],
                 &[after],
-                &redis::streams::StreamReadOptions::default()
-                    .block(block.as_millis() as usize)
-                    .count(500),
+                &redis::streams::StreamReadOptions::default().count(500),
             )
             .await?;
         let mut frames = Vec::new();

@@ -165,6 +165,11 @@ pub fn mcp_python() -> Option<String> {
     )
 }
 
+/// The test Redis server's URL (started by `.ci/run`).
+pub fn redis_url() -> Option<String> {
+    test_env("DEEPAGENTS_TEST_REDIS_URL", "a Redis server's URL")
+}
+
 /// A Python with the official `langgraph-sdk` client installed (pinned by `.ci/run`).
 pub fn langgraph_python() -> Option<String> {
     test_env(
