@@ -1006,7 +1006,7 @@ impl Source {
                     polls += 1;
                     // Now and then: did the run end without frames (long ago, or before
                     // they were kept)? And a heartbeat every 15 s.
-                    if polls % 20 == 0 {
+                    if polls.is_multiple_of(20) {
                         let ended = records
                             .run(&record.thread_id, &record.run_id)
                             .await
