@@ -35,7 +35,21 @@ pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(serve(args))
 }
 
+/// The server's logs on stderr, each line with the run and thread it concerns: text on a
+/// terminal, JSON lines otherwise (for log collectors).
+fn init_logs() {
+    let logs = tracing_subscriber::fmt()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+        .with_writer(std::io::stderr);
+    let _ = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        logs.try_init()
+    } else {
+        logs.json().try_init()
+    };
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    init_logs();
     if args.run.task.is_some() || args.run.thread.is_some() {
         bail!("`serve` takes no task or --thread: clients create threads and runs over the API");
     }

@@ -554,3 +554,108 @@ fn two_servers_share_runs_and_one_finishes_what_a_killed_one_was_running() {
     assert_eq!(results.len(), 1, "{messages:?}");
     assert_eq!(messages.last().unwrap()["content"], "Slept.");
 }
+
+#[test]
+fn a_server_stopped_with_sigterm_hands_its_run_to_another_at_once() {
+    let (Some(database), Some(redis)) = (
+        deepagents_test_support::postgres_url(),
+        deepagents_test_support::redis_url(),
+    ) else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let cluster = deepagents_test_support::unique_name("sigterm");
+    let tenant = cluster.replace(['.', ':'], "-");
+    let key_arg = format!("k={tenant}");
+    let envs = [
+        ("DEEPAGENTS_DATABASE_URL", database.as_str()),
+        ("DEEPAGENTS_REDIS_URL", redis.as_str()),
+        ("DEEPAGENTS_CLUSTER", cluster.as_str()),
+    ];
+    let start = |name: &str| {
+        let dir = data.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        Server::start_with(&dir, root.path(), script(), &["--api-key", &key_arg], &envs)
+    };
+    let mut servers = vec![start("a"), start("b")];
+    let key = [("x-api-key", "k")];
+    let (_, _, body) = servers[0].request("POST", "/threads", &key, Some(&json!({})));
+    let thread: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let payload = json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "sleep please"}]}});
+    let (_, _, body) = servers[0].request(
+        "POST",
+        &format!("/threads/{tid}/runs"),
+        &key,
+        Some(&payload),
+    );
+    let run: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let owner = loop {
+        let run = get_json(&servers[0], &format!("/threads/{tid}/runs/{run_id}"), &key);
+        let state = get_json(&servers[0], &format!("/threads/{tid}/state"), &key);
+        let sleeping = state["values"]["messages"]
+            .as_array()
+            .is_some_and(|m| m.len() >= 2);
+        if let (true, Some(worker)) = (sleeping, run["worker"].as_str()) {
+            break servers
+                .iter()
+                .position(|s| worker.starts_with(&format!("{}-", s.pid)))
+                .unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "{run}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stopped = std::process::Command::new("kill")
+        .args(["-TERM", &servers[owner].pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let started = std::time::Instant::now();
+    // It exits promptly, and the other server finishes the run well before a lease would
+    // have run out.
+    let status = loop {
+        if let Some(status) = servers[owner].child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "the server did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let survivor = servers.remove(1 - owner);
+    loop {
+        let run = get_json(&survivor, &format!("/threads/{tid}/runs/{run_id}"), &key);
+        if run["status"] == "success" {
+            break;
+        }
+        assert!(
+            started.elapsed() < crate_lease() - Duration::from_secs(2),
+            "not taken over at once: {run}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let state = get_json(&survivor, &format!("/threads/{tid}/state"), &key);
+    let messages = state["values"]["messages"].as_array().unwrap();
+    assert_eq!(
+        messages.last().unwrap()["content"],
+        "Slept.",
+        "{messages:?}"
+    );
+    assert_eq!(
+        messages
+            .iter()
+            .filter(|m| m["tool_call_id"] == "s1")
+            .count(),
+        1
+    );
+}
+
+/// How long a claimed run stays claimed without a heartbeat (the server's `LEASE`).
+fn crate_lease() -> Duration {
+    Duration::from_secs(10)
+}

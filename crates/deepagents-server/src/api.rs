@@ -234,9 +234,7 @@ async fn info() -> Json<Value> {
 
 async fn metrics(State(shared): State<AppState>) -> Response {
     let (active, queued) = shared.runs.counts().await;
-    let text = format!(
-        "# HELP deepagents_runs_active Runs running in this server.\n# TYPE deepagents_runs_active gauge\ndeepagents_runs_active {active}\n# HELP deepagents_runs_queued Runs waiting for their thread.\n# TYPE deepagents_runs_queued gauge\ndeepagents_runs_queued {queued}\n"
-    );
+    let text = shared.runs.metrics.render(active, queued);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
@@ -930,6 +928,7 @@ enum Source {
 /// A run's frames in the cluster's Redis stream.
 #[cfg(feature = "cluster")]
 struct Remote {
+    runs: Arc<Runs>,
     cluster: Arc<crate::cluster::Cluster>,
     records: Records,
     record: RunRecord,
@@ -945,6 +944,7 @@ impl Source {
         #[cfg(feature = "cluster")]
         if let Some(cluster) = shared.runs.cluster() {
             return Self::Remote(Box::new(Remote {
+                runs: Arc::clone(&shared.runs),
                 cluster: Arc::clone(cluster),
                 records: shared.records(tenant),
                 record: record.clone(),
@@ -984,13 +984,15 @@ impl Source {
             #[cfg(feature = "cluster")]
             Self::Remote(remote) => {
                 let Remote {
+                    runs,
                     cluster,
                     records,
                     record,
                     after,
                     finished,
                 } = &mut **remote;
-                if *finished {
+                // A server shutting down ends its streams; the client reconnects elsewhere.
+                if *finished || runs.is_stopping() {
                     return None;
                 }
                 // Polled: a blocking read would hold the shared connection.
@@ -1004,6 +1006,9 @@ impl Source {
                         }
                     }
                     polls += 1;
+                    if runs.is_stopping() {
+                        return None;
+                    }
                     // Now and then: did the run end without frames (long ago, or before
                     // they were kept)? And a heartbeat every 15 s.
                     if polls.is_multiple_of(20) {

@@ -242,6 +242,16 @@ impl Cluster {
         Ok(())
     }
 
+    /// Hands a run this server stopped back to the queue, for the next server to claim now.
+    pub async fn release(&self, run_id: &str) -> Result<(), ClusterError> {
+        sqlx::query("UPDATE deepagents_server_queue SET status = 'pending', worker = NULL, lease_until = 0 WHERE run_id = $1 AND worker = $2")
+            .bind(run_id)
+            .bind(&self.worker)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// The run ended: out of the queue.
     pub async fn finish(&self, run_id: &str) -> Result<(), ClusterError> {
         sqlx::query("DELETE FROM deepagents_server_queue WHERE run_id = $1 AND (worker = $2 OR worker IS NULL)")

@@ -24,6 +24,7 @@ mod api;
 pub mod cluster;
 mod convert;
 mod error;
+mod metrics;
 mod records;
 mod runs;
 mod stream;

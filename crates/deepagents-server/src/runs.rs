@@ -14,6 +14,7 @@ use futures::{FutureExt as _, StreamExt as _};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::error::{ApiError, ApiResult};
 use crate::records::{Records, RunRecord};
@@ -64,6 +65,8 @@ pub struct Live {
     cancel_action: Mutex<Option<String>>,
     /// The thread's values after the run's latest step.
     values: Mutex<Option<Value>>,
+    /// Stopped to be handed to another server (this one is shutting down): not settled.
+    handed_back: std::sync::atomic::AtomicBool,
 }
 
 impl Live {
@@ -74,7 +77,19 @@ impl Live {
             cancel: CancellationToken::new(),
             cancel_action: Mutex::new(None),
             values: Mutex::new(None),
+            handed_back: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Stops the run so another server continues it.
+    fn hand_back(&self) {
+        self.handed_back
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.cancel.cancel();
+    }
+
+    fn is_handed_back(&self) -> bool {
+        self.handed_back.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// A run that ended, with its frames.
@@ -140,11 +155,15 @@ pub struct Runs {
     watch: Arc<StepWatch>,
     store: Arc<dyn Store>,
     assistants: Vec<Arc<Assistant>>,
+    /// What `/metrics` reports.
+    pub metrics: crate::metrics::Metrics,
     #[cfg(feature = "cluster")]
     cluster: Option<Arc<crate::cluster::Cluster>>,
     /// Wakes the cluster dispatcher when this server queued a run.
     #[cfg(feature = "cluster")]
     queued: tokio::sync::Notify,
+    /// The server is shutting down: it claims no more runs.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Runs {
@@ -160,10 +179,12 @@ impl Runs {
             watch,
             store,
             assistants,
+            metrics: crate::metrics::Metrics::default(),
             #[cfg(feature = "cluster")]
             cluster: None,
             #[cfg(feature = "cluster")]
             queued: tokio::sync::Notify::new(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -181,8 +202,10 @@ impl Runs {
             watch,
             store,
             assistants,
+            metrics: crate::metrics::Metrics::default(),
             cluster: Some(cluster),
             queued: tokio::sync::Notify::new(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         });
         tokio::spawn(Arc::clone(&runs).dispatch());
         runs
@@ -192,6 +215,11 @@ impl Runs {
     #[cfg(feature = "cluster")]
     pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
         self.cluster.as_ref()
+    }
+
+    /// Whether the server is shutting down.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Run `run_id`, while this process knows it.
@@ -263,9 +291,21 @@ impl Runs {
         Ok(self.get(&record.run_id).is_some())
     }
 
-    /// Stops every run (the server is shutting down): running ones keep what they did,
-    /// waiting ones never start here; their threads can be continued by the next server.
+    /// Stops every run (the server is shutting down): embedded, running ones keep what they
+    /// did and waiting ones never start (their threads can be continued later); in a
+    /// cluster, each is handed back to the queue for another server to continue.
     pub fn stop_all(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::Release);
+        #[cfg(feature = "cluster")]
+        if self.cluster.is_some() {
+            for live in lock(&self.live).values() {
+                if !live.log.has_ended() {
+                    live.hand_back();
+                }
+            }
+            return;
+        }
         let lines = lock(&self.lines);
         for line in lines.values() {
             if let Some(active) = &line.active {
@@ -280,10 +320,11 @@ impl Runs {
     /// Waits until no run is going in this process.
     pub async fn settled(&self) {
         loop {
-            let active = lock(&self.lines)
+            let going = lock(&self.live)
                 .values()
-                .find_map(|line| line.active.clone());
-            let Some(live) = active else {
+                .find(|live| !live.log.has_ended())
+                .cloned();
+            let Some(live) = going else {
                 return;
             };
             live.ended().await;
@@ -343,7 +384,11 @@ impl Runs {
             }
         } else {
             line.active = Some(live.clone());
-            tokio::spawn(Arc::clone(self).drive(storage, live.clone(), job, 1));
+            tokio::spawn(
+                Arc::clone(self)
+                    .drive(storage, live.clone(), job, 1)
+                    .in_current_span(),
+            );
         }
         lock(&self.live).insert(record.run_id, live);
         Ok(())
@@ -379,6 +424,13 @@ impl Runs {
     }
 
     async fn drive(self: Arc<Self>, storage: String, live: Arc<Live>, job: Job, attempt: i32) {
+        let span = tracing::info_span!("run", run_id = %job.record.run_id, thread_id = %job.record.thread_id, tenant = %job.tenant, attempt);
+        self.drive_in(storage, live, job, attempt)
+            .instrument(span)
+            .await;
+    }
+
+    async fn drive_in(self: Arc<Self>, storage: String, live: Arc<Live>, job: Job, attempt: i32) {
         let records = self.records(&job.tenant);
         let stateless = job.delete_thread_after;
         match self.assistant(&job.graph_id) {
@@ -396,6 +448,10 @@ impl Runs {
                 self.settle(&live, &records, "error", Some("error"), stateless)
                     .await;
             }
+        }
+        // Handed back: whoever hands it back ends it here once the queue has it again.
+        if live.is_handed_back() {
+            return;
         }
         // A stateless run's thread is gone before anyone waiting learns the run ended; its
         // record keeps the final values.
@@ -433,6 +489,8 @@ impl Runs {
             }
             record.clone()
         };
+        self.metrics.finished(status);
+        tracing::info!(%status, "run ended");
         if let Err(error) = records.put_run(&record).await {
             tracing::warn!(run_id = %record.run_id, %error, "the run's status was not saved");
         }
@@ -480,6 +538,7 @@ impl Runs {
             before.as_ref(),
         );
         let mut first_step = true;
+        let mut clock = crate::metrics::CallClock::default();
         let outcome = match self
             .start(storage, live, job, assistant, before.as_ref())
             .await
@@ -493,6 +552,7 @@ impl Runs {
                             // to the start of the next model call, which comes after it.
                             let mut next_turn = None;
                             while let Some(Some(event)) = stream.next().now_or_never() {
+                                self.metrics.observe(&event, &mut clock);
                                 if starts_turn(&event) {
                                     next_turn = Some(event);
                                     break;
@@ -509,7 +569,10 @@ impl Runs {
                             }
                         }
                         event = stream.next() => match event {
-                            Some(event) => framer.event(&event),
+                            Some(event) => {
+                                self.metrics.observe(&event, &mut clock);
+                                framer.event(&event);
+                            }
                             None => break,
                         },
                     }
@@ -523,6 +586,10 @@ impl Runs {
             Err(error) => Err(error),
         };
         drop(steps);
+        if live.is_handed_back() {
+            tracing::info!("run handed back to the queue");
+            return;
+        }
         let action = lock(&live.cancel_action).clone();
         match outcome {
             Ok(output) => {
@@ -661,7 +728,7 @@ impl Runs {
         let Some(cluster) = self.cluster.clone() else {
             return;
         };
-        loop {
+        while !self.stopping.load(std::sync::atomic::Ordering::Acquire) {
             match cluster.claim().await {
                 Ok(Some(claimed)) => {
                     tokio::spawn(Arc::clone(&self).drive_claimed(Arc::clone(&cluster), claimed));
@@ -692,22 +759,24 @@ impl Runs {
             job.resume = None;
         }
         let base = cluster.frame_count(&run_id).await.unwrap_or(0);
-        let (publisher, mut published) =
-            tokio::sync::mpsc::unbounded_channel::<Option<(usize, crate::stream::Frame)>>();
+        let (publisher, mut published) = tokio::sync::mpsc::unbounded_channel();
+        // Frames go out in order, until the run ends or this server hands it back.
         let publishing = {
             let cluster = Arc::clone(&cluster);
             let run_id = run_id.clone();
             tokio::spawn(async move {
                 while let Some(item) = published.recv().await {
-                    let end = item.is_none();
                     let result = match &item {
-                        Some((index, frame)) => cluster.publish(&run_id, *index, Some(frame)).await,
-                        None => cluster.publish(&run_id, 0, None).await,
+                        crate::stream::Published::Frame(index, frame) => {
+                            cluster.publish(&run_id, *index, Some(frame)).await
+                        }
+                        crate::stream::Published::End => cluster.publish(&run_id, 0, None).await,
+                        crate::stream::Published::Stop => return,
                     };
                     if let Err(error) = result {
                         tracing::warn!(%run_id, %error, "a frame was not published");
                     }
-                    if end {
+                    if matches!(item, crate::stream::Published::End) {
                         return;
                     }
                 }
@@ -747,7 +816,17 @@ impl Runs {
             .drive(storage, Arc::clone(&live), job, claimed.attempt)
             .await;
         heartbeat.abort();
-        let _ = cluster.finish(&run_id).await;
-        let _ = publishing.await;
+        if live.is_handed_back() {
+            // Its frames out first, then the queue has it again, then this server may stop.
+            live.log.stop_publishing();
+            let _ = publishing.await;
+            if let Err(error) = cluster.release(&run_id).await {
+                tracing::warn!(%run_id, %error, "the run waits for its lease to run out");
+            }
+            live.log.end_here();
+        } else {
+            let _ = cluster.finish(&run_id).await;
+            let _ = publishing.await;
+        }
     }
 }

@@ -19,9 +19,19 @@ pub struct Frame {
     pub data: String,
 }
 
-/// Where a run's frames are published besides its log (the cluster's Redis stream):
-/// `Some((index, frame))` for each, `None` when the run ended.
-pub type Publisher = tokio::sync::mpsc::UnboundedSender<Option<(usize, Frame)>>;
+/// What a run's log sends where its frames are published besides (the cluster's Redis
+/// stream).
+pub enum Published {
+    /// Frame `index`.
+    Frame(usize, Frame),
+    /// The run ended.
+    End,
+    /// This server stops publishing; the run goes on elsewhere.
+    Stop,
+}
+
+/// Where a run's frames are published besides its log.
+pub type Publisher = tokio::sync::mpsc::UnboundedSender<Published>;
 
 /// The frames of one run, growing while it runs.
 pub struct FrameLog {
@@ -59,7 +69,7 @@ impl FrameLog {
         let mut frames = self.frames.lock().unwrap_or_else(PoisonError::into_inner);
         let index = self.base + frames.len();
         if let Some(publisher) = &self.publisher {
-            let _ = publisher.send(Some((index, frame.clone())));
+            let _ = publisher.send(Published::Frame(index, frame.clone()));
         }
         frames.push(frame);
         self.progress.send_modify(|progress| progress.0 = index + 1);
@@ -68,9 +78,22 @@ impl FrameLog {
     /// No more frames come.
     pub fn end(&self) {
         if let Some(publisher) = &self.publisher {
-            let _ = publisher.send(None);
+            let _ = publisher.send(Published::End);
         }
         self.progress.send_modify(|progress| progress.1 = true);
+    }
+
+    /// No more frames come from this server, but the run goes on elsewhere: joiners here
+    /// stop, those of the cluster's copy wait for the next server's frames.
+    pub fn end_here(&self) {
+        self.progress.send_modify(|progress| progress.1 = true);
+    }
+
+    /// Publishes nothing after the frames sent so far.
+    pub fn stop_publishing(&self) {
+        if let Some(publisher) = &self.publisher {
+            let _ = publisher.send(Published::Stop);
+        }
     }
 
     /// Whether the run ended.
