@@ -659,3 +659,51 @@ fn a_server_stopped_with_sigterm_hands_its_run_to_another_at_once() {
 fn crate_lease() -> Duration {
     Duration::from_secs(10)
 }
+
+#[test]
+fn assistants_of_the_config_file_are_served_beside_the_flags_one() {
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let config = data.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[server]\napi_keys = { \"team-key\" = \"team\" }\n\n[[assistants]]\nname = \"reviewer\"\ndescription = \"Reviews changes\"\nsystem_prompt = \"You review.\"\ninterrupt_on = [\"write_file\"]\n",
+    )
+    .unwrap();
+    let server = Server::start(
+        data.path(),
+        root.path(),
+        script(),
+        &["--config", config.to_str().unwrap()],
+    );
+    let key = [("x-api-key", "team-key")];
+    let (status, _, body) = server.request("POST", "/assistants/search", &key, Some(&json!({})));
+    assert_eq!(status, 200, "{body}");
+    let found: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    let names: Vec<&str> = found
+        .iter()
+        .map(|a| a["graph_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["agent", "reviewer"]);
+    assert_eq!(found[1]["description"], "Reviews changes");
+    // The reviewer pauses before writing; the flags' agent does not.
+    for (assistant, paused) in [("reviewer", true), ("agent", false)] {
+        let (_, _, body) = server.request("POST", "/threads", &key, Some(&json!({})));
+        let thread: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let tid = thread["thread_id"].as_str().unwrap();
+        let payload = json!({"assistant_id": assistant, "input": {"messages": [{"role": "user", "content": "write the file"}]}});
+        let (status, _, body) = server.request(
+            "POST",
+            &format!("/threads/{tid}/runs/wait"),
+            &key,
+            Some(&payload),
+        );
+        assert_eq!(status, 200, "{body}");
+        let values: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            values.get("__interrupt__").is_some(),
+            paused,
+            "{assistant}: {values}"
+        );
+    }
+}
