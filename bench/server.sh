@@ -89,7 +89,7 @@ serve embedded 58101
 EMBEDDED=$SERVED
 "$PY" bench/server/load.py "$RUNS" http://127.0.0.1:58101 > "$WORK/embedded.json"
 report "embedded (1 server, SQLite)" "$WORK/embedded.json" "$(peak_rss_mb "$EMBEDDED")" "-" "-" "-"
-kill "$EMBEDDED"
+kill "$EMBEDDED"; wait "$EMBEDDED" 2>/dev/null || true
 
 CLUSTER="bench-$$-$(date +%s)"
 serve a 58102 DEEPAGENTS_DATABASE_URL="$DATABASE_URL" DEEPAGENTS_REDIS_URL="$REDIS_URL" DEEPAGENTS_CLUSTER="$CLUSTER"
