@@ -438,11 +438,12 @@ pub fn rfc3339_now() -> String {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    rfc3339(since.as_secs(), since.subsec_millis())
+    rfc3339_ms(since.as_millis() as u64)
 }
 
-/// `seconds` since the Unix epoch (and `millis`) as RFC 3339 in UTC.
-fn rfc3339(seconds: u64, millis: u32) -> String {
+/// `ms` milliseconds since the Unix epoch as RFC 3339 in UTC with milliseconds.
+pub fn rfc3339_ms(ms: u64) -> String {
+    let (seconds, millis) = (ms / 1000, ms % 1000);
     let days = seconds / 86_400;
     let rest = seconds % 86_400;
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -469,9 +470,9 @@ mod tests {
 
     #[test]
     fn times_are_rfc3339_in_utc() {
-        assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(951_782_400, 7), "2000-02-29T00:00:00.007Z");
-        assert_eq!(rfc3339(1_796_155_410, 123), "2026-12-01T20:03:30.123Z");
+        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(951_782_400_007), "2000-02-29T00:00:00.007Z");
+        assert_eq!(rfc3339_ms(1_796_155_410_123), "2026-12-01T20:03:30.123Z");
     }
 
     #[test]
