@@ -6,6 +6,14 @@ use std::sync::Arc;
 use deepagents::backends::sandbox::SharedPolicy;
 use deepagents::{ASK_USER, Decision, DecisionKind, InterruptConfig, PendingAction};
 
+/// What may be decided about a command: everything.
+const EVERY_DECISION: [DecisionKind; 4] = [
+    DecisionKind::Approve,
+    DecisionKind::Edit,
+    DecisionKind::Reject,
+    DecisionKind::Respond,
+];
+
 /// Shell commands ask first, but for those `allowed` names (see
 /// [`crate::sandbox::shell_allowed`]).
 pub fn execute_config(allowed: Vec<String>) -> InterruptConfig {
@@ -17,12 +25,7 @@ pub fn execute_config(allowed: Vec<String>) -> InterruptConfig {
             }) as Arc<deepagents::approval::ApprovalPredicate>
         });
     InterruptConfig {
-        allowed: vec![
-            DecisionKind::Approve,
-            DecisionKind::Edit,
-            DecisionKind::Reject,
-            DecisionKind::Respond,
-        ],
+        allowed: EVERY_DECISION.to_vec(),
         description: Some("A shell command wants to run.".to_owned()),
         predicate,
         reason: None,
@@ -33,12 +36,7 @@ pub fn execute_config(allowed: Vec<String>) -> InterruptConfig {
 /// approving one gives every later command of the session access to it ([`grant_approved`]).
 pub fn outside_config(policy: SharedPolicy) -> InterruptConfig {
     InterruptConfig {
-        allowed: vec![
-            DecisionKind::Approve,
-            DecisionKind::Edit,
-            DecisionKind::Reject,
-            DecisionKind::Respond,
-        ],
+        allowed: EVERY_DECISION.to_vec(),
         reason: Some(Arc::new(move |args: &serde_json::Value| {
             let outside = policy.outside(args["command"].as_str().unwrap_or_default());
             (!outside.is_empty()).then(|| {
@@ -94,12 +92,7 @@ pub fn manual_execute_config(
 ) -> InterruptConfig {
     let outside = policy.map(outside_config);
     InterruptConfig {
-        allowed: vec![
-            DecisionKind::Approve,
-            DecisionKind::Edit,
-            DecisionKind::Reject,
-            DecisionKind::Respond,
-        ],
+        allowed: EVERY_DECISION.to_vec(),
         reason: Some(Arc::new(move |args: &serde_json::Value| {
             let outside = outside
                 .as_ref()

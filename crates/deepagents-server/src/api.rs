@@ -13,7 +13,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use deepagents::backends::Store;
-use deepagents::backends::store::SearchQuery;
 use deepagents::core::{Checkpointer, Run, RunDelta};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -1470,26 +1469,7 @@ async fn items_under(
     tenant: &Tenant,
     prefix: &[String],
 ) -> ApiResult<Vec<deepagents::backends::store::StoreItem>> {
-    let namespace = store_ns(tenant, prefix);
-    let mut items = Vec::new();
-    loop {
-        let page = shared
-            .store
-            .search(
-                &namespace,
-                &SearchQuery {
-                    offset: items.len(),
-                    limit: 500,
-                    ..SearchQuery::default()
-                },
-            )
-            .await?;
-        let full = page.len() == 500;
-        items.extend(page);
-        if !full {
-            return Ok(items);
-        }
-    }
+    crate::records::all_under(&*shared.store, &store_ns(tenant, prefix)).await
 }
 
 async fn store_search(

@@ -37,11 +37,8 @@ fn content(blocks: &[ContentBlock]) -> Value {
 }
 
 fn base64(bytes: &[u8]) -> String {
-    // The core's own encoding of binary content, read back as a string.
-    serde_json::to_value(ContentBlock::data("x", bytes.to_vec()))
-        .ok()
-        .and_then(|value| value.get("data").and_then(Value::as_str).map(str::to_owned))
-        .unwrap_or_default()
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// Message `index` of a thread as a LangChain message dict.
@@ -493,7 +490,10 @@ pub fn apply_values(run: &mut Run, values: &Value) -> Result<(), String> {
 }
 
 fn decode_data(mime: &str, data: &str) -> Result<ContentBlock, String> {
-    serde_json::from_value(json!({"type": "data", "mime_type": mime, "data": data}))
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map(|bytes| ContentBlock::data(mime, bytes))
         .map_err(|e| format!("content that is not valid base64: {e}"))
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use deepagents::backends::Store;
-use deepagents::backends::store::SearchQuery;
+use deepagents::backends::store::{SearchQuery, StoreItem};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -193,30 +193,34 @@ impl Records {
     }
 }
 
-/// Every value directly in `namespace`, page by page.
-async fn all(store: &dyn Store, namespace: &[String]) -> ApiResult<Vec<Value>> {
-    let mut values = Vec::new();
-    let mut offset = 0;
+/// Every item whose namespace starts with `prefix`, page by page.
+pub async fn all_under(store: &dyn Store, prefix: &[String]) -> ApiResult<Vec<StoreItem>> {
+    let mut items = Vec::new();
     loop {
         let page = store
             .search(
-                namespace,
+                prefix,
                 &SearchQuery {
-                    offset,
+                    offset: items.len(),
                     limit: 500,
                     ..SearchQuery::default()
                 },
             )
             .await?;
         let full = page.len() == 500;
-        offset += page.len();
-        values.extend(
-            page.into_iter()
-                .filter(|item| item.namespace == namespace)
-                .map(|item| item.value),
-        );
+        items.extend(page);
         if !full {
-            return Ok(values);
+            return Ok(items);
         }
     }
+}
+
+/// Every value directly in `namespace`.
+async fn all(store: &dyn Store, namespace: &[String]) -> ApiResult<Vec<Value>> {
+    Ok(all_under(store, namespace)
+        .await?
+        .into_iter()
+        .filter(|item| item.namespace == namespace)
+        .map(|item| item.value)
+        .collect())
 }

@@ -63,8 +63,8 @@ pub struct Live {
     pub cancel: CancellationToken,
     /// How it was cancelled: `interrupt` (keep what it did) or `rollback` (undo it).
     cancel_action: Mutex<Option<String>>,
-    /// The thread's values after the run's latest step.
-    values: Mutex<Option<Value>>,
+    /// A stateless run's state after its latest step.
+    last: Mutex<Option<Run>>,
     /// Stopped to be handed to another server (this one is shutting down): not settled.
     handed_back: std::sync::atomic::AtomicBool,
 }
@@ -76,12 +76,13 @@ impl Live {
             log,
             cancel: CancellationToken::new(),
             cancel_action: Mutex::new(None),
-            values: Mutex::new(None),
+            last: Mutex::new(None),
             handed_back: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
     /// Stops the run so another server continues it.
+    #[cfg(feature = "cluster")]
     fn hand_back(&self) {
         self.handed_back
             .store(true, std::sync::atomic::Ordering::Release);
@@ -115,8 +116,9 @@ impl Live {
         }
     }
 
-    fn keep_values(&self, run: &Run) {
-        *lock(&self.values) = Some(convert::values(run, &interrupt_id(run)));
+    /// Keeps the run after its latest step: a stateless run's values outlive its thread.
+    fn keep_last(&self, run: &Run) {
+        *lock(&self.last) = Some(run.clone());
     }
 }
 
@@ -173,6 +175,21 @@ impl Runs {
         store: Arc<dyn Store>,
         assistants: Vec<Arc<Assistant>>,
     ) -> Arc<Self> {
+        Self::with(
+            watch,
+            store,
+            assistants,
+            #[cfg(feature = "cluster")]
+            None,
+        )
+    }
+
+    fn with(
+        watch: Arc<StepWatch>,
+        store: Arc<dyn Store>,
+        assistants: Vec<Arc<Assistant>>,
+        #[cfg(feature = "cluster")] cluster: Option<Arc<crate::cluster::Cluster>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             live: Mutex::new(HashMap::new()),
             lines: Mutex::new(HashMap::new()),
@@ -181,7 +198,7 @@ impl Runs {
             assistants,
             metrics: crate::metrics::Metrics::default(),
             #[cfg(feature = "cluster")]
-            cluster: None,
+            cluster,
             #[cfg(feature = "cluster")]
             queued: tokio::sync::Notify::new(),
             stopping: std::sync::atomic::AtomicBool::new(false),
@@ -196,17 +213,7 @@ impl Runs {
         assistants: Vec<Arc<Assistant>>,
         cluster: Arc<crate::cluster::Cluster>,
     ) -> Arc<Self> {
-        let runs = Arc::new(Self {
-            live: Mutex::new(HashMap::new()),
-            lines: Mutex::new(HashMap::new()),
-            watch,
-            store,
-            assistants,
-            metrics: crate::metrics::Metrics::default(),
-            cluster: Some(cluster),
-            queued: tokio::sync::Notify::new(),
-            stopping: std::sync::atomic::AtomicBool::new(false),
-        });
+        let runs = Self::with(watch, store, assistants, Some(cluster));
         tokio::spawn(Arc::clone(&runs).dispatch());
         runs
     }
@@ -218,6 +225,7 @@ impl Runs {
     }
 
     /// Whether the server is shutting down.
+    #[cfg(feature = "cluster")]
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(std::sync::atomic::Ordering::Acquire)
     }
@@ -485,7 +493,9 @@ impl Runs {
             record.status = status.to_owned();
             record.updated_at = crate::time::rfc3339(crate::time::now_ms());
             if stateless {
-                record.values = lock(&live.values).clone();
+                record.values = lock(&live.last)
+                    .as_ref()
+                    .map(|run| convert::values(run, &interrupt_id(run)));
             }
             record.clone()
         };
@@ -560,7 +570,9 @@ impl Runs {
                                 framer.event(&event);
                             }
                             framer.step(step.checkpoint, &step.run, &interrupt_id(&step.run));
-                            live.keep_values(&step.run);
+                            if job.delete_thread_after {
+                                live.keep_last(&step.run);
+                            }
                             if std::mem::take(&mut first_step) {
                                 self.started(&record.run_id).await;
                             }
@@ -579,7 +591,9 @@ impl Runs {
                 }
                 while let Ok(step) = steps.steps.try_recv() {
                     framer.step(step.checkpoint, &step.run, &interrupt_id(&step.run));
-                    live.keep_values(&step.run);
+                    if job.delete_thread_after {
+                        live.keep_last(&step.run);
+                    }
                 }
                 stream.outcome().await.map_err(|failure| failure.error)
             }

@@ -21,6 +21,7 @@ pub struct Frame {
 
 /// What a run's log sends where its frames are published besides (the cluster's Redis
 /// stream).
+#[cfg(feature = "cluster")]
 pub enum Published {
     /// Frame `index`.
     Frame(usize, Frame),
@@ -31,6 +32,7 @@ pub enum Published {
 }
 
 /// Where a run's frames are published besides its log.
+#[cfg(feature = "cluster")]
 pub type Publisher = tokio::sync::mpsc::UnboundedSender<Published>;
 
 /// The frames of one run, growing while it runs.
@@ -39,6 +41,7 @@ pub struct FrameLog {
     /// server, sent those before).
     frames: Mutex<Vec<Frame>>,
     base: usize,
+    #[cfg(feature = "cluster")]
     publisher: Option<Publisher>,
     /// How many frames there are, and whether the run ended.
     progress: watch::Sender<(usize, bool)>,
@@ -47,10 +50,17 @@ pub struct FrameLog {
 impl FrameLog {
     /// An empty log.
     pub fn new() -> Arc<Self> {
-        Self::continuing(0, None)
+        Arc::new(Self {
+            frames: Mutex::new(Vec::new()),
+            base: 0,
+            #[cfg(feature = "cluster")]
+            publisher: None,
+            progress: watch::channel((0, false)).0,
+        })
     }
 
     /// A log whose first frame is frame `base`, each also sent to `publisher`.
+    #[cfg(feature = "cluster")]
     pub fn continuing(base: usize, publisher: Option<Publisher>) -> Arc<Self> {
         Arc::new(Self {
             frames: Mutex::new(Vec::new()),
@@ -68,6 +78,7 @@ impl FrameLog {
         };
         let mut frames = self.frames.lock().unwrap_or_else(PoisonError::into_inner);
         let index = self.base + frames.len();
+        #[cfg(feature = "cluster")]
         if let Some(publisher) = &self.publisher {
             let _ = publisher.send(Published::Frame(index, frame.clone()));
         }
@@ -77,6 +88,7 @@ impl FrameLog {
 
     /// No more frames come.
     pub fn end(&self) {
+        #[cfg(feature = "cluster")]
         if let Some(publisher) = &self.publisher {
             let _ = publisher.send(Published::End);
         }
@@ -85,11 +97,13 @@ impl FrameLog {
 
     /// No more frames come from this server, but the run goes on elsewhere: joiners here
     /// stop, those of the cluster's copy wait for the next server's frames.
+    #[cfg(feature = "cluster")]
     pub fn end_here(&self) {
         self.progress.send_modify(|progress| progress.1 = true);
     }
 
     /// Publishes nothing after the frames sent so far.
+    #[cfg(feature = "cluster")]
     pub fn stop_publishing(&self) {
         if let Some(publisher) = &self.publisher {
             let _ = publisher.send(Published::Stop);
