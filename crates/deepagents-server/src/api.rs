@@ -19,11 +19,12 @@ use serde_json::{Value, json};
 
 use crate::error::{ApiError, ApiResult};
 use crate::records::{Records, RunRecord, ThreadRecord};
-use crate::runs::{Job, Live, Runs, interrupt_id, storage_id};
+use crate::runs::{Job, Live, Runs, storage_id};
 use crate::stream::FrameLog;
-use crate::stream::MODES;
 use crate::time::{now_ms, rfc3339};
-use crate::{Assistant, ServerOptions, convert};
+use crate::{Assistant, ServerOptions};
+use deepagents_langgraph::MODES;
+use deepagents_langgraph::convert;
 
 /// What every handler shares.
 struct Shared {
@@ -317,7 +318,7 @@ fn new_id() -> String {
 fn thread_json(record: &ThreadRecord, run: Option<&Run>) -> Value {
     let (values, interrupts) = match run {
         Some(run) => {
-            let id = interrupt_id(run);
+            let id = convert::interrupt_id(run);
             let interrupts = if run.control.pending.is_empty() {
                 json!({})
             } else {
@@ -540,7 +541,7 @@ fn state_json(
     let Some(run) = run else {
         return json!({"values": {}, "next": [], "tasks": [], "checkpoint": null, "metadata": {}, "created_at": null, "parent_checkpoint": null, "interrupts": []});
     };
-    let id = interrupt_id(run);
+    let id = convert::interrupt_id(run);
     let waiting = !run.control.pending.is_empty();
     let interrupts = if waiting {
         convert::interrupts(&run.control.pending, &id)
@@ -1170,7 +1171,7 @@ async fn outcome(shared: &Shared, tenant: &Tenant, record: &RunRecord) -> ApiRes
         return Ok(values);
     }
     Ok(match load(shared, tenant, &record.thread_id, None).await? {
-        Some(run) => convert::values(&run, &interrupt_id(&run)),
+        Some(run) => convert::values(&run, &convert::interrupt_id(&run)),
         None => json!({}),
     })
 }

@@ -22,14 +22,12 @@
 mod api;
 #[cfg(feature = "cluster")]
 pub mod cluster;
-mod convert;
 mod error;
 mod metrics;
 mod records;
 mod runs;
 mod stream;
 mod time;
-mod watch;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,8 +35,8 @@ use std::sync::Arc;
 use deepagents::Agent;
 use deepagents::backends::Store;
 
+pub use deepagents_langgraph::{Step, StepWatch, Subscription};
 pub use error::ApiError;
-pub use watch::{Step, StepWatch, Subscription};
 
 /// One agent the server offers, under a graph id (`agent` by default, as the reference
 /// platform's templates name it).

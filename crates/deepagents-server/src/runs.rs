@@ -16,11 +16,13 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use crate::Assistant;
 use crate::error::{ApiError, ApiResult};
 use crate::records::{Records, RunRecord};
-use crate::stream::{FrameLog, Framer};
-use crate::watch::StepWatch;
-use crate::{Assistant, convert};
+use crate::stream::FrameLog;
+use deepagents_langgraph::Framer;
+use deepagents_langgraph::StepWatch;
+use deepagents_langgraph::convert;
 
 /// How long a finished run's frames stay for clients that join late.
 const KEEP_FINISHED: Duration = Duration::from_secs(600);
@@ -28,16 +30,6 @@ const KEEP_FINISHED: Duration = Duration::from_secs(600);
 /// The checkpointer's id of thread `thread_id` of `tenant`: tenants never share threads.
 pub fn storage_id(tenant: &str, thread_id: &str) -> String {
     format!("{tenant}:{thread_id}")
-}
-
-/// The interrupt id of a pause: stable while the same actions wait.
-pub fn interrupt_id(run: &Run) -> String {
-    run.control
-        .pending
-        .first()
-        .map_or_else(String::new, |action| {
-            format!("interrupt-{}", action.call_id)
-        })
 }
 
 /// Whether `event` begins what follows a saved step: the run's start or its next model call.
@@ -495,7 +487,7 @@ impl Runs {
             if stateless {
                 record.values = lock(&live.last)
                     .as_ref()
-                    .map(|run| convert::values(run, &interrupt_id(run)));
+                    .map(|run| convert::values(run, &convert::interrupt_id(run)));
             }
             record.clone()
         };
@@ -569,7 +561,7 @@ impl Runs {
                                 }
                                 framer.event(&event);
                             }
-                            framer.step(step.checkpoint, &step.run, &interrupt_id(&step.run));
+                            framer.step(step.checkpoint, &step.run, &convert::interrupt_id(&step.run));
                             if job.delete_thread_after {
                                 live.keep_last(&step.run);
                             }
@@ -590,7 +582,11 @@ impl Runs {
                     }
                 }
                 while let Ok(step) = steps.steps.try_recv() {
-                    framer.step(step.checkpoint, &step.run, &interrupt_id(&step.run));
+                    framer.step(
+                        step.checkpoint,
+                        &step.run,
+                        &convert::interrupt_id(&step.run),
+                    );
                     if job.delete_thread_after {
                         live.keep_last(&step.run);
                     }

@@ -1,11 +1,6 @@
 //! Timestamps as the API writes them: RFC 3339 in UTC with milliseconds.
 
-/// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as u64)
-}
+pub use deepagents_langgraph::convert::now_ms;
 
 /// `2026-12-02T16:37:05.123Z` for milliseconds since the Unix epoch.
 pub fn rfc3339(ms: u64) -> String {

@@ -121,13 +121,25 @@ fn files(run: &Run) -> Value {
                 json!({"content": base64(data), "encoding": "base64", "mime_type": mime_type})
             }
         };
-        entry["modified_at"] = Value::String(crate::time::rfc3339(file.modified_at_ms));
+        entry["modified_at"] =
+            Value::String(deepagents::core::event::rfc3339_ms(file.modified_at_ms));
         if file.created_at_ms > 0 {
-            entry["created_at"] = Value::String(crate::time::rfc3339(file.created_at_ms));
+            entry["created_at"] =
+                Value::String(deepagents::core::event::rfc3339_ms(file.created_at_ms));
         }
         files.insert(path.clone(), entry);
     }
     Value::Object(files)
+}
+
+/// The interrupt id of a pause: stable while the same actions wait.
+pub fn interrupt_id(run: &Run) -> String {
+    run.control
+        .pending
+        .first()
+        .map_or_else(String::new, |action| {
+            format!("interrupt-{}", action.call_id)
+        })
 }
 
 /// Pending approvals as the reference harness interrupts for them: one interrupt whose
@@ -463,7 +475,7 @@ pub fn apply_values(run: &mut Run, values: &Value) -> Result<(), String> {
                         })
                         .or_else(|| file.as_str().map(str::to_owned))
                         .ok_or_else(|| format!("file `{path}` needs a text `content`"))?;
-                    let now = crate::time::now_ms();
+                    let now = now_ms();
                     let created = run
                         .state
                         .files
@@ -487,6 +499,18 @@ pub fn apply_values(run: &mut Run, values: &Value) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64)
+}
+
+/// Now, as LangGraph writes timestamps: RFC 3339 in UTC with milliseconds.
+pub fn now_rfc3339() -> String {
+    deepagents::core::event::rfc3339_ms(now_ms())
 }
 
 fn decode_data(mime: &str, data: &str) -> Result<ContentBlock, String> {

@@ -1,0 +1,346 @@
+"""``create_deep_agent`` and the agent it returns."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
+
+from . import _native
+from ._backends import backend_spec, permission_spec, storage_spec
+from ._messages import Command, message_from_wire, values_from_wire
+from ._tools import background_loop, schema_of, tool_definition
+
+_MODES = {"values": "values", "updates": "updates", "messages": "messages-tuple", "custom": "custom", "debug": "debug", "checkpoints": "checkpoints", "events": "events"}
+
+
+class AgentError(RuntimeError):
+    """A run failed. ``kind`` says how (``model``, ``turn_limit``, ``spend_cap``,
+    ``cancelled``, ``checkpoint``, …); ``values`` is the state it reached."""
+
+    def __init__(self, kind: str, message: str, values: Any = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.values = values
+
+
+class SpendCapExceeded(AgentError):
+    """The run reached ``max_cost_usd`` or ``max_tokens``."""
+
+
+class InvalidRequest(AgentError, ValueError):
+    """The call could not start: bad input, a resume with nothing to decide, …"""
+
+
+class ScriptedModel:
+    """A model that replays scripted turns, for tests and offline demos: each turn has
+    ``text`` and/or ``tool_calls`` (``{"name", "args"}``); ``conversations`` give subagents
+    their own turns (``{"when_task_contains": …, "turns": […]}``)."""
+
+    def __init__(self, turns: Sequence[Mapping[str, Any]] = (), *, conversations: Sequence[Mapping[str, Any]] = ()) -> None:
+        self.script = {"turns": [dict(t) for t in turns], "conversations": [dict(c) for c in conversations]}
+
+
+def _model_spec(model: Any) -> Any:
+    if model is None:
+        return "anthropic:claude-sonnet-4-5"
+    if isinstance(model, str):
+        return model
+    if isinstance(model, ScriptedModel):
+        return {"script": model.script}
+    raise TypeError(
+        f"model must be a 'provider:model' string (openai:…, anthropic:…, google:…, scripted:PATH …) or a ScriptedModel, not {type(model).__name__}"
+    )
+
+
+def _interrupts(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for tool, value in (config or {}).items():
+        if isinstance(value, bool):
+            out[tool] = value
+        elif isinstance(value, Mapping):
+            description = value.get("description")
+            if description is not None and not isinstance(description, str):
+                raise TypeError(f"interrupt_on[{tool!r}]['description'] must be a string")
+            out[tool] = {"allowed_decisions": value.get("allowed_decisions"), "description": description}
+        else:
+            raise TypeError(f"interrupt_on[{tool!r}] must be True, False or a dict")
+    return out
+
+
+def _response_schema(response_format: Any) -> Any:
+    if response_format is None:
+        return None
+    if isinstance(response_format, Mapping):
+        return dict(response_format)
+    schema = schema_of(response_format)
+    if not schema:
+        raise TypeError("response_format must be a Pydantic model, a dataclass, a TypedDict or a JSON schema dict")
+    return schema
+
+
+def _tools(tools: Sequence[Any] | None, objects: list[Any]) -> list[dict[str, Any]]:
+    out = []
+    for tool in tools or []:
+        definition = tool_definition(tool)
+        objects.append(definition.adapter)
+        out.append({"name": definition.name, "description": definition.description, "parameters": definition.parameters, "object": len(objects) - 1})
+    return out
+
+
+def create_deep_agent(
+    model: Any = None,
+    tools: Sequence[Any] | None = None,
+    *,
+    system_prompt: str | None = None,
+    subagents: Sequence[Mapping[str, Any]] | None = None,
+    skills: Sequence[str] | None = None,
+    memory: Sequence[str] | None = None,
+    backend: Any = None,
+    interrupt_on: Mapping[str, Any] | None = None,
+    permissions: Sequence[Any] | None = None,
+    response_format: Any = None,
+    checkpointer: Any = None,
+    store: Any = None,
+    name: str | None = None,
+    todos: bool | None = None,
+    max_turns: int | None = None,
+    max_cost_usd: float | None = None,
+    max_tokens: int | None = None,
+    general_purpose_subagent: bool | None = None,
+) -> "DeepAgent":
+    """A deep agent on the Rust harness. ``model`` is a ``provider:model`` spec (as the CLI
+    takes) or a :class:`ScriptedModel`; ``tools`` are plain or async functions (their schema
+    comes from type hints and the docstring); ``subagents`` are dicts with ``name``,
+    ``description``, ``system_prompt`` and optional ``tools``, ``model``, ``interrupt_on``,
+    ``skills``, ``permissions``, ``response_format``. ``max_cost_usd`` and ``max_tokens``
+    are hard caps on what a run (with its subagents) spends."""
+    objects: list[Any] = []
+    subagent_specs = []
+    for sub in subagents or []:
+        if "runnable" in sub or "graph" in sub:
+            raise TypeError(f"subagent {sub.get('name')!r}: compiled subagents (runnable=…) are not supported; describe it with system_prompt, tools and model")
+        missing = [k for k in ("name", "description") if not sub.get(k)]
+        if missing:
+            raise ValueError(f"a subagent needs {' and '.join(missing)}: {dict(sub)!r}")
+        subagent_specs.append(
+            {
+                "name": sub["name"],
+                "description": sub["description"],
+                "system_prompt": sub.get("system_prompt") or sub.get("prompt") or "",
+                "tools": None if sub.get("tools") is None else _tools(sub["tools"], objects),
+                "model": None if sub.get("model") is None else _model_spec(sub["model"]),
+                "interrupt_on": None if sub.get("interrupt_on") is None else _interrupts(sub["interrupt_on"]),
+                "skills": list(sub.get("skills") or []),
+                "permissions": None if sub.get("permissions") is None else [permission_spec(r) for r in sub["permissions"]],
+                "response_format": _response_schema(sub.get("response_format")),
+            }
+        )
+    spend = None
+    if max_cost_usd is not None or max_tokens is not None:
+        spend = {"max_cost_usd": max_cost_usd, "max_tokens": max_tokens}
+    config = {
+        "model": _model_spec(model),
+        "name": name,
+        "system_prompt": system_prompt,
+        "tools": _tools(tools, objects),
+        "subagents": subagent_specs,
+        "general_purpose_subagent": general_purpose_subagent,
+        "skills": list(skills or []),
+        "memory": list(memory or []),
+        "backend": None if backend is None else backend_spec(backend, objects),
+        "interrupt_on": _interrupts(interrupt_on),
+        "permissions": [permission_spec(r) for r in permissions or []],
+        "response_format": _response_schema(response_format),
+        "checkpointer": storage_spec(checkpointer, "checkpointer"),
+        "store": storage_spec(store, "store"),
+        "todos": todos,
+        "max_turns": max_turns,
+        "spend_limits": spend,
+    }
+    native = _native.NativeAgent(json.dumps(config), objects)
+    return DeepAgent(native, response_format)
+
+
+@dataclasses.dataclass(frozen=True)
+class StateSnapshot:
+    """A thread's state: ``values`` (messages, todos, files, …), ``next`` (``("tools",)``
+    while approvals wait), ``interrupts``, and the ``config`` naming the thread."""
+
+    values: dict[str, Any]
+    next: tuple[str, ...]
+    config: dict[str, Any]
+    interrupts: tuple[Any, ...] = ()
+
+
+def _thread_id(config: Mapping[str, Any] | None) -> str | None:
+    if not config:
+        return None
+    configurable = config.get("configurable") or {}
+    thread_id = configurable.get("thread_id")
+    return None if thread_id is None else str(thread_id)
+
+
+class DeepAgent:
+    """An agent made by :func:`create_deep_agent`: ``invoke``/``stream`` and their async
+    twins, ``get_state``."""
+
+    def __init__(self, native: Any, response_format: Any) -> None:
+        self._native = native
+        self._response_format = response_format
+
+    @property
+    def name(self) -> str:
+        return str(self._native.name)
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """The tools the model is offered (name, description, parameters)."""
+        return list(json.loads(self._native.tools_json()))
+
+    def _start(self, input: Any, config: Mapping[str, Any] | None, modes: Sequence[str], subgraphs: bool, context: Any, loop: Any) -> Any:
+        from ._messages import input_to_wire
+
+        resume = None
+        if isinstance(input, Command):
+            if input.goto is not None:
+                raise ValueError("Command(goto=…) is not supported: the agent is one loop")
+            if input.resume is None:
+                raise ValueError("Command needs resume=…: the decisions for the pending actions")
+            resume = json.dumps(input.resume, default=str)
+            wire = None
+        else:
+            wire = input_to_wire(input)
+        native_modes = []
+        for mode in modes:
+            if mode not in _MODES:
+                raise ValueError(f"unknown stream_mode {mode!r}; use one of {sorted(_MODES)}")
+            native_modes.append(_MODES[mode])
+        return self._native.start(json.dumps(wire), _thread_id(config), resume, native_modes, subgraphs, context, loop)
+
+    def _result(self, end: dict[str, Any]) -> dict[str, Any]:
+        values = values_from_wire(end.get("values") or {})
+        structured = values.get("structured_response")
+        if structured is not None and hasattr(self._response_format, "model_validate"):
+            values["structured_response"] = self._response_format.model_validate(structured)
+        return values
+
+    def _outputs(self, frame: tuple[str, str], modes: Sequence[str], single: bool, subgraphs: bool) -> tuple[bool, Any]:
+        name, data = frame
+        payload = json.loads(data)
+        if name == "__end__":
+            return True, payload
+        if name == "__error__":
+            kind = payload.get("kind") or "error"
+            message = payload.get("message") or "the run failed"
+            values = values_from_wire(payload.get("values"))
+            if kind == "spend_cap":
+                raise SpendCapExceeded(kind, message, values)
+            if kind in ("invalid", "invalid_decision"):
+                raise InvalidRequest(kind, message, values)
+            raise AgentError(kind, message, values)
+        mode, *namespace = name.split("|")
+        mode = {"messages-tuple": "messages"}.get(mode, mode)
+        if mode == "messages":
+            chunk, meta = payload
+            payload = (message_from_wire(chunk), meta)
+        elif mode == "values":
+            payload = values_from_wire(payload)
+        elif mode == "updates":
+            payload = {node: values_from_wire(update) if node != "__interrupt__" else values_from_wire({"__interrupt__": update})["__interrupt__"] for node, update in payload.items()}
+        ns = tuple(namespace)
+        if single:
+            out: Any = (ns, payload) if subgraphs else payload
+        else:
+            out = (ns, mode, payload) if subgraphs else (mode, payload)
+        return False, out
+
+    def invoke(self, input: Any, config: Mapping[str, Any] | None = None, *, context: Any = None) -> dict[str, Any]:
+        """Runs until the answer or a pause. Returns the state: ``messages``, ``files``,
+        ``todos``, ``structured_response`` when asked for, ``__interrupt__`` when paused."""
+        stream = self._start(input, config, [], False, context, background_loop())
+        for frame in stream:
+            done, value = self._outputs(frame, [], True, False)
+            if done:
+                return self._result(value)
+        raise AgentError("crashed", "the run ended without a result")
+
+    def stream(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        stream_mode: str | Sequence[str] = "values",
+        subgraphs: bool = False,
+        context: Any = None,
+    ) -> Iterator[Any]:
+        """Yields what each ``stream_mode`` produces: ``values`` (the state after each step),
+        ``updates`` (``{node: changes}``), ``messages`` (``(chunk, metadata)`` as tokens
+        arrive), ``custom`` (the harness's events). Several modes yield ``(mode, chunk)``;
+        ``subgraphs=True`` adds the namespace (subagents' chunks come with theirs)."""
+        single = isinstance(stream_mode, str)
+        modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
+        native = self._start(input, config, modes, subgraphs, context, background_loop())
+        try:
+            for frame in native:
+                done, value = self._outputs(frame, modes, single, subgraphs)
+                if done:
+                    return
+                yield value
+        finally:
+            native.cancel()
+
+    async def ainvoke(self, input: Any, config: Mapping[str, Any] | None = None, *, context: Any = None) -> dict[str, Any]:
+        """:meth:`invoke` without blocking the event loop; async tools run on this loop."""
+        loop = asyncio.get_running_loop()
+        native = self._start(input, config, [], False, context, loop)
+        try:
+            while True:
+                frame = await loop.run_in_executor(None, _next, native)
+                if frame is None:
+                    raise AgentError("crashed", "the run ended without a result")
+                done, value = self._outputs(frame, [], True, False)
+                if done:
+                    return self._result(value)
+        finally:
+            native.cancel()
+
+    async def astream(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        stream_mode: str | Sequence[str] = "values",
+        subgraphs: bool = False,
+        context: Any = None,
+    ) -> AsyncIterator[Any]:
+        """:meth:`stream` as an async iterator; async tools run on this loop."""
+        loop = asyncio.get_running_loop()
+        single = isinstance(stream_mode, str)
+        modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
+        native = self._start(input, config, modes, subgraphs, context, loop)
+        try:
+            while True:
+                frame = await loop.run_in_executor(None, _next, native)
+                if frame is None:
+                    return
+                done, value = self._outputs(frame, modes, single, subgraphs)
+                if done:
+                    return
+                yield value
+        finally:
+            native.cancel()
+
+    def get_state(self, config: Mapping[str, Any]) -> StateSnapshot:
+        """The thread's latest state (empty values for a thread that has none)."""
+        thread_id = _thread_id(config)
+        if thread_id is None:
+            raise ValueError("get_state needs config={'configurable': {'thread_id': …}}")
+        values = values_from_wire(json.loads(self._native.state_json(thread_id)) or {})
+        interrupts = tuple(values.get("__interrupt__") or ())
+        return StateSnapshot(values=values, next=("tools",) if interrupts else (), config={"configurable": {"thread_id": thread_id}}, interrupts=interrupts)
+
+
+def _next(native: Any) -> Any:
+    return next(native, None)

@@ -1,0 +1,452 @@
+//! The agent `create_deep_agent` describes: its JSON configuration, and the Python objects
+//! (tool adapters, backend adapters) it names by index, built into an [`Agent`].
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deepagents::backends::sandbox::Policy;
+use deepagents::backends::{
+    Backend, CompositeBackend, FilesystemBackend, InMemoryStore, LocalShellBackend, PermissionRule,
+    Permissions, PostgresStore, SqliteStore, StateBackend, Store, StoreBackend,
+};
+use deepagents::core::{Checkpointer, InMemoryCheckpointer, Model, SpendLimits, ToolSpec};
+use deepagents::models::ScriptedModel;
+use deepagents::{Agent, AgentBuilder, DecisionKind, InterruptConfig, SubAgent};
+use deepagents_langgraph::StepWatch;
+use pyo3::prelude::*;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::backend::PyBackend;
+use crate::tool::PyTool;
+
+/// Everything `create_deep_agent` was given, as the Python side encodes it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    model: ModelConfig,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    system_prompt: Option<String>,
+    #[serde(default)]
+    tools: Vec<ToolConfig>,
+    #[serde(default)]
+    subagents: Vec<SubAgentConfig>,
+    #[serde(default)]
+    general_purpose_subagent: Option<bool>,
+    #[serde(default)]
+    skills: Vec<String>,
+    #[serde(default)]
+    memory: Vec<String>,
+    #[serde(default)]
+    backend: Option<BackendConfig>,
+    #[serde(default)]
+    interrupt_on: BTreeMap<String, InterruptSpec>,
+    #[serde(default)]
+    permissions: Vec<PermissionRule>,
+    #[serde(default)]
+    response_format: Option<Value>,
+    #[serde(default)]
+    checkpointer: Option<StorageConfig>,
+    #[serde(default)]
+    store: Option<StorageConfig>,
+    #[serde(default)]
+    todos: Option<bool>,
+    #[serde(default)]
+    max_turns: Option<u32>,
+    #[serde(default)]
+    spend_limits: Option<SpendLimits>,
+}
+
+/// A `provider:model` spec (the CLI's, `scripted:PATH` included) or a script inline.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ModelConfig {
+    Spec(String),
+    Script { script: Value },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolConfig {
+    name: String,
+    description: String,
+    parameters: Value,
+    /// Index of the adapter in the objects list.
+    object: usize,
+    #[serde(default)]
+    mutating: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubAgentConfig {
+    name: String,
+    description: String,
+    #[serde(default)]
+    system_prompt: String,
+    /// `None`: the parent's tools.
+    #[serde(default)]
+    tools: Option<Vec<ToolConfig>>,
+    #[serde(default)]
+    model: Option<ModelConfig>,
+    #[serde(default)]
+    interrupt_on: Option<BTreeMap<String, InterruptSpec>>,
+    #[serde(default)]
+    skills: Vec<String>,
+    #[serde(default)]
+    permissions: Option<Vec<PermissionRule>>,
+    #[serde(default)]
+    response_format: Option<Value>,
+}
+
+/// `true`, `false`, or `{"allowed_decisions": […], "description": …}`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum InterruptSpec {
+    Flag(bool),
+    Config {
+        #[serde(default)]
+        allowed_decisions: Option<Vec<DecisionKind>>,
+        #[serde(default)]
+        description: Option<String>,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum BackendConfig {
+    State,
+    Filesystem {
+        root_dir: Option<PathBuf>,
+        #[serde(default = "yes")]
+        virtual_mode: bool,
+    },
+    LocalShell {
+        root_dir: Option<PathBuf>,
+        #[serde(default = "yes")]
+        virtual_mode: bool,
+        #[serde(default)]
+        timeout: Option<f64>,
+        #[serde(default)]
+        max_output_bytes: Option<usize>,
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+        #[serde(default)]
+        inherit_env: bool,
+        #[serde(default)]
+        sandbox: bool,
+    },
+    Store {
+        #[serde(default)]
+        namespace: Option<Vec<String>>,
+    },
+    Composite {
+        default: Box<BackendConfig>,
+        routes: BTreeMap<String, BackendConfig>,
+    },
+    Python {
+        object: usize,
+    },
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum StorageConfig {
+    Memory,
+    Sqlite { path: PathBuf },
+    Postgres { url: String },
+}
+
+/// A built agent and what its runs need besides it.
+pub struct Built {
+    pub agent: Agent,
+    /// Every run's steps pass through it (the `values` and `updates` modes).
+    pub watch: Arc<StepWatch>,
+    /// Whether the caller gave a checkpointer: without one, threads are not kept.
+    pub persistent: bool,
+}
+
+/// Builds the agent. Errors say which argument is wrong.
+pub async fn build(config: AgentConfig, objects: Vec<Arc<Py<PyAny>>>) -> Result<Built, String> {
+    let model = model(&config.model)?;
+    let mut builder = Agent::builder(model);
+    if let Some(name) = &config.name {
+        builder = builder.name(name.clone());
+    }
+    if let Some(prompt) = &config.system_prompt {
+        builder = builder.system_prompt(prompt.clone());
+    }
+    for tool in &config.tools {
+        builder = builder.dyn_tool(py_tool(tool, &objects)?);
+    }
+    let store = match &config.store {
+        Some(storage) => Some(open_store(storage).await?),
+        None => None,
+    };
+    if let Some(store) = &store {
+        builder = builder.store(Arc::clone(store));
+    }
+    if let Some(backend) = &config.backend {
+        builder = builder.backend(backend_of(backend, &objects, store.as_ref())?);
+    }
+    for (tool, spec) in &config.interrupt_on {
+        if let Some(interrupt) = interrupt(spec) {
+            builder = builder.interrupt_on(tool.clone(), interrupt);
+        }
+    }
+    if !config.permissions.is_empty() {
+        builder = builder.permissions(permissions(&config.permissions)?);
+    }
+    if let Some(schema) = &config.response_format {
+        builder = builder.response_format(schema.clone());
+    }
+    if !config.skills.is_empty() {
+        builder = builder.skills(config.skills.clone());
+    }
+    if !config.memory.is_empty() {
+        builder = builder.memory(config.memory.clone());
+    }
+    if let Some(todos) = config.todos {
+        builder = builder.todos(todos);
+    }
+    if let Some(turns) = config.max_turns {
+        builder = builder.max_turns(turns);
+    }
+    if let Some(limits) = config.spend_limits.clone() {
+        builder = builder.spend_limits(limits);
+    }
+    if let Some(general) = config.general_purpose_subagent {
+        builder = builder.general_purpose_subagent(general);
+    }
+    for sub in &config.subagents {
+        builder = builder.subagent(subagent(sub, &objects)?);
+    }
+    let persistent = config.checkpointer.is_some();
+    let inner: Arc<dyn Checkpointer> = match &config.checkpointer {
+        Some(storage) => open_checkpointer(storage).await?,
+        None => Arc::new(InMemoryCheckpointer::default()),
+    };
+    let watch = StepWatch::new(inner);
+    builder = builder.checkpointer(Arc::clone(&watch) as Arc<dyn Checkpointer>);
+    let agent = build_agent(builder)?;
+    Ok(Built {
+        agent,
+        watch,
+        persistent,
+    })
+}
+
+fn build_agent(builder: AgentBuilder) -> Result<Agent, String> {
+    builder
+        .build()
+        .map_err(|e| format!("cannot build the agent: {e}"))
+}
+
+fn model(config: &ModelConfig) -> Result<Arc<dyn Model>, String> {
+    match config {
+        ModelConfig::Spec(spec) => {
+            deepagents::models::from_spec(spec).map_err(|e| format!("model {spec:?}: {e}"))
+        }
+        ModelConfig::Script { script } => ScriptedModel::from_json(&script.to_string())
+            .map(|model| Arc::new(model) as Arc<dyn Model>)
+            .map_err(|e| format!("ScriptedModel: {e}")),
+    }
+}
+
+fn py_tool(tool: &ToolConfig, objects: &[Arc<Py<PyAny>>]) -> Result<Arc<PyTool>, String> {
+    let function = objects
+        .get(tool.object)
+        .ok_or_else(|| format!("tool `{}` refers to no function", tool.name))?;
+    Ok(Arc::new(PyTool {
+        spec: ToolSpec {
+            name: tool.name.clone(),
+            description: tool.description.clone(),
+            parameters: tool.parameters.clone(),
+        },
+        function: Arc::clone(function),
+        mutating: tool.mutating,
+    }))
+}
+
+fn interrupt(spec: &InterruptSpec) -> Option<InterruptConfig> {
+    match spec {
+        InterruptSpec::Flag(false) => None,
+        InterruptSpec::Flag(true) => Some(InterruptConfig::default()),
+        InterruptSpec::Config {
+            allowed_decisions,
+            description,
+        } => {
+            let mut config = InterruptConfig::default();
+            if let Some(allowed) = allowed_decisions {
+                config.allowed = allowed.clone();
+            }
+            config.description = description.clone();
+            Some(config)
+        }
+    }
+}
+
+fn permissions(rules: &[PermissionRule]) -> Result<Permissions, String> {
+    Permissions::new(rules.to_vec()).map_err(|e| format!("permissions: {e}"))
+}
+
+fn subagent(config: &SubAgentConfig, objects: &[Arc<Py<PyAny>>]) -> Result<SubAgent, String> {
+    let mut sub = SubAgent::new(
+        config.name.clone(),
+        config.description.clone(),
+        config.system_prompt.clone(),
+    );
+    if let Some(model_config) = &config.model {
+        sub = sub.model(model(model_config)?);
+    }
+    for tool in config.tools.iter().flatten() {
+        sub = sub.dyn_tool(py_tool(tool, objects)?);
+    }
+    if let Some(interrupts) = &config.interrupt_on {
+        sub = sub.no_interrupts();
+        for (tool, spec) in interrupts {
+            if let Some(interrupt) = interrupt(spec) {
+                sub = sub.interrupt_on(tool.clone(), interrupt);
+            }
+        }
+    }
+    if !config.skills.is_empty() {
+        sub = sub.skills(config.skills.clone());
+    }
+    if let Some(rules) = &config.permissions {
+        sub = sub.permissions(permissions(rules)?);
+    }
+    if let Some(schema) = &config.response_format {
+        sub = sub.response_format(schema.clone());
+    }
+    Ok(sub)
+}
+
+fn root(dir: &Option<PathBuf>) -> Result<PathBuf, String> {
+    match dir {
+        Some(dir) => Ok(dir.clone()),
+        None => std::env::current_dir()
+            .map_err(|e| format!("no root_dir and no working directory: {e}")),
+    }
+}
+
+fn backend_of(
+    config: &BackendConfig,
+    objects: &[Arc<Py<PyAny>>],
+    store: Option<&Arc<dyn Store>>,
+) -> Result<Arc<dyn Backend>, String> {
+    Ok(match config {
+        BackendConfig::State => Arc::new(StateBackend::default()),
+        BackendConfig::Filesystem {
+            root_dir,
+            virtual_mode,
+        } => Arc::new(filesystem(root_dir, *virtual_mode)?),
+        BackendConfig::LocalShell {
+            root_dir,
+            virtual_mode,
+            timeout,
+            max_output_bytes,
+            env,
+            inherit_env,
+            sandbox,
+        } => {
+            let fs = filesystem(root_dir, *virtual_mode)?;
+            let root = fs.root().to_path_buf();
+            let mut shell = LocalShellBackend::new(fs);
+            if let Some(seconds) = timeout {
+                shell = shell.with_timeout(Duration::from_secs_f64(seconds.max(0.001)));
+            }
+            if let Some(bytes) = max_output_bytes {
+                shell = shell.with_max_output_bytes(*bytes);
+            }
+            if *inherit_env {
+                for (name, value) in std::env::vars() {
+                    shell = shell.with_env(name, value);
+                }
+            }
+            for (name, value) in env {
+                shell = shell.with_env(name.clone(), value.clone());
+            }
+            if *sandbox {
+                shell = shell.with_sandbox(Policy::workspace_write(root));
+            }
+            Arc::new(shell)
+        }
+        BackendConfig::Store { namespace } => {
+            let store = store.ok_or(
+                "StoreBackend needs a store: pass store=InMemoryStore() (or SqliteStore, PostgresStore) to create_deep_agent",
+            )?;
+            let mut backend = StoreBackend::new(Arc::clone(store));
+            if let Some(namespace) = namespace.clone() {
+                backend = backend.with_namespace(move |_| namespace.clone());
+            }
+            Arc::new(backend)
+        }
+        BackendConfig::Composite { default, routes } => {
+            let mut composite = CompositeBackend::new(backend_of(default, objects, store)?);
+            for (prefix, route) in routes {
+                composite = composite
+                    .route(prefix, backend_of(route, objects, store)?)
+                    .map_err(|e| format!("CompositeBackend route {prefix:?}: {e}"))?;
+            }
+            Arc::new(composite)
+        }
+        BackendConfig::Python { object } => Arc::new(PyBackend {
+            adapter: Arc::clone(
+                objects
+                    .get(*object)
+                    .ok_or("a Python backend refers to no object")?,
+            ),
+        }),
+    })
+}
+
+fn filesystem(root_dir: &Option<PathBuf>, virtual_mode: bool) -> Result<FilesystemBackend, String> {
+    let root = root(root_dir)?;
+    FilesystemBackend::builder(&root)
+        .virtual_mode(virtual_mode)
+        .build()
+        .map_err(|e| format!("FilesystemBackend(root_dir={}): {e}", root.display()))
+}
+
+async fn open_store(config: &StorageConfig) -> Result<Arc<dyn Store>, String> {
+    Ok(match config {
+        StorageConfig::Memory => Arc::new(InMemoryStore::new()),
+        StorageConfig::Sqlite { path } => Arc::new(
+            SqliteStore::open(path)
+                .await
+                .map_err(|e| format!("SqliteStore({}): {e}", path.display()))?,
+        ),
+        StorageConfig::Postgres { url } => Arc::new(
+            PostgresStore::connect(url)
+                .await
+                .map_err(|e| format!("PostgresStore: {e}"))?,
+        ),
+    })
+}
+
+async fn open_checkpointer(config: &StorageConfig) -> Result<Arc<dyn Checkpointer>, String> {
+    Ok(match config {
+        StorageConfig::Memory => Arc::new(InMemoryCheckpointer::default()),
+        StorageConfig::Sqlite { path } => Arc::new(
+            SqliteStore::open(path)
+                .await
+                .map_err(|e| format!("SqliteSaver({}): {e}", path.display()))?
+                .checkpointer(),
+        ),
+        StorageConfig::Postgres { url } => Arc::new(
+            PostgresStore::connect(url)
+                .await
+                .map_err(|e| format!("PostgresSaver: {e}"))?
+                .checkpointer(),
+        ),
+    })
+}

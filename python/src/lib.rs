@@ -1,0 +1,49 @@
+//! `deepagents_rs._native`: the Rust half of the Python package.
+//!
+//! The Python half (`deepagents_rs/`) turns `create_deep_agent`'s arguments into a JSON
+//! configuration plus the Python objects it refers to by index (tools, backends), and turns
+//! what comes back (frames of the stream modes, as JSON) into Python values. This half
+//! builds the agent ([`config`]), drives its runs on a Tokio runtime of its own with the GIL
+//! released ([`run`]), and calls back into Python for tools ([`tool`]) and backends
+//! ([`backend`]), holding the GIL only while Python code runs.
+
+mod backend;
+mod config;
+mod run;
+mod tool;
+
+use std::sync::OnceLock;
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+
+/// The runtime every agent of the process runs on: started on first use, two workers at
+/// least (a Python tool blocks a blocking-pool thread, never a worker).
+fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(
+                    std::thread::available_parallelism()
+                        .map_or(2, |n| n.get())
+                        .max(2),
+                )
+                .thread_name("deepagents")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start the agent runtime: {e}")))
+}
+
+/// The module.
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<run::NativeAgent>()?;
+    module.add_class::<run::NativeStream>()?;
+    module.add_class::<tool::ToolCall>()?;
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
