@@ -8,7 +8,7 @@ import json
 from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 
 from . import _native
-from ._backends import backend_spec, permission_spec, storage_spec
+from ._backends import backend_spec, permission_spec, storage_index
 from ._messages import Command, message_from_wire, values_from_wire
 from ._tools import background_loop, schema_of, tool_definition
 
@@ -153,8 +153,8 @@ def create_deep_agent(
         "interrupt_on": _interrupts(interrupt_on),
         "permissions": [permission_spec(r) for r in permissions or []],
         "response_format": _response_schema(response_format),
-        "checkpointer": storage_spec(checkpointer, "checkpointer"),
-        "store": storage_spec(store, "store"),
+        "checkpointer": storage_index(checkpointer, "checkpointer", objects),
+        "store": storage_index(store, "store", objects),
         "todos": todos,
         "max_turns": max_turns,
         "spend_limits": spend,

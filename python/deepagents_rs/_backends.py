@@ -280,8 +280,24 @@ def permission_spec(rule: Any) -> dict[str, Any]:
     raise TypeError(f"a permission rule is a FilesystemPermission or a dict, not {type(rule).__name__}")
 
 
-class InMemorySaver:
-    """Threads kept in this process's memory."""
+class _Storage:
+    _role = "checkpointer"
+    _native: Any = None
+
+    def spec(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def native(self) -> Any:
+        """The opened storage, shared by every agent given this object."""
+        if self._native is None:
+            from . import _native
+
+            self._native = _native.NativeStorage(json.dumps(self.spec()), self._role)
+        return self._native
+
+
+class InMemorySaver(_Storage):
+    """Threads kept in this process's memory, shared by the agents given this object."""
 
     def spec(self) -> dict[str, Any]:
         return {"kind": "memory"}
@@ -290,7 +306,7 @@ class InMemorySaver:
 MemorySaver = InMemorySaver
 
 
-class SqliteSaver:
+class SqliteSaver(_Storage):
     """Threads kept in a SQLite file: they survive restarts and crashes."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -304,7 +320,7 @@ class SqliteSaver:
         return {"kind": "sqlite", "path": self.path}
 
 
-class PostgresSaver:
+class PostgresSaver(_Storage):
     """Threads kept in PostgreSQL (``postgres://…``)."""
 
     def __init__(self, url: str) -> None:
@@ -321,23 +337,36 @@ class PostgresSaver:
 class InMemoryStore(InMemorySaver):
     """A long-term store in this process's memory."""
 
+    _role = "store"
+
 
 class SqliteStore(SqliteSaver):
     """A long-term store in a SQLite file."""
+
+    _role = "store"
 
 
 class PostgresStore(PostgresSaver):
     """A long-term store in PostgreSQL."""
 
+    _role = "store"
 
-def storage_spec(value: Any, what: str) -> dict[str, Any] | None:
+
+def storage_index(value: Any, what: str, objects: list[Any]) -> int | None:
+    """The index in ``objects`` of the opened storage ``value`` describes."""
     if value is None or value is False:
         return None
-    if hasattr(value, "spec") and callable(value.spec):
-        return value.spec()  # type: ignore[no-any-return]
-    # LangGraph's in-memory savers and stores, passed out of habit: the same thing here.
-    if type(value).__name__ in ("InMemorySaver", "MemorySaver", "InMemoryStore") or value is True:
-        return {"kind": "memory"}
+    if not isinstance(value, _Storage):
+        # LangGraph's in-memory savers and stores, passed out of habit: the same thing here.
+        if type(value).__name__ in ("InMemorySaver", "MemorySaver") or value is True:
+            value = InMemorySaver()
+        elif type(value).__name__ == "InMemoryStore":
+            value = InMemoryStore()
+        else:
+            value = None
+    if value is not None:
+        objects.append(value.native())
+        return len(objects) - 1
     raise TypeError(
         f"{what} must be InMemorySaver(), SqliteSaver(path) or PostgresSaver(url) (stores: InMemoryStore, SqliteStore, PostgresStore), not {type(value).__name__}"
     )

@@ -49,10 +49,12 @@ pub struct AgentConfig {
     permissions: Vec<PermissionRule>,
     #[serde(default)]
     response_format: Option<Value>,
+    /// Index of a [`NativeStorage`] in the objects list.
     #[serde(default)]
-    checkpointer: Option<StorageConfig>,
+    checkpointer: Option<usize>,
+    /// Index of a [`NativeStorage`] in the objects list.
     #[serde(default)]
-    store: Option<StorageConfig>,
+    store: Option<usize>,
     #[serde(default)]
     todos: Option<bool>,
     #[serde(default)]
@@ -157,9 +159,11 @@ fn yes() -> bool {
     true
 }
 
+/// Where threads or long-term memory are kept, as `InMemorySaver()`, `SqliteSaver(path)`,
+/// `PostgresSaver(url)` (and the stores) describe it.
 #[derive(Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-enum StorageConfig {
+pub enum StorageConfig {
     Memory,
     Sqlite { path: PathBuf },
     Postgres { url: String },
@@ -187,8 +191,8 @@ pub async fn build(config: AgentConfig, objects: Vec<Arc<Py<PyAny>>>) -> Result<
     for tool in &config.tools {
         builder = builder.dyn_tool(py_tool(tool, &objects)?);
     }
-    let store = match &config.store {
-        Some(storage) => Some(open_store(storage).await?),
+    let store = match config.store {
+        Some(index) => Some(storage(&objects, index, |s| s.store.clone())?),
         None => None,
     };
     if let Some(store) = &store {
@@ -230,8 +234,8 @@ pub async fn build(config: AgentConfig, objects: Vec<Arc<Py<PyAny>>>) -> Result<
         builder = builder.subagent(subagent(sub, &objects)?);
     }
     let persistent = config.checkpointer.is_some();
-    let inner: Arc<dyn Checkpointer> = match &config.checkpointer {
-        Some(storage) => open_checkpointer(storage).await?,
+    let inner: Arc<dyn Checkpointer> = match config.checkpointer {
+        Some(index) => storage(&objects, index, |s| s.checkpointer.clone())?,
         None => Arc::new(InMemoryCheckpointer::default()),
     };
     let watch = StepWatch::new(inner);
@@ -415,6 +419,59 @@ fn filesystem(root_dir: &Option<PathBuf>, virtual_mode: bool) -> Result<Filesyst
         .virtual_mode(virtual_mode)
         .build()
         .map_err(|e| format!("FilesystemBackend(root_dir={}): {e}", root.display()))
+}
+
+/// An opened store or checkpointer, owned by the Python object that describes it, so agents
+/// given the same object share it (two agents on one `InMemorySaver()` see one set of
+/// threads).
+#[pyclass(frozen, module = "deepagents_rs._native")]
+pub struct NativeStorage {
+    store: Option<Arc<dyn Store>>,
+    checkpointer: Option<Arc<dyn Checkpointer>>,
+}
+
+#[pymethods]
+impl NativeStorage {
+    /// Opens `config` (JSON) as a `store` or a `checkpointer`.
+    #[new]
+    fn new(py: Python<'_>, config: &str, role: &str) -> PyResult<Self> {
+        let config: StorageConfig = serde_json::from_str(config).map_err(|e| {
+            pyo3::exceptions::PyValueError::new_err(format!("invalid storage: {e}"))
+        })?;
+        let runtime = crate::runtime()?;
+        let opened = py.detach(|| {
+            runtime.block_on(async {
+                Ok::<_, String>(match role {
+                    "store" => Self {
+                        store: Some(open_store(&config).await?),
+                        checkpointer: None,
+                    },
+                    _ => Self {
+                        store: None,
+                        checkpointer: Some(open_checkpointer(&config).await?),
+                    },
+                })
+            })
+        });
+        opened.map_err(pyo3::exceptions::PyValueError::new_err)
+    }
+}
+
+fn storage<T: ?Sized>(
+    objects: &[Arc<Py<PyAny>>],
+    index: usize,
+    pick: impl Fn(&NativeStorage) -> Option<Arc<T>>,
+) -> Result<Arc<T>, String> {
+    let object = objects.get(index).ok_or("a storage refers to no object")?;
+    Python::attach(|py| {
+        let storage = object
+            .bind(py)
+            .extract::<PyRef<'_, NativeStorage>>()
+            .map_err(|e| format!("not a storage: {e}"))?;
+        pick(&storage).ok_or_else(|| {
+            "a store was given as checkpointer, or a saver as store: use InMemorySaver/SqliteSaver/PostgresSaver for checkpointer=, InMemoryStore/SqliteStore/PostgresStore for store=".to_owned()
+        })
+    })
 }
 
 async fn open_store(config: &StorageConfig) -> Result<Arc<dyn Store>, String> {

@@ -42,6 +42,7 @@ fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<run::NativeAgent>()?;
+    module.add_class::<config::NativeStorage>()?;
     module.add_class::<run::NativeStream>()?;
     module.add_class::<tool::ToolCall>()?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
