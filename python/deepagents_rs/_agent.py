@@ -220,7 +220,7 @@ class DeepAgent:
         return self._native.start(json.dumps(wire), _thread_id(config), resume, native_modes, subgraphs, context, loop)
 
     def _result(self, end: dict[str, Any]) -> dict[str, Any]:
-        values = values_from_wire(end.get("values") or {})
+        values: dict[str, Any] = values_from_wire(end.get("values") or {})
         structured = values.get("structured_response")
         if structured is not None and hasattr(self._response_format, "model_validate"):
             values["structured_response"] = self._response_format.model_validate(structured)

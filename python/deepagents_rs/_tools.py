@@ -34,6 +34,7 @@ def schema_of(annotation: Any) -> dict[str, Any]:
         return {}
     origin = get_origin(annotation)
     args = get_args(annotation)
+    schema: dict[str, Any]
     if origin is typing.Annotated:
         schema = schema_of(args[0])
         notes = [a for a in args[1:] if isinstance(a, str)]
@@ -47,7 +48,7 @@ def schema_of(annotation: Any) -> dict[str, Any]:
         return {"anyOf": [schema_of(a) for a in options]}
     if origin is Literal:
         values = list(args)
-        schema: dict[str, Any] = {"enum": values}
+        schema = {"enum": values}
         kinds = {type(v) for v in values}
         if len(kinds) == 1:
             schema.update(schema_of(kinds.pop()))
@@ -110,7 +111,8 @@ def _inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
             return [walk(v) for v in node]
         return node
 
-    return walk(schema)
+    inlined: dict[str, Any] = walk(schema)
+    return inlined
 
 
 def _docstring(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
@@ -168,8 +170,9 @@ def _content(result: Any) -> str:
         return ""
     if isinstance(result, str):
         return result
-    if hasattr(result, "content") and isinstance(getattr(result, "content"), str):
-        return result.content
+    content = getattr(result, "content", None)
+    if isinstance(content, str):
+        return content
     try:
         return json.dumps(result, default=_json_default)
     except (TypeError, ValueError):

@@ -224,7 +224,7 @@ pub async fn build(config: AgentConfig, objects: Vec<Arc<Py<PyAny>>>) -> Result<
     if let Some(turns) = config.max_turns {
         builder = builder.max_turns(turns);
     }
-    if let Some(limits) = config.spend_limits.clone() {
+    if let Some(limits) = config.spend_limits {
         builder = builder.spend_limits(limits);
     }
     if let Some(general) = config.general_purpose_subagent {
