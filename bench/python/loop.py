@@ -1,0 +1,40 @@
+"""One N-step tool loop through a Python API, against a mock OpenAI Chat Completions server
+that answers at once: N calls of a Python tool, then an answer. Prints the time per step.
+
+Usage: python loop.py rs|reference STEPS RUNS   (OPENAI_BASE_URL names the mock)
+"""
+
+import os
+import statistics
+import sys
+import time
+
+IMPL, STEPS, RUNS = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+
+def add(a: int, b: int) -> int:
+    """Adds two numbers."""
+    return a + b
+
+
+if IMPL == "rs":
+    from deepagents_rs import create_deep_agent
+
+    agent = create_deep_agent(model="openai_chat:mock", tools=[add])
+else:
+    from deepagents import create_deep_agent
+    from langchain_openai import ChatOpenAI
+
+    model = ChatOpenAI(model="mock", base_url=os.environ["OPENAI_BASE_URL"], api_key="x")
+    agent = create_deep_agent(model=model, tools=[add])
+
+times = []
+for _ in range(RUNS):
+    start = time.perf_counter()
+    result = agent.invoke({"messages": [{"role": "user", "content": "add things"}]}, {"recursion_limit": 10_000})
+    times.append(time.perf_counter() - start)
+    assert result["messages"][-1].content == "done", result["messages"][-1]
+    tools = [m for m in result["messages"] if getattr(m, "type", None) == "tool"]
+    assert len(tools) == STEPS, len(tools)
+per_step_ms = statistics.median(times) / (STEPS + 1) * 1000
+print(f"{IMPL} {per_step_ms:.3f}")
