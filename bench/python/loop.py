@@ -20,7 +20,7 @@ def add(a: int, b: int) -> int:
 if IMPL == "rs":
     from deepagents_rs import create_deep_agent
 
-    agent = create_deep_agent(model="openai_chat:mock", tools=[add])
+    agent = create_deep_agent(model="openai_chat:mock", tools=[add], max_turns=100_000)
 else:
     from deepagents import create_deep_agent
     from langchain_openai import ChatOpenAI

@@ -334,12 +334,53 @@ class DeepAgent:
 
     def get_state(self, config: Mapping[str, Any]) -> StateSnapshot:
         """The thread's latest state (empty values for a thread that has none)."""
-        thread_id = _thread_id(config)
-        if thread_id is None:
-            raise ValueError("get_state needs config={'configurable': {'thread_id': …}}")
-        values = values_from_wire(json.loads(self._native.state_json(thread_id)) or {})
+        thread_id = self._require_thread(config, "get_state")
+        checkpoint = (config.get("configurable") or {}).get("checkpoint_id")
+        at = None if checkpoint is None else int(checkpoint)
+        values = values_from_wire(json.loads(self._native.state_json(thread_id, at)) or {})
         interrupts = tuple(values.get("__interrupt__") or ())
         return StateSnapshot(values=values, next=("tools",) if interrupts else (), config={"configurable": {"thread_id": thread_id}}, interrupts=interrupts)
+
+
+    def get_state_history(self, config: Mapping[str, Any], *, limit: int | None = None) -> Iterator[StateSnapshot]:
+        """The thread's states, newest first, one per checkpoint; each snapshot's ``config``
+        carries its ``checkpoint_id``."""
+        thread_id = self._require_thread(config, "get_state_history")
+        checkpoints = json.loads(self._native.history_json(thread_id))
+        for count, info in enumerate(reversed(checkpoints)):
+            if limit is not None and count >= limit:
+                return
+            checkpoint = info.get("id")
+            values = values_from_wire(json.loads(self._native.state_json(thread_id, checkpoint)) or {})
+            interrupts = tuple(values.get("__interrupt__") or ())
+            yield StateSnapshot(
+                values=values,
+                next=("tools",) if interrupts else (),
+                config={"configurable": {"thread_id": thread_id, "checkpoint_id": str(checkpoint)}},
+                interrupts=interrupts,
+            )
+
+    def update_state(self, config: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+        """Changes the thread's state as a checkpoint of its own: ``messages`` are added (one
+        with the ``id`` of a message of the thread replaces it), ``todos`` replaced,
+        ``files`` written (``None`` deletes). Returns the new checkpoint's config."""
+        from ._messages import message_to_wire
+
+        thread_id = self._require_thread(config, "update_state")
+        wire = dict(values)
+        if "messages" in wire:
+            messages = wire["messages"]
+            if not isinstance(messages, (list, tuple)):
+                messages = [messages]
+            wire["messages"] = [message_to_wire(m) for m in messages]
+        checkpoint = self._native.update_state_json(thread_id, json.dumps(wire, default=str))
+        return {"configurable": {"thread_id": thread_id, "checkpoint_id": str(checkpoint)}}
+
+    def _require_thread(self, config: Mapping[str, Any], what: str) -> str:
+        thread_id = _thread_id(config)
+        if thread_id is None:
+            raise ValueError(f"{what} needs config={{'configurable': {{'thread_id': …}}}}")
+        return thread_id
 
 
 def _next(native: Any) -> Any:

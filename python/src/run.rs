@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use deepagents::core::{Checkpointer, Event, EventKind, Message, RunDelta, RuntimeContext};
+use deepagents::core::{Checkpointer, Event, EventKind, RuntimeContext};
 use deepagents::{RunOptions, RunStatus, RunStream};
 use deepagents_langgraph::{FrameSink, Framer, convert};
 use futures::{FutureExt as _, StreamExt as _};
@@ -129,6 +129,18 @@ impl NativeAgent {
         ))
     }
 
+    /// Applies `values` (JSON: messages added or replaced by id, `todos`, `files`) to thread
+    /// `thread_id` as a checkpoint of its own; returns the checkpoint's id.
+    fn update_state_json(&self, py: Python<'_>, thread_id: String, values: &str) -> PyResult<u64> {
+        let values: Value = serde_json::from_str(values)
+            .map_err(|e| PyValueError::new_err(format!("values are not JSON: {e}")))?;
+        let runtime = crate::runtime()?;
+        let watch = Arc::clone(&self.built.watch);
+        py.detach(|| runtime.block_on(convert::update_state(watch.as_ref(), &thread_id, &values)))
+            .map(|(checkpoint, _)| checkpoint)
+            .map_err(|error| PyValueError::new_err(update_error(error)))
+    }
+
     /// The checkpoints of thread `thread_id`, oldest first, as JSON.
     fn history_json(&self, py: Python<'_>, thread_id: String) -> PyResult<String> {
         let runtime = crate::runtime()?;
@@ -188,6 +200,13 @@ impl NativeStream {
     /// Stops the run; its stream ends with a `cancelled` error.
     fn cancel(&self) {
         self.cancel.cancel();
+    }
+}
+
+fn update_error(error: convert::UpdateError) -> String {
+    match error {
+        convert::UpdateError::Invalid(message) => message,
+        convert::UpdateError::Checkpoint(error) => error.to_string(),
     }
 }
 
@@ -342,25 +361,33 @@ async fn start(
     }
     // A history (assistant or tool messages among the input): added to the thread as they
     // are, then the run continues from its last message.
-    let mut run = before.clone().unwrap_or_default();
-    convert::apply_values(&mut run, &json!({ "messages": messages })).map_err(invalid)?;
-    if !matches!(
-        run.state.messages.last(),
-        Some(Message::User { .. } | Message::Tool(_))
-    ) {
+    let ends_well = messages
+        .as_array()
+        .and_then(|list| list.last())
+        .is_some_and(|last| {
+            matches!(
+                last.get("role")
+                    .or_else(|| last.get("type"))
+                    .and_then(Value::as_str),
+                Some("user" | "human" | "tool")
+            )
+        });
+    if !ends_well {
         return Err(invalid(
             "the input must end with a user message (or tool results) for the agent to answer"
                 .to_owned(),
         ));
     }
-    {
-        let _lease = built.watch.try_lease(thread_id).await.map_err(checkpoint)?;
-        built
-            .watch
-            .append(thread_id, &RunDelta::full(&run), &run)
-            .await
-            .map_err(checkpoint)?;
-    }
+    let (_, run) = convert::update_state(
+        built.watch.as_ref(),
+        thread_id,
+        &json!({ "messages": messages }),
+    )
+    .await
+    .map_err(|error| match error {
+        convert::UpdateError::Invalid(message) => invalid(message),
+        convert::UpdateError::Checkpoint(error) => checkpoint(error),
+    })?;
     *before = Some(run);
     let steps = built.watch.subscribe(thread_id);
     let stream = thread.stream_resume().await.map_err(checkpoint)?;

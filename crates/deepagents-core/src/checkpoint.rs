@@ -74,12 +74,14 @@ pub struct RunDelta {
 }
 
 impl RunDelta {
-    /// A delta that rebuilds `run` from nothing.
+    /// A delta that rebuilds `run`: its messages replace any the thread held, its todos,
+    /// files and custom keys are set. For a thread that holds a state already, use
+    /// [`replacing`](Self::replacing), which also deletes the files `run` lacks.
     pub fn full(run: &Run) -> Self {
         Self {
             schema: CHECKPOINT_SCHEMA,
             messages: run.state.messages.to_vec(),
-            replace_from: None,
+            replace_from: Some(0),
             todos: Some(run.state.todos.clone()),
             files: run
                 .state
@@ -94,6 +96,19 @@ impl RunDelta {
             spent: Some(run.spent),
             total_spent: Some(run.total_spent),
         }
+    }
+
+    /// A delta that turns a thread holding `before` into `run` (a state update, a
+    /// rollback): [`full`](Self::full), plus the deletion of the files of `before` that
+    /// `run` lacks.
+    pub fn replacing(before: &Run, run: &Run) -> Self {
+        let mut delta = Self::full(run);
+        for path in before.state.files.keys() {
+            if !run.state.files.contains_key(path) {
+                delta.files.insert(path.clone(), None);
+            }
+        }
+        delta
     }
 
     /// Applies the delta to `run`.

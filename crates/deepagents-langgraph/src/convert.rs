@@ -1,7 +1,9 @@
 //! Our runs in the LangGraph Platform's terms: messages as LangChain message dicts, the state
 //! as `values`, pending approvals as interrupts, and the decisions a resume carries.
 
-use deepagents::core::{ContentBlock, Message, Run, ToolStatus};
+use deepagents::core::{
+    CheckpointError, Checkpointer, ContentBlock, Message, Run, RunDelta, ToolStatus,
+};
 use deepagents::{Decision, DecisionKind, PendingAction};
 use serde_json::{Map, Value, json};
 
@@ -499,6 +501,40 @@ pub fn apply_values(run: &mut Run, values: &Value) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Why a state update was not made.
+#[derive(Debug)]
+pub enum UpdateError {
+    /// The values do not fit the state; the message says what to send.
+    Invalid(String),
+    /// The thread could not be read, leased or written.
+    Checkpoint(CheckpointError),
+}
+
+/// Applies `values` (see [`apply_values`]) to thread `thread_id` as a checkpoint of its own,
+/// under the thread's lease; returns the checkpoint's id and the thread's new state.
+pub async fn update_state(
+    checkpointer: &dyn Checkpointer,
+    thread_id: &str,
+    values: &Value,
+) -> Result<(u64, Run), UpdateError> {
+    let _lease = checkpointer
+        .try_lease(thread_id)
+        .await
+        .map_err(UpdateError::Checkpoint)?;
+    let before = checkpointer
+        .load(thread_id, None)
+        .await
+        .map_err(UpdateError::Checkpoint)?
+        .unwrap_or_default();
+    let mut run = before.clone();
+    apply_values(&mut run, values).map_err(UpdateError::Invalid)?;
+    let checkpoint = checkpointer
+        .append(thread_id, &RunDelta::replacing(&before, &run), &run)
+        .await
+        .map_err(UpdateError::Checkpoint)?;
+    Ok((checkpoint, run))
 }
 
 /// Milliseconds since the Unix epoch, now.

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use deepagents::backends::Store;
-use deepagents::core::{Checkpointer, Run, RunDelta};
+use deepagents::core::{Checkpointer, Run};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -653,17 +653,21 @@ async fn state_update(
             "thread `{id}` has a run going; update its state when it ends"
         )));
     }
-    let _lease = shared.watch.try_lease(&storage).await?;
-    let mut run = shared.watch.load(&storage, None).await?.unwrap_or_default();
     let values = field(&body, "values").cloned().unwrap_or(Value::Null);
-    convert::apply_values(&mut run, &values).map_err(ApiError::invalid)?;
-    let checkpoint = shared
-        .watch
-        .append(&storage, &RunDelta::full(&run), &run)
-        .await?;
+    let (checkpoint, _) = update_state(&shared, &storage, &values).await?;
     Ok(Json(
         json!({"checkpoint": checkpoint_json(&id, Some(checkpoint))}),
     ))
+}
+
+/// A state update of a thread (`threads.update_state`, `command.update`).
+async fn update_state(shared: &Shared, storage: &str, values: &Value) -> ApiResult<(u64, Run)> {
+    convert::update_state(shared.watch.as_ref(), storage, values)
+        .await
+        .map_err(|error| match error {
+            convert::UpdateError::Invalid(message) => ApiError::invalid(message),
+            convert::UpdateError::Checkpoint(error) => error.into(),
+        })
 }
 
 async fn history_of(
@@ -791,14 +795,7 @@ async fn create_run(
             ));
         }
         if let Some(update) = field(command, "update") {
-            let storage = storage_id(&tenant.0, thread_id);
-            let _lease = shared.watch.try_lease(&storage).await?;
-            let mut run = shared.watch.load(&storage, None).await?.unwrap_or_default();
-            convert::apply_values(&mut run, update).map_err(ApiError::invalid)?;
-            shared
-                .watch
-                .append(&storage, &RunDelta::full(&run), &run)
-                .await?;
+            update_state(shared, &storage_id(&tenant.0, thread_id), update).await?;
         }
     }
     let modes = stream_modes(&body)?;

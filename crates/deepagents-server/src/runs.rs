@@ -620,11 +620,18 @@ impl Runs {
             Err(RunError::Cancelled) if action.as_deref() == Some("rollback") => {
                 // Undone: the thread as it was before, and no record of the run.
                 let restored = match &before {
-                    Some(run) => self
-                        .watch
-                        .append(storage, &RunDelta::full(run), run)
-                        .await
-                        .map(drop),
+                    Some(run) => match self.watch.load(storage, None).await {
+                        Ok(now) => self
+                            .watch
+                            .append(
+                                storage,
+                                &RunDelta::replacing(&now.unwrap_or_default(), run),
+                                run,
+                            )
+                            .await
+                            .map(drop),
+                        Err(error) => Err(error),
+                    },
                     None => self.watch.delete_thread(storage).await.map(drop),
                 };
                 if let Err(error) = restored {

@@ -1,0 +1,105 @@
+"""Threads across processes and crashes, state history and updates, PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from deepagents_rs import InMemorySaver, PostgresSaver, ScriptedModel, SqliteSaver, create_deep_agent
+
+CHILD = '''
+import sys, time, pathlib
+from deepagents_rs import create_deep_agent, ScriptedModel, SqliteSaver
+
+db, marker, log, mode = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3]), sys.argv[4]
+
+def slow(n: int) -> str:
+    """Works on step n."""
+    with log.open("a") as f:
+        f.write(f"{n}\\n")
+    if n == 1 and not marker.exists():
+        marker.write_text("started")
+        time.sleep(120)
+    return f"ok {n}"
+
+model = ScriptedModel([
+    {"tool_calls": [{"name": "slow", "args": {"n": 0}}]},
+    {"tool_calls": [{"name": "slow", "args": {"n": 1}}]},
+    {"text": "finished"},
+])
+agent = create_deep_agent(model=model, tools=[slow], checkpointer=SqliteSaver(db))
+config = {"configurable": {"thread_id": "crash-1"}}
+result = agent.invoke({"messages": "work"} if mode == "start" else None, config)
+print(result["messages"][-1].content)
+'''
+
+
+def test_a_run_killed_mid_tool_resumes_in_a_new_process_without_redoing_finished_steps(tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    db, marker, log = tmp_path / "threads.db", tmp_path / "marker", tmp_path / "calls.log"
+    child = subprocess.Popen([sys.executable, str(script), str(db), str(marker), str(log), "start"])
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert child.poll() is None, "the child ended before its slow step"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    resumed = subprocess.run(
+        [sys.executable, str(script), str(db), str(marker), str(log), "resume"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.strip() == "finished"
+    # Step 0 ran once; step 1 was in flight when the process died and ran again.
+    assert log.read_text().split() == ["0", "1", "1"]
+
+
+def test_state_history_and_update_state() -> None:
+    model = ScriptedModel([{"text": "one"}, {"text": "two"}])
+    agent = create_deep_agent(model=model, checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "hist"}}
+    agent.invoke({"messages": "a"}, config)
+    agent.invoke({"messages": "b"}, config)
+    history = list(agent.get_state_history(config))
+    assert [m.content for m in history[0].values["messages"]] == ["a", "one", "b", "two"]
+    assert len(history[-1].values["messages"]) < len(history[0].values["messages"])
+    old = agent.get_state(history[-1].config)
+    assert old.values["messages"] == history[-1].values["messages"]
+    assert len(list(agent.get_state_history(config, limit=1))) == 1
+    agent.update_state(config, {"files": {"/plan.md": {"content": "step 1"}}, "todos": [{"content": "x", "status": "pending"}]})
+    state = agent.get_state(config)
+    assert state.values["files"]["/plan.md"]["content"] == "step 1"
+    assert state.values["todos"][0]["content"] == "x"
+    first_id = state.values["messages"][1].id
+    agent.update_state(config, {"messages": [{"role": "assistant", "content": "ONE", "id": first_id}]})
+    assert agent.get_state(config).values["messages"][1].content == "ONE"
+
+
+def test_two_agents_on_one_saver_object_share_threads() -> None:
+    saver = InMemorySaver()
+    config = {"configurable": {"thread_id": "shared"}}
+    create_deep_agent(model=ScriptedModel([{"text": "hi"}]), checkpointer=saver).invoke({"messages": "x"}, config)
+    other = create_deep_agent(model=ScriptedModel([{"text": "hi"}]), checkpointer=saver)
+    assert [m.content for m in other.get_state(config).values["messages"]] == ["x", "hi"]
+
+
+def test_postgres_threads_survive_a_new_agent() -> None:
+    url = os.environ.get("DEEPAGENTS_TEST_POSTGRES_URL")
+    if not url:
+        if os.environ.get("CI") == "true":
+            pytest.fail("DEEPAGENTS_TEST_POSTGRES_URL is not set (.ci/run starts PostgreSQL)")
+        pytest.skip("no PostgreSQL (set DEEPAGENTS_TEST_POSTGRES_URL)")
+    config = {"configurable": {"thread_id": f"py-{uuid.uuid4().hex[:12]}"}}
+    model = ScriptedModel([{"text": "first"}, {"text": "second"}])
+    create_deep_agent(model=model, checkpointer=PostgresSaver(url)).invoke({"messages": "one"}, config)
+    result = create_deep_agent(model=model, checkpointer=PostgresSaver(url)).invoke({"messages": "two"}, config)
+    assert [m.content for m in result["messages"]] == ["one", "first", "two", "second"]
