@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import json
 from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
@@ -156,7 +157,8 @@ def create_deep_agent(
         "checkpointer": storage_index(checkpointer, "checkpointer", objects),
         "store": storage_index(store, "store", objects),
         "todos": todos,
-        "max_turns": max_turns,
+        # The reference's recursion limit of 1000 graph steps allows about 500 model calls.
+        "max_turns": 500 if max_turns is None else max_turns,
         "spend_limits": spend,
     }
     native = _native.NativeAgent(json.dumps(config), objects)
@@ -217,7 +219,12 @@ class DeepAgent:
             if mode not in _MODES:
                 raise ValueError(f"unknown stream_mode {mode!r}; use one of {sorted(_MODES)}")
             native_modes.append(_MODES[mode])
-        return self._native.start(json.dumps(wire), _thread_id(config), resume, native_modes, subgraphs, context, loop)
+        max_turns = None
+        limit = (config or {}).get("recursion_limit")
+        if limit is not None:
+            # LangGraph counts graph steps: a model call and its tools are two.
+            max_turns = max(1, int(limit) // 2)
+        return self._native.start(json.dumps(wire), _thread_id(config), resume, native_modes, subgraphs, context, loop, max_turns)
 
     def _result(self, end: dict[str, Any]) -> dict[str, Any]:
         values: dict[str, Any] = values_from_wire(end.get("values") or {})
@@ -290,6 +297,17 @@ class DeepAgent:
                 yield value
         finally:
             native.cancel()
+
+    def batch(self, inputs: Sequence[Any], config: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None, *, context: Any = None) -> list[dict[str, Any]]:
+        """:meth:`invoke` for each input, concurrently (one config for all, or one each)."""
+        configs = _configs(config, len(inputs))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(inputs)))) as pool:
+            return list(pool.map(lambda pair: self.invoke(pair[0], pair[1], context=context), zip(inputs, configs)))
+
+    async def abatch(self, inputs: Sequence[Any], config: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None, *, context: Any = None) -> list[dict[str, Any]]:
+        """:meth:`ainvoke` for each input, concurrently."""
+        configs = _configs(config, len(inputs))
+        return list(await asyncio.gather(*(self.ainvoke(i, c, context=context) for i, c in zip(inputs, configs))))
 
     async def ainvoke(self, input: Any, config: Mapping[str, Any] | None = None, *, context: Any = None) -> dict[str, Any]:
         """:meth:`invoke` without blocking the event loop; async tools run on this loop."""
@@ -381,6 +399,15 @@ class DeepAgent:
         if thread_id is None:
             raise ValueError(f"{what} needs config={{'configurable': {{'thread_id': …}}}}")
         return thread_id
+
+
+def _configs(config: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None, count: int) -> list[Mapping[str, Any] | None]:
+    if config is None or isinstance(config, Mapping):
+        return [config] * count
+    configs: list[Mapping[str, Any] | None] = list(config)
+    if len(configs) != count:
+        raise ValueError(f"{len(configs)} configs for {count} inputs; give one config or one per input")
+    return configs
 
 
 def _next(native: Any) -> Any:

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use deepagents::core::{Checkpointer, Event, EventKind, RuntimeContext};
+use deepagents::core::{Checkpointer, Event, EventKind, RunLimits, RuntimeContext};
 use deepagents::{RunOptions, RunStatus, RunStream};
 use deepagents_langgraph::{FrameSink, Framer, convert};
 use futures::{FutureExt as _, StreamExt as _};
@@ -36,6 +36,8 @@ struct Request {
     resume: Option<Value>,
     modes: BTreeSet<String>,
     subgraphs: bool,
+    /// This run's turn limit (`config["recursion_limit"]`), else the agent's.
+    max_turns: Option<u32>,
     data: Arc<RunData>,
     cancel: CancellationToken,
 }
@@ -71,7 +73,7 @@ impl NativeAgent {
     /// Starts a run: `input` (JSON, `{"messages": […]}` or null) or `resume` (JSON, the
     /// decisions of `Command(resume=…)`), on thread `thread_id` when the agent keeps
     /// threads. Frames come from the returned stream.
-    #[pyo3(signature = (input, thread_id, resume, modes, subgraphs, context, event_loop))]
+    #[pyo3(signature = (input, thread_id, resume, modes, subgraphs, context, event_loop, max_turns=None))]
     #[allow(clippy::too_many_arguments)]
     fn start(
         &self,
@@ -82,6 +84,7 @@ impl NativeAgent {
         subgraphs: bool,
         context: Py<PyAny>,
         event_loop: Py<PyAny>,
+        max_turns: Option<u32>,
     ) -> PyResult<NativeStream> {
         let parse = |what: &str, text: &str| {
             serde_json::from_str::<Value>(text)
@@ -93,6 +96,7 @@ impl NativeAgent {
             resume: resume.map(|text| parse("resume", text)).transpose()?,
             modes: modes.into_iter().collect(),
             subgraphs,
+            max_turns,
             data: Arc::new(RunData {
                 context,
                 event_loop,
@@ -244,6 +248,10 @@ async fn drive(built: &Built, request: Request, sink: &Frames) -> Result<(), Str
         .with_options(RunOptions {
             runtime: RuntimeContext::new(Arc::clone(&request.data)),
             cancel: request.cancel.clone(),
+            limits: request.max_turns.map(|max_turns| RunLimits {
+                max_turns,
+                ..RunLimits::default()
+            }),
             ..RunOptions::default()
         })
         .with_lease_wait(LEASE_WAIT);

@@ -575,3 +575,21 @@ def test_a_provider_spec_runs_against_a_local_openai_compatible_server(openai_mo
     assert any(t["function"]["name"] == "add" for t in first["tools"])
     assert first["messages"][0]["role"] in ("system", "developer")
     assert "Use tools." in json.dumps(first["messages"][0])
+
+
+def test_batch_runs_every_input_and_recursion_limit_bounds_a_run() -> None:
+    agent = create_deep_agent(model=ScriptedModel([say("same")]))
+    results = agent.batch([{"messages": "a"}, {"messages": "b"}, {"messages": "c"}])
+    assert [r["messages"][0].content for r in results] == ["a", "b", "c"]
+    assert [r["messages"][-1].content for r in asyncio.run(agent.abatch([{"messages": "x"}, {"messages": "y"}]))] == ["same", "same"]
+
+    def noop() -> str:
+        """Does nothing."""
+        return "ok"
+
+    looping = create_deep_agent(model=ScriptedModel([call("noop")] * 10 + [say("end")]), tools=[noop])
+    with pytest.raises(AgentError) as raised:
+        looping.invoke({"messages": "go"}, {"recursion_limit": 6})
+    assert raised.value.kind == "turn_limit"
+    assert len([m for m in raised.value.values["messages"] if m.role == "assistant"]) == 3
+    assert looping.invoke({"messages": "go"})["messages"][-1].content == "end"

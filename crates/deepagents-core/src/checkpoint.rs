@@ -748,6 +748,7 @@ impl Checkpointer for InMemoryCheckpointer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::FileContent;
 
     fn run_with(messages: &[&str]) -> Run {
         let mut run = Run::default();
@@ -755,6 +756,33 @@ mod tests {
             run.state.messages.push(Message::user(*text));
         }
         run
+    }
+
+    #[tokio::test]
+    async fn a_replacing_delta_makes_the_thread_its_run_without_duplicates_or_stale_files() {
+        let store = InMemoryCheckpointer::new();
+        let mut before = run_with(&["a", "b"]);
+        before.state.files.insert(
+            "/old.md".into(),
+            FileData {
+                content: FileContent::Text { text: "x".into() },
+                modified_at_ms: 1,
+                created_at_ms: 1,
+            },
+        );
+        store
+            .append("t", &RunDelta::full(&before), &before)
+            .await
+            .unwrap();
+        let after = run_with(&["a", "B"]);
+        store
+            .append("t", &RunDelta::replacing(&before, &after), &after)
+            .await
+            .unwrap();
+        let loaded = store.load("t", None).await.unwrap().unwrap();
+        let texts: Vec<String> = loaded.state.messages.iter().map(Message::text).collect();
+        assert_eq!(texts, ["a", "B"]);
+        assert!(loaded.state.files.is_empty());
     }
 
     #[tokio::test]

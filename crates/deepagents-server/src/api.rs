@@ -654,16 +654,17 @@ async fn state_update(
         )));
     }
     let values = field(&body, "values").cloned().unwrap_or(Value::Null);
-    let (checkpoint, _) = update_state(&shared, &storage, &values).await?;
+    let checkpoint = update_state(&shared, &storage, &values).await?;
     Ok(Json(
         json!({"checkpoint": checkpoint_json(&id, Some(checkpoint))}),
     ))
 }
 
 /// A state update of a thread (`threads.update_state`, `command.update`).
-async fn update_state(shared: &Shared, storage: &str, values: &Value) -> ApiResult<(u64, Run)> {
+async fn update_state(shared: &Shared, storage: &str, values: &Value) -> ApiResult<u64> {
     convert::update_state(shared.watch.as_ref(), storage, values)
         .await
+        .map(|(checkpoint, _)| checkpoint)
         .map_err(|error| match error {
             convert::UpdateError::Invalid(message) => ApiError::invalid(message),
             convert::UpdateError::Checkpoint(error) => error.into(),
