@@ -51,7 +51,7 @@ def _model_spec(model: Any) -> Any:
     if isinstance(model, ScriptedModel):
         return {"script": model.script}
     raise TypeError(
-        f"model must be a 'provider:model' string (openai:…, anthropic:…, google:…, scripted:PATH …) or a ScriptedModel, not {type(model).__name__}"
+        f"model must be a 'provider:model' string (openai:…, anthropic:…, google_genai:…, ollama:…, scripted:PATH …) or a ScriptedModel, not {type(model).__name__}"
     )
 
 
@@ -70,7 +70,34 @@ def _interrupts(config: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def _unwrapped_format(response_format: Any) -> Any:
+    """The schema inside LangChain's ``ToolStrategy``/``ProviderStrategy`` wrappers."""
+    inner = getattr(response_format, "schema", None)
+    if inner is not None and not isinstance(response_format, (Mapping, type)):
+        return inner
+    return response_format
+
+
+# The harness's own tools: always there, so a subagent that names them needs nothing more.
+_BUILT_IN_TOOLS = {"ls", "read_file", "write_file", "edit_file", "delete", "glob", "grep", "execute", "write_todos", "task"}
+
+
+def _subagent_tools(name: str, tools: Sequence[Any], parent: Mapping[str, dict[str, Any]], objects: list[Any]) -> list[dict[str, Any]]:
+    """A subagent's tools: functions, or names of the parent's tools."""
+    out = []
+    for tool in tools:
+        if isinstance(tool, str):
+            if tool in parent:
+                out.append(parent[tool])
+            elif tool not in _BUILT_IN_TOOLS:
+                raise ValueError(f"subagent {name!r} names tool {tool!r}, which the agent does not have; known: {sorted(parent)}")
+        else:
+            out.extend(_tools([tool], objects))
+    return out
+
+
 def _response_schema(response_format: Any) -> Any:
+    response_format = _unwrapped_format(response_format)
     if response_format is None:
         return None
     if isinstance(response_format, Mapping):
@@ -118,6 +145,8 @@ def create_deep_agent(
     ``skills``, ``permissions``, ``response_format``. ``max_cost_usd`` and ``max_tokens``
     are hard caps on what a run (with its subagents) spends."""
     objects: list[Any] = []
+    parent_tools = _tools(tools, objects)
+    by_name = {t["name"]: t for t in parent_tools}
     subagent_specs = []
     for sub in subagents or []:
         if "runnable" in sub or "graph" in sub:
@@ -130,7 +159,7 @@ def create_deep_agent(
                 "name": sub["name"],
                 "description": sub["description"],
                 "system_prompt": sub.get("system_prompt") or sub.get("prompt") or "",
-                "tools": None if sub.get("tools") is None else _tools(sub["tools"], objects),
+                "tools": None if sub.get("tools") is None else _subagent_tools(sub["name"], sub["tools"], by_name, objects),
                 "model": None if sub.get("model") is None else _model_spec(sub["model"]),
                 "interrupt_on": None if sub.get("interrupt_on") is None else _interrupts(sub["interrupt_on"]),
                 "skills": list(sub.get("skills") or []),
@@ -145,7 +174,7 @@ def create_deep_agent(
         "model": _model_spec(model),
         "name": name,
         "system_prompt": system_prompt,
-        "tools": _tools(tools, objects),
+        "tools": parent_tools,
         "subagents": subagent_specs,
         "general_purpose_subagent": general_purpose_subagent,
         "skills": list(skills or []),
@@ -162,7 +191,7 @@ def create_deep_agent(
         "spend_limits": spend,
     }
     native = _native.NativeAgent(json.dumps(config), objects)
-    return DeepAgent(native, response_format)
+    return DeepAgent(native, _unwrapped_format(response_format))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +234,9 @@ class DeepAgent:
         from ._messages import input_to_wire
 
         resume = None
+        if not isinstance(input, Command) and type(input).__name__ == "Command" and hasattr(input, "resume"):
+            # LangGraph's own Command, passed out of habit: the same thing here.
+            input = Command(resume=input.resume, update=getattr(input, "update", None), goto=getattr(input, "goto", None) or None)
         if isinstance(input, Command):
             if input.goto is not None:
                 raise ValueError("Command(goto=…) is not supported: the agent is one loop")

@@ -103,13 +103,30 @@ def input_to_wire(input: Any) -> Any:
     if isinstance(input, Mapping):
         messages = input.get("messages")
         if messages is None:
-            return {"messages": []}
+            messages = []
         if isinstance(messages, (str, Mapping)) or not isinstance(messages, (list, tuple)):
             messages = [messages]
-        return {"messages": [message_to_wire(m) for m in messages]}
+        wire: dict[str, Any] = {"messages": [message_to_wire(m) for m in messages]}
+        # State to seed the thread with: files by path (text, or {"content": …}), todos.
+        if input.get("files") is not None:
+            wire["files"] = {path: _file_to_wire(f) for path, f in dict(input["files"]).items()}
+        if input.get("todos") is not None:
+            wire["todos"] = list(input["todos"])
+        return wire
     raise TypeError(
         f"invoke() takes {{'messages': [...]}}, a Command, or None; got {type(input).__name__}"
     )
+
+
+def _file_to_wire(file: Any) -> Any:
+    if file is None or isinstance(file, str):
+        return file
+    if isinstance(file, Mapping):
+        return dict(file)
+    content = getattr(file, "content", None)
+    if content is not None:
+        return {"content": content}
+    raise TypeError(f"a file is text or {{'content': …}}, not {type(file).__name__}")
 
 
 @dataclasses.dataclass(frozen=True)

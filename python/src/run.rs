@@ -357,48 +357,55 @@ async fn start(
         }),
         _ => true,
     };
-    if only_user {
-        let content = convert::input_content(&request.input).map_err(invalid)?;
-        let steps = built.watch.subscribe(thread_id);
-        let stream = match content {
-            Some(content) => thread.stream_content(content).await,
-            None => thread.stream_resume().await,
+    // A history (assistant or tool messages among the input) is added to the thread as it
+    // is, with any `files` and `todos` of the input; the run then continues from the last
+    // message.
+    let mut seed = serde_json::Map::new();
+    for key in ["files", "todos"] {
+        if let Some(value) = request.input.get(key).filter(|value| !value.is_null()) {
+            seed.insert(key.to_owned(), value.clone());
         }
-        .map_err(checkpoint)?;
-        return Ok((stream, steps));
     }
-    // A history (assistant or tool messages among the input): added to the thread as they
-    // are, then the run continues from its last message.
-    let ends_well = messages
-        .as_array()
-        .and_then(|list| list.last())
-        .is_some_and(|last| {
-            matches!(
-                last.get("role")
-                    .or_else(|| last.get("type"))
-                    .and_then(Value::as_str),
-                Some("user" | "human" | "tool")
-            )
-        });
-    if !ends_well {
-        return Err(invalid(
-            "the input must end with a user message (or tool results) for the agent to answer"
-                .to_owned(),
-        ));
+    if !only_user {
+        let ends_well = messages
+            .as_array()
+            .and_then(|list| list.last())
+            .is_some_and(|last| {
+                matches!(
+                    last.get("role")
+                        .or_else(|| last.get("type"))
+                        .and_then(Value::as_str),
+                    Some("user" | "human" | "tool")
+                )
+            });
+        if !ends_well {
+            return Err(invalid(
+                "the input must end with a user message (or tool results) for the agent to answer"
+                    .to_owned(),
+            ));
+        }
+        seed.insert("messages".to_owned(), messages);
     }
-    let (_, run) = convert::update_state(
-        built.watch.as_ref(),
-        thread_id,
-        &json!({ "messages": messages }),
-    )
-    .await
-    .map_err(|error| match error {
-        convert::UpdateError::Invalid(message) => invalid(message),
-        convert::UpdateError::Checkpoint(error) => checkpoint(error),
-    })?;
-    *before = Some(run);
+    let content = if only_user {
+        convert::input_content(&request.input).map_err(invalid)?
+    } else {
+        None
+    };
+    if !seed.is_empty() {
+        let (_, run) = convert::update_state(built.watch.as_ref(), thread_id, &Value::Object(seed))
+            .await
+            .map_err(|error| match error {
+                convert::UpdateError::Invalid(message) => invalid(message),
+                convert::UpdateError::Checkpoint(error) => checkpoint(error),
+            })?;
+        *before = Some(run);
+    }
     let steps = built.watch.subscribe(thread_id);
-    let stream = thread.stream_resume().await.map_err(checkpoint)?;
+    let stream = match content {
+        Some(content) => thread.stream_content(content).await,
+        None => thread.stream_resume().await,
+    }
+    .map_err(checkpoint)?;
     Ok((stream, steps))
 }
 

@@ -593,3 +593,44 @@ def test_batch_runs_every_input_and_recursion_limit_bounds_a_run() -> None:
     assert raised.value.kind == "turn_limit"
     assert len([m for m in raised.value.values["messages"] if m.role == "assistant"]) == 3
     assert looping.invoke({"messages": "go"})["messages"][-1].content == "end"
+
+
+def test_input_can_seed_files_and_todos_and_langgraph_style_commands_work() -> None:
+    model = ScriptedModel([call("read_file", file_path="/seed.md"), say("read it")])
+    result = create_deep_agent(model=model).invoke(
+        {"messages": "read the seed", "files": {"/seed.md": "planted text", "/other.md": {"content": "x"}}, "todos": [{"content": "read", "status": "pending"}]}
+    )
+    assert "planted text" in tool_results(result)[0]
+    assert result["files"]["/other.md"]["content"] == "x"
+    assert result["todos"][0]["content"] == "read"
+
+    @dataclasses.dataclass
+    class ForeignCommand:  # as langgraph.types.Command looks to us
+        resume: Any = None
+        update: Any = None
+        goto: Any = ()
+
+    ForeignCommand.__name__ = "Command"
+    agent = create_deep_agent(model=ScriptedModel([call("write_file", file_path="/a", content="b"), say("ok")]), interrupt_on={"write_file": True}, checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "foreign"}}
+    agent.invoke({"messages": "go"}, config)
+    assert agent.invoke(ForeignCommand(resume={"decisions": [{"type": "approve"}]}), config)["files"]["/a"]["content"] == "b"
+
+
+def test_subagents_may_name_the_parents_tools() -> None:
+    used: list[str] = []
+
+    def lookup(topic: str) -> str:
+        """Looks up."""
+        used.append(topic)
+        return "found"
+
+    model = ScriptedModel(
+        [call("task", description="Find cats", subagent_type="finder"), say("done")],
+        conversations=[{"when_task_contains": "Find cats", "turns": [call("lookup", topic="cats"), say("cats found")]}],
+    )
+    agent = create_deep_agent(model=model, tools=[lookup], subagents=[{"name": "finder", "description": "Finds.", "system_prompt": "Find.", "tools": ["lookup", "read_file"]}])
+    assert "cats found" in tool_results(agent.invoke({"messages": "go"}))[0]
+    assert used == ["cats"]
+    with pytest.raises(ValueError, match="nosuch"):
+        create_deep_agent(model=model, tools=[lookup], subagents=[{"name": "f", "description": "d", "tools": ["nosuch"]}])
