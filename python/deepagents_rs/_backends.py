@@ -115,7 +115,7 @@ def backend_spec(backend: Any, objects: list[Any]) -> dict[str, Any]:
             f" glob (or glob_info) and grep (or grep_raw) methods; missing {missing or ['ls']}"
         )
     objects.append(PythonBackendAdapter(backend))
-    return {"kind": "python", "object": len(objects) - 1}
+    return {"kind": "python", "object": len(objects) - 1, "execute": callable(getattr(backend, "execute", None))}
 
 
 _NUMBERED = re.compile(r"^\s*\d+(?:\.\d+)?\t")
@@ -237,6 +237,21 @@ class PythonBackendAdapter:
     def _delete(self, path: str) -> int:
         result = _checked(self._method("delete")(path))
         return int(_field(result, "count", "deleted", default=1) or 1) if not isinstance(result, int) else result
+
+    def _execute(self, command: str, timeout: float | None) -> dict[str, Any]:
+        execute = self._method("execute")
+        try:
+            result = execute(command, timeout=timeout) if timeout is not None else execute(command)
+        except TypeError:
+            result = execute(command)
+        if isinstance(result, str):
+            return {"output": result, "exit_code": 0, "truncated": False}
+        code = _field(result, "exit_code", "returncode", default=0)
+        return {
+            "output": str(_field(result, "output", "stdout", default="") or ""),
+            "exit_code": None if code is None else int(code),
+            "truncated": bool(_field(result, "truncated", default=False)),
+        }
 
     def _glob(self, pattern: str, path: str) -> list[dict[str, Any]]:
         return _infos(self._method("glob", "glob_info")(pattern, path))

@@ -5,9 +5,11 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use std::time::Duration;
+
 use deepagents::backends::{
-    Backend, BackendContext, BackendError, Changed, FileInfo, GlobResult, GrepMatch, GrepQuery,
-    GrepResult, ReadResult, VPath,
+    Backend, BackendContext, BackendError, Changed, ExecuteResult, FileInfo, GlobResult, GrepMatch,
+    GrepQuery, GrepResult, OutputSink, ReadResult, Sandbox, VPath,
 };
 use pyo3::prelude::*;
 use serde_json::{Value, json};
@@ -15,6 +17,9 @@ use serde_json::{Value, json};
 /// The adapter around a Python backend object.
 pub struct PyBackend {
     pub adapter: Arc<Py<PyAny>>,
+    /// Whether the object has `execute` (the reference's sandbox protocol): then the agent
+    /// gets the `execute` tool.
+    pub executes: bool,
 }
 
 impl PyBackend {
@@ -202,11 +207,54 @@ impl Backend for PyBackend {
                 message: format!("the Python backend reported matches badly: {e}"),
             })?;
         let truncated = matches.len() > query.max_count;
+        // (`max_count` bounds what the model sees; the object may not know the cap.)
         matches.truncate(query.max_count);
         Ok(GrepResult {
             matches,
             truncated,
             ..GrepResult::default()
+        })
+    }
+
+    fn as_sandbox(&self) -> Option<&dyn Sandbox> {
+        if self.executes { Some(self) } else { None }
+    }
+}
+
+#[async_trait]
+impl Sandbox for PyBackend {
+    fn id(&self) -> &str {
+        "python"
+    }
+
+    async fn execute_streaming(
+        &self,
+        _cx: &BackendContext,
+        command: &str,
+        timeout: Option<Duration>,
+        on_output: &OutputSink<'_>,
+    ) -> Result<ExecuteResult, BackendError> {
+        let done = self
+            .call(
+                "execute",
+                "/",
+                json!({"command": command, "timeout": timeout.map(|t| t.as_secs_f64())}),
+            )
+            .await?;
+        let output = done
+            .get("output")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        on_output(deepagents::core::event::OutputStream::Stdout, &output);
+        Ok(ExecuteResult {
+            output,
+            exit_code: done
+                .get("exit_code")
+                .and_then(Value::as_i64)
+                .and_then(|code| i32::try_from(code).ok()),
+            truncated: done.get("truncated").and_then(Value::as_bool) == Some(true),
+            timed_out: false,
         })
     }
 }

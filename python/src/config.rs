@@ -152,6 +152,8 @@ enum BackendConfig {
     },
     Python {
         object: usize,
+        #[serde(default)]
+        execute: bool,
     },
 }
 
@@ -403,12 +405,13 @@ fn backend_of(
             }
             Arc::new(composite)
         }
-        BackendConfig::Python { object } => Arc::new(PyBackend {
+        BackendConfig::Python { object, execute } => Arc::new(PyBackend {
             adapter: Arc::clone(
                 objects
                     .get(*object)
                     .ok_or("a Python backend refers to no object")?,
             ),
+            executes: *execute,
         }),
     })
 }

@@ -634,3 +634,27 @@ def test_subagents_may_name_the_parents_tools() -> None:
     assert used == ["cats"]
     with pytest.raises(ValueError, match="nosuch"):
         create_deep_agent(model=model, tools=[lookup], subagents=[{"name": "f", "description": "d", "tools": ["nosuch"]}])
+
+
+class ShellDictBackend(DictBackend):
+    """A Python sandbox in the reference's shape: the file protocol plus `execute`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commands: list[str] = []
+
+    def execute(self, command: str) -> dict[str, Any]:
+        self.commands.append(command)
+        return {"output": f"ran {command}", "exit_code": 3, "truncated": False}
+
+
+def test_a_python_backend_with_execute_gets_the_execute_tool() -> None:
+    backend = ShellDictBackend()
+    model = ScriptedModel([call("execute", command="make test"), say("ran")])
+    agent = create_deep_agent(model=model, backend=backend)
+    assert "execute" in [t["name"] for t in agent.tools]
+    assert "execute" not in [t["name"] for t in create_deep_agent(model=model, backend=DictBackend()).tools]
+    result = agent.invoke({"messages": "test it"})
+    assert backend.commands == ["make test"]
+    out = tool_results(result)[0]
+    assert "ran make test" in out and "3" in out
