@@ -103,3 +103,41 @@ def test_postgres_threads_survive_a_new_agent() -> None:
     create_deep_agent(model=model, checkpointer=PostgresSaver(url)).invoke({"messages": "one"}, config)
     result = create_deep_agent(model=model, checkpointer=PostgresSaver(url)).invoke({"messages": "two"}, config)
     assert [m.content for m in result["messages"]] == ["one", "first", "two", "second"]
+
+
+INTERRUPTED = '''
+import pathlib, signal, sys, time
+from deepagents_rs import create_deep_agent, ScriptedModel
+
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background parent may ignore it
+marker = pathlib.Path(sys.argv[1])
+
+def slow() -> str:
+    """Takes long."""
+    marker.write_text("started")
+    time.sleep(60)
+    return "done"
+
+agent = create_deep_agent(model=ScriptedModel([{"tool_calls": [{"name": "slow"}]}, {"text": "end"}]), tools=[slow])
+try:
+    agent.invoke({"messages": "go"})
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+'''
+
+
+def test_ctrl_c_interrupts_a_running_invoke_at_once(tmp_path: Path) -> None:
+    script, marker = tmp_path / "child.py", tmp_path / "marker"
+    script.write_text(INTERRUPTED)
+    child = subprocess.Popen([sys.executable, str(script), str(marker)], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert child.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    started = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=30)
+    assert child.returncode == 130
+    assert out.strip() == "interrupted"
+    assert time.monotonic() - started < 10
