@@ -18,9 +18,11 @@ MOCK=$!
 trap 'kill $MOCK 2>/dev/null' EXIT
 sleep 0.5
 export OPENAI_BASE_URL="http://127.0.0.1:$PORT/v1" OPENAI_API_KEY=x
-rs=$("$RS_PYTHON" loop.py rs "$STEPS" "$RUNS" | awk '{print $2}')
-ref=$("$REF_PYTHON" loop.py reference "$STEPS" "$RUNS" | awk '{print $2}')
+read -r _ rs rs_start rs_rss < <("$RS_PYTHON" loop.py rs "$STEPS" "$RUNS")
+read -r _ ref ref_start ref_rss < <("$REF_PYTHON" loop.py reference "$STEPS" "$RUNS")
 echo "steps per run: $STEPS + answer, runs: $RUNS (median)"
-echo "deepagents_rs:        $rs ms per step"
-echo "deepagents (0.7.32):  $ref ms per step"
-awk -v a="$rs" -v b="$ref" 'BEGIN { printf "reference / deepagents_rs: %.1fx\n", b / a }'
+printf '%-22s %14s %22s %14s\n' "" "ms per step" "import + build (ms)" "peak RSS (MB)"
+printf '%-22s %14s %22s %14s\n' "deepagents_rs" "$rs" "$rs_start" "$rs_rss"
+printf '%-22s %14s %22s %14s\n' "deepagents (0.7.32)" "$ref" "$ref_start" "$ref_rss"
+awk -v a="$rs" -v b="$ref" -v c="$rs_start" -v d="$ref_start" -v e="$rs_rss" -v f="$ref_rss" \
+  'BEGIN { printf "reference / deepagents_rs: %.1fx per step, %.1fx start-up, %.1fx memory\n", b / a, d / c, f / e }'

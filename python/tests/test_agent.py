@@ -658,3 +658,16 @@ def test_a_python_backend_with_execute_gets_the_execute_tool() -> None:
     assert backend.commands == ["make test"]
     out = tool_results(result)[0]
     assert "ran make test" in out and "3" in out
+
+
+def test_the_readme_quickstart_runs() -> None:
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent.parent / "examples" / "quickstart.py"
+    readme = (Path(__file__).parent.parent.parent / "README.md").read_text()
+    body = script.read_text().split('"""', 2)[2].strip()
+    assert body.replace("\n\n\n", "\n\n") in readme, "README's Python example and examples/quickstart.py differ"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "Sunny in Paris."
