@@ -58,7 +58,13 @@ pub(crate) struct ProgressRoutes {
 }
 
 enum Route {
-    Call(ProgressTarget),
+    /// `reported` is the progress last passed on: rmcp handles each notification in its own
+    /// task, so they can arrive out of order, and progress only ever grows (the protocol says
+    /// so), so a report below it is stale and dropped rather than shown going backwards.
+    Call {
+        target: ProgressTarget,
+        reported: Option<f64>,
+    },
     Early(Vec<ProgressNotificationParam>),
 }
 
@@ -70,7 +76,12 @@ impl ProgressRoutes {
     fn report(&mut self, params: ProgressNotificationParam) {
         let early = self.calls.len() < EARLY_TOKENS;
         match self.calls.get_mut(&params.progress_token) {
-            Some(Route::Call(target)) => target.emit(params),
+            Some(Route::Call { target, reported }) => {
+                if reported.is_none_or(|last| params.progress > last) {
+                    *reported = Some(params.progress);
+                    target.emit(params);
+                }
+            }
             Some(Route::Early(reports)) if reports.len() < EARLY_REPORTS => reports.push(params),
             Some(Route::Early(_)) => {}
             None if early => {
@@ -83,12 +94,23 @@ impl ProgressRoutes {
 
     /// The call with `token` reports to `target` from now on (early reports first).
     pub(crate) fn route(&mut self, token: ProgressToken, target: ProgressTarget) {
-        if let Some(Route::Early(reports)) = self.calls.remove(&token) {
-            for params in reports {
-                target.emit(params);
+        let early = match self.calls.remove(&token) {
+            Some(Route::Early(mut reports)) => {
+                reports.sort_by(|a, b| a.progress.total_cmp(&b.progress));
+                reports
             }
+            _ => Vec::new(),
+        };
+        self.calls.insert(
+            token.clone(),
+            Route::Call {
+                target,
+                reported: None,
+            },
+        );
+        for params in early {
+            self.report(params);
         }
-        self.calls.insert(token, Route::Call(target));
     }
 
     /// The call with `token` ended: what it reports now is dropped.
@@ -488,10 +510,11 @@ mod tests {
     }
 
     #[test]
-    fn reports_before_the_call_knows_its_token_are_not_lost() {
+    fn progress_is_passed_on_in_order_and_early_reports_are_not_lost() {
         let mut routes = ProgressRoutes::default();
         routes.report(report(7, 1.0));
         routes.report(report(7, 2.0));
+        routes.report(report(7, 1.5));
         let (events, mut received) = EventSink::channel();
         let token = report(7, 0.0).progress_token;
         routes.route(
@@ -502,6 +525,9 @@ mod tests {
             },
         );
         routes.report(report(7, 3.0));
+        // Out of order: older than what was shown, so dropped.
+        routes.report(report(7, 2.5));
+        routes.report(report(7, 3.5));
         routes.end(&token);
         routes.report(report(7, 4.0));
         let mut seen = Vec::new();
@@ -510,6 +536,6 @@ mod tests {
                 seen.push(progress);
             }
         }
-        assert_eq!(seen, [1.0, 2.0, 3.0]);
+        assert_eq!(seen, [1.0, 1.5, 2.0, 3.0, 3.5]);
     }
 }
