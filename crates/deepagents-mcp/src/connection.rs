@@ -76,12 +76,13 @@ impl ProgressRoutes {
     fn report(&mut self, params: ProgressNotificationParam) {
         let early = self.calls.len() < EARLY_TOKENS;
         match self.calls.get_mut(&params.progress_token) {
-            Some(Route::Call { target, reported }) => {
-                if reported.is_none_or(|last| params.progress > last) {
-                    *reported = Some(params.progress);
-                    target.emit(params);
-                }
+            Some(Route::Call { target, reported })
+                if reported.is_none_or(|last| params.progress > last) =>
+            {
+                *reported = Some(params.progress);
+                target.emit(params);
             }
+            Some(Route::Call { .. }) => {}
             Some(Route::Early(reports)) if reports.len() < EARLY_REPORTS => reports.push(params),
             Some(Route::Early(_)) => {}
             None if early => {
