@@ -1,11 +1,19 @@
-"""Shared fixtures: a local OpenAI Chat Completions mock (standard library only)."""
+"""Shared fixtures: a local OpenAI Chat Completions mock (standard library only) and aimock,
+an independent mock of the real provider APIs."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
+import subprocess
 import threading
+import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -62,3 +70,56 @@ def openai_mock(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[_Mock]]:
         yield handler
     finally:
         server.shutdown()
+
+
+class Aimock:
+    """A running aimock (npm @copilotkit/aimock, the version .ci/run pins) and its journal."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+
+    def journal(self) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(f"{self.url}/__aimock/journal", timeout=10) as answer:
+            return list(json.load(answer))
+
+
+@pytest.fixture
+def aimock(tmp_path: Path) -> Iterator[Callable[[list[dict[str, Any]]], Aimock]]:
+    """Starts aimock on the fixtures given; skips when it is not installed (fails under CI,
+    where .ci/run installs it and exports AIMOCK_CLI)."""
+    cli = os.environ.get("AIMOCK_CLI")
+    node = shutil.which("node")
+    if not cli or not Path(cli).is_file() or node is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("aimock is missing: .ci/run installs it and exports AIMOCK_CLI")
+        pytest.skip("aimock is not installed (set AIMOCK_CLI to its dist/cli.js)")
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(fixtures: list[dict[str, Any]]) -> Aimock:
+        (tmp_path / "fixtures.json").write_text(json.dumps({"fixtures": fixtures}))
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        process = subprocess.Popen(
+            [node, cli, "-p", str(port), "-h", "127.0.0.1", "-f", str(tmp_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        started.append(process)
+        server = Aimock(port)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                server.journal()
+                return server
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"aimock did not start on port {port}") from None
+                time.sleep(0.1)
+
+    try:
+        yield start
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()

@@ -671,3 +671,60 @@ def test_the_readme_quickstart_runs() -> None:
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "Sunny in Paris."
+
+
+@pytest.mark.parametrize(
+    ("spec", "base_var", "key_var", "path"),
+    [
+        ("anthropic:claude-sonnet-4-5", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", ""),
+        ("openai:gpt-4o", "OPENAI_BASE_URL", "OPENAI_API_KEY", "/v1"),
+        ("openai_chat:gpt-4o", "OPENAI_BASE_URL", "OPENAI_API_KEY", "/v1"),
+        ("google_genai:gemini-2.5-flash", "GEMINI_BASE_URL", "GEMINI_API_KEY", ""),
+    ],
+)
+def test_every_provider_api_runs_a_python_tool_loop_against_aimock(
+    aimock: Any, monkeypatch: pytest.MonkeyPatch, spec: str, base_var: str, key_var: str, path: str
+) -> None:
+    server = aimock(
+        [
+            {
+                "match": {"userMessage": "weather", "hasToolResult": False},
+                "response": {
+                    "toolCalls": [
+                        {"id": "call_w1", "name": "get_weather", "arguments": '{"city":"Paris"}'}
+                    ]
+                },
+            },
+            {
+                "match": {"userMessage": "weather", "hasToolResult": True},
+                "response": {"content": "It is sunny in Paris, 21 degrees."},
+            },
+        ]
+    )
+    monkeypatch.setenv(base_var, server.url + path)
+    monkeypatch.setenv(key_var, "test-key")
+    seen: list[str] = []
+
+    def get_weather(city: str) -> str:
+        """Get the weather for a city."""
+        seen.append(city)
+        return f"Sunny, 21 degrees in {city}"
+
+    agent = create_deep_agent(model=spec, tools=[get_weather])
+    result = agent.invoke({"messages": [{"role": "user", "content": "What is the weather in Paris?"}]})
+    assert seen == ["Paris"]
+    assert tool_results(result) == ["Sunny, 21 degrees in Paris"]
+    assert result["messages"][-1].content == "It is sunny in Paris, 21 degrees."
+    calls = [entry for entry in server.journal() if "__aimock" not in entry["path"]]
+    assert len(calls) == 2
+    assert "get_weather" in json.dumps(calls[0]["body"])
+    assert "Sunny, 21 degrees in Paris" in json.dumps(calls[1]["body"])
+
+    tokens = [
+        chunk.content
+        for chunk, _ in agent.stream(
+            {"messages": "What is the weather in Paris?"}, stream_mode="messages"
+        )
+        if chunk.type == "AIMessageChunk" and isinstance(chunk.content, str)
+    ]
+    assert "".join(tokens) == "It is sunny in Paris, 21 degrees."
