@@ -701,6 +701,8 @@ def test_every_provider_api_runs_a_python_tool_loop_against_aimock(
             },
         ]
     )
+    # The more specific Gemini variable would win over GEMINI_BASE_URL.
+    monkeypatch.delenv("GOOGLE_GEMINI_BASE_URL", raising=False)
     monkeypatch.setenv(base_var, server.url + path)
     monkeypatch.setenv(key_var, "test-key")
     seen: list[str] = []
