@@ -10,7 +10,7 @@ use std::time::Duration;
 use deepagents::core::{Checkpointer, Event, EventKind, RunLimits, RuntimeContext};
 use deepagents::{RunOptions, RunStatus, RunStream};
 use deepagents_langgraph::{FrameSink, Framer, convert};
-use futures::{FutureExt as _, StreamExt as _};
+use futures::StreamExt as _;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use serde_json::{Value, json};
@@ -425,7 +425,7 @@ async fn frame(
             biased;
             Some(step) = steps.steps.recv() => {
                 let mut next_turn = None;
-                while let Some(Some(event)) = stream.next().now_or_never() {
+                while let Some(event) = stream.try_next() {
                     if starts_turn(&event) {
                         next_turn = Some(event);
                         break;

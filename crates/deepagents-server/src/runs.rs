@@ -10,7 +10,7 @@ use std::time::Duration;
 use deepagents::backends::Store;
 use deepagents::core::{Checkpointer, ContentBlock, Event, EventKind, Run, RunDelta};
 use deepagents::{RunError, RunOptions, RunStream};
-use futures::{FutureExt as _, StreamExt as _};
+use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -553,7 +553,7 @@ impl Runs {
                             // The events of the step come before it: those already here up
                             // to the start of the next model call, which comes after it.
                             let mut next_turn = None;
-                            while let Some(Some(event)) = stream.next().now_or_never() {
+                            while let Some(event) = stream.try_next() {
                                 self.metrics.observe(&event, &mut clock);
                                 if starts_turn(&event) {
                                     next_turn = Some(event);
