@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use deepagents::core::{Checkpointer, Event, EventKind, RunLimits, RuntimeContext};
+use deepagents::core::{Checkpointer, RunLimits, RuntimeContext};
 use deepagents::{RunOptions, RunStatus, RunStream};
 use deepagents_langgraph::{FrameSink, Framer, convert};
 use futures::StreamExt as _;
@@ -409,39 +409,21 @@ async fn start(
     Ok((stream, steps))
 }
 
-fn starts_turn(event: &Event) -> bool {
-    event.path.is_empty() && matches!(event.kind, EventKind::ModelCallStarted { .. })
-}
-
-/// Frames a run's events and steps in order: a step's events (up to the next model call)
-/// before the step itself.
+/// Frames a run's events and steps in order: each step right after its events.
 async fn frame(
     mut stream: RunStream,
     steps: &mut deepagents_langgraph::Subscription,
     framer: &mut Framer<&Frames>,
 ) -> Result<deepagents::RunOutput, Failure> {
-    loop {
-        tokio::select! {
-            biased;
-            Some(step) = steps.steps.recv() => {
-                let mut next_turn = None;
-                while let Some(event) = stream.try_next() {
-                    if starts_turn(&event) {
-                        next_turn = Some(event);
-                        break;
-                    }
-                    framer.event(&event);
-                }
-                framer.step(step.checkpoint, &step.run, &convert::interrupt_id(&step.run));
-                if let Some(event) = next_turn {
-                    framer.event(&event);
-                }
-            }
-            event = stream.next() => match event {
-                Some(event) => framer.event(&event),
-                None => break,
-            },
+    while let Some(event) = stream.next().await {
+        for step in steps.steps_before(&event) {
+            framer.step(
+                step.checkpoint,
+                &step.run,
+                &convert::interrupt_id(&step.run),
+            );
         }
+        framer.event(&event);
     }
     while let Ok(step) = steps.steps.try_recv() {
         framer.step(

@@ -250,6 +250,13 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         custom: BTreeMap<String, Value>,
     },
+    /// The run's state was saved: checkpoint `checkpoint` of its thread now holds everything
+    /// announced before this event. Front ends that also watch the saved steps use it to put
+    /// each step right after its events.
+    Checkpointed {
+        /// The checkpoint's id (increasing within the thread).
+        checkpoint: u64,
+    },
     /// The run paused: these tool calls wait for a human decision.
     Interrupted {
         /// The pending actions, in the order decisions must be given.

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use deepagents::core::{
-    CheckpointError, CheckpointInfo, Checkpointer, Run, RunDelta, ThreadInfo, ThreadLease,
+    CheckpointError, CheckpointInfo, Checkpointer, Event, EventKind, Run, RunDelta, ThreadInfo,
+    ThreadLease,
 };
 use tokio::sync::mpsc;
 
@@ -32,6 +33,31 @@ pub struct Subscription {
     thread_id: String,
     /// The steps, in order.
     pub steps: mpsc::UnboundedReceiver<Step>,
+}
+
+impl Subscription {
+    /// The saved steps to frame before `event`, an event of the run saving them: when it is
+    /// the run's `Checkpointed`, the steps up to that checkpoint. The events and the steps
+    /// come through two channels; the announcement, sent after its step, is what puts each
+    /// step right after its events however far behind the reader is. (A run's own saves
+    /// start with its input, so steps saved before the run are older still and come first.)
+    pub fn steps_before(&mut self, event: &Event) -> Vec<Step> {
+        let EventKind::Checkpointed { checkpoint } = event.kind else {
+            return Vec::new();
+        };
+        if !event.path.is_empty() {
+            return Vec::new();
+        }
+        let mut steps = Vec::new();
+        while let Ok(step) = self.steps.try_recv() {
+            let last = step.checkpoint == checkpoint;
+            steps.push(step);
+            if last {
+                break;
+            }
+        }
+        steps
+    }
 }
 
 impl Drop for Subscription {

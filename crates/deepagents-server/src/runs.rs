@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use deepagents::backends::Store;
-use deepagents::core::{Checkpointer, ContentBlock, Event, EventKind, Run, RunDelta};
+use deepagents::core::{Checkpointer, ContentBlock, Run, RunDelta};
 use deepagents::{RunError, RunOptions, RunStream};
 use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
@@ -30,15 +30,6 @@ const KEEP_FINISHED: Duration = Duration::from_secs(600);
 /// The checkpointer's id of thread `thread_id` of `tenant`: tenants never share threads.
 pub fn storage_id(tenant: &str, thread_id: &str) -> String {
     format!("{tenant}:{thread_id}")
-}
-
-/// Whether `event` begins what follows a saved step: the run's start or its next model call.
-fn starts_turn(event: &Event) -> bool {
-    event.path.is_empty()
-        && matches!(
-            event.kind,
-            EventKind::RunStarted { .. } | EventKind::ModelCallStarted { .. }
-        )
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -546,40 +537,22 @@ impl Runs {
             .await
         {
             Ok(mut stream) => {
-                loop {
-                    tokio::select! {
-                        biased;
-                        Some(step) = steps.steps.recv() => {
-                            // The events of the step come before it: those already here up
-                            // to the start of the next model call, which comes after it.
-                            let mut next_turn = None;
-                            while let Some(event) = stream.try_next() {
-                                self.metrics.observe(&event, &mut clock);
-                                if starts_turn(&event) {
-                                    next_turn = Some(event);
-                                    break;
-                                }
-                                framer.event(&event);
-                            }
-                            framer.step(step.checkpoint, &step.run, &convert::interrupt_id(&step.run));
-                            if job.delete_thread_after {
-                                live.keep_last(&step.run);
-                            }
-                            if std::mem::take(&mut first_step) {
-                                self.started(&record.run_id).await;
-                            }
-                            if let Some(event) = next_turn {
-                                framer.event(&event);
-                            }
+                while let Some(event) = stream.next().await {
+                    self.metrics.observe(&event, &mut clock);
+                    for step in steps.steps_before(&event) {
+                        framer.step(
+                            step.checkpoint,
+                            &step.run,
+                            &convert::interrupt_id(&step.run),
+                        );
+                        if job.delete_thread_after {
+                            live.keep_last(&step.run);
                         }
-                        event = stream.next() => match event {
-                            Some(event) => {
-                                self.metrics.observe(&event, &mut clock);
-                                framer.event(&event);
-                            }
-                            None => break,
-                        },
+                        if std::mem::take(&mut first_step) {
+                            self.started(&record.run_id).await;
+                        }
                     }
+                    framer.event(&event);
                 }
                 while let Ok(step) = steps.steps.try_recv() {
                     framer.step(

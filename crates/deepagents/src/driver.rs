@@ -81,7 +81,7 @@ pub(crate) async fn drive_in(
         model: agent.model.id().to_owned(),
         thread_id: ctx.checkpoint.as_ref().map(|c| c.thread_id.clone()),
     });
-    let mut journal = Journal::new(ctx.checkpoint.clone(), &run);
+    let mut journal = Journal::new(ctx.checkpoint.clone(), &run, events.clone());
     let mut driver = Driver {
         agent,
         ctx,

@@ -167,6 +167,8 @@ pub(crate) struct Journal {
     saved_progress: Progress,
     /// Files the run's tools changed outside the state (they are not in any delta).
     changed_outside: BTreeSet<String>,
+    /// Where each save is announced (`Checkpointed`).
+    events: EventSink,
 }
 
 /// The counters a save writes only when they changed.
@@ -190,7 +192,7 @@ impl Progress {
 }
 
 impl Journal {
-    pub(crate) fn new(target: Option<Checkpointing>, run: &Run) -> Self {
+    pub(crate) fn new(target: Option<Checkpointing>, run: &Run, events: EventSink) -> Self {
         // A fresh run (nothing persisted) is saved whole, custom values and files included.
         let fresh = target.as_ref().is_some_and(|t| t.persisted_messages == 0);
         Self {
@@ -224,6 +226,7 @@ impl Journal {
             },
             changed_outside: BTreeSet::new(),
             target,
+            events,
         }
     }
 
@@ -338,11 +341,12 @@ impl Journal {
             total_spent: (run.total_spent != self.saved_progress.total_spent)
                 .then_some(run.total_spent),
         };
-        target
+        let checkpoint = target
             .checkpointer
             .append(&target.thread_id, &delta, run)
             .await
             .map_err(RunError::Checkpoint)?;
+        self.events.emit(EventKind::Checkpointed { checkpoint });
         target.persisted_messages = run.state.messages.len();
         // The results of finished subagent runs are stored now; their child threads can go.
         for child in target.take_finished_children() {

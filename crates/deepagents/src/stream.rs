@@ -40,13 +40,6 @@ impl RunStream {
         self.cancel.cancel();
     }
 
-    /// The next event if it has already been sent, without waiting. Unlike polling the
-    /// stream it is not limited by Tokio's cooperative budget, so a loop of it drains every
-    /// event sent so far — what a caller needs to put a step's events before the step.
-    pub fn try_next(&mut self) -> Option<Event> {
-        self.events.try_recv().ok()
-    }
-
     /// Waits for the run to end and returns its result. Events not yet read are dropped.
     pub async fn outcome(self) -> Result<RunOutput, RunFailure> {
         match self.task.await {
