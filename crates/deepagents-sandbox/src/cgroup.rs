@@ -115,8 +115,11 @@ impl Cgroup {
 
 impl Drop for Cgroup {
     fn drop(&mut self) {
-        // Processes may fork while being killed, so repeat until none is left; a process
-        // exits only once the kernel has delivered the signal, hence the short waits.
+        // cgroup.kill (Linux 5.14+) kills every member at once, forks in progress included;
+        // the loop finishes the job where it is missing. Processes may fork while being
+        // killed, so repeat until none is left; a process exits only once the kernel has
+        // delivered the signal, hence the short waits.
+        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
         for _ in 0..200 {
             let members = self.members();
             if members.is_empty() && std::fs::remove_dir(&self.dir).is_ok() {
