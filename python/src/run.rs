@@ -417,20 +417,12 @@ async fn frame(
 ) -> Result<deepagents::RunOutput, Failure> {
     while let Some(event) = stream.next().await {
         for step in steps.steps_before(&event) {
-            framer.step(
-                step.checkpoint,
-                &step.run,
-                &convert::interrupt_id(&step.run),
-            );
+            framer.step(&step);
         }
         framer.event(&event);
     }
-    while let Ok(step) = steps.steps.try_recv() {
-        framer.step(
-            step.checkpoint,
-            &step.run,
-            &convert::interrupt_id(&step.run),
-        );
+    for step in steps.remaining() {
+        framer.step(&step);
     }
     stream
         .outcome()

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use deepagents::core::{Event, EventKind, Run};
 use serde_json::{Value, json};
 
+use crate::Step;
 use crate::convert;
 
 /// Where a [`Framer`] puts its frames: the server's log of a run, an in-process stream.
@@ -188,8 +189,10 @@ impl<S: FrameSink> Framer<S> {
         }
     }
 
-    /// A step the run saved: checkpoint `checkpoint`, the run after it.
-    pub fn step(&mut self, checkpoint: u64, run: &Run, interrupt_id: &str) {
+    /// A step the run saved.
+    pub fn step(&mut self, step: &Step) {
+        let (checkpoint, run) = (step.checkpoint, &step.run);
+        let interrupt_id = &convert::interrupt_id(run);
         let messages = &run.state.messages;
         let new: Vec<Value> = convert::messages_from(run, self.reported.min(messages.len()));
         let last_is_ai = matches!(

@@ -58,6 +58,11 @@ impl Subscription {
         }
         steps
     }
+
+    /// The steps saved and not taken yet: what is left once the run's events have ended.
+    pub fn remaining(&mut self) -> Vec<Step> {
+        std::iter::from_fn(|| self.steps.try_recv().ok()).collect()
+    }
 }
 
 impl Drop for Subscription {

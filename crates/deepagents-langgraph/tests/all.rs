@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use deepagents::models::ScriptedModel;
 use deepagents::{Agent, InMemoryCheckpointer};
-use deepagents_langgraph::{FrameSink, Framer, StepWatch, convert};
+use deepagents_langgraph::{FrameSink, Framer, StepWatch};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
@@ -59,20 +59,12 @@ async fn a_reader_that_lags_still_sees_each_step_after_its_events() {
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         while let Some(event) = stream.next().await {
             for step in steps.steps_before(&event) {
-                framer.step(
-                    step.checkpoint,
-                    &step.run,
-                    &convert::interrupt_id(&step.run),
-                );
+                framer.step(&step);
             }
             framer.event(&event);
         }
-        while let Ok(step) = steps.steps.try_recv() {
-            framer.step(
-                step.checkpoint,
-                &step.run,
-                &convert::interrupt_id(&step.run),
-            );
+        for step in steps.remaining() {
+            framer.step(&step);
         }
         stream.outcome().await.unwrap();
         // The last chunk before each `values` belongs to that state's last message.

@@ -540,11 +540,7 @@ impl Runs {
                 while let Some(event) = stream.next().await {
                     self.metrics.observe(&event, &mut clock);
                     for step in steps.steps_before(&event) {
-                        framer.step(
-                            step.checkpoint,
-                            &step.run,
-                            &convert::interrupt_id(&step.run),
-                        );
+                        framer.step(&step);
                         if job.delete_thread_after {
                             live.keep_last(&step.run);
                         }
@@ -554,12 +550,8 @@ impl Runs {
                     }
                     framer.event(&event);
                 }
-                while let Ok(step) = steps.steps.try_recv() {
-                    framer.step(
-                        step.checkpoint,
-                        &step.run,
-                        &convert::interrupt_id(&step.run),
-                    );
+                for step in steps.remaining() {
+                    framer.step(&step);
                     if job.delete_thread_after {
                         live.keep_last(&step.run);
                     }
