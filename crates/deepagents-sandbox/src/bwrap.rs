@@ -1,8 +1,10 @@
 //! The bubblewrap command line that expresses a [`Policy`].
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use crate::proxy::{DomainRules, PORT_INSIDE, Proxy};
 use crate::{Guard, INSTALL_HINT, Network, Policy, RootAccess, SandboxError, helper};
@@ -71,7 +73,16 @@ pub(crate) fn arguments(
     for dir in &policy.system {
         args.mount("--ro-bind-try", dir, dir);
     }
+    if let Some(bytes) = policy.limits.max_tmp_size {
+        args.flags(&["--size", &bytes.max(1 << 20).to_string()]);
+    }
     args.flags(&["--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]);
+    // The kernel's settings and hardware controls stay read-only whoever runs the command
+    // (bubblewrap covers them itself only when it could write them, which misses root).
+    for dir in PROC_READ_ONLY {
+        let path = Path::new("/proc").join(dir);
+        args.mount("--ro-bind-try", &path, &path);
+    }
     for path in &policy.extra_read {
         args.mount("--ro-bind-try", path, path);
     }
@@ -83,20 +94,47 @@ pub(crate) fn arguments(
     for path in &policy.extra_write {
         args.mount("--bind-try", path, path);
     }
-    for name in &policy.protected {
-        let path = root.join(name);
-        if let Some(inside) = inside_root(&root, &path) {
-            args.mount("--ro-bind", &inside, &inside);
-        }
-        // A worktree's `.git` file names the real git directory, which stays read-only too.
-        if let Some(gitdir) = gitdir_of(&root, &path) {
-            args.mount("--ro-bind", &gitdir, &gitdir);
+    // Run as root, the command still owns root's files: mask those no one else may read.
+    if rustix::process::geteuid().is_root() {
+        let visible: Vec<PathBuf> = policy
+            .system
+            .iter()
+            .chain(&policy.extra_read)
+            .cloned()
+            .collect();
+        // The root and the writable paths are the command's to use, whatever their modes.
+        let writable = |path: &Path| {
+            path.starts_with(&root) || policy.extra_write.iter().any(|w| path.starts_with(w))
+        };
+        for path in crate::private::root_only(&visible)
+            .iter()
+            .filter(|path| !writable(path))
+        {
+            if path.is_dir() {
+                args.flags(&["--tmpfs"]);
+                args.path(path);
+                args.flags(&["--remount-ro"]);
+                args.path(path);
+            } else {
+                args.mount("--ro-bind", Path::new("/dev/null"), path);
+            }
         }
     }
-    for path in &policy.read_only {
-        if let Some(inside) = inside_root(&root, &root.join(path)) {
-            args.mount("--ro-bind", &inside, &inside);
+    if policy.root_access == RootAccess::Write {
+        // Read-only names stay read-only whether or not they exist: a missing one gets an
+        // empty placeholder directory, so a command cannot create it (a `.git/hooks` or an
+        // `.agents/` planted for later runs).
+        for name in policy.protected.iter().chain(&policy.read_only) {
+            let path = protected_path(&root, name)?;
+            if let Some(placeholder) = Placeholder::acquire(&path)? {
+                guard.placeholders.push(placeholder);
+            }
+            args.mount("--ro-bind", &path, &path);
         }
+    }
+    // A worktree's git directories, as decided when the policy was made.
+    for dir in &policy.git_dirs {
+        args.mount("--ro-bind-try", dir, dir);
     }
     for path in &policy.hidden {
         let Some(inside) = inside_root(&root, &root.join(path)) else {
@@ -141,17 +179,116 @@ fn inside_root(root: &Path, path: &Path) -> Option<PathBuf> {
     resolved.starts_with(root).then_some(resolved)
 }
 
-/// The git directory a `.git` file points to (`gitdir: PATH`), resolved.
-fn gitdir_of(root: &Path, path: &Path) -> Option<PathBuf> {
-    if path.file_name()? != ".git" || !path.is_file() {
-        return None;
+/// Entries of `/proc` mounted read-only over the sandbox's own `/proc`.
+const PROC_READ_ONLY: [&str; 8] = [
+    "sys",
+    "sysrq-trigger",
+    "irq",
+    "bus",
+    "fs",
+    "acpi",
+    "scsi",
+    "driver",
+];
+
+/// Where a read-only name of the root is, refusing one reached through a symlink: a command
+/// could replace the link itself, which no mount can hold.
+fn protected_path(root: &Path, name: &Path) -> Result<PathBuf, SandboxError> {
+    let mut path = root.to_path_buf();
+    for part in name.components() {
+        match part {
+            std::path::Component::Normal(part) => path.push(part),
+            std::path::Component::CurDir => {}
+            _ => {
+                return Err(SandboxError::Policy(format!(
+                    "the read-only name {} must be a plain path inside the root",
+                    name.display()
+                )));
+            }
+        }
+        if path
+            .symlink_metadata()
+            .is_ok_and(|meta| meta.file_type().is_symlink())
+        {
+            return Err(SandboxError::Policy(format!(
+                "the read-only name {} is reached through the symlink {}, which commands could replace; make it a real directory or file, or take it off the protected names",
+                name.display(),
+                path.display()
+            )));
+        }
     }
-    let text = std::fs::read_to_string(path).ok()?;
-    let target = text
-        .lines()
-        .find_map(|line| line.strip_prefix("gitdir:"))?
-        .trim();
-    root.join(target).canonicalize().ok()
+    Ok(path)
+}
+
+/// Placeholders in use, by path: how many commands use each, and the directories made for
+/// it (outermost first). The last command to end removes them.
+static PLACEHOLDERS: Mutex<BTreeMap<PathBuf, (usize, Vec<PathBuf>)>> = Mutex::new(BTreeMap::new());
+
+/// An empty directory standing in for a missing read-only name while a command runs, removed
+/// afterwards when still empty (the host may have made it real meanwhile).
+#[derive(Debug)]
+pub(crate) struct Placeholder {
+    path: PathBuf,
+}
+
+impl Placeholder {
+    /// A placeholder at `path` when nothing real is there (`None` when something is).
+    fn acquire(path: &Path) -> Result<Option<Self>, SandboxError> {
+        let mut users = PLACEHOLDERS.lock().map_err(|_| {
+            SandboxError::Policy("the placeholder registry was poisoned".to_owned())
+        })?;
+        if let Some((count, _)) = users.get_mut(path) {
+            *count += 1;
+            return Ok(Some(Self {
+                path: path.to_path_buf(),
+            }));
+        }
+        if path.exists() {
+            return Ok(None);
+        }
+        let mut missing: Vec<PathBuf> = path
+            .ancestors()
+            .take_while(|dir| !dir.exists())
+            .map(Path::to_path_buf)
+            .collect();
+        missing.reverse();
+        for (made, dir) in missing.iter().enumerate() {
+            if let Err(e) = std::fs::create_dir(dir) {
+                for dir in missing[..made].iter().rev() {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                return Err(SandboxError::Policy(format!(
+                    "cannot make a read-only placeholder at {}: {e}",
+                    dir.display()
+                )));
+            }
+        }
+        users.insert(path.to_path_buf(), (1, missing));
+        Ok(Some(Self {
+            path: path.to_path_buf(),
+        }))
+    }
+}
+
+impl Drop for Placeholder {
+    fn drop(&mut self) {
+        let Ok(mut users) = PLACEHOLDERS.lock() else {
+            return;
+        };
+        let Some((count, _)) = users.get_mut(&self.path) else {
+            return;
+        };
+        *count -= 1;
+        if *count > 0 {
+            return;
+        }
+        if let Some((_, made)) = users.remove(&self.path) {
+            for dir in made.iter().rev() {
+                // Fails, and keeps it, when something was put there since.
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
 }
 
 #[derive(Default)]

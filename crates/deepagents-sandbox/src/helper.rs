@@ -4,10 +4,14 @@
 //! - `bridge --socket PATH -- PROGRAM ARGS…` runs inside bubblewrap's network namespace: it
 //!   listens on `127.0.0.1:3128` and hands every connection to the [proxy](crate::proxy)'s
 //!   socket, then runs the program and exits with its status.
-//! - `landlock --read PATH… --write PATH… --network off|on -- PROGRAM ARGS…` restricts
-//!   itself with Landlock and seccomp, runs the program as a child reaper (processes that
-//!   detach from it become its children), and when the program ends, ends every process it
-//!   left before exiting with its status.
+//! - `landlock --scratch DIR --read PATH… --list DIR… --write PATH… --network
+//!   off|on -- PROGRAM ARGS…` runs the program confined, as a child reaper (processes that
+//!   detach from it become its children): it starts itself again as `landlock-exec` with the
+//!   same options, which leaves the caller's session (no controlling terminal, so nothing can
+//!   be typed into the user's shell), restricts itself with Landlock and seccomp and becomes
+//!   the program. When the program ends — or the helper gets SIGTERM, SIGINT or SIGHUP, or
+//!   its parent dies — it ends every process the program left, removes the scratch directory
+//!   and exits with the program's status (128 + the signal when signalled).
 //! - `probe` answers [`PROBE_ANSWER`], so a caller can tell the helper is wired.
 //!
 //! A program that confines commands with allowed domains or with the Landlock engine calls
@@ -99,24 +103,29 @@ fn run(args: &[OsString]) -> Result<i32, String> {
             run_command(command)
         }
         Some("landlock") => {
+            let (options, _) = split_command(rest)?;
+            let options = LandlockOptions::parse(options)?;
+            supervise(&options, rest)
+        }
+        Some("landlock-exec") => {
             let (options, command) = split_command(rest)?;
-            let mut read = Vec::new();
-            let mut write = Vec::new();
-            let mut network_off = true;
-            let mut options = options.iter();
-            while let Some(flag) = options.next() {
-                let value = options
-                    .next()
-                    .ok_or_else(|| format!("{} needs a value", flag.to_string_lossy()))?;
-                match flag.to_str() {
-                    Some("--read") => read.push(PathBuf::from(value)),
-                    Some("--write") => write.push(PathBuf::from(value)),
-                    Some("--network") => network_off = value != "on",
-                    _ => return Err(format!("unknown option {}", flag.to_string_lossy())),
-                }
-            }
-            crate::landlock::restrict(&read, &write, network_off)?;
-            reap_as(command)
+            let options = LandlockOptions::parse(options)?;
+            // A session of its own: no controlling terminal to read, write or type into.
+            rustix::process::setsid().map_err(|e| format!("cannot start a new session: {e}"))?;
+            // Dies with the supervising helper, whatever kills it.
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+                .map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
+            crate::landlock::restrict(
+                &options.read,
+                &options.list,
+                &options.write,
+                options.network_off,
+            )?;
+            let error = std::os::unix::process::CommandExt::exec(&mut command_of(command));
+            Err(format!(
+                "cannot start {}: {error}",
+                command[0].to_string_lossy()
+            ))
         }
         _ => Err(format!("unknown request {}", request.to_string_lossy())),
     }
@@ -179,13 +188,104 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
         .unwrap_or(SETUP_FAILED)
 }
 
-/// Runs the command as a child reaper, then ends whatever it left behind.
-fn reap_as(command: &[OsString]) -> Result<i32, String> {
-    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+/// The options of `landlock` and `landlock-exec`.
+struct LandlockOptions {
+    scratch: Option<PathBuf>,
+    read: Vec<PathBuf>,
+    list: Vec<PathBuf>,
+    write: Vec<PathBuf>,
+    network_off: bool,
+}
+
+impl LandlockOptions {
+    fn parse(options: &[OsString]) -> Result<Self, String> {
+        let mut parsed = Self {
+            scratch: None,
+            read: Vec::new(),
+            list: Vec::new(),
+            write: Vec::new(),
+            network_off: true,
+        };
+        let mut options = options.iter();
+        while let Some(flag) = options.next() {
+            let value = options
+                .next()
+                .ok_or_else(|| format!("{} needs a value", flag.to_string_lossy()))?;
+            match flag.to_str() {
+                Some("--scratch") => parsed.scratch = Some(PathBuf::from(value)),
+                Some("--read") => parsed.read.push(PathBuf::from(value)),
+                Some("--list") => parsed.list.push(PathBuf::from(value)),
+                Some("--write") => parsed.write.push(PathBuf::from(value)),
+                Some("--network") => parsed.network_off = value != "on",
+                _ => return Err(format!("unknown option {}", flag.to_string_lossy())),
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+/// Runs `landlock-exec` with `arguments` (the options, `--` and the command) as a child
+/// reaper, then ends whatever it left behind and removes the scratch directory. A signal
+/// that ends the helper, or its parent's death, ends the command the same way first.
+fn supervise(options: &LandlockOptions, arguments: &[OsString]) -> Result<i32, String> {
+    use rustix::process::{Signal, getpid, set_child_subreaper, set_parent_process_death_signal};
+    let parent = rustix::process::getppid();
+    set_parent_process_death_signal(Some(Signal::TERM))
+        .map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
+    // The parent may have died just before: then no signal would come.
+    if rustix::process::getppid() != parent {
+        return Err("the caller is gone".to_owned());
+    }
+    set_child_subreaper(Some(getpid()))
         .map_err(|e| format!("cannot become a child reaper: {e}"))?;
-    let code = run_command(command)?;
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGHUP,
+    ])
+    .map_err(|e| format!("cannot handle signals: {e}"))?;
+    let program =
+        std::env::current_exe().map_err(|e| format!("cannot find the helper program: {e}"))?;
+    let mut child = std::process::Command::new(program)
+        .arg(ARG)
+        .arg("landlock-exec")
+        .args(arguments)
+        .spawn()
+        .map_err(|e| format!("cannot start the confined command: {e}"))?;
+    let session = i32::try_from(child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw);
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let handle = signals.handle();
+    let watcher = {
+        let received = std::sync::Arc::clone(&received);
+        std::thread::Builder::new()
+            .name("sandbox-signals".to_owned())
+            .spawn(move || {
+                if let Some(signal) = signals.forever().next() {
+                    received.store(signal, std::sync::atomic::Ordering::SeqCst);
+                    // The command leads its own session and group: end the group at once;
+                    // `end_children` below finds what left it.
+                    if let Some(session) = session {
+                        let _ = rustix::process::kill_process_group(session, Signal::KILL);
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot watch signals: {e}"))?
+    };
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for the command failed: {e}"));
     end_children();
-    Ok(code)
+    handle.close();
+    let _ = watcher.join();
+    if let Some(scratch) = &options.scratch {
+        let _ = std::fs::remove_dir_all(scratch);
+    }
+    match received.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => Ok(exit_code(status?)),
+        signal => Ok(128 + signal),
+    }
 }
 
 /// Kills every child (orphans of the command are re-parented here) until none is left.

@@ -1,12 +1,14 @@
 //! The Landlock engine: the fallback where user namespaces are unavailable.
 //!
-//! The command runs under the [helper](crate::helper), which restricts itself before
-//! starting it: Landlock lets the processes read (and run) only the system directories, the
+//! The command runs under the [helper](crate::helper), which starts it in a session of its
+//! own (no controlling terminal) restricted first: Landlock lets the processes read (and
+//! run) only the system directories (less what only root may read, when run by root), the
 //! extra read-only paths, `/proc` and the root, write only the root (unless read-only), the
 //! extra writable paths, a private temporary directory (`TMPDIR`) and the usual devices;
 //! with the network off, TCP is refused too; signals and abstract Unix sockets stay inside
-//! the sandbox. Then the same seccomp filter as under bubblewrap. What this cannot express
-//! is listed by [`crate::limitations`].
+//! the sandbox. Then the same seccomp filter as under bubblewrap, which here also refuses
+//! new Unix sockets (a path socket of the host is otherwise reachable: Landlock does not
+//! govern `connect`). What this cannot express is listed by [`crate::limitations`].
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -47,8 +49,14 @@ pub(crate) fn command(
     })?;
     let helper = helper::program(policy)?;
     let scratch = scratch_dir()?;
-    let mut read: Vec<PathBuf> = policy.system.clone();
-    read.extend(policy.extra_read.iter().cloned());
+    let mut visible: Vec<PathBuf> = policy.system.clone();
+    visible.extend(policy.extra_read.iter().cloned());
+    // Run as root, the command owns root's files: what no one else may read is left out.
+    let (mut read, list) = if rustix::process::geteuid().is_root() {
+        split_around(&visible, &crate::private::root_only(&visible))
+    } else {
+        (visible, Vec::new())
+    };
     read.push(PathBuf::from("/proc"));
     let mut write: Vec<PathBuf> = policy.extra_write.clone();
     write.extend(DEVICES.iter().map(PathBuf::from));
@@ -58,7 +66,9 @@ pub(crate) fn command(
         RootAccess::Read => read.push(root),
     }
     let mut args: Vec<OsString> = vec![helper::ARG.into(), "landlock".into()];
-    for (flag, paths) in [("--read", &read), ("--write", &write)] {
+    args.push("--scratch".into());
+    args.push(scratch.as_os_str().to_owned());
+    for (flag, paths) in [("--read", &read), ("--list", &list), ("--write", &write)] {
         for path in paths.iter().filter(|path| path.exists()) {
             args.push(flag.into());
             args.push(path.as_os_str().to_owned());
@@ -84,11 +94,42 @@ pub(crate) fn command(
     Ok((helper.into_os_string(), args))
 }
 
-/// A new private directory in the host's temporary directory.
+/// `paths` less `excluded`, as Landlock rules can say it: paths readable whole, and
+/// directories only listable, on the way to an excluded path (their other entries readable
+/// whole). Names inside an excluded directory stay listable; their contents do not.
+fn split_around(paths: &[PathBuf], excluded: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    fn split(path: &Path, excluded: &[PathBuf], read: &mut Vec<PathBuf>, list: &mut Vec<PathBuf>) {
+        if excluded.iter().any(|e| path.starts_with(e)) {
+            return;
+        }
+        if !excluded.iter().any(|e| e.starts_with(path)) || !path.is_dir() {
+            read.push(path.to_path_buf());
+            return;
+        }
+        list.push(path.to_path_buf());
+        for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+            split(&entry.path(), excluded, read, list);
+        }
+    }
+    let (mut read, mut list) = (Vec::new(), Vec::new());
+    for path in paths {
+        let path = path.canonicalize().unwrap_or_else(|_| path.clone());
+        split(&path, excluded, &mut read, &mut list);
+    }
+    (read, list)
+}
+
+/// The prefix of the private temporary directories, `deepagents-tmp-PID-N`.
+const SCRATCH_PREFIX: &str = "deepagents-tmp-";
+
+/// A new private directory in the host's temporary directory. The first one of a process
+/// also removes those left by processes that are gone (killed before they could).
 fn scratch_dir() -> Result<PathBuf, SandboxError> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(sweep_stale_scratch);
     let dir = std::env::temp_dir().join(format!(
-        "deepagents-tmp-{}-{}",
+        "{SCRATCH_PREFIX}{}-{}",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
@@ -97,11 +138,33 @@ fn scratch_dir() -> Result<PathBuf, SandboxError> {
     Ok(dir)
 }
 
+/// Removes the private temporary directories of processes that no longer exist.
+fn sweep_stale_scratch() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let creator = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(SCRATCH_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<i32>().ok());
+        if let Some(creator) = creator
+            && !crate::alive(creator)
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 /// Restricts the calling process (the helper, before it starts the command): Landlock, then
-/// seccomp. Landlock older than ABI 3 (Linux 6.2) is refused: without it truncation is not
-/// controlled, and a half-applied policy is worse than a clear error.
+/// seccomp. `list` are directories whose entries may be listed, not read. Landlock older
+/// than ABI 3 (Linux 6.2) is refused: without it truncation is not controlled, and a
+/// half-applied policy is worse than a clear error.
 pub(crate) fn restrict(
     read: &[PathBuf],
+    list: &[PathBuf],
     write: &[PathBuf],
     network_off: bool,
 ) -> Result<(), String> {
@@ -124,6 +187,8 @@ pub(crate) fn restrict(
         .create()
         .map_err(failed)?
         .add_rules(path_beneath_rules(read, AccessFs::from_read(ABI::V6)))
+        .map_err(failed)?
+        .add_rules(path_beneath_rules(list, AccessFs::ReadDir))
         .map_err(failed)?
         .add_rules(path_beneath_rules(write, AccessFs::from_all(ABI::V6)))
         .map_err(failed)?
@@ -151,7 +216,7 @@ pub(crate) fn restrict(
     } else {
         Network::On
     };
-    seccomp::apply(&network).map_err(|e| e.to_string())
+    seccomp::apply(&network, crate::Engine::Landlock).map_err(|e| e.to_string())
 }
 
 /// Makes the calling program's memory and environment unreadable to commands of the same

@@ -12,15 +12,22 @@
 //! - **bubblewrap** (`bwrap`, found on `PATH`): new user, mount, PID, IPC, UTS, cgroup and
 //!   (unless allowed) network namespaces, the policy's mounts, the command as a child of a PID
 //!   namespace that dies with it (so daemonized children are killed too);
-//! - **Landlock** (Linux ≥ 6.2, ABI 3), the fallback where user namespaces are unavailable:
-//!   the same paths readable and writable as far as Landlock can say it; what it cannot
-//!   enforce is listed by [`Engine::Landlock`]'s [`limitations`].
+//! - **Landlock** (Linux ≥ 6.2, ABI 3), the fallback where user namespaces are unavailable,
+//!   used only when chosen ([`Engine::Landlock`], or [`Policy::landlock_fallback`] with
+//!   [`Engine::Auto`]): the same paths readable and writable as far as Landlock can say it, the
+//!   command in a session of its own (no controlling terminal); what it cannot enforce is
+//!   listed by [`limitations`].
 //!
 //! Both add a seccomp filter ([`seccomp`]) that refuses `ptrace`, mounts, new namespaces,
-//! `bpf`, `io_uring`, the kernel keyring, `perf_event_open`, module and kexec calls and, with
-//! the network off, sockets other than Unix ones; an environment that holds only what the
-//! caller passes; and resource limits, the number of processes through a pids cgroup where
+//! `bpf`, `io_uring`, the kernel keyring, `perf_event_open`, module and kexec calls, typing
+//! into a terminal (`TIOCSTI`, `TIOCLINUX`) and, with the network off, sockets other than
+//! Unix ones (under Landlock, Unix ones too); an environment that holds only what the caller
+//! passes; and resource limits: the number of processes and the memory through a cgroup where
 //! one can be created (then every process left when the command ends is killed too).
+//!
+//! Run by root, a command is host uid 0 without capabilities: it cannot write the system,
+//! and what only root may read there is masked ([`private`]); `/proc/sys` and the other
+//! kernel controls under `/proc` are read-only.
 //!
 //! [`Network::Domains`] lets commands reach chosen domains over HTTP and HTTPS through a
 //! proxy on a Unix socket that checks each request ([`proxy`]); a helper process
@@ -36,6 +43,7 @@ mod cgroup;
 pub mod helper;
 mod landlock;
 mod outside;
+mod private;
 pub mod proxy;
 pub mod seccomp;
 
@@ -115,6 +123,9 @@ pub fn limitations(engine: Engine, policy: &Policy) -> Vec<String> {
     if policy.limits.max_processes.is_some() && !cgroup && rustix::process::getuid().is_root() {
         gaps.push("the process limit: no pids cgroup can be created, and RLIMIT_NPROC does not hold for root".to_owned());
     }
+    if policy.limits.max_memory.is_some() && !cgroup::memory_available() {
+        gaps.push("the memory limit: no memory cgroup can be created".to_owned());
+    }
     if engine != Engine::Landlock {
         return gaps;
     }
@@ -123,6 +134,9 @@ pub fn limitations(engine: Engine, policy: &Policy) -> Vec<String> {
     );
     gaps.push("a PID namespace: commands see the host's processes, and can read the command lines and environments of other processes of the same user that are not this program".to_owned());
     gaps.push("file names and metadata outside the policy: a command can stat a path it knows, not read or list it".to_owned());
+    if policy.limits.max_tmp_size.is_some() {
+        gaps.push("the size of the temporary directory: it is on the host's disk".to_owned());
+    }
     if policy.root_access == RootAccess::Write
         && (!policy.protected.is_empty() || !policy.read_only.is_empty())
     {
@@ -192,9 +206,13 @@ pub struct Policy {
     pub extra_read: Vec<PathBuf>,
     /// More host paths visible read-write.
     pub extra_write: Vec<PathBuf>,
-    /// Names (relative paths) inside the root that stay read-only; a `.git` file's `gitdir:`
-    /// target is protected with it.
+    /// Names (relative paths) inside the root that stay read-only, whether or not they exist
+    /// (a missing one cannot be created; one reached through a symlink is refused, since a
+    /// command could replace the link).
     pub protected: Vec<PathBuf>,
+    /// Host git directories visible read-only: those of a worktree root, decided by
+    /// [`worktree_git_dirs`] when the policy is made, never from a file commands can change.
+    pub git_dirs: Vec<PathBuf>,
     /// Paths inside the root the command may not read: hidden behind an empty file or
     /// directory.
     pub hidden: Vec<PathBuf>,
@@ -206,6 +224,9 @@ pub struct Policy {
     pub limits: Limits,
     /// What confines the command.
     pub engine: Engine,
+    /// Whether [`Engine::Auto`] may fall back to Landlock where bubblewrap cannot run (off by
+    /// default: Landlock enforces less, see [`limitations`]).
+    pub landlock_fallback: bool,
     /// The program that carries the [`helper`] (it calls [`helper::dispatch`] first in
     /// `main`); `None` is the running program. Needed for [`Network::Domains`] and the
     /// Landlock engine.
@@ -229,14 +250,86 @@ pub struct Limits {
     /// one can be created (as root, or in a delegated cgroup), else `RLIMIT_NPROC`, which
     /// the kernel does not apply to root.
     pub max_processes: Option<u64>,
+    /// Memory the command and its children may use together, in bytes: a memory cgroup
+    /// where one can be created (over it, the kernel's OOM killer ends a process of the
+    /// command).
+    pub max_memory: Option<u64>,
+    /// The size of the command's private `/tmp`, in bytes (bubblewrap).
+    pub max_tmp_size: Option<u64>,
+}
+
+/// The memory limit of the default policies: half the machine's memory, at most 8 GiB —
+/// room for a build, not for a runaway process to take the machine.
+pub fn default_max_memory() -> u64 {
+    const CAP: u64 = 8 << 30;
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("MemTotal:"))
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+        })
+        .map_or(CAP, |kib| kib * 1024);
+    (total / 2).clamp(256 << 20, CAP)
+}
+
+/// The git directories a worktree at `root` uses, when its `.git` is a file that names a
+/// `…/worktrees/NAME` directory of a repository whose back-link (`gitdir` there) names this
+/// root: that directory and the repository's common directory. Anything else — a `gitdir:`
+/// pointing at an arbitrary host directory — gives nothing.
+pub fn worktree_git_dirs(root: &Path) -> Vec<PathBuf> {
+    fn find(root: &Path) -> Option<Vec<PathBuf>> {
+        let root = root.canonicalize().ok()?;
+        let dot_git = root.join(".git");
+        if !dot_git.symlink_metadata().ok()?.is_file() {
+            return None;
+        }
+        let text = std::fs::read_to_string(&dot_git).ok()?;
+        let target = text
+            .lines()
+            .find_map(|line| line.strip_prefix("gitdir:"))?
+            .trim();
+        let git_dir = root.join(target).canonicalize().ok()?;
+        if git_dir.parent()?.file_name()? != "worktrees" {
+            return None;
+        }
+        let back = std::fs::read_to_string(git_dir.join("gitdir")).ok()?;
+        if Path::new(back.trim()).canonicalize().ok()? != dot_git {
+            return None;
+        }
+        let common = git_dir.parent()?.parent()?.to_path_buf();
+        if !common.join("objects").is_dir() || !common.join("HEAD").is_file() {
+            return None;
+        }
+        Some(vec![git_dir, common])
+    }
+    find(root).unwrap_or_default()
+}
+
+/// Whether the process `pid` exists (a zombie counts).
+pub(crate) fn alive(pid: i32) -> bool {
+    rustix::process::Pid::from_raw(pid).is_some_and(|pid| {
+        !matches!(
+            rustix::process::test_kill_process(pid),
+            Err(rustix::io::Errno::SRCH)
+        )
+    })
 }
 
 impl Policy {
     /// The default policy for `root`: root read-write, the system read-only, protected names
     /// read-only, no network.
     pub fn workspace_write(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
         Self {
-            root: root.into(),
+            git_dirs: worktree_git_dirs(&root),
+            root,
             root_access: RootAccess::Write,
             system: SYSTEM_PATHS.iter().map(PathBuf::from).collect(),
             extra_read: Vec::new(),
@@ -247,9 +340,12 @@ impl Policy {
             network: Network::Off,
             limits: Limits {
                 max_processes: Some(DEFAULT_MAX_PROCESSES),
+                max_memory: Some(default_max_memory()),
+                max_tmp_size: Some(default_max_memory()),
                 ..Limits::default()
             },
             engine: Engine::Auto,
+            landlock_fallback: false,
             helper: None,
         }
     }
@@ -274,12 +370,13 @@ impl Policy {
         env: &[(String, String)],
     ) -> Result<Confined, SandboxError> {
         let engine = self.resolve_engine()?;
-        let cgroup = self.limits.max_processes.and_then(cgroup::Cgroup::create);
+        let cgroup = cgroup::Cgroup::create(self.limits.max_processes, self.limits.max_memory);
         let mut guard = Guard {
             filters: Vec::new(),
             cgroup,
             proxy: None,
             scratch: None,
+            placeholders: Vec::new(),
         };
         let (program, args) = match engine {
             Engine::Landlock => {
@@ -287,20 +384,26 @@ impl Policy {
                 landlock::command(self, &mut guard, shell, command)?
             }
             _ => {
-                guard.filters = seccomp::filter_fds(&self.network)?;
+                guard.filters = seccomp::filter_fds(&self.network, Engine::Bubblewrap)?;
                 let bwrap = find_bwrap()?;
                 let args = bwrap::arguments(self, &mut guard, shell, command, env)?;
                 (bwrap.into_os_string(), args)
             }
         };
         let mut process = match &guard.cgroup {
-            // The outermost process joins the cgroup before it becomes the sandbox, so
+            // The outermost process joins the cgroups before it becomes the sandbox, so
             // everything the command starts is counted and can be ended.
             Some(cgroup) => {
+                let files = cgroup.procs_files();
+                let joins: String = (1..=files.len())
+                    .map(|n| format!("echo $$ > \"${n}\" && "))
+                    .collect();
                 let mut process = std::process::Command::new("/bin/sh");
                 process
-                    .args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
-                    .arg(cgroup.procs_file())
+                    .arg("-c")
+                    .arg(format!("{joins}shift {} && exec \"$@\"", files.len()))
+                    .arg("sh")
+                    .args(files)
                     .arg(&program)
                     .args(&args);
                 process
@@ -326,22 +429,21 @@ impl Policy {
         })
     }
 
-    /// The engine that will run commands: the policy's, or for [`Engine::Auto`] the best
-    /// that works here (tried once per process).
+    /// The engine that will run commands: the policy's, or for [`Engine::Auto`] bubblewrap
+    /// where it works here (tried once per process), else Landlock when
+    /// [`landlock_fallback`](Self::landlock_fallback) allows it.
     pub fn resolve_engine(&self) -> Result<Engine, SandboxError> {
         match self.engine {
-            Engine::Auto => {
-                if namespaces_work() {
-                    Ok(Engine::Bubblewrap)
-                } else if landlock_works(self.helper.as_deref()) {
+            Engine::Auto => match namespaces_work() {
+                Ok(()) => Ok(Engine::Bubblewrap),
+                Err(_) if self.landlock_fallback && landlock_works(self.helper.as_deref()) => {
                     Ok(Engine::Landlock)
-                } else {
-                    Err(SandboxError::Unavailable {
-                        reason: "neither bubblewrap with user namespaces nor Landlock (ABI 3) works on this machine".to_owned(),
-                        hint: INSTALL_HINT,
-                    })
                 }
-            }
+                Err(reason) => Err(SandboxError::Unavailable {
+                    reason: format!("bubblewrap cannot run here ({reason})"),
+                    hint: FALLBACK_HINT,
+                }),
+            },
             engine => Ok(engine),
         }
     }
@@ -381,10 +483,16 @@ fn shell_invocation(
     args
 }
 
-/// Whether a bubblewrap trial command succeeds here (tried once per process).
-fn namespaces_work() -> bool {
-    static WORKS: OnceLock<bool> = OnceLock::new();
-    *WORKS.get_or_init(|| trial(Engine::Bubblewrap, None).is_ok())
+/// Whether a bubblewrap trial command succeeds here, or why not (tried once per process).
+fn namespaces_work() -> Result<(), String> {
+    static WORKS: OnceLock<Result<(), String>> = OnceLock::new();
+    WORKS
+        .get_or_init(|| {
+            let outcome = trial(Engine::Bubblewrap, None);
+            // One line: the reason goes into an error message of one line.
+            outcome.map_err(|e| e.lines().next().unwrap_or_default().to_owned())
+        })
+        .clone()
 }
 
 /// Whether a Landlock trial command succeeds here with `helper` (tried once per process
@@ -408,7 +516,7 @@ fn trial(engine: Engine, helper: Option<&Path>) -> Result<(), String> {
     let mut policy = Policy::read_only(std::env::temp_dir());
     policy.engine = engine;
     policy.helper = helper.map(Path::to_path_buf);
-    policy.limits.max_processes = None;
+    policy.limits = Limits::default();
     let confined = policy
         .command(Path::new("/bin/sh"), "exit 0", &[])
         .map_err(|e| e.to_string())?;
@@ -459,15 +567,16 @@ impl Confined {
 }
 
 /// What a confined command needs while it runs: the seccomp filters bubblewrap reads as it
-/// starts, the command's cgroup, the network proxy, the Landlock engine's temporary
-/// directory. Dropping it kills every process left in the command's cgroup and removes
-/// what was made for it.
+/// starts, the command's cgroups, the network proxy, the Landlock engine's temporary
+/// directory, placeholders for missing read-only names. Dropping it kills every process
+/// left in the command's cgroups and removes what was made for it.
 #[derive(Debug)]
 pub struct Guard {
     filters: Vec<OwnedFd>,
     cgroup: Option<cgroup::Cgroup>,
     proxy: Option<proxy::Proxy>,
     scratch: Option<PathBuf>,
+    placeholders: Vec<bwrap::Placeholder>,
 }
 
 impl Guard {
@@ -487,7 +596,9 @@ impl Guard {
 
     /// Whether the command's processes are counted and ended through a pids cgroup.
     pub fn has_cgroup(&self) -> bool {
-        self.cgroup.is_some()
+        self.cgroup
+            .as_ref()
+            .is_some_and(cgroup::Cgroup::counts_processes)
     }
 }
 
@@ -496,6 +607,7 @@ impl Drop for Guard {
         // The cgroup goes first: its processes may be using the proxy or the scratch space.
         self.cgroup = None;
         self.proxy = None;
+        self.placeholders.clear();
         if let Some(scratch) = self.scratch.take() {
             // Best effort: a leftover directory in the host's temporary directory is harmless.
             let _ = std::fs::remove_dir_all(scratch);
@@ -524,6 +636,9 @@ pub enum SandboxError {
 
 /// The hint for a machine without bubblewrap.
 pub const INSTALL_HINT: &str = "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), or turn the sandbox off to run commands unconfined";
+
+/// The hint where bubblewrap cannot run and the Landlock fallback was not chosen.
+pub const FALLBACK_HINT: &str = "Install bubblewrap and allow user namespaces, or accept the Landlock fallback, which enforces less (see `deepagents sandbox check --sandbox-engine landlock`), with engine = \"landlock\" or landlock_fallback = true in [sandbox]";
 
 /// One layer of confinement and whether it works here.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -612,7 +727,7 @@ pub fn check_for(policy: &Policy) -> Report {
     )];
     layers.push(layer(
         "namespaces",
-        trial(Engine::Bubblewrap, None)
+        namespaces_work()
             .map(|()| "user, mount, PID, IPC, UTS, cgroup and network namespaces".to_owned()),
     ));
     layers.push(layer(
@@ -622,9 +737,23 @@ pub fn check_for(policy: &Policy) -> Report {
     ));
     layers.push(layer(
         "seccomp",
-        seccomp::filters(&Network::Off)
+        seccomp::filters(&Network::Off, Engine::Bubblewrap)
             .map(|_| "filter compiled for this architecture".to_owned())
             .map_err(|e| e.to_string()),
+    ));
+    layers.push(layer(
+        "memory cgroup",
+        if cgroup::memory_available() {
+            Ok(format!(
+                "memory limit {}",
+                policy.limits.max_memory.map_or_else(
+                    || "none set".to_owned(),
+                    |bytes| format!("{} MiB", bytes >> 20)
+                )
+            ))
+        } else {
+            Err("cannot create one; the memory limit is not enforced".to_owned())
+        },
     ));
     layers.push(layer(
         "pids cgroup",

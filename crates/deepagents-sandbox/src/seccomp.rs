@@ -4,9 +4,13 @@
 //! The first filter answers `EPERM` to calls that could leave or weaken the sandbox: tracing
 //! other processes, mounting, creating or joining namespaces (`unshare`, `setns`, `clone` with
 //! a namespace flag), `bpf`, `io_uring_*`, the kernel keyring, `perf_event_open`, kernel
-//! modules, `kexec`, `reboot`, swap and `userfaultfd`; with the network off also `socket` for
-//! any family but `AF_UNIX`. The second answers `ENOSYS` to `clone3`, whose flags a filter
-//! cannot read, so the C library falls back to `clone`, which the first filter checks.
+//! modules, `kexec`, `reboot`, swap and `userfaultfd`; the terminal `ioctl`s that push input
+//! into a terminal (`TIOCSTI`, `TIOCLINUX`), so no command can type into the user's shell;
+//! with the network off also `socket` for any family but `AF_UNIX`, and under the Landlock
+//! engine `socket` for `AF_UNIX` too (without a mount namespace, host Unix sockets — a tmux
+//! server, an SSH agent, Docker — would otherwise be reachable by path; `socketpair` stays).
+//! The second answers `ENOSYS` to `clone3`, whose flags a filter cannot read, so the C library
+//! falls back to `clone`, which the first filter checks.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -17,7 +21,12 @@ use seccompiler::{
     SeccompRule,
 };
 
-use crate::{Network, SandboxError};
+use crate::{Engine, Network, SandboxError};
+
+/// `ioctl` requests refused: `TIOCSTI` (push a byte into a terminal's input) and `TIOCLINUX`
+/// (its subcommands include pasting the console's selection). The generic Linux numbers,
+/// which every architecture the filters are built for (x86_64, aarch64, riscv64) uses.
+const DENIED_IOCTLS: [u64; 2] = [0x5412, 0x541C];
 
 /// Calls refused outright.
 const DENIED: &[libc::c_long] = &[
@@ -71,8 +80,8 @@ fn invalid(e: seccompiler::BackendError) -> SandboxError {
     SandboxError::Policy(format!("the seccomp filter does not compile: {e}"))
 }
 
-/// The two filters for `network`, compiled for this machine's architecture.
-pub fn filters(network: &Network) -> Result<[BpfProgram; 2], SandboxError> {
+/// The two filters for `network` under `engine`, compiled for this machine's architecture.
+pub fn filters(network: &Network, engine: Engine) -> Result<[BpfProgram; 2], SandboxError> {
     let arch = std::env::consts::ARCH.try_into().map_err(|_| SandboxError::Unavailable {
         reason: format!("seccomp filters are not built for {}", std::env::consts::ARCH),
         hint: "Run on x86_64, aarch64 or riscv64, or turn the sandbox off to run commands unconfined",
@@ -93,16 +102,30 @@ pub fn filters(network: &Network) -> Result<[BpfProgram; 2], SandboxError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(invalid)?;
     rules.insert(libc::SYS_clone, namespaces);
-    if *network == Network::Off {
-        let not_unix = SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Ne,
-            libc::AF_UNIX as u64,
-        )
-        .and_then(|condition| SeccompRule::new(vec![condition]))
+    // The request is an `unsigned int`: compare the low 32 bits only.
+    let ioctls = DENIED_IOCTLS
+        .iter()
+        .map(|&request| {
+            SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, request)
+                .and_then(|condition| SeccompRule::new(vec![condition]))
+        })
+        .collect::<Result<Vec<_>, _>>()
         .map_err(invalid)?;
-        rules.insert(libc::SYS_socket, vec![not_unix]);
+    rules.insert(libc::SYS_ioctl, ioctls);
+    let family = |op: SeccompCmpOp| {
+        SeccompCondition::new(0, SeccompCmpArgLen::Dword, op, libc::AF_UNIX as u64)
+            .and_then(|condition| SeccompRule::new(vec![condition]))
+            .map_err(invalid)
+    };
+    let mut sockets = Vec::new();
+    if *network == Network::Off {
+        sockets.push(family(SeccompCmpOp::Ne)?);
+    }
+    if engine == Engine::Landlock {
+        sockets.push(family(SeccompCmpOp::Eq)?);
+    }
+    if !sockets.is_empty() {
+        rules.insert(libc::SYS_socket, sockets);
     }
     let deny = SeccompFilter::new(
         rules,
@@ -127,8 +150,8 @@ pub fn filters(network: &Network) -> Result<[BpfProgram; 2], SandboxError> {
 /// The filters written to anonymous files, ready to be inherited by bubblewrap (each read
 /// from its start). They are open without close-on-exec, so spawn the command soon and
 /// drop them right after.
-pub fn filter_fds(network: &Network) -> Result<Vec<OwnedFd>, SandboxError> {
-    filters(network)?
+pub fn filter_fds(network: &Network, engine: Engine) -> Result<Vec<OwnedFd>, SandboxError> {
+    filters(network, engine)?
         .iter()
         .map(|program| {
             let fd =
@@ -153,8 +176,8 @@ pub fn filter_fds(network: &Network) -> Result<Vec<OwnedFd>, SandboxError> {
 /// Applies both filters to the calling thread and every process it starts from now on (the
 /// Landlock engine's helper, just before it starts the command). Sets no-new-privileges,
 /// which the kernel requires of unprivileged filters.
-pub fn apply(network: &Network) -> Result<(), SandboxError> {
-    for program in filters(network)? {
+pub fn apply(network: &Network, engine: Engine) -> Result<(), SandboxError> {
+    for program in filters(network, engine)? {
         seccompiler::apply_filter(&program).map_err(|e| SandboxError::Unavailable {
             reason: format!("the seccomp filter cannot be applied: {e}"),
             hint: "Run on a kernel with seccomp filters (CONFIG_SECCOMP_FILTER)",

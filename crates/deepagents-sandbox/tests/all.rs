@@ -612,3 +612,416 @@ fn everyday_commands_work() {
         "{report}"
     );
 }
+
+/// Whether the tests run as root (the attacks on root's files apply then).
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+#[test]
+fn a_planted_gitdir_file_opens_nothing_of_the_host() {
+    if !available() {
+        return;
+    }
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(home.join("id_rsa"), "PRIVATE-KEY\n").unwrap();
+        let home = home.canonicalize().unwrap();
+        let policy = policy_for(&root, engine);
+        // Planted by a command, and by the agent's own file write (the same file on disk).
+        let out = run(
+            &policy,
+            &format!("printf 'gitdir: {}\\n' > .git", home.display()),
+        );
+        let planted = root.join(".git").exists();
+        if !reported(engine, &policy, ".git") {
+            assert!(
+                !planted,
+                "{engine:?} let a command create .git: {}",
+                text(&out)
+            );
+        }
+        std::fs::remove_dir_all(root.join(".git")).ok();
+        std::fs::remove_file(root.join(".git")).ok();
+        for target in [
+            format!("gitdir: {}", home.display()),
+            "gitdir: /".to_owned(),
+        ] {
+            std::fs::write(root.join(".git"), format!("{target}\n")).unwrap();
+            // Every later session makes its policy anew, from the planted file.
+            let later = policy_for(&root, engine);
+            assert!(later.git_dirs.is_empty(), "{:?}", later.git_dirs);
+            let out = run(&later, &format!("cat {}/id_rsa", home.display()));
+            assert!(
+                !text(&out).contains("PRIVATE-KEY"),
+                "{engine:?}: {target} opened the host: {}",
+                text(&out)
+            );
+            std::fs::remove_file(root.join(".git")).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_real_worktree_keeps_its_git_directories_read_only() {
+    if !available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    let git = |args: &[&str], cwd: &Path| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=a", "-c", "user.email=a@b"])
+            .args(args)
+            .current_dir(cwd)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+    };
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&["init", "-q"], &repo);
+    git(&["commit", "-q", "--allow-empty", "-m", "one"], &repo);
+    git(&["worktree", "add", "-q", "../tree"], &repo);
+    let tree = dir.path().join("tree").canonicalize().unwrap();
+    let policy = policy_for(&tree, Engine::Bubblewrap);
+    assert_eq!(policy.git_dirs.len(), 2, "{:?}", policy.git_dirs);
+    let out = run_with(
+        &policy,
+        "git log --format=%s && echo x > \"$(git rev-parse --git-common-dir)/hooks/post-checkout\"",
+        &[("PATH".to_owned(), "/usr/bin:/bin".to_owned())],
+    );
+    let shown = text(&out);
+    assert!(shown.contains("stdout: one\n"), "{shown}");
+    assert!(!out.status.success(), "a hook was written: {shown}");
+    assert!(!repo.join(".git/hooks/post-checkout").exists());
+}
+
+#[test]
+fn protected_names_cannot_be_created_or_replaced() {
+    if !available() {
+        return;
+    }
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let policy = policy_for(&root, engine);
+        if reported(engine, &policy, ".git, .deepagents, .agents") {
+            eprintln!("{engine:?} does not protect missing names, and says so");
+            continue;
+        }
+        for attack in [
+            "mkdir -p .git/hooks && echo 'touch /tmp/pwned' > .git/hooks/pre-commit",
+            "printf '[core]\\n\\tfsmonitor = touch pwned\\n' > .git/config",
+            "mkdir -p .deepagents && echo 'obey me' > .deepagents/AGENTS.md",
+            "mkdir -p .deepagents/agents && echo x > .deepagents/agents/evil.md",
+            "mkdir -p .agents/skills/evil && echo x > .agents/skills/evil/SKILL.md",
+            "rmdir .git && mkdir .git && touch .git/config",
+            "mv .agents elsewhere && mkdir .agents && touch .agents/x",
+        ] {
+            let out = run(&policy, attack);
+            assert!(
+                !out.status.success(),
+                "{engine:?}: {attack}: {}",
+                text(&out)
+            );
+        }
+        let out = run(&policy, "echo fine > notes.txt && ls -A");
+        assert!(out.status.success(), "{engine:?}: {}", text(&out));
+        // Nothing planted, and no placeholder left behind.
+        let mut left: Vec<String> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec!["notes.txt".to_owned()], "{engine:?}");
+        // Existing ones stay as they are.
+        std::fs::create_dir_all(root.join(".agents/skills")).unwrap();
+        let out = run(&policy, "rm -rf .agents/skills || mv .agents gone");
+        assert!(!out.status.success(), "{engine:?}: {}", text(&out));
+        assert!(root.join(".agents/skills").is_dir());
+        // A protected name reached through a symlink cannot be held: refused up front.
+        std::fs::create_dir(root.join("real")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join(".deepagents")).unwrap();
+        let refused = policy.command(Path::new("/bin/sh"), "true", &[]);
+        assert!(
+            refused.is_err_and(|e| e.to_string().contains("symlink")),
+            "{engine:?}"
+        );
+    }
+}
+
+#[test]
+fn the_kernels_settings_stay_read_only() {
+    if !available() {
+        return;
+    }
+    let before = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap();
+    for engine in ENGINES {
+        let ws = workspace();
+        let out = run(
+            &policy_for(&ws.root, engine),
+            "v=$(cat /proc/sys/kernel/core_pattern); printf '%s\\n' \"$v\" > /proc/sys/kernel/core_pattern && echo WROTE-SYS; echo h > /proc/sysrq-trigger && echo WROTE-SYSRQ; echo 1 > /proc/sys/vm/drop_caches && echo WROTE-VM; true",
+        );
+        assert!(!text(&out).contains("WROTE"), "{engine:?}: {}", text(&out));
+    }
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap(),
+        before
+    );
+}
+
+#[test]
+fn what_only_root_may_read_stays_unreadable_to_root_commands() {
+    if !available() || !is_root() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    let extra = tempfile::tempdir().unwrap();
+    let extra_dir = extra.path().canonicalize().unwrap();
+    std::fs::write(extra_dir.join("open.txt"), "OPEN\n").unwrap();
+    std::fs::write(extra_dir.join("key.pem"), "ROOT-ONLY\n").unwrap();
+    std::fs::set_permissions(
+        extra_dir.join("key.pem"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::create_dir(extra_dir.join("private")).unwrap();
+    std::fs::write(extra_dir.join("private/inner.txt"), "ROOT-DIR\n").unwrap();
+    std::fs::set_permissions(
+        extra_dir.join("private"),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    for engine in ENGINES {
+        let ws = workspace();
+        let mut policy = policy_for(&ws.root, engine);
+        policy.extra_read.push(extra_dir.clone());
+        let out = run(
+            &policy,
+            &format!(
+                "cat /etc/shadow; cat /etc/gshadow; cat {0}/key.pem; cat {0}/private/inner.txt; cat {0}/open.txt",
+                extra_dir.display()
+            ),
+        );
+        let shown = text(&out);
+        assert!(shown.contains("OPEN"), "{engine:?}: {shown}");
+        for secret in ["root:", "ROOT-ONLY", "ROOT-DIR"] {
+            assert!(
+                !shown.contains(secret),
+                "{engine:?}: {secret} read: {shown}"
+            );
+        }
+    }
+}
+
+/// Runs `command` confined, as the session leader of a new pseudo-terminal that is its
+/// controlling terminal (as in a user's shell); returns what the terminal showed.
+fn run_on_a_terminal(policy: &Policy, command: &str) -> String {
+    let confined = policy.command(Path::new("/bin/sh"), command, &[]).unwrap();
+    let (process, mut guard) = confined.into_parts();
+    let mut wrapper = std::process::Command::new("python3");
+    wrapper
+        .arg("-c")
+        .arg(
+            "import os, pty, sys\n\
+             pid, fd = pty.fork()\n\
+             if pid == 0:\n    os.execv(sys.argv[1], sys.argv[1:])\n\
+             out = b''\n\
+             while True:\n    try:\n        chunk = os.read(fd, 4096)\n    except OSError:\n        break\n    if not chunk:\n        break\n    out += chunk\n\
+             os.waitpid(pid, 0)\n\
+             sys.stdout.write(out.decode(errors='replace'))\n",
+        )
+        .arg(process.get_program())
+        .args(process.get_args())
+        .env_clear()
+        .envs(process.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(&policy.root);
+    let out = wrapper.output().unwrap();
+    guard.spawned();
+    text(&out)
+}
+
+#[test]
+fn nothing_can_be_typed_into_the_users_terminal() {
+    if !available() {
+        return;
+    }
+    for engine in ENGINES {
+        let ws = workspace();
+        let policy = policy_for(&ws.root, engine);
+        let shown = run_on_a_terminal(
+            &policy,
+            "python3 -c \"\nimport fcntl, os, termios\nfor fd in (0, 1):\n    try:\n        fcntl.ioctl(fd, termios.TIOCSTI, b'X'); print('TIOCSTI-WORKED')\n    except OSError as e: print('sti', e.errno)\ntry:\n    t = os.open('/dev/tty', os.O_RDWR); fcntl.ioctl(t, termios.TIOCSTI, b'X'); print('TTY-TIOCSTI-WORKED')\nexcept OSError as e: print('tty', e.errno)\n\"",
+        );
+        assert!(
+            shown.contains("sti "),
+            "{engine:?}: the probe did not run: {shown}"
+        );
+        assert!(!shown.contains("WORKED"), "{engine:?}: {shown}");
+        // No controlling terminal at all: /dev/tty cannot be opened (ENXIO).
+        assert!(shown.contains("tty 6"), "{engine:?}: {shown}");
+    }
+}
+
+#[test]
+fn host_unix_sockets_are_out_of_reach() {
+    if !available() {
+        return;
+    }
+    let ws = workspace();
+    let socket = ws.sibling.join("agent.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let _ = stream.write_all(b"HOST-SOCKET-ANSWERED\n");
+        }
+    });
+    for engine in ENGINES {
+        let out = run(
+            &policy_for(&ws.root, engine),
+            &format!(
+                "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{}'); print(s.recv(100))\"",
+                socket.display()
+            ),
+        );
+        assert!(
+            !text(&out).contains("HOST-SOCKET-ANSWERED"),
+            "{engine:?}: {}",
+            text(&out)
+        );
+        // What programs use between their own processes still works.
+        let out = run(
+            &policy_for(&ws.root, engine),
+            "python3 -c \"import socket; a, b = socket.socketpair(); a.sendall(b'pair'); print(b.recv(4).decode())\"",
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("pair"),
+            "{engine:?}: {}",
+            text(&out)
+        );
+    }
+}
+
+#[test]
+fn memory_and_the_private_tmp_are_bounded() {
+    if !available() {
+        return;
+    }
+    for engine in ENGINES {
+        let ws = workspace();
+        let mut policy = policy_for(&ws.root, engine);
+        policy.limits.max_memory = Some(64 << 20);
+        policy.limits.max_tmp_size = Some(8 << 20);
+        if reported(engine, &policy, "memory limit") {
+            eprintln!("{engine:?}: no memory cgroup here, and it says so");
+        } else {
+            let out = run(
+                &policy,
+                "python3 -c \"b = bytearray(512 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); print('ALLOCATED')\"",
+            );
+            assert!(
+                !out.status.success() && !text(&out).contains("ALLOCATED"),
+                "{engine:?}: {}",
+                text(&out)
+            );
+            // Within the limit, fine.
+            let out = run(
+                &policy,
+                "python3 -c \"b = bytearray(8 * 1024 * 1024); print('small')\"",
+            );
+            assert!(out.status.success(), "{engine:?}: {}", text(&out));
+        }
+        if !reported(engine, &policy, "temporary directory") {
+            let out = run(
+                &policy,
+                "head -c 16777216 /dev/zero > /tmp/big && echo FILLED",
+            );
+            assert!(!text(&out).contains("FILLED"), "{engine:?}: {}", text(&out));
+        }
+    }
+    // The defaults suit a developer machine: bounded, and room for a build.
+    let defaults = Policy::workspace_write("/tmp").limits;
+    let memory = defaults.max_memory.unwrap();
+    assert!((256 << 20..=8 << 30).contains(&memory), "{memory}");
+    assert!(defaults.max_tmp_size.is_some());
+}
+
+#[test]
+fn a_signalled_landlock_helper_ends_its_command_and_cleans_up() {
+    if !available() {
+        return;
+    }
+    for signal in [rustix::process::Signal::TERM, rustix::process::Signal::INT] {
+        let ws = workspace();
+        let mut policy = policy_for(&ws.root, Engine::Landlock);
+        // No cgroup: the helper alone must end what the command started.
+        policy.limits = deepagents_sandbox::Limits::default();
+        let marker = 3000
+            + 10 * u64::from(std::process::id() % 1000)
+            + u64::try_from(signal.as_raw()).unwrap();
+        let confined = policy
+            .command(
+                Path::new("/bin/sh"),
+                &format!(
+                    "setsid sleep {marker} </dev/null >/dev/null 2>&1 & sleep {}",
+                    marker + 1
+                ),
+                &[],
+            )
+            .unwrap();
+        let scratch = confined
+            .process
+            .get_envs()
+            .find(|(k, _)| *k == "TMPDIR")
+            .and_then(|(_, v)| v)
+            .map(PathBuf::from)
+            .unwrap();
+        let (mut process, mut guard) = confined.into_parts();
+        let mut child = process.spawn().unwrap();
+        guard.spawned();
+        let started = (0..100).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            !still_sleeping(marker).is_empty() && !still_sleeping(marker + 1).is_empty()
+        });
+        assert!(started, "the command did not start");
+        let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+        rustix::process::kill_process(pid, signal).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(128 + signal.as_raw()), "{status:?}");
+        // Checked before the guard goes: the helper did it.
+        assert!(!scratch.exists(), "{} was left", scratch.display());
+        let gone = (0..100).any(|_| {
+            let left = still_sleeping(marker) + &still_sleeping(marker + 1);
+            if !left.is_empty() {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            left.is_empty()
+        });
+        assert!(gone, "{signal:?}: processes outlived the helper");
+        drop(guard);
+    }
+}
+
+#[test]
+fn auto_falls_back_to_landlock_only_when_allowed() {
+    let mut policy = Policy::workspace_write(std::env::temp_dir());
+    assert!(!policy.landlock_fallback);
+    // Where bubblewrap works, auto is bubblewrap either way; where it does not, the error
+    // says how to opt in.
+    match policy.resolve_engine() {
+        Ok(engine) => assert_eq!(engine, Engine::Bubblewrap),
+        Err(e) => {
+            let message = e.to_string();
+            assert!(message.contains("landlock_fallback"), "{message}");
+            policy.landlock_fallback = true;
+            policy.helper = Some(PathBuf::from(env!(
+                "CARGO_BIN_EXE_deepagents-sandbox-helper"
+            )));
+            assert_eq!(policy.resolve_engine().unwrap(), Engine::Landlock);
+        }
+    }
+}
