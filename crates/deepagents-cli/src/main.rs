@@ -9,6 +9,7 @@ mod mcp;
 mod progress;
 mod sandbox;
 mod serve;
+mod shutdown;
 mod threads;
 mod trust;
 mod tui;
@@ -344,56 +345,87 @@ fn main() -> ExitCode {
     // The sandbox re-executes this program as its helper (the network bridge, Landlock).
     deepagents::backends::sandbox::helper::dispatch();
     let cli = Cli::parse();
-    // One thread: a run waits on the model and on tools, and parallel subagents interleave
-    // their waits on it as well; a second worker only adds cross-thread wake-ups per step.
-    // Blocking work (files, SQLite) has tokio's blocking pool either way.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    // Before anything starts: a signal during start-up stops it too. Commands that only read
+    // and print have nothing to save, and exit at once on a signal.
+    let orderly = !matches!(
+        cli.command,
+        Some(
+            Command::Threads(_) | Command::Repo(_) | Command::Sandbox(SandboxCommand::Check { .. })
+        )
+    );
+    if let Err(e) = shutdown::install(orderly) {
+        eprintln!("error: cannot handle signals: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
-        Some(Command::Run(args)) => runtime.block_on(run(*args)),
         Some(Command::Serve(args)) => serve::main(*args),
-        Some(Command::Chat(args)) => runtime.block_on(chat(*args)),
-        None => runtime.block_on(start(*cli.chat)),
-        Some(Command::Threads(command)) => runtime.block_on(threads::run(command)),
-        Some(Command::Repo(command)) => runtime.block_on(repo_command(command)),
-        Some(Command::Mcp(command)) => runtime.block_on(mcp_command(command)),
-        Some(Command::Sandbox(SandboxCommand::Check {
-            root,
-            sandbox_engine,
-            config,
-        })) => config::load(config.as_deref())
-            .and_then(|config| sandbox::check(root, sandbox_engine, &config.sandbox)),
-        Some(Command::Sandbox(SandboxCommand::Run {
-            root,
-            sandbox: mode,
-            sandbox_engine,
-            config,
-            command,
-        })) => config::load(config.as_deref()).and_then(|config| {
-            sandbox::run(
-                root,
-                mode.or(config.sandbox.mode).unwrap_or_default(),
-                sandbox_engine,
-                &config.sandbox,
-                &command,
-            )
-        }),
+        command => on_one_thread(command, *cli.chat),
     };
-    match result {
+    let code = match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", error_text(&format!("{e:#}")));
             ExitCode::FAILURE
         }
+    };
+    match shutdown::received() {
+        Some(signal) => {
+            // The front end stopped what it ran; anything a child left is ended here.
+            shutdown::kill_children();
+            ExitCode::from(signal.exit_code())
+        }
+        None => code,
     }
+}
+
+/// Every command but `serve`, on one thread: a run waits on the model and on tools, and
+/// parallel subagents interleave their waits on it as well; a second worker only adds
+/// cross-thread wake-ups per step. Blocking work (files, SQLite) has tokio's blocking pool
+/// either way.
+fn on_one_thread(command: Option<Command>, default: ChatArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = runtime.block_on(async move {
+        match command {
+            Some(Command::Run(args)) => run(*args).await,
+            Some(Command::Chat(args)) => chat(*args).await,
+            None => start(default).await,
+            Some(Command::Threads(command)) => threads::run(command).await,
+            Some(Command::Repo(command)) => repo_command(command).await,
+            Some(Command::Mcp(command)) => mcp_command(command).await,
+            Some(Command::Sandbox(SandboxCommand::Check {
+                root,
+                sandbox_engine,
+                config,
+            })) => config::load(config.as_deref())
+                .and_then(|config| sandbox::check(root, sandbox_engine, &config.sandbox)),
+            Some(Command::Sandbox(SandboxCommand::Run {
+                root,
+                sandbox: mode,
+                sandbox_engine,
+                config,
+                command,
+            })) => {
+                let config = config::load(config.as_deref())?;
+                sandbox::run(
+                    root,
+                    mode.or(config.sandbox.mode).unwrap_or_default(),
+                    sandbox_engine,
+                    &config.sandbox,
+                    &command,
+                )
+                .await
+            }
+            Some(Command::Serve(_)) => bail!("`serve` runs on a runtime of its own"),
+        }
+    });
+    // The front end awaited whatever had to end (runs, their commands, checkpoints, servers);
+    // what may be left is a read of the terminal on the blocking pool, which is not waited for.
+    // The tasks still held are dropped here, on this thread, guards and all.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    result
 }
 
 /// `deepagents repo …`.
@@ -435,7 +467,8 @@ async fn repo_command(command: RepoCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Exit status after Ctrl-C, as shells report a SIGINT death.
+/// Exit status after Ctrl-C, as shells report a SIGINT death (`main` puts the status of the
+/// signal that arrived in its place).
 const EXIT_INTERRUPTED: u8 = 130;
 
 /// The exit status of a run stopped by `--timeout` (as `timeout(1)`).
@@ -762,6 +795,7 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let task = match args.task.as_deref() {
         Some("-") => {
             let mut task = String::new();
+            let _blocking = shutdown::blocking();
             std::io::stdin()
                 .read_to_string(&mut task)
                 .context("cannot read the task from stdin")?;
@@ -772,23 +806,25 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if task.as_deref().is_none_or(|t| t.trim().is_empty()) && args.thread.is_none() {
         bail!("the task is empty; pass it as an argument or on stdin with `-`");
     }
-    let session = prepare(&args, Front::Headless, true).await?;
+    // A signal during start-up drops it: servers already started are killed on the way.
+    let Ok(session) = shutdown::or_signal(prepare(&args, Front::Headless, true)).await else {
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    };
     let Session {
         agent,
         store,
         grants,
         hooks: front_hooks,
-        mcp: _mcp,
+        mcp,
         ..
-    } = session;
+    } = session?;
 
-    let options = RunOptions::default();
-    let cancel = options.cancel.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            cancel.cancel();
-        }
-    });
+    // A signal cancels the run as Ctrl-C always did: its commands are killed and what it did
+    // is checkpointed before `drive` returns.
+    let options = RunOptions {
+        cancel: shutdown::token().child_token(),
+        ..RunOptions::default()
+    };
     let timed_out = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     if let Some(seconds) = args.timeout {
         let (cancel, timed_out) = (options.cancel.clone(), timed_out.clone());
@@ -829,6 +865,10 @@ async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             )
             .await;
     }
+    // The run has ended, so no call is using them.
+    if let Some(mcp) = &mcp {
+        mcp.stop();
+    }
     // Closing folds SQLite's write-ahead log back into the database instead of leaving it.
     store.close().await;
     if timed_out.load(std::sync::atomic::Ordering::Acquire)
@@ -865,7 +905,10 @@ async fn start(mut args: ChatArgs) -> anyhow::Result<ExitCode> {
 
 /// The interactive agent.
 async fn chat(args: ChatArgs) -> anyhow::Result<ExitCode> {
-    let session = prepare(&args.run, Front::Tui, true).await?;
+    let Ok(session) = shutdown::or_signal(prepare(&args.run, Front::Tui, true)).await else {
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    };
+    let session = session?;
     let checkpointer =
         session.agent.checkpointer().cloned().context(
             "the interactive agent keeps threads; its data directory could not be opened",
@@ -956,7 +999,11 @@ async fn drive(
     grants: Option<&deepagents::backends::sandbox::SharedPolicy>,
     hooks: Option<(&deepagents::middleware::Hooks, &str)>,
 ) -> anyhow::Result<ExitCode> {
-    let mut stream = first_stream(agent, target, input).await?;
+    // Waiting for another run of the thread (`--wait`) ends with a signal.
+    let Ok(first) = shutdown::or_signal(first_stream(agent, target, input)).await else {
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    };
+    let mut stream = first?;
     let mut stdout = std::io::stdout().lock();
     let mut progress = progress::Progress::default();
     loop {
@@ -998,6 +1045,8 @@ async fn drive(
                     )
                     .await;
             }
+            // Paused, the run is saved: a signal while the person answers exits at once.
+            let _blocking = shutdown::blocking();
             approvals::ask(&output.pending)?
         };
         if let Some(policy) = grants {
@@ -1018,7 +1067,14 @@ async fn drive(
     }
 }
 
+/// `deepagents mcp …`; a signal drops it, and the servers it started with it.
 async fn mcp_command(command: McpCommand) -> anyhow::Result<ExitCode> {
+    shutdown::or_signal(mcp_listing(command))
+        .await
+        .unwrap_or_else(|signal| Ok(ExitCode::from(signal.exit_code())))
+}
+
+async fn mcp_listing(command: McpCommand) -> anyhow::Result<ExitCode> {
     let root = |sources: &McpSources| match &sources.root {
         Some(root) => Ok(root.clone()),
         None => std::env::current_dir().context("cannot read the current directory; pass --root"),

@@ -88,6 +88,16 @@ pub struct SandboxConfig {
     pub allow_domains: Vec<String>,
     /// `"auto"` (default), `"bubblewrap"` or `"landlock"`; `--sandbox-engine` beats it.
     pub engine: Option<EngineSetting>,
+    /// Whether `auto` may fall back to Landlock where bubblewrap cannot run (default
+    /// `false`: Landlock enforces less; `deepagents sandbox check --sandbox-engine landlock`
+    /// lists what).
+    #[serde(default)]
+    pub landlock_fallback: bool,
+    /// Memory a command and its children may use together, in bytes (default: half the
+    /// machine's memory, at most 8 GiB); needs a memory cgroup.
+    pub max_memory: Option<u64>,
+    /// The size of a command's private `/tmp`, in bytes (default: as `max_memory`).
+    pub max_tmp_size: Option<u64>,
     /// Processes and threads a command may have at once (default 1024).
     pub max_processes: Option<u64>,
     /// The largest file a command may write, in bytes (default: no limit).
@@ -135,8 +145,11 @@ pub fn policy(
         max_file_size: config.max_file_size,
         max_cpu_seconds: config.max_cpu_seconds,
         max_processes: Some(config.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES)),
+        max_memory: config.max_memory.or(policy.limits.max_memory),
+        max_tmp_size: config.max_tmp_size.or(policy.limits.max_tmp_size),
     };
     policy.engine = engine.or(config.engine).unwrap_or_default().into();
+    policy.landlock_fallback = config.landlock_fallback;
     for rule in permissions.into_iter().flat_map(Permissions::rules) {
         if rule.mode != Mode::Deny {
             continue;
@@ -218,8 +231,11 @@ fn root_or_current(root: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 }
 
 /// `deepagents sandbox run -- COMMAND`: runs a command under the policy, as `execute` would,
-/// and exits with its status.
-pub fn run(
+/// and exits with its status. A signal is passed on to the command, which gets
+/// [`FORWARD_GRACE`] to end before it is killed; then the sandbox's guard is dropped (what the
+/// command left in its cgroup is killed and the cgroup removed) and the status is the
+/// signal's.
+pub async fn run(
     root: Option<PathBuf>,
     mode: SandboxMode,
     engine: Option<EngineSetting>,
@@ -232,30 +248,64 @@ pub fn run(
     for warning in warnings {
         eprintln!("{warning}");
     }
-    let status = match policy {
-        None => std::process::Command::new("/bin/sh")
-            .args(["-c", &command])
-            .current_dir(&root)
-            .status()?,
+    let (process, mut guard) = match policy {
+        None => {
+            let mut process = std::process::Command::new("/bin/sh");
+            process.args(["-c", &command]).current_dir(&root);
+            (process, None)
+        }
         Some(policy) => {
-            let (mut process, mut guard) = policy
+            let (process, guard) = policy
                 .command(Path::new("/bin/sh"), &command, &sandbox::allowed_host_env())?
                 .into_parts();
-            let mut child = process.spawn()?;
-            guard.spawned();
-            let status = child.wait()?;
-            for host in guard.refused_hosts() {
-                eprintln!("sandbox: refused network access to {host} (not in allow_domains)");
-            }
-            status
+            (process, Some(guard))
         }
     };
-    Ok(match status.code() {
-        Some(0) => ExitCode::SUCCESS,
-        Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
-        None => ExitCode::FAILURE,
+    let mut process = tokio::process::Command::from(process);
+    // Whatever way this function is left, the command does not outlive it.
+    process.kill_on_drop(true);
+    let spawned = process.spawn();
+    if let Some(guard) = &mut guard {
+        guard.spawned();
+    }
+    let mut child = spawned?;
+    let ended = tokio::select! {
+        status = child.wait() => Ok(status?),
+        signal = crate::shutdown::signalled() => {
+            if let Some(pid) = child
+                .id()
+                .and_then(|id| i32::try_from(id).ok())
+                .and_then(rustix::process::Pid::from_raw)
+            {
+                // ESRCH: it ended meanwhile.
+                let _ = rustix::process::kill_process(pid, signal.raw());
+            }
+            if tokio::time::timeout(FORWARD_GRACE, child.wait()).await.is_err() {
+                // SIGKILL, then reaped.
+                let _ = child.kill().await;
+            }
+            Err(signal)
+        }
+    };
+    if let Some(guard) = guard {
+        for host in guard.refused_hosts() {
+            eprintln!("sandbox: refused network access to {host} (not in allow_domains)");
+        }
+        // Before exiting: the drop kills what the command left and removes its cgroup.
+        drop(guard);
+    }
+    Ok(match ended {
+        Err(signal) => ExitCode::from(signal.exit_code()),
+        Ok(status) => match status.code() {
+            Some(0) => ExitCode::SUCCESS,
+            Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+            None => ExitCode::FAILURE,
+        },
     })
 }
+
+/// How long `deepagents sandbox run` waits for its command to end after passing a signal on.
+const FORWARD_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Whether `command` may run without approval with the sandbox off: it starts with one of
 /// `allowed`, word for word, and chains, redirects or substitutes nothing.

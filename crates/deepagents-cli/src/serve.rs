@@ -25,14 +25,19 @@ pub struct ServeArgs {
     pub api_keys: Vec<String>,
 }
 
-/// Runs the server until SIGTERM or Ctrl-C.
+/// Runs the server until a signal (SIGTERM, Ctrl-C, SIGHUP): the runs in flight are stopped
+/// (their commands killed, what they did saved) before it returns.
 pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Runs of different threads are independent: both cores serve them.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(args))
+    let result = runtime.block_on(serve(args));
+    // Everything that had to end was awaited; the workers get a moment to drop what tasks
+    // are left (with their guards) before the process exits.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    result
 }
 
 /// The server's logs on stderr, each line with the run and thread it concerns: text on a
@@ -48,8 +53,45 @@ fn init_logs() {
     };
 }
 
+/// What serving needs, once started.
+struct Started {
+    listener: tokio::net::TcpListener,
+    options: deepagents_server::ServerOptions,
+    /// The flags' agent's session, then the other assistants': dropping them stops their MCP
+    /// servers.
+    sessions: Vec<Session>,
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     init_logs();
+    // A signal while the assistants are built (MCP servers starting) abandons start-up; the
+    // sessions built so far are dropped, which stops their servers.
+    let Ok(started) = crate::shutdown::or_signal(start(args)).await else {
+        // `main` exits with the signal's status.
+        return Ok(ExitCode::SUCCESS);
+    };
+    let Started {
+        listener,
+        options,
+        sessions,
+    } = started?;
+    deepagents_server::serve(listener, options, async {
+        crate::shutdown::signalled().await;
+    })
+    .await?;
+    // The runs have settled: stopped, saved, their commands ended.
+    eprintln!("deepagents serve: stopped");
+    for session in &sessions {
+        if let Some(mcp) = &session.mcp {
+            mcp.stop();
+        }
+        session.store.close().await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Builds every assistant, joins the cluster and listens.
+async fn start(args: ServeArgs) -> anyhow::Result<Started> {
     if args.run.task.is_some() || args.run.thread.is_some() {
         bail!("`serve` takes no task or --thread: clients create threads and runs over the API");
     }
@@ -114,13 +156,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut options = deepagents_server::ServerOptions::new(assistants, store, watch);
     options.api_keys = api_keys;
     options.cluster = cluster().await?;
-    deepagents_server::serve(listener, options, shutdown_signal()).await?;
-    eprintln!("deepagents serve: stopped");
-    session.store.close().await;
-    for other in sessions {
-        other.store.close().await;
-    }
-    Ok(ExitCode::SUCCESS)
+    sessions.insert(0, session);
+    Ok(Started {
+        listener,
+        options,
+        sessions,
+    })
 }
 
 /// The cluster `DEEPAGENTS_DATABASE_URL` (PostgreSQL) and `DEEPAGENTS_REDIS_URL` name: runs
@@ -150,21 +191,5 @@ async fn cluster() -> anyhow::Result<Option<Arc<deepagents_server::cluster::Clus
             "DEEPAGENTS_REDIS_URL is set, but a cluster also needs DEEPAGENTS_DATABASE_URL=postgres://… (the queue and the threads live there)"
         ),
         _ => Ok(None),
-    }
-}
-
-/// SIGTERM or Ctrl-C.
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminate => {}
     }
 }

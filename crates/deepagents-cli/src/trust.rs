@@ -54,7 +54,11 @@ pub fn project(root: &Path, flag: bool, may_ask: bool) -> anyhow::Result<bool> {
     )?;
     err.flush()?;
     let mut answer = String::new();
-    std::io::stdin().lock().read_line(&mut answer)?;
+    {
+        // Nothing has started yet: a signal while the question waits exits at once.
+        let _blocking = crate::shutdown::blocking();
+        std::io::stdin().lock().read_line(&mut answer)?;
+    }
     if !matches!(answer.trim(), "y" | "Y" | "yes") {
         return Ok(false);
     }

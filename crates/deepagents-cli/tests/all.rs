@@ -7,6 +7,7 @@ mod providers;
 mod repo;
 mod run;
 mod server;
+mod signals;
 mod stub;
 mod subagents;
 mod threads;

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use deepagents_core::{EventKind, EventSink};
@@ -220,7 +220,8 @@ impl rmcp::ClientHandler for Handler {
 }
 
 /// A stdio server's process group (the server leads it): killed, with whatever the server
-/// started, when dropped — when the session ends or a restart replaces the server.
+/// started, when dropped — when the session ends or is stopped, when a restart replaces the
+/// server, or when its start is abandoned (a timeout, a signal dropping the start-up).
 pub(crate) struct ProcessGroup(rustix::process::Pid);
 
 impl Drop for ProcessGroup {
@@ -388,13 +389,16 @@ pub(crate) struct Live {
     log_dir: Option<std::path::PathBuf>,
     pub(crate) handler: Handler,
     pub(crate) state: tokio::sync::Mutex<LiveState>,
+    /// The stdio server's processes, killed when replaced, stopped or dropped. Outside
+    /// `state`, so stopping never waits for a call or a restart holding that lock.
+    group: Mutex<Option<ProcessGroup>>,
+    /// Set by [`Live::stop`]: the server is not restarted after it.
+    stopped: AtomicBool,
 }
 
 pub(crate) struct LiveState {
     /// `None` once it stopped for good.
     pub(crate) service: Option<Arc<Service>>,
-    /// The stdio server's processes, killed when replaced or when the session ends.
-    group: Option<ProcessGroup>,
     restarted: bool,
     /// Its tools as last listed, and the count of changes they reflect.
     pub(crate) tools: Vec<Value>,
@@ -422,13 +426,34 @@ impl Live {
             handler,
             state: tokio::sync::Mutex::new(LiveState {
                 service: Some(Arc::new(service)),
-                group,
                 restarted: false,
                 tools: tools.clone(),
                 seen: 0,
             }),
+            group: Mutex::new(group),
+            stopped: AtomicBool::new(false),
         });
         Ok((live, tools))
+    }
+
+    /// Kills the stdio server's process group (whatever it started goes with it); the server
+    /// is not restarted afterwards, so its calls fail from now on.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.set_group(None);
+        // Calls from now on fail at once; one holding the lock finds `stopped` when it fails.
+        if let Ok(mut state) = self.state.try_lock() {
+            state.service = None;
+        }
+    }
+
+    /// Replaces the process group: the old one is killed.
+    fn set_group(&self, group: Option<ProcessGroup>) {
+        let old = match self.group.lock() {
+            Ok(mut slot) => std::mem::replace(&mut *slot, group),
+            Err(poisoned) => std::mem::replace(&mut *poisoned.into_inner(), group),
+        };
+        drop(old);
     }
 
     pub(crate) async fn current(&self) -> Option<Arc<Service>> {
@@ -454,16 +479,22 @@ impl Live {
             }
             Some(_) => {}
         }
+        if self.stopped.load(Ordering::Acquire) {
+            state.service = None;
+            return format!(
+                "the MCP server {name} was stopped; its tools are unavailable for the rest of the session"
+            );
+        }
         if state.restarted {
             state.service = None;
-            state.group = None;
+            self.set_group(None);
             return format!(
                 "the MCP server {name} stopped again; its tools are unavailable for the rest of the session"
             );
         }
         state.restarted = true;
         // What is left of the old server goes before the new one starts.
-        state.group = None;
+        self.set_group(None);
         let started = tokio::time::timeout(
             self.config.startup_timeout,
             open(
@@ -477,22 +508,27 @@ impl Live {
         match started {
             Ok(Ok(opened)) => {
                 state.service = Some(Arc::new(opened.service));
-                state.group = opened.group;
+                self.set_group(opened.group);
                 state.tools = opened.tools;
+                // Stopped while it restarted: the new server goes too.
+                if self.stopped.load(Ordering::Acquire) {
+                    self.set_group(None);
+                    state.service = None;
+                }
                 format!(
                     "the MCP server {name} stopped during this call and was restarted; call again if repeating it is safe"
                 )
             }
             Ok(Err(why)) => {
                 state.service = None;
-                state.group = None;
+                self.set_group(None);
                 format!(
                     "the MCP server {name} stopped and could not be restarted ({why}); its tools are unavailable"
                 )
             }
             Err(_) => {
                 state.service = None;
-                state.group = None;
+                self.set_group(None);
                 format!(
                     "the MCP server {name} stopped and did not come back within its startup_timeout; its tools are unavailable"
                 )

@@ -80,7 +80,8 @@ pub struct Server {
     live: Arc<Live>,
 }
 
-/// The servers of a session: those that answered, and why the others did not.
+/// The servers of a session: those that answered, and why the others did not. Dropping it
+/// stops the servers (as [`Connections::stop`]), whatever still holds their tools.
 #[derive(Default)]
 pub struct Connections {
     /// The servers that answered.
@@ -89,7 +90,8 @@ pub struct Connections {
     pub failures: Vec<(String, String)>,
 }
 
-/// Connects to the enabled servers at once.
+/// Connects to the enabled servers at once. Dropping the future abandons the start: the
+/// stdio servers started so far are killed with their process groups.
 pub async fn connect(servers: &[ServerConfig], options: &ConnectOptions) -> Connections {
     let attempts = servers
         .iter()
@@ -249,7 +251,22 @@ impl ToolSource for LazyMcpTools {
     }
 }
 
+impl Drop for Connections {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 impl Connections {
+    /// Stops every server now: a stdio server's whole process group is killed (what it
+    /// started goes with it), and no server is restarted afterwards, so their tools fail from
+    /// now on. For a front end on its way out; dropping does the same.
+    pub fn stop(&self) {
+        for server in &self.servers {
+            server.live.stop();
+        }
+    }
+
     /// Every server's tools as one tool source that follows their changes.
     pub fn tool_source(&self) -> Arc<McpToolSource> {
         Arc::new(McpToolSource {

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod reference;
+mod stop;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -68,6 +68,8 @@ struct Screen;
 impl Screen {
     fn enter() -> anyhow::Result<Self> {
         enable_raw_mode().context("cannot put the terminal in raw mode")?;
+        // A second signal exits without unwinding: the terminal is put back first.
+        crate::shutdown::on_exit_now(Some(Self::restore));
         execute!(
             std::io::stdout(),
             EnterAlternateScreen,
@@ -76,16 +78,21 @@ impl Screen {
         .context("cannot open the alternate screen")?;
         Ok(Self)
     }
-}
 
-impl Drop for Screen {
-    fn drop(&mut self) {
+    fn restore() {
         let _ = execute!(
             std::io::stdout(),
             DisableBracketedPaste,
             LeaveAlternateScreen
         );
         let _ = disable_raw_mode();
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        crate::shutdown::on_exit_now(None);
+        Self::restore();
     }
 }
 
@@ -126,6 +133,8 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
         app.busy = true;
         Action::Send(first)
     });
+    // Why the loop ended other than by quitting: the terminal failed.
+    let mut failed: Option<anyhow::Error> = None;
     loop {
         // The interrupt rules read the mode at every call: a switch applies at once.
         if let Some(manual) = &session.manual {
@@ -237,7 +246,14 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
                     let mut next = args.clone();
                     next.model = Some(spec.clone());
                     next.trust_project = session.trusted;
-                    match crate::prepare(&next, crate::Front::Tui, false).await {
+                    // A signal abandons the new session (its MCP servers are stopped).
+                    let Ok(prepared) =
+                        crate::shutdown::or_signal(crate::prepare(&next, crate::Front::Tui, false))
+                            .await
+                    else {
+                        break;
+                    };
+                    match prepared {
                         Ok(rebuilt) => {
                             let old = std::mem::replace(&mut session, rebuilt);
                             old.store.close().await;
@@ -285,15 +301,22 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
             }
             continue;
         }
-        terminal
-            .draw(|frame| view::render(frame, &app))
-            .context("cannot draw on the terminal")?;
+        if let Err(e) = terminal.draw(|frame| view::render(frame, &app)) {
+            failed = Some(anyhow::Error::new(e).context("cannot draw on the terminal"));
+            break;
+        }
         tokio::select! {
+            // SIGTERM, SIGHUP (the terminal went away), SIGINT from elsewhere (a key's Ctrl-C
+            // is a key here): the turn is cancelled and saved below, as on quitting.
+            _ = crate::shutdown::signalled() => break,
             key = keys.next() => match key {
                 Some(Ok(TermEvent::Key(key))) => pending = app.on_key(key),
                 Some(Ok(TermEvent::Paste(text))) => app.on_paste(&text),
                 Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(e).context("cannot read the terminal"),
+                Some(Err(e)) => {
+                    failed = Some(anyhow::Error::new(e).context("cannot read the terminal"));
+                    break;
+                }
                 None => break,
             },
             event = async {
@@ -332,10 +355,14 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
             _ = tick.tick() => app.on_tick(),
         }
     }
+    // However the loop ended, the running turn stops the way Esc stops it: its commands are
+    // killed and what it did is saved before the outcome comes back.
     if let Some(turn) = turn {
         turn.stream.cancel();
         let _ = turn.stream.outcome().await;
     }
+    // Questions still waiting are declined by dropping their replies.
+    drop(asking);
     drop(_screen);
     if let Some(hooks) = &session.hooks {
         hooks
@@ -346,8 +373,14 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
             )
             .await;
     }
+    if let Some(mcp) = &session.mcp {
+        mcp.stop();
+    }
     session.store.close().await;
-    Ok(ExitCode::SUCCESS)
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(ExitCode::SUCCESS),
+    }
 }
 
 /// The thread `id` for one turn: each turn gets its own cancellation; `compact` summarizes
@@ -355,6 +388,8 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
 fn handle(session: &crate::Session, id: &str, compact: bool) -> anyhow::Result<Thread> {
     Ok(session.agent.thread(id)?.with_options(RunOptions {
         compact_first: compact,
+        // A signal cancels the turn even while the loop is busy elsewhere.
+        cancel: crate::shutdown::token().child_token(),
         ..RunOptions::default()
     }))
 }
