@@ -31,7 +31,8 @@ class SpendCapExceeded(AgentError):
 
 
 class InvalidRequest(AgentError, ValueError):
-    """The call could not start: bad input, a resume with nothing to decide, …"""
+    """The call could not start: bad input, a resume with nothing to decide, a resume
+    keyed to an interrupt that is no longer pending (re-read the state: ``get_state``), …"""
 
 
 class ScriptedModel:

@@ -142,7 +142,9 @@ class Interrupt:
 class Command:
     """Continues an interrupted thread: ``resume={"decisions": [{"type": "approve"}, …]}``,
     one decision per pending action (``approve``, ``edit`` with ``edited_action``,
-    ``reject`` with ``message``, ``respond`` with ``message``)."""
+    ``reject`` with ``message``, ``respond`` with ``message``). Keyed by the interrupt's id,
+    ``resume={interrupt.id: {"decisions": […]}}``, it answers only that interrupt: one that
+    is no longer pending raises :class:`InvalidRequest` and nothing runs."""
 
     resume: Any = None
     update: Any = None

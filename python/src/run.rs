@@ -323,20 +323,15 @@ async fn start(
         |e: deepagents::core::CheckpointError| (deepagents::RunError::Checkpoint(e), None);
     let invalid = |message: String| (deepagents::RunError::InvalidDecision(message), None);
     if let Some(resume) = &request.resume {
-        let pending = before
-            .as_ref()
-            .map(|run| run.control.pending.clone())
-            .unwrap_or_default();
-        if pending.is_empty() {
-            return Err(invalid(
-                "the thread waits for no decision; send input instead of Command(resume=…)"
-                    .to_owned(),
-            ));
-        }
-        let decisions = convert::decisions(resume, &pending).map_err(invalid)?;
+        // `{interrupt_id: …}` for an interrupt that is not pending is refused here, like
+        // decisions that do not fit, with the thread unchanged.
+        let resume =
+            convert::resume(resume, before.as_ref()).map_err(|error| (error, before.clone()))?;
         let steps = built.watch.subscribe(thread_id);
+        // Recorded for the pause they were read for, checked again under the thread's
+        // lease: a run that answered it meanwhile makes this one fail instead.
         let stream = thread
-            .stream_decide(decisions)
+            .stream_decide_pause(&resume.pause, resume.decisions)
             .await
             .map_err(|failure| (failure.error, Some(*failure.run)))?;
         return Ok((stream, steps));

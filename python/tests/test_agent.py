@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import threading
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -433,6 +434,37 @@ def test_a_bad_resume_and_a_resume_without_checkpointer_are_clear_errors() -> No
     assert stateless.invoke({"messages": "go"})["__interrupt__"]
     with pytest.raises(ValueError, match="checkpointer"):
         stateless.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+
+
+def test_a_resume_for_an_interrupt_no_longer_pending_is_refused_and_changes_nothing() -> None:
+    model = ScriptedModel([call("write_file", file_path="/one.md", content="1"), call("write_file", file_path="/two.md", content="2"), say("done")])
+    agent = create_deep_agent(model=model, interrupt_on={"write_file": True}, checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "stale-resume"}}
+    approve = {"decisions": [{"type": "approve"}]}
+    first = agent.invoke({"messages": "write both"}, config)["__interrupt__"][0]
+    after_first = agent.invoke(Command(resume={first.id: approve}), config)
+    assert after_first["files"]["/one.md"]["content"] == "1"
+    second = after_first["__interrupt__"][0]
+    assert second.value["action_requests"][0]["args"]["file_path"] == "/two.md"
+    assert second.id and second.id != first.id
+    # The first approval sent again (a retry, a screen showing the old pause), an unknown id,
+    # a tool call's id: refused with the pending interrupt named, and nothing runs.
+    for stale in (first.id, "interrupt-unknown", "call_1_0"):
+        with pytest.raises(InvalidRequest, match=re.escape(second.id)) as refused:
+            agent.invoke(Command(resume={stale: approve}), config)
+        assert "re-read the thread state" in str(refused.value)
+    state = agent.get_state(config)
+    assert "/two.md" not in state.values["files"]
+    assert [i.id for i in state.interrupts] == [second.id]
+    # The pending interrupt's id, with the wrong count: still the count's error.
+    with pytest.raises(InvalidRequest, match="0 decisions for 1"):
+        agent.invoke(Command(resume={second.id: {"decisions": []}}), config)
+    done = agent.invoke(Command(resume={second.id: approve}), config)
+    assert done["files"]["/two.md"]["content"] == "2"
+    assert "__interrupt__" not in done
+    # Once nothing is pending, even the last good id is stale.
+    with pytest.raises(InvalidRequest, match="no interrupt is pending"):
+        agent.invoke(Command(resume={second.id: approve}), config)
 
 
 def test_threads_remember_and_sqlite_threads_survive_a_new_agent(tmp_path: Path) -> None:

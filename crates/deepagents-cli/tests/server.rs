@@ -655,6 +655,139 @@ fn a_server_stopped_with_sigterm_hands_its_run_to_another_at_once() {
     );
 }
 
+/// A resume keyed by an interrupt id answers that interrupt only, on whichever server of a
+/// cluster it reaches: the first approval sent again once the run paused on the next write is
+/// a 409 naming the pending interrupt and the next file is not written; of two resumes of one
+/// interrupt sent to both servers at once, one applies and the other is a 409.
+#[test]
+fn every_server_of_a_cluster_refuses_a_resume_for_an_interrupt_no_longer_pending() {
+    let (Some(database), Some(redis)) = (
+        deepagents_test_support::postgres_url(),
+        deepagents_test_support::redis_url(),
+    ) else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let cluster = deepagents_test_support::unique_name("stale-resume");
+    let tenant = cluster.replace(['.', ':'], "-");
+    let key_arg = format!("k={tenant}");
+    let envs = [
+        ("DEEPAGENTS_DATABASE_URL", database.as_str()),
+        ("DEEPAGENTS_REDIS_URL", redis.as_str()),
+        ("DEEPAGENTS_CLUSTER", cluster.as_str()),
+    ];
+    let script = json!({
+        "turns": [{"text": "Default answer."}],
+        "conversations": [
+            {"when_task_contains": "write both", "turns": [
+                {"tool_calls": [{"name": "write_file", "args": {"file_path": "/one.md", "content": "one\n"}}]},
+                {"tool_calls": [{"name": "write_file", "args": {"file_path": "/two.md", "content": "two\n"}}]},
+                {"text": "Both written."}
+            ]}
+        ]
+    });
+    let start = |name: &str| {
+        let dir = data.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        Server::start_with(
+            &dir,
+            root.path(),
+            script.clone(),
+            &["--api-key", &key_arg, "--interrupt-on", "write_file"],
+            &envs,
+        )
+    };
+    let servers = [start("a"), start("b")];
+    let key = [("x-api-key", "k")];
+    let parse = |body: &str| -> serde_json::Value { serde_json::from_str(body).unwrap() };
+    let (_, _, body) = servers[0].request("POST", "/threads", &key, Some(&json!({})));
+    let tid = parse(&body)["thread_id"].as_str().unwrap().to_owned();
+    let wait = format!("/threads/{tid}/runs/wait");
+    let approve = json!({"decisions": [{"type": "approve"}]});
+    let resume =
+        |id: &str| json!({"assistant_id": "agent", "command": {"resume": { id: approve.clone() }}});
+    let (status, _, body) = servers[0].request(
+        "POST",
+        &wait,
+        &key,
+        Some(&json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "write both"}]}})),
+    );
+    assert_eq!(status, 200, "{body}");
+    let first = parse(&body)["__interrupt__"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, _, body) = servers[1].request("POST", &wait, &key, Some(&resume(&first)));
+    assert_eq!(status, 200, "{body}");
+    let second = parse(&body)["__interrupt__"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(first, second);
+    assert!(root.path().join("one.md").exists());
+
+    for server in &servers {
+        for stale in [first.as_str(), "interrupt-unknown"] {
+            let (status, _, body) = server.request("POST", &wait, &key, Some(&resume(stale)));
+            assert_eq!(status, 409, "{stale}: {body}");
+            let detail = parse(&body)["detail"].as_str().unwrap().to_owned();
+            assert!(
+                detail.contains(&second) && detail.contains("re-read the thread state"),
+                "{detail}"
+            );
+        }
+        let state = get_json(server, &format!("/threads/{tid}/state"), &key);
+        assert_eq!(state["interrupts"][0]["id"], second.as_str(), "{state}");
+    }
+    assert!(
+        !root.path().join("two.md").exists(),
+        "written on a stale approval"
+    );
+
+    // Two resumes of the pending interrupt at once, one per server, even asking to queue.
+    let answers: Vec<(u16, String)> = std::thread::scope(|scope| {
+        let racers: Vec<_> = servers
+            .iter()
+            .map(|server| {
+                let mut payload = resume(&second);
+                payload["multitask_strategy"] = json!("enqueue");
+                let wait = &wait;
+                scope.spawn(move || {
+                    let (status, _, body) = server.request("POST", wait, &key, Some(&payload));
+                    (status, body)
+                })
+            })
+            .collect();
+        racers
+            .into_iter()
+            .map(|racer| racer.join().unwrap())
+            .collect()
+    });
+    let mut statuses: Vec<u16> = answers.iter().map(|(status, _)| *status).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 409], "{answers:?}");
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("two.md")).unwrap(),
+        "two\n"
+    );
+    let state = get_json(&servers[0], &format!("/threads/{tid}/state"), &key);
+    let messages = state["values"]["messages"].as_array().unwrap();
+    assert_eq!(
+        messages.last().unwrap()["content"],
+        "Both written.",
+        "{messages:?}"
+    );
+    assert_eq!(
+        messages
+            .iter()
+            .filter(|m| m["tool_call_id"] == "call_1_0")
+            .count(),
+        1,
+        "the second write ran once: {messages:?}"
+    );
+}
+
 /// How long a claimed run stays claimed without a heartbeat (the server's `LEASE`).
 fn crate_lease() -> Duration {
     Duration::from_secs(10)

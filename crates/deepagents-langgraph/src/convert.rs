@@ -4,7 +4,7 @@
 use deepagents::core::{
     CheckpointError, Checkpointer, ContentBlock, Message, Run, RunDelta, ToolStatus,
 };
-use deepagents::{Decision, DecisionKind, PendingAction};
+use deepagents::{Decision, DecisionKind, PendingAction, RunError};
 use serde_json::{Map, Value, json};
 
 /// The id of message `index` of a thread: stable, since a thread's messages are only ever
@@ -134,14 +134,10 @@ fn files(run: &Run) -> Value {
     Value::Object(files)
 }
 
-/// The interrupt id of a pause: stable while the same actions wait.
+/// The interrupt id of a pause ([`deepagents::pause_id`]): the same while the same actions
+/// wait, another for every later pause; empty when nothing waits.
 pub fn interrupt_id(run: &Run) -> String {
-    run.control
-        .pending
-        .first()
-        .map_or_else(String::new, |action| {
-            format!("interrupt-{}", action.call_id)
-        })
+    deepagents::pause_id(run).unwrap_or_default()
 }
 
 /// Pending approvals as the reference harness interrupts for them: one interrupt whose
@@ -179,43 +175,118 @@ pub fn interrupts(pending: &[PendingAction], id: &str) -> Value {
     json!([{ "id": id, "value": {"action_requests": requests, "review_configs": configs} }])
 }
 
-/// The decisions a `command.resume` carries, one per pending action: `{"decisions": […]}`
-/// (or keyed by interrupt id, or the list alone), each `{"type": "approve" | "edit" |
-/// "reject" | "respond", …}`; a bare `"approve"`/`"reject"` string or `true`/`false` decides
-/// every action alike.
-pub fn decisions(resume: &Value, pending: &[PendingAction]) -> Result<Vec<Decision>, String> {
-    let list = match resume {
-        Value::Object(map) if map.contains_key("decisions") => map["decisions"].clone(),
-        // `{interrupt_id: {"decisions": […]}}`: one interrupt per pause here.
-        Value::Object(map) if map.len() == 1 => {
-            let inner = map.values().next().cloned().unwrap_or(Value::Null);
-            inner.get("decisions").cloned().unwrap_or(inner)
+/// A `command.resume` read against the pause it answers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resume {
+    /// The interrupt the resume names (`{interrupt_id: …}`), checked to be the pending one;
+    /// `None` for the forms that name none.
+    pub interrupt: Option<String>,
+    /// The pause the decisions answer: the one named, else the one they were read against.
+    /// Front ends record them for it ([`deepagents::Thread::stream_decide_pause`]), so the
+    /// check is made again under the thread's lease, and a run that answered the pause in
+    /// between makes this one fail rather than apply to the next pause.
+    pub pause: String,
+    /// One decision per pending action, in order.
+    pub decisions: Vec<Decision>,
+}
+
+/// Reads a `command.resume` (`Command(resume=…)`) against `run`, the thread as it stands:
+/// `{"decisions": […]}` or the list alone answer whatever pause waits; `{interrupt_id:
+/// {"decisions": […]}}` (or `{interrupt_id: […]}`) answers only the interrupt it names, which
+/// must be the pending one ([`deepagents::check_pause`]); a bare `"approve"`/`"reject"`
+/// string or `true`/`false`, alone or under an interrupt id, decides every action alike.
+/// Decisions are `{"type": "approve" | "edit" | "reject" | "respond", …}`, one per pending
+/// action.
+///
+/// Fails with [`RunError::StalePause`] for an interrupt that is not pending now (answered
+/// already, or never one of this thread's: a conflict with the thread's state), else with
+/// [`RunError::InvalidDecision`] for decisions that cannot be read or do not fit.
+pub fn resume(resume: &Value, run: Option<&Run>) -> Result<Resume, RunError> {
+    let (interrupt, body) = form(resume)?;
+    // A named interrupt is checked first: decisions for a pause the caller did not see are
+    // refused whatever they hold.
+    if let Some(id) = &interrupt {
+        match run {
+            Some(run) => deepagents::check_pause(run, id)?,
+            None => {
+                return Err(RunError::StalePause {
+                    given: id.clone(),
+                    current: None,
+                });
+            }
         }
-        Value::Array(_) => resume.clone(),
+    }
+    let (Some(run), Some(pause)) = (run, run.and_then(deepagents::pause_id)) else {
+        return Err(RunError::InvalidDecision(
+            "the thread waits for no decision; send input instead of a resume".to_owned(),
+        ));
+    };
+    let pending = run.control.pending.as_slice();
+    let list = match body {
         Value::Bool(yes) => Value::Array(vec![
             json!({"type": if *yes { "approve" } else { "reject" }});
             pending.len()
         ]),
         Value::String(kind) => Value::Array(vec![json!({"type": kind}); pending.len()]),
-        other => {
-            return Err(format!(
-                "cannot read decisions from {other}; send {{\"decisions\": [{{\"type\": \"approve\"}}, …]}}, one per pending action"
+        Value::Object(map) => map.get("decisions").cloned().unwrap_or(Value::Null),
+        other => other.clone(),
+    };
+    Ok(Resume {
+        interrupt,
+        pause,
+        decisions: decisions(&list, pending)?,
+    })
+}
+
+/// The interrupt a `command.resume` names, if it names one (see [`resume`]); what it decides
+/// is not read. A front end uses it to keep a resume for a named interrupt from waiting
+/// behind another run, which may answer that interrupt first.
+pub fn resume_interrupt(resume: &Value) -> Option<String> {
+    form(resume).ok().and_then(|(interrupt, _)| interrupt)
+}
+
+/// A resume's form: the interrupt it names, if any, and what it decides.
+fn form(resume: &Value) -> Result<(Option<String>, &Value), RunError> {
+    let invalid = |message: String| RunError::InvalidDecision(message);
+    Ok(match resume {
+        Value::Object(map) if map.contains_key("decisions") => (None, resume),
+        // One decision without its list: a shape error, not an interrupt named `type`.
+        Value::Object(map) if map.contains_key("type") => {
+            return Err(invalid(
+                "a resume carries a list of decisions: send {\"decisions\": [{\"type\": …}]}, one per pending action".to_owned(),
             ));
         }
-    };
+        // `{interrupt_id: …}`: one interrupt per pause here, so one key.
+        Value::Object(map) if map.len() == 1 => match map.iter().next() {
+            Some((id, inner)) => (Some(id.clone()), inner),
+            None => (None, resume),
+        },
+        Value::Array(_) | Value::Bool(_) | Value::String(_) => (None, resume),
+        other => {
+            return Err(invalid(format!(
+                "cannot read decisions from {other}; send {{\"decisions\": [{{\"type\": \"approve\"}}, …]}}, one per pending action"
+            )));
+        }
+    })
+}
+
+/// The decisions of a list, one per pending action.
+fn decisions(list: &Value, pending: &[PendingAction]) -> Result<Vec<Decision>, RunError> {
     let Value::Array(list) = list else {
-        return Err("`decisions` must be a list, one per pending action".to_owned());
+        return Err(RunError::InvalidDecision(
+            "`decisions` must be a list, one per pending action".to_owned(),
+        ));
     };
     if list.len() != pending.len() {
-        return Err(format!(
+        return Err(RunError::InvalidDecision(format!(
             "{} decisions for {} pending actions; send one per action, in order",
             list.len(),
             pending.len()
-        ));
+        )));
     }
     list.iter()
         .zip(pending)
-        .map(|(item, action)| decision(item, action))
+        .map(|(item, action)| decision(item, action).map_err(RunError::InvalidDecision))
         .collect()
 }
 
@@ -562,9 +633,9 @@ fn decode_data(mime: &str, data: &str) -> Result<ContentBlock, String> {
 mod tests {
     use super::*;
 
-    fn action(name: &str) -> PendingAction {
+    fn action(id: &str, name: &str) -> PendingAction {
         PendingAction {
-            call_id: "c1".into(),
+            call_id: id.into(),
             name: name.into(),
             arguments: json!({"command": "ls"}),
             description: None,
@@ -577,16 +648,47 @@ mod tests {
         }
     }
 
+    /// A thread that asked for `actions` after `before` user messages, and waits on them.
+    fn paused(before: usize, actions: &[PendingAction]) -> Run {
+        let mut run = Run::default();
+        for _ in 0..before {
+            run.state.messages.push(Message::User {
+                content: vec![ContentBlock::text("go")],
+            });
+        }
+        let mut asking = deepagents::core::AssistantMessage::text("");
+        asking.tool_calls = actions
+            .iter()
+            .map(|action| deepagents::core::ToolCall {
+                id: action.call_id.clone(),
+                name: action.name.clone(),
+                arguments: action.arguments.clone(),
+            })
+            .collect();
+        run.state.messages.push(Message::Assistant(asking));
+        run.control.pending = actions.to_vec();
+        run
+    }
+
+    fn two() -> Run {
+        paused(1, &[action("c1", "execute"), action("c2", "write_file")])
+    }
+
+    fn refused(value: Value, run: Option<&Run>) -> RunError {
+        resume(&value, run).unwrap_err()
+    }
+
     #[test]
     fn decisions_are_read_in_the_reference_shapes() {
-        let pending = [action("execute"), action("write_file")];
-        let both = decisions(
+        let run = two();
+        let both = resume(
             &json!({"decisions": [{"type": "approve"}, {"type": "edit", "edited_action": {"name": "write_file", "args": {"a": 1}}}]}),
-            &pending,
+            Some(&run),
         )
         .unwrap();
+        assert_eq!(both.interrupt, None);
         assert_eq!(
-            both,
+            both.decisions,
             [
                 Decision::Approve,
                 Decision::Edit {
@@ -594,31 +696,128 @@ mod tests {
                 }
             ]
         );
-        let keyed = decisions(
-            &json!({"int-1": {"decisions": [{"type": "reject", "message": "no"}, "approve"]}}),
-            &pending,
+        // Read against `run`, an unkeyed resume answers `run`'s pause.
+        assert_eq!(Some(both.pause), deepagents::pause_id(&run));
+        let id = interrupt_id(&run);
+        let keyed = resume(
+            &json!({ id.clone(): {"decisions": [{"type": "reject", "message": "no"}, "approve"]} }),
+            Some(&run),
         )
         .unwrap();
+        assert_eq!(keyed.interrupt.as_deref(), Some(id.as_str()));
+        assert_eq!(keyed.pause, id);
         assert_eq!(
-            keyed[0],
+            keyed.decisions[0],
             Decision::Reject {
                 message: Some("no".into())
             }
         );
-        assert!(
-            decisions(&json!({"decisions": [{"type": "approve"}]}), &pending)
-                .unwrap_err()
-                .contains("1 decisions for 2")
+        let listed = resume(&json!({ id.clone(): ["approve", "approve"] }), Some(&run)).unwrap();
+        assert_eq!(listed.decisions, [Decision::Approve, Decision::Approve]);
+        assert_eq!(resume(&json!(true), Some(&run)).unwrap().decisions.len(), 2);
+        assert_eq!(
+            resume(&json!({ id: "reject" }), Some(&run))
+                .unwrap()
+                .decisions[1],
+            Decision::Reject { message: None }
         );
-        assert!(
-            decisions(
-                &json!({"decisions": [{"type": "respond", "message": "x"}, "approve"]}),
-                &pending
-            )
-            .unwrap_err()
-            .contains("may not be decided")
+    }
+
+    #[test]
+    fn malformed_decisions_are_invalid_not_conflicts() {
+        let run = two();
+        let id = interrupt_id(&run);
+        for (value, says) in [
+            (
+                json!({"decisions": [{"type": "approve"}]}),
+                "1 decisions for 2",
+            ),
+            (
+                json!({ id.clone(): {"decisions": [{"type": "approve"}]} }),
+                "1 decisions for 2",
+            ),
+            (
+                json!({"decisions": [{"type": "respond", "message": "x"}, "approve"]}),
+                "may not be decided",
+            ),
+            (json!({"decisions": "approve"}), "must be a list"),
+            (json!({"type": "approve"}), "list of decisions"),
+            (json!(7), "cannot read decisions"),
+            (json!({"a": [], "b": []}), "cannot read decisions"),
+        ] {
+            let error = refused(value.clone(), Some(&run));
+            assert!(
+                matches!(&error, RunError::InvalidDecision(message) if message.contains(says)),
+                "{value}: {error:?}"
+            );
+        }
+        assert!(matches!(
+            refused(json!({"decisions": [{"type": "approve"}]}), None),
+            RunError::InvalidDecision(message) if message.contains("waits for no decision")
+        ));
+    }
+
+    #[test]
+    fn a_resume_keyed_to_another_interrupt_is_refused_as_stale() {
+        let first = paused(1, &[action("call_0_0", "write_file")]);
+        let old = interrupt_id(&first);
+        // The next pause; its model reused the call id.
+        let mut second = first.clone();
+        second.state.messages.push(Message::User {
+            content: vec![ContentBlock::text("then")],
+        });
+        second.control.pending.clear();
+        let next = paused(0, &[action("call_0_0", "write_file")]);
+        second
+            .state
+            .messages
+            .extend(next.state.messages.iter().cloned());
+        second.control.pending = next.control.pending.clone();
+        let current = interrupt_id(&second);
+        assert_ne!(old, current);
+        let approve = json!({"decisions": [{"type": "approve"}]});
+        // The old id, an unknown one, a tool call's id: stale, whatever the decisions hold.
+        for key in [old.as_str(), "interrupt-nope", "call_0_0"] {
+            for body in [approve.clone(), json!({"decisions": []})] {
+                let error = refused(json!({ key: body }), Some(&second));
+                match &error {
+                    RunError::StalePause {
+                        given,
+                        current: now,
+                    } => {
+                        assert_eq!(given, key);
+                        assert_eq!(now.as_deref(), Some(current.as_str()));
+                    }
+                    other => panic!("{key}: {other:?}"),
+                }
+                assert!(error.to_string().contains(&current), "{error}");
+            }
+        }
+        // Nothing pending: a named interrupt is stale, not merely invalid.
+        assert!(matches!(
+            refused(json!({ old.clone(): approve.clone() }), None),
+            RunError::StalePause { current: None, .. }
+        ));
+        let mut done = second.clone();
+        done.control.pending.clear();
+        assert!(matches!(
+            refused(json!({ current.clone(): approve.clone() }), Some(&done)),
+            RunError::StalePause { current: None, .. }
+        ));
+        // A different set of actions behind the same first call is another interrupt.
+        let wider = paused(
+            1,
+            &[
+                action("call_0_0", "write_file"),
+                action("call_0_1", "write_file"),
+            ],
         );
-        assert_eq!(decisions(&json!(true), &pending).unwrap().len(), 2);
+        assert!(matches!(
+            refused(json!({ old.clone(): ["approve", "approve"] }), Some(&wider)),
+            RunError::StalePause { .. }
+        ));
+        let fresh = resume(&json!({ current.clone(): approve }), Some(&second)).unwrap();
+        assert_eq!(fresh.pause, current);
     }
 
     #[test]

@@ -789,35 +789,36 @@ async fn create_run(
     let resume = field(&body, "command")
         .and_then(|command| field(command, "resume"))
         .cloned();
-    if let Some(command) = field(&body, "command") {
-        if field(command, "goto").is_some() {
-            return Err(ApiError::invalid(
-                "command.goto is not supported: the agent has one loop; send resume or input",
-            ));
-        }
-        if let Some(update) = field(command, "update") {
-            update_state(shared, &storage_id(&tenant.0, thread_id), update).await?;
-        }
+    if let Some(command) = field(&body, "command")
+        && field(command, "goto").is_some()
+    {
+        return Err(ApiError::invalid(
+            "command.goto is not supported: the agent has one loop; send resume or input",
+        ));
     }
     let modes = stream_modes(&body)?;
-    // Decisions for a thread at rest are checked now, so a bad resume is a 422, not a
-    // failed run (behind a running run they are checked when their turn comes).
+    // A resume is checked before anything changes (`command.update` included), so a refused
+    // one changes nothing: an interrupt that is not pending now is a 409, as is one named
+    // while another run of the thread is going (it may answer it first); decisions that
+    // cannot be used are a 422 (behind a running run, those that name no interrupt are
+    // checked when their turn comes: what will wait then is not known yet). `submit`
+    // checks again once no other run can start.
     if let Some(resume) = &resume {
-        let storage = storage_id(&tenant.0, thread_id);
-        if !shared.runs.busy(&tenant.0, thread_id).await? {
-            let pending = shared
-                .watch
-                .load(&storage, None)
-                .await?
-                .map(|run| run.control.pending)
-                .unwrap_or_default();
-            if pending.is_empty() {
-                return Err(ApiError::invalid(
-                    "the thread waits for no decision; send input instead of command.resume",
-                ));
-            }
-            convert::decisions(resume, &pending).map_err(ApiError::invalid)?;
+        let busy = shared.runs.busy(&tenant.0, thread_id).await?;
+        match shared
+            .runs
+            .check_resume(&storage_id(&tenant.0, thread_id), resume)
+            .await
+        {
+            Err(error) if busy && error.status == StatusCode::UNPROCESSABLE_ENTITY => {}
+            other => other?,
         }
+        if busy && let Some(interrupt) = convert::resume_interrupt(resume) {
+            return Err(crate::runs::busy_before_resume(thread_id, &interrupt));
+        }
+    }
+    if let Some(update) = field(&body, "command").and_then(|command| field(command, "update")) {
+        update_state(shared, &storage_id(&tenant.0, thread_id), update).await?;
     }
     let strategy = field(&body, "multitask_strategy")
         .and_then(Value::as_str)

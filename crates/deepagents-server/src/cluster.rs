@@ -136,6 +136,49 @@ impl Cluster {
         Ok(())
     }
 
+    /// Queues a run only when its thread has nothing queued or running and `ready` agrees.
+    /// `ready` runs while the thread is locked against every other call of this for it, in
+    /// every server of the cluster, so what it checks (the thread's pause) cannot be
+    /// answered by another run so queued between the check and the queueing.
+    pub async fn enqueue_alone<E>(
+        &self,
+        run_id: &str,
+        tenant: &str,
+        thread_id: &str,
+        job: &Value,
+        ready: impl std::future::Future<Output = Result<(), E>>,
+    ) -> Result<Alone<E>, ClusterError> {
+        let mut tx = self.pool.begin().await?;
+        // Held until the transaction ends; a 64-bit hash of the thread, so other threads
+        // rarely wait on it.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 7460293))")
+            .bind(format!("{}\u{1f}{tenant}\u{1f}{thread_id}", self.name))
+            .execute(&mut *tx)
+            .await?;
+        let busy = sqlx::query("SELECT EXISTS (SELECT 1 FROM deepagents_server_queue WHERE tenant = $1 AND thread_id = $2 AND cluster = $3)")
+            .bind(tenant)
+            .bind(thread_id)
+            .bind(&self.name)
+            .fetch_one(&mut *tx)
+            .await?;
+        if busy.try_get::<bool, _>(0)? {
+            return Ok(Alone::Busy);
+        }
+        if let Err(error) = ready.await {
+            return Ok(Alone::Refused(error));
+        }
+        sqlx::query("INSERT INTO deepagents_server_queue (run_id, cluster, tenant, thread_id, status, job) VALUES ($1, $5, $2, $3, 'pending', $4)")
+            .bind(run_id)
+            .bind(tenant)
+            .bind(thread_id)
+            .bind(job)
+            .bind(&self.name)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Alone::Queued)
+    }
+
     /// Whether thread `thread_id` of `tenant` has runs queued or running.
     pub async fn thread_busy(&self, tenant: &str, thread_id: &str) -> Result<bool, ClusterError> {
         let row = sqlx::query("SELECT EXISTS (SELECT 1 FROM deepagents_server_queue WHERE tenant = $1 AND thread_id = $2 AND cluster = $3)")
@@ -352,6 +395,16 @@ impl Cluster {
 
 /// The end marker's event name in a run's Redis stream.
 const END: &str = "__end__";
+
+/// What [`Cluster::enqueue_alone`] did.
+pub enum Alone<E> {
+    /// The run is queued.
+    Queued,
+    /// The thread has runs queued or running: nothing was queued.
+    Busy,
+    /// The check refused the run: nothing was queued.
+    Refused(E),
+}
 
 /// What a heartbeat learned.
 pub enum Heartbeat {

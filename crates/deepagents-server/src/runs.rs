@@ -323,8 +323,22 @@ impl Runs {
         }
     }
 
+    /// Checks `command.resume` against thread `storage` as it stands now
+    /// ([`convert::resume`]): a 409 when it names an interrupt that is not pending (the
+    /// client's view is stale: the detail says what is pending now), a 422 when its
+    /// decisions cannot be used.
+    pub async fn check_resume(&self, storage: &str, resume: &Value) -> ApiResult<()> {
+        let current = self.watch.load(storage, None).await?;
+        convert::resume(resume, current.as_ref())
+            .map(drop)
+            .map_err(resume_error)
+    }
+
     /// Starts a new run, or queues it behind its thread's as `strategy` says: `reject` (a
-    /// 409), `enqueue`, `interrupt` or `rollback` (the running one is stopped first).
+    /// 409), `enqueue`, `interrupt` or `rollback` (the running one is stopped first). A
+    /// resume that names an interrupt never waits behind another run, whatever the
+    /// strategy (that run may answer the interrupt first): it starts on a thread at rest,
+    /// checked against it once no other run can start, or is refused with a 409.
     pub async fn submit(self: &Arc<Self>, job: Job, strategy: &str) -> ApiResult<()> {
         let record = job.record.clone();
         let tenant = job.tenant.clone();
@@ -334,8 +348,34 @@ impl Runs {
                 record.thread_id
             ))
         };
+        let named = job.resume.as_ref().and_then(convert::resume_interrupt);
+        let named_busy = |interrupt: &str| busy_before_resume(&record.thread_id, interrupt);
+        let storage = storage_id(&tenant, &record.thread_id);
         #[cfg(feature = "cluster")]
         if let Some(cluster) = &self.cluster {
+            if let (Some(interrupt), Some(resume)) = (&named, &job.resume) {
+                // Checked and queued under the thread's lock in the queue: of two such
+                // resumes, on any servers, the second finds the first queued.
+                let queued = serde_json::to_value(&job).map_err(ApiError::internal)?;
+                let outcome = cluster
+                    .enqueue_alone(
+                        &record.run_id,
+                        &tenant,
+                        &record.thread_id,
+                        &queued,
+                        self.check_resume(&storage, resume),
+                    )
+                    .await
+                    .map_err(ApiError::internal)?;
+                return match outcome {
+                    crate::cluster::Alone::Queued => {
+                        self.queued.notify_one();
+                        Ok(())
+                    }
+                    crate::cluster::Alone::Busy => Err(named_busy(interrupt)),
+                    crate::cluster::Alone::Refused(error) => Err(error),
+                };
+            }
             if cluster
                 .thread_busy(&tenant, &record.thread_id)
                 .await
@@ -358,23 +398,40 @@ impl Runs {
             self.queued.notify_one();
             return Ok(());
         }
-        let storage = storage_id(&tenant, &record.thread_id);
         let live = Live::new(record.clone(), FrameLog::new());
-        let mut lines = lock(&self.lines);
-        let line = lines.entry(storage.clone()).or_default();
-        if line.active.is_some() || !line.queue.is_empty() {
-            match strategy {
-                "enqueue" => line.queue.push_back((live.clone(), job)),
-                "interrupt" | "rollback" => {
-                    if let Some(active) = &line.active {
-                        active.stop(strategy);
-                    }
-                    line.queue.push_front((live.clone(), job));
+        let to_start = {
+            let mut lines = lock(&self.lines);
+            let line = lines.entry(storage.clone()).or_default();
+            if line.active.is_some() || !line.queue.is_empty() {
+                if let Some(interrupt) = &named {
+                    return Err(named_busy(interrupt));
                 }
-                _ => return Err(busy_error()),
+                match strategy {
+                    "enqueue" => line.queue.push_back((live.clone(), job)),
+                    "interrupt" | "rollback" => {
+                        if let Some(active) = &line.active {
+                            active.stop(strategy);
+                        }
+                        line.queue.push_front((live.clone(), job));
+                    }
+                    _ => return Err(busy_error()),
+                }
+                None
+            } else {
+                // The thread is this run's now: no other run of it starts here until it ends.
+                line.active = Some(live.clone());
+                Some(job)
             }
-        } else {
-            line.active = Some(live.clone());
+        };
+        if let Some(job) = to_start {
+            // So the resume is checked against the thread it will start from: of two
+            // resumes of one interrupt, the second sees the first's run, or what it left.
+            if let Some(resume) = &job.resume
+                && let Err(error) = self.check_resume(&storage, resume).await
+            {
+                self.next(&storage);
+                return Err(error);
+            }
             tokio::spawn(
                 Arc::clone(self)
                     .drive(storage, live.clone(), job, 1)
@@ -532,6 +589,8 @@ impl Runs {
         );
         let mut first_step = true;
         let mut clock = crate::metrics::CallClock::default();
+        // A resume refused before anything ran leaves the thread as it was.
+        let mut refused = false;
         let outcome = match self
             .start(storage, live, job, assistant, before.as_ref())
             .await
@@ -558,7 +617,13 @@ impl Runs {
                 }
                 stream.outcome().await.map_err(|failure| failure.error)
             }
-            Err(error) => Err(error),
+            Err(error) => {
+                refused = matches!(
+                    error,
+                    RunError::InvalidDecision(_) | RunError::StalePause { .. }
+                );
+                Err(error)
+            }
         };
         drop(steps);
         if live.is_handed_back() {
@@ -631,11 +696,27 @@ impl Runs {
                 let message = error.to_string();
                 framer.error(&kind, &message);
                 lock(&live.record).error = Some(json!({"error": kind, "message": message}));
+                // A refused resume changed nothing: the thread still waits (or rests) as it
+                // did, and says so.
+                let thread_status = if !refused {
+                    "error"
+                } else if self
+                    .watch
+                    .load(storage, None)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|run| !run.control.pending.is_empty())
+                {
+                    "interrupted"
+                } else {
+                    "idle"
+                };
                 self.settle(
                     live,
                     records,
                     "error",
-                    Some("error"),
+                    Some(thread_status),
                     job.delete_thread_after,
                 )
                 .await;
@@ -678,19 +759,11 @@ impl Runs {
             .with_lease_wait(Duration::from_secs(30));
         match (&job.resume, &job.input) {
             (Some(resume), _) => {
-                let pending = before
-                    .map(|run| run.control.pending.clone())
-                    .unwrap_or_default();
-                if pending.is_empty() {
-                    return Err(RunError::InvalidDecision(
-                        "the thread waits for no decision; send input instead of command.resume"
-                            .to_owned(),
-                    ));
-                }
-                let decisions =
-                    convert::decisions(resume, &pending).map_err(RunError::InvalidDecision)?;
+                let resume = convert::resume(resume, before)?;
+                // Recorded for the pause they were read for, checked again under the
+                // thread's lease: a run that answered it meanwhile makes this one fail.
                 thread
-                    .stream_decide(decisions)
+                    .stream_decide_pause(&resume.pause, resume.decisions)
                     .await
                     .map_err(|failure| failure.error)
             }
@@ -700,6 +773,24 @@ impl Runs {
                 .map_err(RunError::Checkpoint),
             (None, None) => thread.stream_resume().await.map_err(RunError::Checkpoint),
         }
+    }
+}
+
+/// The 409 for a resume naming `interrupt` while thread `thread_id` has a run going or
+/// waiting: that run may answer the interrupt first, so the resume is not queued behind it.
+pub fn busy_before_resume(thread_id: &str, interrupt: &str) -> ApiError {
+    ApiError::conflict(format!(
+        "thread `{thread_id}` is busy with a run, which may answer interrupt `{interrupt}` first; wait for it to end, then re-read the thread state and resume what is pending then"
+    ))
+}
+
+/// A refused resume as the API answers it: a 409 for an interrupt that is not pending
+/// (the client should look again), a 422 for decisions that cannot be used.
+fn resume_error(error: RunError) -> ApiError {
+    match error {
+        RunError::StalePause { .. } => ApiError::conflict(error.to_string()),
+        RunError::InvalidDecision(message) => ApiError::invalid(message),
+        other => ApiError::invalid(other.to_string()),
     }
 }
 

@@ -124,3 +124,123 @@ async fn an_embedded_server_answers_a_run_and_stops_on_its_signal() {
     stop.send(()).unwrap();
     server.await.unwrap().unwrap();
 }
+
+/// An agent that writes two files, each after an approval.
+fn writer(checkpointer: Arc<dyn deepagents::core::Checkpointer>) -> Agent {
+    let script = json!({"turns": [
+        {"tool_calls": [{"name": "write_file", "args": {"file_path": "/one.md", "content": "one\n"}}]},
+        {"tool_calls": [{"name": "write_file", "args": {"file_path": "/two.md", "content": "two\n"}}]},
+        {"text": "Both written."}
+    ]});
+    let model = Arc::new(ScriptedModel::from_json(&script.to_string()).unwrap());
+    Agent::builder(model)
+        .checkpointer(checkpointer)
+        .interrupt_on("write_file", deepagents::InterruptConfig::default())
+        .build()
+        .unwrap()
+}
+
+/// A resume keyed by an interrupt id answers that interrupt only: the first approval sent
+/// again once the run paused on the next write is a 409 naming the pending interrupt, and the
+/// next write does not happen until it is approved by its own id; of two resumes of one
+/// interrupt sent at once, one applies and the other is a 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_answers_only_the_interrupt_it_names() {
+    let watch = StepWatch::new(Arc::new(InMemoryCheckpointer::new()));
+    let options = ServerOptions::new(
+        vec![Assistant::new("agent", writer(watch.clone()))],
+        Arc::new(InMemoryStore::new()),
+        watch,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(deepagents_server::serve(listener, options, async {
+        let _ = stopped.await;
+    }));
+    tokio::task::spawn_blocking(move || {
+        let post = |path: &str, body: serde_json::Value| request(address, "POST", path, &body);
+        let parse = |body: &str| -> serde_json::Value { serde_json::from_str(body).unwrap() };
+        let approve = json!({"decisions": [{"type": "approve"}]});
+        let resume = |id: &str| json!({"assistant_id": "agent", "command": {"resume": { id: approve.clone() }}});
+        assert_eq!(post("/threads", json!({"thread_id": "t"})).0, 200);
+        let (status, body) = post(
+            "/threads/t/runs/wait",
+            json!({"assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "write both"}]}}),
+        );
+        assert_eq!(status, 200, "{body}");
+        let first = parse(&body)["__interrupt__"][0]["id"].as_str().unwrap().to_owned();
+        let (status, body) = post("/threads/t/runs/wait", resume(&first));
+        assert_eq!(status, 200, "{body}");
+        let values = parse(&body);
+        assert_eq!(values["files"]["/one.md"]["content"], "one\n", "{values}");
+        let second = values["__interrupt__"][0]["id"].as_str().unwrap().to_owned();
+        assert_ne!(first, second);
+        assert_eq!(
+            values["__interrupt__"][0]["value"]["action_requests"][0]["args"]["file_path"],
+            "/two.md"
+        );
+
+        // The first approval again, an unknown id, a tool call's id: 409 on every door, with
+        // the pending interrupt named, and nothing runs.
+        for stale in [first.as_str(), "interrupt-unknown", "call_1_0"] {
+            for path in ["/threads/t/runs/wait", "/threads/t/runs/stream", "/threads/t/runs"] {
+                let (status, body) = post(path, resume(stale));
+                assert_eq!(status, 409, "{stale} on {path}: {body}");
+                let detail = parse(&body)["detail"].as_str().unwrap().to_owned();
+                assert!(detail.contains(&second), "{detail}");
+                assert!(detail.contains("re-read the thread state"), "{detail}");
+            }
+        }
+        let (status, body) = request(address, "GET", "/threads/t/state", &json!(null));
+        assert_eq!(status, 200, "{body}");
+        let state = parse(&body);
+        assert!(state["values"]["files"].get("/two.md").is_none(), "{state}");
+        assert_eq!(state["values"]["files"]["/one.md"]["content"], "one\n");
+        assert_eq!(state["interrupts"][0]["id"], second.as_str(), "{state}");
+        assert_eq!(state["next"], json!(["tools"]));
+        let (_, body) = request(address, "GET", "/threads/t", &json!(null));
+        assert_eq!(parse(&body)["status"], "interrupted", "{body}");
+        // The pending interrupt's id with decisions that do not fit: a 422, as before.
+        let (status, body) = post(
+            "/threads/t/runs/wait",
+            json!({"assistant_id": "agent", "command": {"resume": { second.clone(): {"decisions": []} }}}),
+        );
+        assert_eq!(status, 422, "{body}");
+        assert!(body.contains("0 decisions for 1"), "{body}");
+
+        // Two resumes of the pending interrupt at once, even asking to queue: one applies.
+        let racers: Vec<_> = (0..2)
+            .map(|_| {
+                let mut payload = resume(&second);
+                payload["multitask_strategy"] = json!("enqueue");
+                std::thread::spawn(move || request(address, "POST", "/threads/t/runs/wait", &payload))
+            })
+            .collect();
+        let mut answers: Vec<(u16, String)> =
+            racers.into_iter().map(|racer| racer.join().unwrap()).collect();
+        answers.sort();
+        assert_eq!(answers[0].0, 200, "{answers:?}");
+        assert_eq!(answers[1].0, 409, "{answers:?}");
+        let values = parse(&answers[0].1);
+        assert_eq!(values["files"]["/two.md"]["content"], "two\n", "{values}");
+        assert!(values.get("__interrupt__").is_none(), "{values}");
+        let (_, body) = request(address, "GET", "/threads/t/state", &json!(null));
+        let state = parse(&body);
+        let messages = state["values"]["messages"].as_array().unwrap();
+        assert_eq!(messages.last().unwrap()["content"], "Both written.");
+        assert_eq!(
+            messages.iter().filter(|m| m["tool_call_id"] == "call_1_0").count(),
+            1,
+            "the second write ran once: {messages:?}"
+        );
+        // Nothing is pending now: the last good id is stale too.
+        let (status, body) = post("/threads/t/runs/wait", resume(&second));
+        assert_eq!(status, 409, "{body}");
+        assert!(body.contains("no interrupt is pending"), "{body}");
+    })
+    .await
+    .unwrap();
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}

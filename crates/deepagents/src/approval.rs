@@ -114,10 +114,117 @@ pub fn pending_actions(run: &Run) -> Vec<PendingAction> {
     run.control.pending.clone()
 }
 
+/// The id of the pause `run` waits in; `None` when it waits for no decision.
+///
+/// It names that one pause. It stays the same while the same actions wait (loading, saving or
+/// showing the run does not change it), and every later pause of the thread gets another one,
+/// even when a model reuses call ids: besides the waiting calls' ids it covers where each was
+/// made in the conversation (and, for a call inside a subagent, in the subagent's). Front ends
+/// show it with the pause and take it back with the decisions ([`decide_pause`],
+/// [`Thread::decide_pause`](crate::Thread::decide_pause)), so that decisions made for one pause
+/// (a retried request, a screen showing an old pause) are refused rather than applied to
+/// another pause nobody saw. It reads `interrupt-<first call id>-<16 hex digits>`; treat it as
+/// opaque.
+pub fn pause_id(run: &Run) -> Option<String> {
+    let first = run.control.pending.first()?;
+    let mut digest = Fnv64::default();
+    for action in &run.control.pending {
+        // Each level of the path is a call in the run above it; the last, the call itself.
+        let mut level = Some(run);
+        for segment in &action.path {
+            digest.write_str(&segment.call_id);
+            digest.write_u64(call_position(level, &segment.call_id));
+            level = level
+                .and_then(|run| run.control.paused_subagents.get(&segment.call_id))
+                .map(|paused| paused.run.as_ref());
+        }
+        digest.write_str(&action.call_id);
+        digest.write_u64(call_position(level, &action.call_id));
+        digest.write_str(&action.name);
+        // Ends the action, so two actions never read as one with a longer path.
+        digest.write_u64(u64::MAX);
+    }
+    Some(format!(
+        "interrupt-{}-{:016x}",
+        first.call_id,
+        digest.finish()
+    ))
+}
+
+/// The index of the assistant message of `run` that made call `call_id` (the latest one, if
+/// a model reused the id); `u64::MAX` when there is none. Messages are only ever appended, so
+/// the index of a call stays put while it waits, and a later pause's calls sit further on.
+fn call_position(run: Option<&Run>, call_id: &str) -> u64 {
+    run.and_then(|run| {
+        run.state.messages.iter().rposition(|message| {
+            matches!(message, Message::Assistant(assistant)
+                if assistant.tool_calls.iter().any(|call| call.id == call_id))
+        })
+    })
+    .map_or(u64::MAX, |index| index as u64)
+}
+
+/// 64-bit FNV-1a: pause ids must come out the same in every process and build (servers of a
+/// cluster compare ids another one made), which `std`'s hashers do not promise.
+struct Fnv64(u64);
+
+impl Default for Fnv64 {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv64 {
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    /// A string, length first, so that fields never run into each other.
+    fn write_str(&mut self, text: &str) {
+        self.write_u64(text.len() as u64);
+        self.write(text.as_bytes());
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.write(&value.to_le_bytes());
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Checks that `run` waits in the pause `pause` names (its [`pause_id`]): the one check every
+/// front end makes before decisions given for a named pause are applied. Fails with
+/// [`RunError::StalePause`] when the run waits in another pause or in none.
+pub fn check_pause(run: &Run, pause: &str) -> Result<(), RunError> {
+    let current = pause_id(run);
+    if current.as_deref() == Some(pause) {
+        return Ok(());
+    }
+    Err(RunError::StalePause {
+        given: pause.to_owned(),
+        current,
+    })
+}
+
+/// Like [`decide`], for the pause `pause` names (see [`pause_id`]): fails, leaving the run
+/// unchanged, with [`RunError::StalePause`] when the run does not wait in that pause (it was
+/// decided already, or the id names no pause of this run), and as [`decide`] does otherwise.
+pub fn decide_pause(run: &mut Run, pause: &str, decisions: Vec<Decision>) -> Result<(), RunError> {
+    deepagents_core::upgrade_legacy_control(run).map_err(RunError::State)?;
+    check_pause(run, pause)?;
+    decide(run, decisions)
+}
+
 /// Records decisions for a paused run, one per pending action in order; then continue the run
 /// with [`Agent::run`](crate::Agent::run). Fails, leaving the run unchanged, when the count or a
 /// kind is not allowed. Decisions for actions inside a subagent go into that subagent's paused
-/// run, which continues from them when the parent resumes.
+/// run, which continues from them when the parent resumes. They answer whatever pause the run
+/// waits in; to answer only the pause someone saw, use [`decide_pause`].
 pub fn decide(run: &mut Run, decisions: Vec<Decision>) -> Result<(), RunError> {
     deepagents_core::upgrade_legacy_control(run).map_err(RunError::State)?;
     let pending = &run.control.pending;
@@ -336,4 +443,165 @@ fn edit_call(run: &mut Run, call_id: &str, arguments: &Value) -> Option<usize> {
         }
     }
     None
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use deepagents_core::{AssistantMessage, ContentBlock};
+    use serde_json::json;
+
+    use super::*;
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "write_file".into(),
+            arguments: json!({"file_path": "/a", "content": "x"}),
+        }
+    }
+
+    fn asking(ids: &[&str]) -> Message {
+        Message::Assistant(AssistantMessage {
+            content: Vec::new(),
+            tool_calls: ids.iter().map(|id| call(id)).collect(),
+        })
+    }
+
+    fn action(id: &str) -> PendingAction {
+        PendingAction {
+            call_id: id.into(),
+            name: "write_file".into(),
+            arguments: json!({"file_path": "/a", "content": "x"}),
+            description: None,
+            allowed: vec![DecisionKind::Approve, DecisionKind::Reject],
+            path: Vec::new(),
+        }
+    }
+
+    /// A run that asked for `ids` after `before` earlier messages, and waits on them.
+    fn paused_on(before: usize, ids: &[&str]) -> Run {
+        let mut run = Run::default();
+        for _ in 0..before {
+            run.state.messages.push(Message::User {
+                content: vec![ContentBlock::text("go")],
+            });
+        }
+        run.state.messages.push(asking(ids));
+        run.control.pending = ids.iter().map(|id| action(id)).collect();
+        run
+    }
+
+    #[test]
+    fn a_pause_id_is_stable_while_the_same_actions_wait() {
+        assert_eq!(pause_id(&Run::default()), None);
+        let mut run = paused_on(1, &["call_0_0"]);
+        let id = pause_id(&run).unwrap();
+        assert!(id.starts_with("interrupt-call_0_0-"), "{id}");
+        let stored: Run = serde_json::from_value(serde_json::to_value(&run).unwrap()).unwrap();
+        assert_eq!(pause_id(&stored).as_deref(), Some(id.as_str()));
+        // Messages added behind the pause (a state update) do not make it another pause.
+        run.state.messages.push(Message::User {
+            content: vec![ContentBlock::text("note")],
+        });
+        assert_eq!(pause_id(&run).as_deref(), Some(id.as_str()));
+        check_pause(&run, &id).unwrap();
+    }
+
+    #[test]
+    fn a_later_pause_has_another_id_even_when_the_model_reuses_call_ids() {
+        let first = paused_on(1, &["call_0_0"]);
+        // The same call id, asked for further on in the conversation: another pause.
+        let mut later = first.clone();
+        later.control.pending.clear();
+        later.state.messages.push(Message::User {
+            content: vec![ContentBlock::text("and again")],
+        });
+        later.state.messages.push(asking(&["call_0_0"]));
+        later.control.pending = vec![action("call_0_0")];
+        let (first_id, later_id) = (pause_id(&first).unwrap(), pause_id(&later).unwrap());
+        assert_ne!(first_id, later_id);
+        let error = check_pause(&later, &first_id).unwrap_err();
+        assert!(
+            matches!(&error, RunError::StalePause { given, current } if *given == first_id && current.as_deref() == Some(later_id.as_str())),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains(&later_id) && message.contains("re-read the thread state"),
+            "{message}"
+        );
+        // A different set of actions, starting with the same call: another pause too.
+        let both = paused_on(1, &["call_0_0", "call_0_1"]);
+        assert_ne!(pause_id(&both).unwrap(), first_id);
+        // An id that names nothing, and a run that waits for nothing.
+        assert!(check_pause(&first, "interrupt-call_0_0").is_err());
+        let done = Run::default();
+        assert!(matches!(
+            check_pause(&done, &first_id),
+            Err(RunError::StalePause { current: None, .. })
+        ));
+    }
+
+    #[test]
+    fn a_subagent_s_later_pause_inside_one_call_has_another_id() {
+        let mut parent = paused_on(1, &["task_1"]);
+        parent.control.pending.clear();
+        let mut child = paused_on(1, &["call_0_0"]);
+        let segment = PathSegment {
+            call_id: "task_1".into(),
+            name: "writer".into(),
+        };
+        let nested = |child: &Run| {
+            let mut run = parent.clone();
+            run.control.paused_subagents.insert(
+                "task_1".into(),
+                PausedRun {
+                    subagent: "writer".into(),
+                    run: Box::new(child.clone()),
+                    changed_files: Vec::new(),
+                },
+            );
+            run.control.pending = child
+                .control
+                .pending
+                .iter()
+                .cloned()
+                .map(|mut action| {
+                    action.path = vec![segment.clone()];
+                    action
+                })
+                .collect();
+            run
+        };
+        let first = pause_id(&nested(&child)).unwrap();
+        child.state.messages.push(Message::User {
+            content: vec![ContentBlock::text("more")],
+        });
+        child.state.messages.push(asking(&["call_0_0"]));
+        assert_ne!(pause_id(&nested(&child)).unwrap(), first);
+    }
+
+    #[test]
+    fn decisions_for_another_pause_change_nothing() {
+        let run = paused_on(1, &["call_0_0"]);
+        let mut later = paused_on(3, &["call_0_0"]);
+        let before = later.clone();
+        let stale = pause_id(&run).unwrap();
+        assert!(matches!(
+            decide_pause(&mut later, &stale, vec![Decision::Approve]),
+            Err(RunError::StalePause { .. })
+        ));
+        assert_eq!(later, before);
+        let current = pause_id(&later).unwrap();
+        // The right pause with the wrong count is still refused, and changes nothing.
+        assert!(matches!(
+            decide_pause(&mut later, &current, vec![]),
+            Err(RunError::InvalidDecision(_))
+        ));
+        assert_eq!(later, before);
+        decide_pause(&mut later, &current, vec![Decision::Approve]).unwrap();
+        assert!(later.control.pending.is_empty());
+        assert_eq!(later.control.decisions["call_0_0"], Decision::Approve);
+    }
 }

@@ -38,6 +38,16 @@ pub enum RunError {
     /// Decisions that do not fit the pending actions.
     #[error("invalid decisions: {0}")]
     InvalidDecision(String),
+    /// Decisions given for a pause the run does not wait in: one decided already, or an id
+    /// that names no pause of it (see [`pause_id`](crate::approval::pause_id)). Nothing was
+    /// changed; whoever decided should look at what waits now.
+    #[error("{}", stale_pause(given, current.as_deref()))]
+    StalePause {
+        /// The pause the decisions were given for.
+        given: String,
+        /// The pause the run waits in now; `None` when it waits for no decision.
+        current: Option<String>,
+    },
     /// The run could not be checkpointed.
     #[error("checkpoint failed: {0}")]
     Checkpoint(deepagents_core::CheckpointError),
@@ -63,11 +73,23 @@ impl RunError {
             Self::Middleware { .. } => ErrorKind::Middleware,
             Self::State(_) => ErrorKind::State,
             Self::Checkpoint(_) => ErrorKind::Checkpoint,
-            Self::InvalidDecision(_) => ErrorKind::InvalidDecision,
+            Self::InvalidDecision(_) | Self::StalePause { .. } => ErrorKind::InvalidDecision,
             Self::Cancelled => ErrorKind::Cancelled,
             Self::Crashed(_) => ErrorKind::Crashed,
             Self::SpendCap(_) => ErrorKind::SpendCap,
         }
+    }
+}
+
+/// What [`RunError::StalePause`] says: which interrupt is pending now, and to look again.
+fn stale_pause(given: &str, current: Option<&str>) -> String {
+    match current {
+        Some(current) => format!(
+            "the decisions answer interrupt `{given}`, but interrupt `{current}` is pending now; nothing was applied: re-read the thread state and decide what it waits on now"
+        ),
+        None => format!(
+            "the decisions answer interrupt `{given}`, but no interrupt is pending now (the thread waits for no decision); nothing was applied: re-read the thread state"
+        ),
     }
 }
 

@@ -47,7 +47,8 @@ mod tools;
 
 pub use agent::Agent;
 pub use approval::{
-    Decision, DecisionKind, InterruptConfig, PendingAction, decide, pending_actions,
+    Decision, DecisionKind, InterruptConfig, PendingAction, check_pause, decide, decide_pause,
+    pause_id, pending_actions,
 };
 pub use builder::{
     AgentBuilder, BuildError, DEFAULT_MAX_TURNS, MEMORIES_NAMESPACE, MEMORIES_PREFIX,

@@ -80,3 +80,12 @@ pub struct RunOutput {
     /// path the agent sees; those in the state are in [`run`](Self::run).
     pub changed_files: BTreeSet<String>,
 }
+
+impl RunOutput {
+    /// The id of the pause the run ended in (see [`pause_id`](crate::approval::pause_id));
+    /// `None` when it finished. Give it back with the decisions
+    /// ([`Thread::decide_pause`](crate::Thread::decide_pause)) so they answer this pause only.
+    pub fn pause_id(&self) -> Option<String> {
+        crate::approval::pause_id(&self.run)
+    }
+}

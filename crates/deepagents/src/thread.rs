@@ -156,14 +156,42 @@ impl Thread {
     /// Like [`decide`](Self::decide), on a background task, streaming events. Decisions that
     /// do not fit the pause fail here, before anything runs or changes.
     pub async fn stream_decide(&self, decisions: Vec<Decision>) -> Result<RunStream, RunFailure> {
+        let (run, options) = self.open_decided(None, decisions).await?;
+        Ok(self.agent.stream_run(run, options))
+    }
+
+    /// Like [`decide_pause`](Self::decide_pause), on a background task, streaming events.
+    /// Decisions for another pause, or that do not fit this one, fail here, before anything
+    /// runs or changes.
+    pub async fn stream_decide_pause(
+        &self,
+        pause: &str,
+        decisions: Vec<Decision>,
+    ) -> Result<RunStream, RunFailure> {
+        let (run, options) = self.open_decided(Some(pause), decisions).await?;
+        Ok(self.agent.stream_run(run, options))
+    }
+
+    /// Loads the thread under its lease and records `decisions`, for the pause `pause` names
+    /// when it names one. The check is made on the run as loaded under the lease, so no other
+    /// run of the thread can answer the pause between the check and this run.
+    async fn open_decided(
+        &self,
+        pause: Option<&str>,
+        decisions: Vec<Decision>,
+    ) -> Result<(Run, RunOptions), RunFailure> {
         let (mut run, options) = self.open(None).await.map_err(not_loaded)?;
-        if let Err(error) = crate::approval::decide(&mut run, decisions) {
-            return Err(RunFailure {
+        let decided = match pause {
+            Some(pause) => crate::approval::decide_pause(&mut run, pause, decisions),
+            None => crate::approval::decide(&mut run, decisions),
+        };
+        match decided {
+            Ok(()) => Ok((run, options)),
+            Err(error) => Err(RunFailure {
                 error,
                 run: Box::new(run),
-            });
+            }),
         }
-        Ok(self.agent.stream_run(run, options))
     }
 
     /// Continues the thread without new input: a run stopped by a crash, a cancellation or an
@@ -176,7 +204,9 @@ impl Thread {
 
     /// Answers a pause: one decision per [`pending`](Self::pending) action, in order (see
     /// [`crate::decide`]), then continues the run. Invalid decisions fail with
-    /// [`RunError::InvalidDecision`] and change nothing.
+    /// [`RunError::InvalidDecision`] and change nothing. The decisions answer whatever pause
+    /// the thread waits in when the run starts; when they were made for a pause someone was
+    /// shown, use [`decide_pause`](Self::decide_pause), which refuses them for any other.
     pub async fn decide(&self, decisions: Vec<Decision>) -> Result<RunOutput, RunFailure> {
         self.decide_with(decisions, EventSink::discard()).await
     }
@@ -187,13 +217,31 @@ impl Thread {
         decisions: Vec<Decision>,
         events: EventSink,
     ) -> Result<RunOutput, RunFailure> {
-        let (mut run, options) = self.open(None).await.map_err(not_loaded)?;
-        if let Err(error) = crate::approval::decide(&mut run, decisions) {
-            return Err(RunFailure {
-                error,
-                run: Box::new(run),
-            });
-        }
+        let (run, options) = self.open_decided(None, decisions).await?;
+        self.agent.run(run, options, events).await
+    }
+
+    /// Answers the pause `pause` names ([`RunOutput::pause_id`], [`crate::pause_id`] of the
+    /// [`state`](Self::state)), then continues the run. When the thread no longer waits in
+    /// that pause (another run decided it, or the id is not one of this thread's), it fails
+    /// with [`RunError::StalePause`] and changes nothing; otherwise as [`decide`](Self::decide).
+    pub async fn decide_pause(
+        &self,
+        pause: &str,
+        decisions: Vec<Decision>,
+    ) -> Result<RunOutput, RunFailure> {
+        self.decide_pause_with(pause, decisions, EventSink::discard())
+            .await
+    }
+
+    /// Like [`decide_pause`](Self::decide_pause), sending events to `events`.
+    pub async fn decide_pause_with(
+        &self,
+        pause: &str,
+        decisions: Vec<Decision>,
+        events: EventSink,
+    ) -> Result<RunOutput, RunFailure> {
+        let (run, options) = self.open_decided(Some(pause), decisions).await?;
         self.agent.run(run, options, events).await
     }
 

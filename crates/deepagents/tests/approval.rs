@@ -7,7 +7,7 @@ use deepagents::backends::{Mode, Operation, PermissionRule, Permissions};
 use deepagents::core::{Checkpointer, FileContent, InMemoryCheckpointer};
 use deepagents::{
     Agent, AgentBuilder, Decision, DecisionKind, DynamicTool, InterruptConfig, Message, Run,
-    RunOptions, ToolOutput, decide, open_thread,
+    RunError, RunOptions, ToolOutput, decide, open_thread,
 };
 use serde_json::json;
 
@@ -392,4 +392,80 @@ async fn stream_resume_of_a_paused_thread_reports_the_pause_again() {
     let output = stream.outcome().await.unwrap();
     assert_eq!(crate::support::paused(&output).len(), 1);
     assert_eq!(interrupted, 1);
+}
+
+/// Decisions name the pause they were made for: sent again for a pause already decided, they
+/// are refused and nothing runs, even when the model gave the next call the same id.
+#[tokio::test]
+async fn decisions_for_an_earlier_pause_are_refused_even_when_call_ids_repeat() {
+    let agent = Agent::builder(scripted(json!([
+        {"tool_calls": [{"id": "w", "name": "write_file", "args": {"file_path": "/one.md", "content": "1\n"}}]},
+        {"tool_calls": [{"id": "w", "name": "write_file", "args": {"file_path": "/two.md", "content": "2\n"}}]},
+        {"text": "done"}
+    ])))
+    .interrupt_on("write_file", InterruptConfig::default())
+    .checkpointer(Arc::new(InMemoryCheckpointer::new()))
+    .build()
+    .unwrap();
+    let thread = agent.thread("t").unwrap();
+    let first = thread.invoke("write both").await.unwrap();
+    crate::support::paused(&first);
+    let first_id = first.pause_id().unwrap();
+    let second = thread
+        .decide_pause(&first_id, vec![Decision::Approve])
+        .await
+        .unwrap();
+    assert_eq!(
+        crate::support::paused(&second)[0].arguments["file_path"],
+        "/two.md"
+    );
+    assert_eq!(file(&second, "/one.md").as_deref(), Some("1\n"));
+    let second_id = second.pause_id().unwrap();
+    assert_ne!(first_id, second_id, "same call id, another pause");
+
+    // The first pause's decisions again: refused, through either door, and nothing changes.
+    let failure = thread
+        .decide_pause(&first_id, vec![Decision::Approve])
+        .await
+        .unwrap_err();
+    match &failure.error {
+        RunError::StalePause { given, current } => {
+            assert_eq!(given, &first_id);
+            assert_eq!(current.as_deref(), Some(second_id.as_str()));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(failure.to_string().contains(&second_id), "{failure}");
+    assert!(matches!(
+        thread
+            .stream_decide_pause(&first_id, vec![Decision::Approve])
+            .await
+            .err()
+            .map(|failure| failure.error),
+        Some(RunError::StalePause { .. })
+    ));
+    let state = thread.state().await.unwrap().unwrap();
+    assert!(!state.state.files.contains_key("/two.md"));
+    assert_eq!(
+        deepagents::pause_id(&state).as_deref(),
+        Some(second_id.as_str())
+    );
+    assert_eq!(thread.pending().await.unwrap().len(), 1);
+
+    let done = thread
+        .decide_pause(&second_id, vec![Decision::Approve])
+        .await
+        .unwrap();
+    assert_eq!(done.text, "done");
+    assert_eq!(file(&done, "/two.md").as_deref(), Some("2\n"));
+    assert_eq!(done.pause_id(), None);
+    // Nothing waits now: the last pause's id is stale too.
+    assert!(matches!(
+        thread
+            .decide_pause(&second_id, vec![Decision::Approve])
+            .await
+            .unwrap_err()
+            .error,
+        RunError::StalePause { current: None, .. }
+    ));
 }
