@@ -163,12 +163,8 @@ pub(crate) fn arguments(
         args.path(&socket);
         args.flags(&["--"]);
     }
-    args.0.extend(crate::shell_invocation(
-        policy,
-        guard.cgroup.is_some(),
-        shell,
-        command,
-    ));
+    args.0
+        .extend(crate::shell_invocation(policy, guard, shell, command));
     Ok(args.0)
 }
 

@@ -245,10 +245,20 @@ impl Cgroup {
     /// Whether the command's processes are counted (a pids cgroup): then every process it
     /// leaves is found and ended.
     pub(crate) fn counts_processes(&self) -> bool {
-        parents()
-            .pids
-            .as_ref()
-            .is_some_and(|pids| self.dirs.iter().any(|dir| dir.starts_with(&pids.dir)))
+        self.under(parents().pids.as_ref())
+    }
+
+    /// Whether the command's memory is limited (a memory cgroup).
+    pub(crate) fn limits_memory(&self) -> bool {
+        self.under(parents().memory.as_ref())
+    }
+
+    fn under(&self, parent: Option<&Hierarchy>) -> bool {
+        parent.is_some_and(|parent| {
+            self.dirs
+                .iter()
+                .any(|dir| dir.parent() == Some(parent.dir.as_path()))
+        })
     }
 }
 

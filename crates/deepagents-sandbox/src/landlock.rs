@@ -84,12 +84,7 @@ pub(crate) fn command(
         .into(),
     );
     args.push("--".into());
-    args.extend(crate::shell_invocation(
-        policy,
-        guard.cgroup.is_some(),
-        shell,
-        command,
-    ));
+    args.extend(crate::shell_invocation(policy, guard, shell, command));
     guard.scratch = Some(scratch);
     Ok((helper.into_os_string(), args))
 }

@@ -124,7 +124,7 @@ pub fn limitations(engine: Engine, policy: &Policy) -> Vec<String> {
         gaps.push("the process limit: no pids cgroup can be created, and RLIMIT_NPROC does not hold for root".to_owned());
     }
     if policy.limits.max_memory.is_some() && !cgroup::memory_available() {
-        gaps.push("the memory limit: no memory cgroup can be created".to_owned());
+        gaps.push("the memory limit for all of a command's processes together: no memory cgroup can be created, so it holds per process (RLIMIT_DATA)".to_owned());
     }
     if engine != Engine::Landlock {
         return gaps;
@@ -141,7 +141,7 @@ pub fn limitations(engine: Engine, policy: &Policy) -> Vec<String> {
         && (!policy.protected.is_empty() || !policy.read_only.is_empty())
     {
         gaps.push(format!(
-            "read-only paths inside the writable root: {} stay writable",
+            "read-only paths inside the writable root: {} stay writable, and missing ones can be created",
             names(policy.protected.iter().chain(&policy.read_only))
         ));
     }
@@ -451,13 +451,9 @@ impl Policy {
 
 /// `shell -c command`, or with limits to set, a shell that sets them and then hands over to
 /// the command, so they hold for everything the command starts with no window in which a
-/// child escapes them. The process count falls back to `ulimit -u` without a cgroup.
-fn shell_invocation(
-    policy: &Policy,
-    has_cgroup: bool,
-    shell: &Path,
-    command: &str,
-) -> Vec<OsString> {
+/// child escapes them. Without a cgroup for them, the process count falls back to
+/// `ulimit -u` and the memory to `ulimit -d` (per process, not for all together).
+fn shell_invocation(policy: &Policy, guard: &Guard, shell: &Path, command: &str) -> Vec<OsString> {
     let mut limits = Vec::new();
     // `-f` counts 512-byte blocks in POSIX shells.
     if let Some(bytes) = policy.limits.max_file_size {
@@ -466,7 +462,10 @@ fn shell_invocation(
     if let Some(seconds) = policy.limits.max_cpu_seconds {
         limits.push(format!("ulimit -t {}", seconds.max(1)));
     }
-    if let (Some(processes), false) = (policy.limits.max_processes, has_cgroup) {
+    if let (Some(bytes), false) = (policy.limits.max_memory, guard.limits_memory()) {
+        limits.push(format!("ulimit -d {}", (bytes / 1024).max(1)));
+    }
+    if let (Some(processes), false) = (policy.limits.max_processes, guard.has_cgroup()) {
         // bash spells it `-u`, dash `-p`.
         let n = processes.max(1);
         limits.push(format!("{{ ulimit -u {n} || ulimit -p {n}; }} 2>/dev/null"));
@@ -599,6 +598,13 @@ impl Guard {
         self.cgroup
             .as_ref()
             .is_some_and(cgroup::Cgroup::counts_processes)
+    }
+
+    /// Whether the command's memory is limited through a memory cgroup.
+    fn limits_memory(&self) -> bool {
+        self.cgroup
+            .as_ref()
+            .is_some_and(cgroup::Cgroup::limits_memory)
     }
 }
 

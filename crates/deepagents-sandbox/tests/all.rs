@@ -916,25 +916,23 @@ fn memory_and_the_private_tmp_are_bounded() {
         let mut policy = policy_for(&ws.root, engine);
         policy.limits.max_memory = Some(64 << 20);
         policy.limits.max_tmp_size = Some(8 << 20);
-        if reported(engine, &policy, "memory limit") {
-            eprintln!("{engine:?}: no memory cgroup here, and it says so");
-        } else {
-            let out = run(
-                &policy,
-                "python3 -c \"b = bytearray(512 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); print('ALLOCATED')\"",
-            );
-            assert!(
-                !out.status.success() && !text(&out).contains("ALLOCATED"),
-                "{engine:?}: {}",
-                text(&out)
-            );
-            // Within the limit, fine.
-            let out = run(
-                &policy,
-                "python3 -c \"b = bytearray(8 * 1024 * 1024); print('small')\"",
-            );
-            assert!(out.status.success(), "{engine:?}: {}", text(&out));
-        }
+        // A memory cgroup stops the processes together; without one, each process is held
+        // to the limit (RLIMIT_DATA): a single hog is stopped either way.
+        let out = run(
+            &policy,
+            "python3 -c \"b = bytearray(512 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); print('ALLOCATED')\"",
+        );
+        assert!(
+            !out.status.success() && !text(&out).contains("ALLOCATED"),
+            "{engine:?}: {}",
+            text(&out)
+        );
+        // Within the limit, fine.
+        let out = run(
+            &policy,
+            "python3 -c \"b = bytearray(8 * 1024 * 1024); print('small')\"",
+        );
+        assert!(out.status.success(), "{engine:?}: {}", text(&out));
         if !reported(engine, &policy, "temporary directory") {
             let out = run(
                 &policy,
@@ -1024,4 +1022,47 @@ fn auto_falls_back_to_landlock_only_when_allowed() {
             assert_eq!(policy.resolve_engine().unwrap(), Engine::Landlock);
         }
     }
+}
+
+#[test]
+fn the_suite_holds_for_an_ordinary_user_too() {
+    // Run as root, the suite runs itself again as `nobody` (no cgroups, no capabilities to
+    // lose, RLIMIT_NPROC and RLIMIT_DATA instead): every attack above must fail there too.
+    if !available() || !is_root() {
+        return;
+    }
+    let me = std::env::current_exe().unwrap();
+    let runs = |args: &[&std::ffi::OsStr]| {
+        std::process::Command::new("runuser")
+            .args(["-u", "nobody", "--"])
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("HOME", "/nonexistent")
+            .current_dir("/")
+            .output()
+    };
+    let reachable = runs(&["test".as_ref(), "-x".as_ref(), me.as_os_str()])
+        .is_ok_and(|out| out.status.success());
+    if !reachable {
+        eprintln!(
+            "skipped: runuser is missing or nobody cannot run {}",
+            me.display()
+        );
+        return;
+    }
+    let out = runs(&[
+        me.as_os_str(),
+        "--test-threads".as_ref(),
+        "2".as_ref(),
+        "--skip".as_ref(),
+        "the_suite_holds_for_an_ordinary_user_too".as_ref(),
+    ])
+    .unwrap();
+    assert!(out.status.success(), "as nobody: {}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("0 failed"),
+        "{}",
+        text(&out)
+    );
 }
