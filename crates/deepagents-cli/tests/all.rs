@@ -3,6 +3,7 @@
 
 mod backends;
 mod config;
+mod escape;
 mod providers;
 mod repo;
 mod run;
