@@ -357,6 +357,10 @@ fn main() -> ExitCode {
         eprintln!("error: cannot handle signals: {e}");
         return ExitCode::FAILURE;
     }
+    // A signal is how a server is meant to stop: after an orderly stop it exits 0 (what
+    // systemd and container runtimes count as a clean stop); every other command reports the
+    // signal.
+    let serving = matches!(cli.command, Some(Command::Serve(_)));
     let result = match cli.command {
         Some(Command::Serve(args)) => serve::main(*args),
         command => on_one_thread(command, *cli.chat),
@@ -372,7 +376,11 @@ fn main() -> ExitCode {
         Some(signal) => {
             // The front end stopped what it ran; anything a child left is ended here.
             shutdown::kill_children();
-            ExitCode::from(signal.exit_code())
+            if serving {
+                code
+            } else {
+                ExitCode::from(signal.exit_code())
+            }
         }
         None => code,
     }

@@ -26,7 +26,8 @@ pub struct ServeArgs {
 }
 
 /// Runs the server until a signal (SIGTERM, Ctrl-C, SIGHUP): the runs in flight are stopped
-/// (their commands killed, what they did saved) before it returns.
+/// (their commands killed, what they did saved; in a cluster, handed back) before it returns,
+/// with success — the signal is how a server is meant to stop.
 pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Runs of different threads are independent: both cores serve them.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -67,7 +68,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // A signal while the assistants are built (MCP servers starting) abandons start-up; the
     // sessions built so far are dropped, which stops their servers.
     let Ok(started) = crate::shutdown::or_signal(start(args)).await else {
-        // `main` exits with the signal's status.
         return Ok(ExitCode::SUCCESS);
     };
     let Started {

@@ -406,7 +406,7 @@ fn string_field(text: &str, key: &str) -> String {
 }
 
 #[test]
-fn sigterm_stops_serve_s_runs_kills_their_commands_and_keeps_their_threads() {
+fn sigterm_stops_serve_s_runs_kills_their_commands_keeps_their_threads_and_exits_cleanly() {
     let work = tempfile::tempdir().unwrap();
     let root = tempfile::tempdir().unwrap();
     let mark = marker();
@@ -470,7 +470,8 @@ fn sigterm_stops_serve_s_runs_kills_their_commands_and_keeps_their_threads() {
     send(child.id(), "TERM");
     let status = exits_within(&mut child, Duration::from_secs(8), &log);
     let shown = std::fs::read_to_string(&log).unwrap_or_default();
-    assert_eq!(status.code(), Some(143), "{status:?}; stderr:\n{shown}");
+    // A server stopped by SIGTERM stopped cleanly.
+    assert!(status.success(), "{status:?}; stderr:\n{shown}");
     all_gone(&mark, &log);
     // The API's thread T of the tenant `default` is the checkpointer's `default:T`.
     let output = bin()
