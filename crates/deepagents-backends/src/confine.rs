@@ -23,11 +23,13 @@
 //!   so the kernel refuses it as it would for a read. It hands back a directory descriptor and
 //!   a single name in it (no `/`, never empty, `.` or `..`), so the write then creates and
 //!   renames relative to a directory already resolved beneath the root.
-//! - [`RootDir::open_entry`] and [`RootDir::stat_entry`] re-resolve what a walk over host paths
-//!   proposed, through a descriptor of its directory opened beneath the root and `O_NOFOLLOW` on
-//!   the last component (a symlink there is resolved from the root, by the rule above): a
-//!   directory swapped during a walk can hide files, never leak outside ones. [`relative_to`]
-//!   and [`addressable`] drop walked paths that no [`VPath`] could name.
+//! - Walks (glob, grep) never list a directory by path: the base is opened beneath the root by
+//!   [`RootDir::open_walk_base`], and each directory below it by [`open_subdir`], one name
+//!   relative to its parent's descriptor with `O_NOFOLLOW | O_DIRECTORY`; entries are read from
+//!   that descriptor and files opened relative to it by [`open_child`] (a symlink entry is
+//!   resolved from the root, by the rule above). A directory swapped for a symlink during a walk
+//!   can hide files, never show the names or contents of an outside one. [`addressable`] drops
+//!   names that no [`VPath`] could hold.
 //! - [`remove_tree`] deletes a tree through directory descriptors opened with `O_NOFOLLOW`: it
 //!   removes symlinks, never what they point to.
 //!
@@ -42,15 +44,14 @@
 //!   be as clean as a [`VPath`]. Symlink targets, which may hold `..` or be absolute, only
 //!   reach it where `openat2` checks them.
 //! - Callers open anything further only relative to the descriptors handed out here, one name
-//!   at a time with `O_NOFOLLOW` or `AT_SYMLINK_NOFOLLOW`; never by host path. Host paths (the
-//!   directory walkers') only propose candidates.
+//!   at a time with `O_NOFOLLOW` or `AT_SYMLINK_NOFOLLOW`; never by host path.
 //! - The host: `openat2`, `O_PATH`, `O_NOFOLLOW` and the `*at` calls behave as on Linux.
 //!   Confinement is by name: mount points inside the root are crossed like directories (a bind
 //!   mount of an outside directory exposes it), and a hard link inside the root to an outside
 //!   file is that file. The root is held by descriptor, so renaming or replacing the root
 //!   directory itself does not redirect anything.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, Stat};
@@ -63,6 +64,9 @@ const EAGAIN_RETRIES: usize = 16;
 
 /// Symlinks followed to find the file a write replaces (the kernel's `MAXSYMLINKS`).
 const MAX_SYMLINKS: usize = 40;
+
+/// Directory levels above a directory at most (`PATH_MAX` bytes of `a/`).
+const MAX_DEPTH: usize = 2048;
 
 /// How paths are resolved against the root descriptor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,6 +227,38 @@ impl RootDir {
         }
     }
 
+    /// Opens the directory `rel` to walk it: resolved beneath the root like any path, except
+    /// that a symlink at the last component is refused (`ELOOP`), since walks never descend
+    /// into symlinked directories, their base included.
+    pub(crate) fn open_walk_base(&self, rel: &str) -> Result<OwnedFd, Errno> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW;
+        self.open(rel, flags, Mode::empty())
+    }
+
+    /// The identities of `dir` and of each directory above it, up to the host root (or up to
+    /// the host's `/`, for a directory moved out of the root meanwhile), found through `..` of
+    /// the descriptors: where a directory really is, whatever path led to it.
+    pub(crate) fn lineage(&self, dir: BorrowedFd<'_>) -> Result<Vec<FileId>, Errno> {
+        let root = FileId::of(&rustix::fs::fstat(&self.fd)?);
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let mut lineage = vec![FileId::of(&rustix::fs::fstat(dir)?)];
+        let mut current = rustix::fs::openat(dir, ".", flags, Mode::empty())?;
+        // Bounded like a path: PATH_MAX bytes hold at most this many levels.
+        for _ in 0..MAX_DEPTH {
+            if lineage.last() == Some(&root) {
+                return Ok(lineage);
+            }
+            current = rustix::fs::openat(&current, "..", flags, Mode::empty())?;
+            let id = FileId::of(&rustix::fs::fstat(&current)?);
+            // `..` of `/` is `/` itself.
+            if lineage.last() == Some(&id) {
+                return Ok(lineage);
+            }
+            lineage.push(id);
+        }
+        Err(Errno::NAMETOOLONG)
+    }
+
     /// The directory (opened beneath the root) and the name in it that a write of `path`
     /// replaces or creates. A symlink at the name is followed hop by hop, each hop's directory
     /// opened beneath the root like any path, since renaming over the link would replace the
@@ -268,66 +304,6 @@ impl RootDir {
         }
         Err(TargetError::Host(Errno::LOOP))
     }
-
-    /// The virtual path of a host path found by a walk (`None` if it is not UTF-8).
-    pub(crate) fn virtual_of<'a>(&self, host: &'a Path) -> Option<&'a str> {
-        relative_to(&self.host_root, host)
-    }
-
-    /// Opens a file found by a walk, through a per-thread cached descriptor of its directory
-    /// (resolved beneath the root like any path). The last component is opened with
-    /// `O_NOFOLLOW`; a symlink there is resolved from the root instead, so the symlink rule is
-    /// the same as for direct paths.
-    pub(crate) fn open_entry(
-        &self,
-        cache: &mut DirCache,
-        root_rel: &str,
-        flags: OFlags,
-    ) -> Result<OwnedFd, Errno> {
-        let (dir_fd, name) = self.entry_dir(cache, root_rel)?;
-        let single = OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        match rustix::fs::openat(dir_fd, name, flags | single, Mode::empty()) {
-            Err(Errno::LOOP) => self.open(root_rel, flags, Mode::empty()),
-            result => result,
-        }
-    }
-
-    /// Metadata of a file found by a walk (see [`Self::open_entry`]).
-    pub(crate) fn stat_entry(&self, cache: &mut DirCache, root_rel: &str) -> Result<Stat, Errno> {
-        let (dir_fd, name) = self.entry_dir(cache, root_rel)?;
-        let own = rustix::fs::statat(dir_fd, name, AtFlags::SYMLINK_NOFOLLOW)?;
-        if FileType::from_raw_mode(own.st_mode) == FileType::Symlink {
-            self.stat(root_rel)
-        } else {
-            Ok(own)
-        }
-    }
-
-    fn entry_dir<'c, 'p>(
-        &self,
-        cache: &'c mut DirCache,
-        root_rel: &'p str,
-    ) -> Result<(BorrowedFd<'c>, &'p str), Errno> {
-        let (dir, name) = root_rel.rsplit_once('/').unwrap_or((".", root_rel));
-        if cache.fd.is_none() || cache.rel != dir {
-            cache.fd = None;
-            let fd = self.open(dir, OFlags::PATH | OFlags::DIRECTORY, Mode::empty())?;
-            cache.rel.clear();
-            cache.rel.push_str(dir);
-            cache.fd = Some(fd);
-        }
-        match &cache.fd {
-            Some(fd) => Ok((fd.as_fd(), name)),
-            None => Err(Errno::NOENT),
-        }
-    }
-}
-
-/// The directory a walk thread is in, as a descriptor resolved beneath the root.
-#[derive(Default)]
-pub(crate) struct DirCache {
-    rel: String,
-    fd: Option<OwnedFd>,
 }
 
 /// `path` relative to the host root, `.` for the root.
@@ -348,24 +324,48 @@ pub(crate) fn join_rel(dir: &str, name: &str) -> String {
     }
 }
 
-/// `path` below `base` as UTF-8 without a leading slash (`None` if not below, not UTF-8, or
-/// equal). Works on bytes: walks produce `base/...` paths verbatim.
-pub(crate) fn relative_to<'a>(base: &Path, path: &'a Path) -> Option<&'a str> {
-    use std::os::unix::ffi::OsStrExt;
-    let base = base.as_os_str().as_bytes();
-    let rest = path.as_os_str().as_bytes().strip_prefix(base)?;
-    let rest = if base.ends_with(b"/") {
-        rest
-    } else {
-        rest.strip_prefix(b"/")?
-    };
-    std::str::from_utf8(rest).ok().filter(|r| !r.is_empty())
+/// Whether a name found by a walk can be part of a [`VPath`]: directory entries are never
+/// empty, `.` or `..` (walks skip those) and hold no `/`, so only backslashes and control
+/// characters can spoil it.
+pub(crate) fn addressable(name: &str) -> bool {
+    !name.contains('\\') && !name.chars().any(char::is_control)
 }
 
-/// Whether a walked path (relative to the root) can be named by a [`VPath`]: walks never yield
-/// empty, `.` or `..` segments, so only backslashes and control characters can spoil it.
-pub(crate) fn addressable(root_rel: &str) -> bool {
-    !root_rel.contains('\\') && !root_rel.chars().any(char::is_control)
+/// Opens the subdirectory `name` of `parent` (a directory opened beneath the root) to list it:
+/// a single name with `O_NOFOLLOW | O_DIRECTORY`, so it is the directory `parent` holds under
+/// that name, or nothing: `ELOOP` for a symlink (swapped in or not), `ENOTDIR` for a file.
+pub(crate) fn open_subdir(parent: BorrowedFd<'_>, name: &str) -> Result<OwnedFd, Errno> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    rustix::fs::openat(parent, name, flags, Mode::empty())
+}
+
+/// Opens the entry `name` of `parent` (a directory opened beneath the root) with `flags`, never
+/// following a symlink at it (`ELOOP`).
+pub(crate) fn open_child(
+    parent: BorrowedFd<'_>,
+    name: &str,
+    flags: OFlags,
+) -> Result<OwnedFd, Errno> {
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    rustix::fs::openat(parent, name, flags, Mode::empty())
+}
+
+/// A file's identity: its device and inode numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    // The stat field types differ between architectures; the conversions are no-ops on some.
+    #[allow(clippy::useless_conversion)]
+    pub(crate) fn of(stat: &Stat) -> Self {
+        Self {
+            dev: u64::from(stat.st_dev),
+            ino: u64::from(stat.st_ino),
+        }
+    }
 }
 
 /// Deletes the directory `name` in `parent` and everything below it, without following

@@ -15,22 +15,21 @@ use async_trait::async_trait;
 use grep_matcher::LineTerminator;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, MmapChoice, Searcher, SearcherBuilder, Sink, SinkMatch};
-use ignore::{DirEntry, WalkBuilder, WalkState};
 use rustix::fs::{AtFlags, Dir, FileType, FlockOperation, Mode, OFlags, RenameFlags, Stat};
 use rustix::io::Errno;
 
-use crate::confine::{
-    DirCache, RootDir, TargetError, addressable, join_rel, rel, relative_to, remove_tree,
-};
+use crate::confine::{RootDir, TargetError, join_rel, open_child, rel, remove_tree};
 use crate::glob::GlobPattern;
 use crate::mime;
 use crate::path::VPath;
+use crate::protect::{Change, Protected};
 use crate::protocol::{
     Backend, BackendContext, BackendError, Changed, DEFAULT_MAX_FILE_SIZE, FileInfo, FileOpError,
     GlobResult, GrepMatch, GrepQuery, GrepResult, PathMapping, RawFile, ReadResult, SkipReason,
     SkippedFile,
 };
 use crate::text;
+use crate::walk::{self, Entry, Kind, Visitor, WalkOptions};
 
 /// How long glob and grep may run before returning partial results, unless configured.
 pub const DEFAULT_SEARCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -77,13 +76,21 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// Symlink rule: a symlink is followed when (and only when) its whole resolution stays inside
 /// the root; absolute symlinks are refused even when they name a place inside the root, because
 /// the kernel cannot tell. Walks (glob, grep) never descend into symlinked directories (no loops,
-/// no double counting) but report symlinked files whose targets are inside the root. The walker
-/// works on host paths, so it only proposes candidates: each is re-opened through a descriptor
-/// of its directory resolved beneath the root (last component `O_NOFOLLOW`) before it is
-/// reported or read, so a directory swapped during the walk can at most hide files, never leak
-/// outside ones. Deletion
-/// removes a symlink itself, never its target, and recursive deletion walks directory
-/// descriptors opened with `O_NOFOLLOW`.
+/// no double counting) but report symlinked files whose targets are inside the root. They never
+/// list a directory by path: the base is opened beneath the root, each directory below it
+/// relative to its parent's descriptor with `O_NOFOLLOW | O_DIRECTORY`, and its entries are read
+/// and its files opened through that descriptor, so a directory swapped for a symlink during a
+/// walk can at most hide files, never show the names or contents of outside ones (in results or
+/// in grep's skipped files). Deletion removes a symlink itself, never its target, and recursive
+/// deletion walks directory descriptors opened with `O_NOFOLLOW`.
+///
+/// # Protected names
+///
+/// With [`FilesystemBackend::with_protected`] (which
+/// [`LocalShellBackend::with_sandbox`](crate::LocalShellBackend::with_sandbox) sets from the
+/// sandbox policy: `.git`, `.deepagents` and `.agents` by default) writes, edits, deletes and
+/// uploads of those names and of anything beneath them are refused, checked by path and again
+/// by descriptor, so symlinks inside the root do not get around it.
 ///
 /// # Writes
 ///
@@ -119,9 +126,9 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 ///
 /// # Search
 ///
-/// glob and grep walk with ripgrep's `ignore` crate in parallel and grep searches with
-/// `grep-searcher`. `.gitignore` files are **not** respected by default, so glob and grep agree
-/// with ls and with the other backends; turn it on with
+/// glob and grep walk in parallel through directory descriptors (as above) and grep searches
+/// with `grep-searcher`. `.gitignore` files are **not** respected by default, so glob and grep
+/// agree with ls and with the other backends; turn it on with
 /// [`FilesystemBackendBuilder::respect_gitignore`] for large repositories. grep skips `.git`
 /// directories, and skips binary files (the same classification as [`crate::mime::classify`])
 /// and unreadable ones, naming them in [`GrepResult::skipped`]. Text that is not UTF-8 is
@@ -168,9 +175,10 @@ impl FilesystemBackendBuilder {
         self
     }
 
-    /// Whether glob and grep skip files ignored by `.gitignore` files inside the root (default
-    /// `false`: searches see what ls sees). Global git configuration and ignore files above the
-    /// root are never read.
+    /// Whether glob and grep skip files ignored by `.gitignore` files, and `.git/info/exclude`,
+    /// in the searched directory and below it (default `false`: searches see what ls sees).
+    /// Global git configuration, ignore files above the searched directory, symlinked ignore
+    /// files and a worktree's exclude file (outside the tree) are never read.
     pub fn respect_gitignore(mut self, yes: bool) -> Self {
         self.respect_gitignore = yes;
         self
@@ -210,10 +218,11 @@ impl FilesystemBackendBuilder {
         Ok(FilesystemBackend {
             inner: Arc::new(Inner {
                 root,
-                root_dir,
+                root_dir: Arc::new(root_dir),
                 max_file_size: self.max_file_size,
                 search_timeout: self.search_timeout,
                 respect_gitignore: self.respect_gitignore,
+                protected: Protected::default(),
             }),
         })
     }
@@ -255,6 +264,51 @@ impl FilesystemBackend {
         self.inner.root_dir.follows_symlinks()
     }
 
+    /// This backend refusing every change (write, overwrite, edit, delete, upload) of `names`
+    /// and of everything beneath them, with a permission error that names the protected name,
+    /// whether they exist yet or not; reads stay allowed. Names are relative to the root (an
+    /// absolute host path inside the root works too; names outside it are left out) and
+    /// replace those protected before; an empty list protects nothing.
+    ///
+    /// These are the sandbox's protected names ([`deepagents_sandbox::Policy::protected`]),
+    /// which [`LocalShellBackend::with_sandbox`](crate::LocalShellBackend::with_sandbox) sets,
+    /// so the file tools are no way around the read-only mounts commands get. A change is
+    /// refused by its virtual path (any spelling), and again by where its target really is once
+    /// its directory is open: a symlink inside the root that leads into a protected name, such
+    /// as `link -> .git` for `link/config`, is refused too. A delete is also refused when the
+    /// directory deleted holds a protected name.
+    pub fn with_protected<P: AsRef<Path>>(self, names: impl IntoIterator<Item = P>) -> Self {
+        self.with_protection(|protected, root, base| protected.set_names(root, base, names))
+    }
+
+    /// This backend letting the file tools change `path` (relative to the root, like the
+    /// names of [`with_protected`](Self::with_protected)) although it lies inside a protected
+    /// name: a file a product feature asks the agent to keep up to date, such as a memory
+    /// file. Exactly that file: not a directory it would need created, nor its siblings.
+    pub fn with_editable(self, path: impl AsRef<Path>) -> Self {
+        self.with_protection(|protected, root, base| {
+            protected.add_editable(root, base, path.as_ref());
+        })
+    }
+
+    /// This backend with its protection changed by `change`, given the root and its virtual
+    /// path.
+    fn with_protection(self, change: impl FnOnce(&mut Protected, &Path, &VPath)) -> Self {
+        let mut inner = Inner::clone(&self.inner);
+        // In non-virtual mode virtual paths are host paths, so the names are the root's own.
+        let base = if inner.root_dir.is_virtual() {
+            Some(VPath::root())
+        } else {
+            inner.root.to_str().and_then(|root| VPath::parse(root).ok())
+        };
+        if let Some(base) = base {
+            change(&mut inner.protected, &inner.root, &base);
+        }
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
     /// Runs blocking filesystem work off the async runtime.
     async fn blocking<T, F>(
         &self,
@@ -277,16 +331,18 @@ impl FilesystemBackend {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Inner {
     /// The canonical root (shell working directory; shown in messages).
     root: PathBuf,
     /// Where virtual `/` is (`root`, or `/` in non-virtual mode): every path is opened through
-    /// it.
-    root_dir: RootDir,
+    /// it. Shared by the backends [`FilesystemBackend::with_protected`] derives.
+    root_dir: Arc<RootDir>,
     max_file_size: u64,
     search_timeout: Duration,
     respect_gitignore: bool,
+    /// What the file tools may not change.
+    protected: Protected,
 }
 
 fn is_dir(stat: &Stat) -> bool {
@@ -807,6 +863,15 @@ impl Inner {
                         .root_dir
                         .open(&parent, dir_flags, Mode::empty())
                         .map_err(|e| host_error(e, "write", &shown))?;
+                    // The prefix may reach a protected name through a symlink the path check
+                    // could not see.
+                    self.protected.check_entry(
+                        &self.root_dir,
+                        parent_fd.as_fd(),
+                        segments[depth - 1],
+                        Change::Entry,
+                        path,
+                    )?;
                     match rustix::fs::mkdirat(
                         &parent_fd,
                         segments[depth - 1],
@@ -845,6 +910,7 @@ impl Inner {
             });
         }
         // Before anything is created, so a refused write leaves no parent directories behind.
+        self.protected.check_path(path, Change::Entry)?;
         self.check_size_to_write(path, data.len())?;
         self.ensure_parents(path)?;
         self.replace_file(path, "write", target, |_| Ok((Cow::Borrowed(data), ())))
@@ -858,6 +924,7 @@ impl Inner {
         replace_all: bool,
     ) -> Result<usize, BackendError> {
         let shown = path.as_str();
+        self.protected.check_path(path, Change::Entry)?;
         self.replace_file(path, "edit", Target::Existing, |current| {
             let Some((file, size)) = current else {
                 return Err(BackendError::NotFound {
@@ -901,6 +968,9 @@ impl Inner {
         let fail = |e: Errno| host_error(e, operation, shown);
         for _ in 0..WRITE_ATTEMPTS {
             let (dir, name) = self.write_target(path, operation)?;
+            // Where the write really lands, symlinks resolved: maybe inside a protected name.
+            self.protected
+                .check_entry(&self.root_dir, dir.as_fd(), &name, Change::Entry, path)?;
             // Writers of one directory take turns (the lock goes with `dir`), so none builds on
             // a file another is replacing: concurrent edits apply one after the other, and a
             // writer never has to retry because a cooperating one got there first.
@@ -1040,6 +1110,7 @@ impl Inner {
                 reason: "the root cannot be deleted; delete its entries one by one".to_owned(),
             });
         };
+        self.protected.check_path(path, Change::Tree)?;
         let parent_fd = self
             .root_dir
             .open(
@@ -1053,6 +1124,8 @@ impl Inner {
                 },
                 e => host_error(e, "delete", shown),
             })?;
+        self.protected
+            .check_entry(&self.root_dir, parent_fd.as_fd(), name, Change::Tree, path)?;
         // The entry itself, not what a symlink points to.
         let stat = rustix::fs::statat(&parent_fd, name, AtFlags::SYMLINK_NOFOLLOW)
             .map_err(|e| host_error(e, "delete", shown))?;
@@ -1065,76 +1138,51 @@ impl Inner {
         }
     }
 
-    /// The walk roots: the host path of `base` after checking it resolves inside the root.
-    fn walk_base(
-        &self,
-        base: &VPath,
-        operation: &'static str,
-    ) -> Result<(PathBuf, Stat), BackendError> {
-        let stat = self.root_dir.stat(rel(base)).map_err(|e| match e {
+    /// What a walk of `base` starts from: the directory opened beneath the root, or why there
+    /// is none.
+    fn walk_base(&self, base: &VPath, operation: &'static str) -> Result<Base, BackendError> {
+        let base_rel = rel(base);
+        let stat = self.root_dir.stat(base_rel).map_err(|e| match e {
             Errno::NOTDIR => BackendError::NotFound {
                 path: base.to_string(),
             },
             e => host_error(e, operation, base.as_str()),
         })?;
-        let host = if base.is_root() {
-            self.root_dir.host_root().to_path_buf()
-        } else {
-            self.root_dir.host_root().join(rel(base))
-        };
-        Ok((host, stat))
-    }
-
-    fn walker(&self, host_base: &Path) -> WalkBuilder {
-        let mut builder = WalkBuilder::new(host_base);
-        builder
-            .standard_filters(false)
-            .follow_links(false)
-            .git_ignore(self.respect_gitignore)
-            .git_exclude(self.respect_gitignore)
-            .require_git(false);
-        builder
+        if !is_dir(&stat) {
+            return Ok(Base::NotADirectory);
+        }
+        Ok(match self.root_dir.open_walk_base(base_rel) {
+            Ok(fd) => Base::Dir(fd),
+            // A symlink to a directory (walks do not descend those), or no longer a directory.
+            Err(Errno::LOOP | Errno::NOTDIR | Errno::NOENT) => Base::NotADirectory,
+            Err(errno) => Base::Unlistable(errno),
+        })
     }
 
     fn glob(&self, pattern: &str, base: &VPath) -> Result<GlobResult, BackendError> {
         let pattern = GlobPattern::new(pattern)?;
         let deadline = Instant::now() + self.search_timeout;
-        let (host_base, base_stat) = self.walk_base(base, "glob")?;
-        if !is_dir(&base_stat) {
+        let Base::Dir(base_fd) = self.walk_base(base, "glob")? else {
+            // glob lists files below the base: a file has none, and a directory it cannot
+            // list shows none, as a subdirectory it cannot list does.
             return Ok(GlobResult::default());
-        }
-        let base_rel = rel(base).to_owned();
-        let dir_pattern = pattern.clone();
-        let filter_root = host_base.clone();
-        let mut builder = self.walker(&host_base);
-        builder.filter_entry(move |entry| {
-            if entry.depth() == 0 || !entry.file_type().is_some_and(|t| t.is_dir()) {
-                return true;
-            }
-            relative_to(&filter_root, entry.path())
-                .is_some_and(|relative| dir_pattern.may_descend(relative))
-        });
+        };
+        let base_rel = rel(base);
         let found = Mutex::new(Vec::new());
         let timed_out = AtomicBool::new(false);
-        builder.build_parallel().run(|| {
-            let mut cache = DirCache::default();
-            let mut local = Batch {
+        let options = WalkOptions {
+            gitignore: self.respect_gitignore,
+            deadline,
+            timed_out: &timed_out,
+        };
+        walk::walk(base_fd, base_rel, &options, || GlobVisitor {
+            inner: self,
+            pattern: &pattern,
+            base_rel,
+            found: Batch {
                 items: Vec::new(),
                 into: &found,
-            };
-            let (timed_out, pattern, base_rel) = (&timed_out, &pattern, &base_rel);
-            Box::new(move |entry| {
-                let Ok(entry) = entry else {
-                    return within_budget(deadline, timed_out);
-                };
-                if entry.depth() == 0 {
-                    return WalkState::Continue;
-                }
-                if let Some(found) = self.glob_entry(&mut cache, &entry, pattern, base_rel) {
-                    local.items.push(found);
-                }
-                within_budget(deadline, timed_out)
-            })
+            },
         });
         let mut files = found.into_inner().unwrap_or_else(PoisonError::into_inner);
         files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -1147,28 +1195,22 @@ impl Inner {
     /// The file a glob walk reports for `entry`, if it matches.
     fn glob_entry(
         &self,
-        cache: &mut DirCache,
-        entry: &DirEntry,
+        entry: &Entry<'_>,
         pattern: &GlobPattern,
         base_rel: &str,
     ) -> Option<FileInfo> {
-        if entry.file_type().is_none_or(|t| t.is_dir()) {
+        let relative = below_base(base_rel, entry.root_rel);
+        if relative.is_empty() || !pattern.matches(relative) {
             return None;
         }
-        let root_rel = self.root_dir.virtual_of(entry.path())?;
-        let relative = if base_rel == "." {
-            root_rel
+        let own = rustix::fs::statat(entry.dir, entry.name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        let stat = if FileType::from_raw_mode(own.st_mode) == FileType::Symlink {
+            // Resolved from the root like a direct path: reported when it is a file inside.
+            self.root_dir.stat(entry.root_rel).ok()?
         } else {
-            root_rel
-                .strip_prefix(base_rel)
-                .map_or("", |r| r.trim_start_matches('/'))
+            own
         };
-        if relative.is_empty() || !pattern.matches(relative) || !addressable(root_rel) {
-            return None;
-        }
-        // Re-resolve beneath the root: what is reported is what the root holds now.
-        let stat = self.root_dir.stat_entry(cache, root_rel).ok()?;
-        is_file(&stat).then(|| info(format!("/{root_rel}"), &stat))
+        is_file(&stat).then(|| info(format!("/{}", entry.root_rel), &stat))
     }
 
     fn grep(&self, query: &GrepQuery) -> Result<GrepResult, BackendError> {
@@ -1195,56 +1237,45 @@ impl Inner {
             )
         };
         let deadline = Instant::now() + self.search_timeout;
-        let (host_base, _) = self.walk_base(&query.path, "grep")?;
+        let base = self.walk_base(&query.path, "grep")?;
         let Some(matcher) = matcher else {
             return Ok(GrepResult::default());
         };
-        let base_rel = rel(&query.path).to_owned();
-        let mut builder = self.walker(&host_base);
-        // VCS internals are large, binary and never what the agent means.
-        builder.filter_entry(|entry| {
-            entry.depth() == 0
-                || entry.file_name() != ".git"
-                || !entry.file_type().is_some_and(|t| t.is_dir())
-        });
+        let base_rel = rel(&query.path);
         let collector = Collector::new(query.max_count);
         let timed_out = AtomicBool::new(false);
         let walk = GrepWalk {
             matcher: &matcher,
             include: include.as_ref(),
             collector: &collector,
-            base_rel: base_rel.as_str(),
+            base_rel,
             deadline,
             timed_out: &timed_out,
         };
-        builder.build_parallel().run(|| {
-            let mut worker = GrepWorker {
-                searcher: SearcherBuilder::new()
-                    .line_number(true)
-                    .line_terminator(LineTerminator::crlf())
-                    .binary_detection(BinaryDetection::none())
-                    .memory_map(MmapChoice::never())
-                    .build(),
-                buffer: Vec::new(),
-                cache: DirCache::default(),
-            };
-            let walk = &walk;
-            Box::new(move |entry| {
-                let entry = match entry {
-                    Ok(entry) => entry,
-                    Err(error) => {
-                        self.note_walk_error(walk.collector, &error);
-                        return within_budget(deadline, walk.timed_out);
-                    }
+        match base {
+            Base::Dir(base_fd) => {
+                let options = WalkOptions {
+                    gitignore: self.respect_gitignore,
+                    deadline,
+                    timed_out: &timed_out,
                 };
-                self.grep_entry(walk, &mut worker, &entry);
-                // The base itself is a directory (nothing was searched) or the one file asked for.
-                if entry.depth() == 0 {
-                    return WalkState::Continue;
-                }
-                within_budget(deadline, walk.timed_out)
-            })
-        });
+                walk::walk(base_fd, base_rel, &options, || GrepVisitor {
+                    inner: self,
+                    walk: &walk,
+                    worker: GrepWorker::new(),
+                });
+            }
+            // The one file asked for (or a symlink to a directory, which is not searched).
+            Base::NotADirectory => {
+                let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+                self.grep_file(&walk, &mut GrepWorker::new(), base_rel, || {
+                    self.root_dir.open(base_rel, flags, Mode::empty())
+                });
+            }
+            Base::Unlistable(errno) => {
+                collector.skip(query.path.to_string(), unreadable(errno));
+            }
+        }
         let (matches, truncated, skipped) = collector.finish(query.max_count);
         let mut result = GrepResult {
             matches,
@@ -1255,46 +1286,18 @@ impl Inner {
         Ok(result)
     }
 
-    /// Lists a directory or file the walk could not read (a directory it may not list hides
-    /// every file below it). Entries that vanished meanwhile are not worth a note.
-    fn note_walk_error(&self, collector: &Collector, error: &ignore::Error) {
-        let Some(code) = error.io_error().and_then(std::io::Error::raw_os_error) else {
-            return;
-        };
-        let errno = Errno::from_raw_os_error(code);
-        if errno == Errno::NOENT {
-            return;
-        }
-        let Some(root_rel) = walk_error_path(error)
-            .and_then(|host| self.root_dir.virtual_of(host))
-            .filter(|r| addressable(r))
-        else {
-            return;
-        };
-        collector.skip(format!("/{root_rel}"), unreadable(errno));
-    }
-
-    /// Searches `entry` when it is a file the query covers, adding its matches to the collector.
-    fn grep_entry(&self, walk: &GrepWalk<'_>, worker: &mut GrepWorker, entry: &DirEntry) {
-        if entry.file_type().is_none_or(|t| t.is_dir()) {
-            return;
-        }
-        let Some(root_rel) = self
-            .root_dir
-            .virtual_of(entry.path())
-            .filter(|r| addressable(r))
-        else {
-            return;
-        };
+    /// Searches the file at `root_rel` (opened by `open`) when the query covers it, adding its
+    /// matches to the collector.
+    fn grep_file(
+        &self,
+        walk: &GrepWalk<'_>,
+        worker: &mut GrepWorker,
+        root_rel: &str,
+        open: impl FnOnce() -> Result<OwnedFd, Errno>,
+    ) {
         let shown = format!("/{root_rel}");
         if let Some(include) = walk.include {
-            let relative = if walk.base_rel == "." {
-                root_rel
-            } else {
-                root_rel
-                    .strip_prefix(walk.base_rel)
-                    .map_or("", |r| r.trim_start_matches('/'))
-            };
+            let relative = below_base(walk.base_rel, root_rel);
             let name = root_rel.rsplit('/').next().unwrap_or(root_rel);
             let target = if relative.is_empty() { name } else { relative };
             if !include.matches(target) {
@@ -1311,7 +1314,7 @@ impl Inner {
             deadline: walk.deadline,
             timed_out: walk.timed_out,
         };
-        match self.search_file(worker, root_rel, &shown, walk.matcher, &mut sink) {
+        match self.search_file(worker, &shown, open, walk.matcher, &mut sink) {
             Searched::Yes if sink.binary => walk.collector.skip(
                 shown,
                 SkipReason::Binary {
@@ -1324,20 +1327,30 @@ impl Inner {
         }
     }
 
-    /// Searches one file found by a walk, or says why not.
+    /// Opens a file a grep walk found: relative to its directory, or from the root when it is
+    /// a symlink (or became one since it was listed), by the symlink rule of direct paths.
+    fn open_found(&self, entry: &Entry<'_>) -> Result<OwnedFd, Errno> {
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let from_root = || self.root_dir.open(entry.root_rel, flags, Mode::empty());
+        match entry.kind {
+            Kind::Symlink => from_root(),
+            _ => match open_child(entry.dir, entry.name, flags) {
+                Err(Errno::LOOP) => from_root(),
+                result => result,
+            },
+        }
+    }
+
+    /// Searches one file (opened by `open`, with `O_NONBLOCK`), or says why not.
     fn search_file(
         &self,
         worker: &mut GrepWorker,
-        root_rel: &str,
         shown: &str,
+        open: impl FnOnce() -> Result<OwnedFd, Errno>,
         matcher: &RegexMatcher,
         sink: &mut LineSink<'_>,
     ) -> Searched {
-        let GrepWorker {
-            searcher,
-            buffer,
-            cache,
-        } = worker;
+        let GrepWorker { searcher, buffer } = worker;
         let binary = |mime_type: &str| {
             Searched::Skipped(SkipReason::Binary {
                 mime_type: mime_type.to_owned(),
@@ -1347,8 +1360,7 @@ impl Inner {
         if let Some(mime_type) = mime::binary_type(shown, &[]) {
             return binary(mime_type);
         }
-        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
-        let fd = match self.root_dir.open_entry(cache, root_rel, flags) {
+        let fd = match open() {
             Ok(fd) => fd,
             // Removed since the walk listed it, or a dangling link: nothing to search.
             Err(Errno::NOENT) => return Searched::Gone,
@@ -1434,15 +1446,25 @@ fn unreadable(errno: Errno) -> SkipReason {
     SkipReason::Unreadable { reason }
 }
 
-/// The path a walk error is about, when it names one.
-fn walk_error_path(error: &ignore::Error) -> Option<&Path> {
-    match error {
-        ignore::Error::WithPath { path, .. } => Some(path),
-        ignore::Error::WithDepth { err, .. } | ignore::Error::WithLineNumber { err, .. } => {
-            walk_error_path(err)
-        }
-        _ => None,
+/// Where a walk of a search base starts.
+enum Base {
+    /// A directory, opened beneath the root to walk.
+    Dir(OwnedFd),
+    /// A file or other non-directory, or a symlink to a directory (not walked).
+    NotADirectory,
+    /// A directory the host does not let us list.
+    Unlistable(Errno),
+}
+
+/// `root_rel` relative to the search base `base_rel` (`""` for the base itself).
+fn below_base<'r>(base_rel: &str, root_rel: &'r str) -> &'r str {
+    if base_rel == "." {
+        return root_rel;
     }
+    root_rel
+        .strip_prefix(base_rel)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .unwrap_or("")
 }
 
 /// Results of one walk thread, added to the shared list once when the thread is done (one lock
@@ -1461,16 +1483,56 @@ impl<T> Drop for Batch<'_, T> {
     }
 }
 
-/// Checks the search budget after a walk handled an entry. Checking after rather than before
-/// means the entry in hand is always finished, so a budget spent before the walk reached its
-/// first file (a slow disk, a busy machine) still yields that file's results; the cost is at
-/// most one entry per walk thread past the deadline.
-fn within_budget(deadline: Instant, timed_out: &AtomicBool) -> WalkState {
-    if timed_out.load(Ordering::Relaxed) || Instant::now() >= deadline {
-        timed_out.store(true, Ordering::Relaxed);
-        WalkState::Quit
-    } else {
-        WalkState::Continue
+/// What one glob walk thread does with the entries it is given.
+struct GlobVisitor<'a> {
+    inner: &'a Inner,
+    pattern: &'a GlobPattern,
+    base_rel: &'a str,
+    found: Batch<'a, FileInfo>,
+}
+
+impl Visitor for GlobVisitor<'_> {
+    fn descend(&mut self, entry: &Entry<'_>) -> bool {
+        self.pattern
+            .may_descend(below_base(self.base_rel, entry.root_rel))
+    }
+
+    fn visit(&mut self, entry: &Entry<'_>) {
+        if let Some(found) = self.inner.glob_entry(entry, self.pattern, self.base_rel) {
+            self.found.items.push(found);
+        }
+    }
+
+    // glob reports files only: a directory it cannot list shows nothing, as in ls of its
+    // parent it is still shown.
+    fn unlistable(&mut self, _root_rel: &str, _errno: Errno) {}
+}
+
+/// What one grep walk thread does with the entries it is given.
+struct GrepVisitor<'a> {
+    inner: &'a Inner,
+    walk: &'a GrepWalk<'a>,
+    worker: GrepWorker,
+}
+
+impl Visitor for GrepVisitor<'_> {
+    fn descend(&mut self, entry: &Entry<'_>) -> bool {
+        // VCS internals are large, binary and never what the agent means.
+        entry.name != ".git"
+    }
+
+    fn visit(&mut self, entry: &Entry<'_>) {
+        let inner = self.inner;
+        inner.grep_file(self.walk, &mut self.worker, entry.root_rel, || {
+            inner.open_found(entry)
+        });
+    }
+
+    /// A directory grep cannot list hides every file below it: named in the skipped files.
+    fn unlistable(&mut self, root_rel: &str, errno: Errno) {
+        self.walk
+            .collector
+            .skip(walk::shown_path(root_rel), unreadable(errno));
     }
 }
 
@@ -1488,7 +1550,20 @@ struct GrepWalk<'a> {
 struct GrepWorker {
     searcher: Searcher,
     buffer: Vec<u8>,
-    cache: DirCache,
+}
+
+impl GrepWorker {
+    fn new() -> Self {
+        Self {
+            searcher: SearcherBuilder::new()
+                .line_number(true)
+                .line_terminator(LineTerminator::crlf())
+                .binary_detection(BinaryDetection::none())
+                .memory_map(MmapChoice::never())
+                .build(),
+            buffer: Vec::new(),
+        }
+    }
 }
 
 /// Matches of all files, kept to the first `cap` in (path, line) order so the result does not

@@ -24,6 +24,7 @@ mod path;
 mod per_run;
 pub mod permissions;
 mod policy;
+mod protect;
 mod protocol;
 pub mod repo;
 mod state;
@@ -54,5 +55,6 @@ pub use store::{SqliteCheckpointer, SqliteStore};
 
 mod filesystem;
 mod shell;
+mod walk;
 pub use filesystem::{FilesystemBackend, FilesystemBackendBuilder};
 pub use shell::LocalShellBackend;

@@ -88,8 +88,20 @@ impl LocalShellBackend {
     /// the confinement cannot be applied refuses commands with an error that says how to fix
     /// it; nothing runs unconfined behind the caller's back. Its `root` should be this
     /// backend's root.
+    ///
+    /// The policy's protected names (`.git`, `.deepagents` and `.agents` by default) become
+    /// the file operations' too ([`FilesystemBackend::with_protected`]): commands cannot change
+    /// them, so neither can write, edit, delete or upload. Reads stay allowed.
     pub fn with_sandbox(mut self, policy: Policy) -> Self {
+        self.fs = self.fs.with_protected(&policy.protected);
         self.sandbox = Some(SharedPolicy::new(policy));
+        self
+    }
+
+    /// Lets the file operations change `path` although it lies inside a protected name of the
+    /// sandbox (see [`FilesystemBackend::with_editable`]); commands still cannot.
+    pub fn with_editable(mut self, path: impl AsRef<std::path::Path>) -> Self {
+        self.fs = self.fs.with_editable(path);
         self
     }
 

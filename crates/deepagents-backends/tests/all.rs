@@ -10,6 +10,7 @@ mod mime;
 mod paths;
 mod permissions;
 mod postgres;
+mod protected;
 mod repo;
 mod shell;
 mod text;

@@ -765,3 +765,109 @@ async fn atomic_writes_never_land_outside_through_a_symlinked_parent() {
         }
     }
 }
+
+/// The names of the directory the race below swaps in: distinctive, so any trace of them in a
+/// result, error or skipped-file note is a leak.
+const OUTSIDE_NAMES: [&str; 3] = [
+    "OUTSIDE-NAME-file.txt",
+    "OUTSIDE-NAME-other.txt",
+    "OUTSIDE-NAME-dir",
+];
+
+/// A directory inside the root flips, by an atomic rename, between itself and a symlink to a
+/// directory outside (`flip -> ../outside-flip`), while ls, glob and grep run over it. Walks list
+/// directories through descriptors opened beneath the root, so whatever the timing, no answer may
+/// name anything of the outside directory: not in results, errors or grep's skipped files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn walks_racing_a_flipped_directory_never_name_outside_entries() {
+    let tmp = TempDir::new().unwrap();
+    let outside = tmp.path().join("outside-flip");
+    std::fs::create_dir_all(outside.join("OUTSIDE-NAME-dir")).unwrap();
+    for name in &OUTSIDE_NAMES[..2] {
+        std::fs::write(outside.join(name), "needle outside\n").unwrap();
+    }
+    std::fs::write(
+        outside.join("OUTSIDE-NAME-dir/OUTSIDE-NAME-deep.txt"),
+        "needle\n",
+    )
+    .unwrap();
+    let fs = FilesystemBackend::new(tmp.path().join("root")).unwrap();
+    let root = fs.root().to_path_buf();
+    std::fs::create_dir_all(root.join("flip/sub")).unwrap();
+    for i in 0..20 {
+        std::fs::write(root.join(format!("flip/inside-{i}.txt")), "needle inside\n").unwrap();
+    }
+    std::fs::write(root.join("flip/sub/deep.txt"), "needle\n").unwrap();
+    std::fs::write(root.join("top.txt"), "needle\n").unwrap();
+    // Relative, as in the report: from the root, `../outside-flip` is the outside directory.
+    symlink("../outside-flip", root.join("flip-link")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let stop = Arc::clone(&stop);
+        let root = root.clone();
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                rustix::fs::renameat_with(
+                    rustix::fs::CWD,
+                    root.join("flip"),
+                    rustix::fs::CWD,
+                    root.join("flip-link"),
+                    rustix::fs::RenameFlags::EXCHANGE,
+                )
+                .unwrap();
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let shell = deepagents_backends::LocalShellBackend::new(fs.clone());
+    let backends: [(&str, &dyn Backend); 2] = [("filesystem", &fs), ("local shell", &shell)];
+    let check = |what: &str, shown: String| {
+        assert!(
+            !shown.contains("OUTSIDE-NAME") && !shown.contains("outside-flip"),
+            "{what} named an outside entry: {shown}"
+        );
+    };
+    // Evidence the race was real: walks that found the inside directory, and ones that did not.
+    let (mut saw_inside, mut missed_inside) = (0u32, 0u32);
+    let started = std::time::Instant::now();
+    for (name, b) in backends {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1000);
+        let mut rounds = 0u32;
+        while rounds < 300 && std::time::Instant::now() < deadline {
+            rounds += 1;
+            check(name, format!("{:?}", b.ls(&cx(), &p("/flip")).await));
+            check(name, format!("{:?}", b.ls(&cx(), &p("/flip/sub")).await));
+            check(name, format!("{:?}", b.ls(&cx(), &p("/")).await));
+            check(name, format!("{:?}", b.glob(&cx(), "**/*", &p("/")).await));
+            check(name, format!("{:?}", b.glob(&cx(), "*", &p("/flip")).await));
+            check(
+                name,
+                format!("{:?}", b.glob(&cx(), "*", &p("/flip-link")).await),
+            );
+            let grepped = b.grep(&cx(), &GrepQuery::literal("needle", p("/"))).await;
+            check(name, format!("{grepped:?}"));
+            // The Debug form holds the skipped files' paths and reasons, which the grep tool's
+            // "could not search" note is made of.
+            if let Ok(grepped) = &grepped {
+                let inside = grepped.matches.iter().any(|m| m.path.contains("inside-"));
+                saw_inside += u32::from(inside);
+                missed_inside += u32::from(!inside);
+            }
+            for base in ["/flip", "/flip-link", "/flip/sub"] {
+                let grepped = b.grep(&cx(), &GrepQuery::literal("needle", p(base))).await;
+                check(name, format!("{grepped:?}"));
+            }
+        }
+        eprintln!("{name}: {rounds} rounds");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    eprintln!(
+        "swaps: {swaps}, greps of / that saw the inside files: {saw_inside}, that did not: \
+         {missed_inside}, in {:?}",
+        started.elapsed()
+    );
+    assert!(swaps > 0);
+}

@@ -751,6 +751,49 @@ async fn gitignore_is_opt_in() {
     assert!(listed.iter().any(|e| e.path == "/node_modules"));
 }
 
+/// Ignore files are read through the walk's descriptors: `.git/info/exclude` counts, a deeper
+/// file's negation wins over a shallower pattern, `.gitignore` beats exclude, and a symlinked
+/// ignore file (which could point anywhere) is not read.
+#[tokio::test]
+async fn ignore_files_deeper_first_and_exclude_files() {
+    let tmp = TempDir::new().unwrap();
+    let root = tmp.path().join("root");
+    put(&root, "keep.txt", "needle\n");
+    put(&root, "drop.log", "needle\n");
+    put(&root, "tmp/x.txt", "needle\n");
+    put(&root, "lib/a.log", "needle\n");
+    put(&root, "lib/b.log", "needle\n");
+    put(&root, "lib/excluded.txt", "needle\n");
+    put(&root, "linked/y.txt", "needle\n");
+    put(&root, ".gitignore", "*.log\n");
+    put(
+        &root,
+        ".git/info/exclude",
+        "tmp/\nexcluded.txt\n!drop.log\n",
+    );
+    put(&root, "lib/.gitignore", "!a.log\n");
+    put(tmp.path(), "elsewhere", "y.txt\n");
+    symlink(tmp.path().join("elsewhere"), root.join("linked/.gitignore")).unwrap();
+    let b = FilesystemBackend::builder(&root)
+        .respect_gitignore(true)
+        .build()
+        .unwrap();
+    assert_eq!(
+        glob(&b, "*.{txt,log}", "/").await,
+        ["/keep.txt", "/lib/a.log", "/linked/y.txt"]
+    );
+    let (found, _) = grep(&b, GrepQuery::literal("needle", p("/lib"))).await;
+    // From /lib, the root's ignore files are above the search: only lib's own applies.
+    assert_eq!(
+        found,
+        [
+            "/lib/a.log:1:needle",
+            "/lib/b.log:1:needle",
+            "/lib/excluded.txt:1:needle"
+        ]
+    );
+}
+
 #[tokio::test]
 async fn in_root_symlinks_are_followed() {
     let (_tmp, b) = setup();

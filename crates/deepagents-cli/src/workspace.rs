@@ -242,7 +242,10 @@ fn shell(fs: FilesystemBackend, options: &crate::config::ShellConfig) -> LocalSh
 /// agent's tree (`/.deepagents-user/`, `/.skills-1/`, …) so the file tools can read them; they
 /// are read-only, except that `edit_file` may change `/.deepagents-user/AGENTS.md`. Unless
 /// `read_only_memory`, which also makes `/memories/` read-only. In a repository, memory is
-/// its `AGENTS.md` and skills are under `/skills` (linked skill repositories included).
+/// its `AGENTS.md` and skills are under `/skills` (linked skill repositories included). With
+/// `--backend shell` and a sandbox, the sandbox's protected names (`.git`, `.deepagents`,
+/// `.agents`) are read-only for the file tools as for commands, except `.deepagents/AGENTS.md`
+/// for the file tools unless `read_only_memory`.
 pub async fn open(
     kind: BackendKind,
     repo: Option<RepoBackend>,
@@ -281,7 +284,14 @@ pub async fn open(
                     eprintln!("{warning}");
                 }
                 if let Some(policy) = policy {
+                    // The sandbox's protected names become read-only for the file tools too,
+                    // except the project memory file the memory prompt asks the agent to keep
+                    // up to date (as `~/.deepagents/agent/AGENTS.md` stays editable), unless
+                    // memory is read-only. Commands still cannot change it.
                     shell = shell.with_sandbox(policy);
+                    if !read_only_memory {
+                        shell = shell.with_editable(".deepagents/AGENTS.md");
+                    }
                     shared_policy = shell.sandbox().cloned();
                 }
                 Arc::new(shell)
