@@ -192,20 +192,27 @@ impl LocalShellBackend {
     }
 }
 
-/// Kills a process group when dropped unless disarmed: a cancelled `execute` must not leave
+/// Ends a process group when dropped unless disarmed: a cancelled `execute` must not leave
 /// its commands running.
 struct GroupGuard {
     pid: Option<Pid>,
+    /// SIGKILL for a plain shell; SIGTERM for a confined one, whose sandbox (bubblewrap, or
+    /// the Landlock helper) then ends everything the command started, detached processes
+    /// and temporary files included, which a SIGKILL would not let it do.
+    signal: Signal,
 }
 
 impl GroupGuard {
     fn kill(&mut self) {
         if let Some(pid) = self.pid.take() {
             // ESRCH (already gone) is the expected outcome for a finished group.
-            let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+            let _ = rustix::process::kill_process_group(pid, self.signal);
         }
     }
 }
+
+/// How long a confined command's sandbox gets to end it after SIGTERM before SIGKILL.
+const SANDBOX_GRACE: Duration = Duration::from_secs(2);
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
@@ -404,11 +411,13 @@ impl Sandbox for LocalShellBackend {
         let timeout = timeout.min(MAX_TIMEOUT);
         // Dropped last: it ends whatever the command left and stops its network proxy.
         let (mut cmd, mut sandbox) = self.command(command)?;
+        // A confined command is ended through its sandbox (GroupGuard's SIGTERM), never
+        // SIGKILLed on drop before the sandbox could clean up.
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
-            .kill_on_drop(true);
+            .kill_on_drop(sandbox.is_none());
         let spawned = cmd.spawn();
         if let Some(sandbox) = &mut sandbox {
             sandbox.spawned();
@@ -420,6 +429,11 @@ impl Sandbox for LocalShellBackend {
                 .id()
                 .and_then(|id| i32::try_from(id).ok())
                 .and_then(Pid::from_raw),
+            signal: if sandbox.is_some() {
+                Signal::TERM
+            } else {
+                Signal::KILL
+            },
         };
         let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take())
         else {
@@ -478,8 +492,13 @@ impl Sandbox for LocalShellBackend {
             Ok(Err(e)) => Err(self.io_error(format!("waiting for the command failed: {e}"))),
             Err(_) => {
                 guard.kill();
-                // Reap the shell so no zombie is left; the group is already killed.
-                let _ = child.kill().await;
+                if tokio::time::timeout(SANDBOX_GRACE, child.wait())
+                    .await
+                    .is_err()
+                {
+                    // Reap the shell so no zombie is left (SIGKILL first if it is still there).
+                    let _ = child.kill().await;
+                }
                 let (mut output, truncated) = output.finish();
                 note_refused_hosts(&mut output, sandbox.as_ref());
                 Ok(ExecuteResult {

@@ -58,7 +58,14 @@ fn agent(scene: &Scene, engine: &str, calls: Value) -> Output {
     let turns = json!({"turns": [{"tool_calls": calls}, {"text": "done"}]});
     std::fs::write(&script, turns.to_string()).unwrap();
     bin()
-        .args(["run", "--json", "--backend", "shell", "--sandbox-engine", engine])
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "shell",
+            "--sandbox-engine",
+            engine,
+        ])
         .arg("--model")
         .arg(format!("scripted:{}", script.display()))
         .arg("--root")
@@ -136,7 +143,10 @@ fn a_planted_git_file_or_protected_name_gives_a_later_run_nothing() {
                 results[id]
             );
         }
-        assert!(!scene.root.join(".deepagents/AGENTS.md").exists(), "{engine}");
+        assert!(
+            !scene.root.join(".deepagents/AGENTS.md").exists(),
+            "{engine}"
+        );
         if engine == "bubblewrap" {
             for name in [".git", ".deepagents", ".agents"] {
                 assert!(
