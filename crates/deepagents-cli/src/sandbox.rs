@@ -243,7 +243,7 @@ pub async fn run(
     command: &[String],
 ) -> anyhow::Result<ExitCode> {
     let root = root_or_current(root)?;
-    let command = command.join(" ");
+    let command = shell_line(command);
     let (policy, warnings) = policy(&root, mode, engine, config, None);
     for warning in warnings {
         eprintln!("{warning}");
@@ -304,6 +304,27 @@ pub async fn run(
     })
 }
 
+/// The line `/bin/sh -c` runs for the words after `--`. One word is a command line already
+/// (`-- "ls | wc -l"`), kept as written. Several are a command and its arguments as the
+/// user's shell split them (`-- sh -c 'echo "a b"; ls'`), so each is single-quoted: joining
+/// them with spaces would let `sh` split and expand them a second time.
+fn shell_line(words: &[String]) -> String {
+    match words {
+        [line] => line.clone(),
+        words => words
+            .iter()
+            .map(|word| shell_quote(word))
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
+/// `word` as one POSIX shell word: inside single quotes nothing is special, and a single
+/// quote is written as `'\''` (close, escaped quote, reopen).
+fn shell_quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
 /// How long `deepagents sandbox run` waits for its command to end after passing a signal on.
 const FORWARD_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -322,7 +343,19 @@ pub fn shell_allowed(command: &str, allowed: &[String]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::shell_allowed;
+    use super::{shell_allowed, shell_line};
+
+    #[test]
+    fn several_words_after_the_separator_keep_their_boundaries() {
+        let words = |w: &[&str]| w.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(shell_line(&words(&["echo hi | wc -c"])), "echo hi | wc -c");
+        assert_eq!(
+            shell_line(&words(&["sh", "-c", "echo \"a b\"; ls"])),
+            "'sh' '-c' 'echo \"a b\"; ls'"
+        );
+        assert_eq!(shell_line(&words(&["echo", "it's"])), r"'echo' 'it'\''s'");
+        assert_eq!(shell_line(&words(&["printf", ""])), "'printf' ''");
+    }
 
     #[test]
     fn the_shell_allow_list_matches_whole_words_and_refuses_chains() {

@@ -1014,6 +1014,42 @@ fn allowed_domains_are_reached_through_the_sandbox_proxy_only() {
 }
 
 #[test]
+fn sandbox_run_passes_each_word_after_the_separator_as_one_argument() {
+    if !sandbox_works() {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("listed.txt"), "").unwrap();
+    let run = |words: &[&str]| {
+        bin()
+            .args(["sandbox", "run", "--root"])
+            .arg(root.path())
+            .arg("--")
+            .args(words)
+            .output()
+            .unwrap()
+    };
+    // Several words: `sh -c` gets its whole script as one argument.
+    let split = run(&["sh", "-c", "echo \"a b\"; ls"]);
+    assert!(split.status.success(), "{}", stderr(&split));
+    assert_eq!(
+        String::from_utf8_lossy(&split.stdout),
+        "a b\nlisted.txt\n",
+        "{}",
+        stderr(&split)
+    );
+    // Quotes and spaces inside a word reach the command unchanged.
+    let quoted = run(&["printf", "%s|", "it's", "two  spaces", ""]);
+    assert_eq!(
+        String::from_utf8_lossy(&quoted.stdout),
+        "it's|two  spaces||"
+    );
+    // One word is still a command line for the shell.
+    let line = run(&["echo hi | wc -c"]);
+    assert_eq!(String::from_utf8_lossy(&line.stdout).trim(), "3");
+}
+
+#[test]
 fn with_the_sandbox_off_only_allow_listed_commands_skip_approval() {
     let root = tempfile::tempdir().unwrap();
     let model = script(
