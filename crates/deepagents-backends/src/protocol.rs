@@ -289,7 +289,8 @@ pub enum FileOpError {
 /// Output of a shell command.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecuteResult {
-    /// Combined stdout and stderr (stderr lines marked), possibly truncated.
+    /// Combined stdout and stderr (stderr lines marked). When `truncated`, only the part kept,
+    /// with no note appended: whoever shows it says it was cut (the `execute` tool does).
     pub output: String,
     /// Exit code; `None` when the process was killed by a signal.
     pub exit_code: Option<i32>,

@@ -296,16 +296,9 @@ impl Output {
             Err(_) => self.text.len(),
         };
         self.text.truncate(valid);
-        let mut output = String::from_utf8_lossy(&self.text).into_owned();
-        if self.truncated {
-            if !output.ends_with('\n') {
-                output.push('\n');
-            }
-            output.push_str(&format!(
-                "[output truncated at {} bytes; redirect it to a file and read that instead]",
-                self.max
-            ));
-        }
+        // No note is added when cut: `truncated` says so, and the `execute` tool writes the
+        // one note the model sees (a second one here would repeat it).
+        let output = String::from_utf8_lossy(&self.text).into_owned();
         (output, self.truncated)
     }
 }

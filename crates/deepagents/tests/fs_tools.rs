@@ -1091,12 +1091,16 @@ async fn execute_notes_cut_output() {
     let t = &texts(&output)[0];
     assert!(t.starts_with("1\n2\n3\n"), "{t}");
     assert!(!t.contains("\n1000\n"), "{t}");
-    assert!(
-        t.ends_with(
-            "[Output cut at the size limit; redirect it to a file and grep it.]\n[Exit code 0]"
-        ),
+    // One note, after the output, saying how much is shown and how to see the rest.
+    let (shown, notes) = t.split_at(t.find("\n[").unwrap() + 1);
+    assert_eq!(shown.len(), 101, "{t}");
+    assert_eq!(
+        notes,
+        "[Output cut: only its first 100 bytes are shown. To see the rest, redirect it to a file (`COMMAND > out.txt 2>&1`) and read or grep that file.]\n[Exit code 0]",
         "{t}"
     );
+    assert_eq!(t.matches("cut").count(), 1, "{t}");
+    assert!(!t.contains("truncated"), "{t}");
 }
 
 #[tokio::test]

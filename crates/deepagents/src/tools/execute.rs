@@ -92,11 +92,17 @@ impl Tool for Execute {
             }
         };
         let mut text = result.output;
+        let shown_bytes = text.len();
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
+        // The one note on a cut output (backends only set `truncated`), saying how much is
+        // shown and how to get the rest.
         if result.truncated {
-            text.push_str("[Output cut at the size limit; redirect it to a file and grep it.]\n");
+            text.push_str(&format!(
+                "[Output cut: only its first {} bytes are shown. To see the rest, redirect it to a file (`COMMAND > out.txt 2>&1`) and read or grep that file.]\n",
+                shown_bytes
+            ));
         }
         if result.timed_out {
             text.push_str("[Killed: the command ran past its timeout. Exit code 124.]");
