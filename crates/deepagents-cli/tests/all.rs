@@ -3,6 +3,7 @@
 
 mod backends;
 mod config;
+mod docs;
 mod escape;
 mod providers;
 mod repo;

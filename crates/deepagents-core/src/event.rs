@@ -16,8 +16,9 @@ use crate::model::StopReason;
 use crate::spend::Spent;
 use crate::state::{FileContent, Todo};
 
-/// The version of the event protocol: the JSON shape of [`Event`]. It changes whenever a
-/// field is added, renamed or removed, so programs reading the stream can tell.
+/// The version of the event protocol: the JSON shape of [`Event`]. It changes when a kind or
+/// field is renamed or removed or changes its meaning, so programs reading the stream can
+/// tell; additions (new kinds, new fields), which readers skip, keep it (`docs/PROTOCOL.md`).
 pub const PROTOCOL_VERSION: u32 = 1;
 
 /// One level of the agent tree: the tool call that started a subagent, and its name.

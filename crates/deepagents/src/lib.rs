@@ -83,3 +83,40 @@ pub use deepagents_models as models;
 #[doc = include_str!("../../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The user guide's pages, compiled the same way: their Rust blocks must build, and every
+/// other block must name its language so that rustdoc leaves it alone. Each page in `docs/`
+/// is listed here (`deepagents-cli`'s `tests/docs.rs` checks that none is missing).
+#[cfg(doctest)]
+mod guide_doctests {
+    #[doc = include_str!("../../../docs/terminal.md")]
+    pub struct Terminal;
+    #[doc = include_str!("../../../docs/headless.md")]
+    pub struct Headless;
+    #[doc = include_str!("../../../docs/configuration.md")]
+    pub struct Configuration;
+    #[doc = include_str!("../../../docs/providers.md")]
+    pub struct Providers;
+    #[doc = include_str!("../../../docs/backends.md")]
+    pub struct Backends;
+    #[doc = include_str!("../../../docs/sandbox.md")]
+    pub struct Sandbox;
+    #[doc = include_str!("../../../docs/mcp-and-hooks.md")]
+    pub struct McpAndHooks;
+    #[doc = include_str!("../../../docs/server.md")]
+    pub struct Server;
+    #[doc = include_str!("../../../docs/python.md")]
+    pub struct Python;
+    #[doc = include_str!("../../../docs/library.md")]
+    pub struct Library;
+    #[doc = include_str!("../../../docs/defaults.md")]
+    pub struct Defaults;
+    #[doc = include_str!("../../../docs/benchmarks.md")]
+    pub struct Benchmarks;
+    #[doc = include_str!("../../../docs/testing.md")]
+    pub struct Testing;
+    #[doc = include_str!("../../../docs/PROTOCOL.md")]
+    pub struct Protocol;
+    #[doc = include_str!("../../../docs/ARCHITECTURE.md")]
+    pub struct Architecture;
+}

@@ -239,11 +239,10 @@ async fn execute_output_streams_before_the_command_ends() {
     assert!(streamed.contains("second"), "{streamed}");
 }
 
-/// Versions of the event protocol and a hash of the JSON shape each had. A change to the
-/// shape of any event must come with a new version: bump `PROTOCOL_VERSION`, add its line
-/// here, and describe the change in docs/PROTOCOL.md.
-/// Every shape of each version, oldest first: within a version only additions (new kinds,
-/// new fields), which listeners skip.
+/// Versions of the event protocol and a hash of each JSON shape they had, oldest first. A
+/// change to the shape of any event adds a line here and is described in docs/PROTOCOL.md:
+/// an addition (new kinds, new fields, which listeners skip) under the same version; any
+/// other change (a rename, a removal, a new meaning) under a new `PROTOCOL_VERSION`.
 const PROTOCOL_SHAPES: &[(u32, u64)] = &[(1, 0xcd6c_b582_a5e6_77d2), (1, 0x1d7f_2c84_c965_aedc)];
 
 /// One event of every kind, as JSON lines.
@@ -387,8 +386,9 @@ fn the_event_protocol_changes_only_with_its_version() {
     assert_eq!(
         (version, known),
         (PROTOCOL_VERSION, hash),
-        "the event protocol's JSON shape changed: bump PROTOCOL_VERSION, add ({}, {hash:#x}) to \
-         PROTOCOL_SHAPES and describe the change in docs/PROTOCOL.md",
+        "the event protocol's JSON shape changed: add ({PROTOCOL_VERSION}, {hash:#x}) to \
+         PROTOCOL_SHAPES if it only adds kinds or fields, else bump PROTOCOL_VERSION and add \
+         ({}, {hash:#x}); describe the change in docs/PROTOCOL.md",
         PROTOCOL_VERSION + u32::from(version == PROTOCOL_VERSION)
     );
 }
