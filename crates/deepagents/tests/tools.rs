@@ -518,3 +518,88 @@ async fn a_tool_can_answer_for_the_run() {
     assert_eq!(output.text, "42");
     assert_eq!(output.run.steps, 1, "one model call");
 }
+
+/// Every description the model reads of an agent with each built-in tool: the tools' own and
+/// those of their parameters.
+fn descriptions(agent: &Agent) -> Vec<(String, String)> {
+    fn walk(tool: &str, value: &serde_json::Value, found: &mut Vec<(String, String)>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, value) in map {
+                    match (key.as_str(), value) {
+                        ("description", serde_json::Value::String(text)) => {
+                            found.push((format!("{tool} (a parameter)"), text.clone()));
+                        }
+                        _ => walk(tool, value, found),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for item in items {
+                    walk(tool, item, found);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    for spec in agent.tool_specs() {
+        found.push((spec.name.clone(), spec.description.clone()));
+        walk(&spec.name, &spec.parameters, &mut found);
+    }
+    found
+}
+
+#[test]
+fn built_in_tool_descriptions_have_no_stray_whitespace() {
+    let root = tempfile::tempdir().unwrap();
+    let shell = deepagents::backends::LocalShellBackend::new(
+        deepagents::backends::FilesystemBackend::new(root.path()).unwrap(),
+    );
+    let agent = Agent::builder(scripted(json!([])))
+        .backend(Arc::new(shell))
+        .todos(true)
+        .ask_user(true)
+        .context_window(100_000)
+        .compact_tool(true)
+        .response_format(json!({"type": "object", "properties": {"a": {"type": "string"}}}))
+        .remote_subagent(deepagents::middleware::RemoteSubAgent {
+            name: "far".into(),
+            description: "Far away.".into(),
+            url: "http://127.0.0.1:9".into(),
+            graph_id: "g".into(),
+            headers: vec![],
+        })
+        .build()
+        .unwrap();
+    let names: Vec<&str> = agent.tool_specs().iter().map(|s| s.name.as_str()).collect();
+    for expected in [
+        "execute",
+        "write_todos",
+        "ask_user",
+        "compact_conversation",
+        "final_answer",
+        "task",
+        "start_async_task",
+    ] {
+        assert!(
+            names.contains(&expected),
+            "{expected} missing from {names:?}"
+        );
+    }
+    let mut bad = Vec::new();
+    for (tool, text) in descriptions(&agent) {
+        let stray = text.is_empty()
+            || text.contains("  ")
+            || text.contains('\t')
+            || text.lines().any(|line| line != line.trim());
+        if stray {
+            bad.push(format!("{tool}: {text:?}"));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "descriptions with stray whitespace:\n{}",
+        bad.join("\n")
+    );
+}

@@ -197,7 +197,9 @@ impl Tool for CompactConversation {
     }
 
     fn description(&self) -> String {
-        "Summarize the earlier conversation now to free context, for example before a large new          phase of work. The full transcript stays readable in /conversation_history/. Refused          when less than half of the context budget is in use."
+        "Summarize the earlier conversation now to free context, for example before a large new \
+         phase of work. The full transcript stays readable in /conversation_history/. Refused \
+         when less than half of the context budget is in use."
             .to_owned()
     }
 
