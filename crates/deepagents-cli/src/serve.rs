@@ -7,23 +7,9 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 
-use crate::{Front, RunArgs, Session, config, prepare_watched};
-
-/// Flags of `deepagents serve`.
-#[derive(clap::Args)]
-pub struct ServeArgs {
-    /// The agent, as for `run` (model, backend, root, permissions, sandbox, MCP, skills,
-    /// subagents…); it is assistant `agent`.
-    #[command(flatten)]
-    pub run: RunArgs,
-    /// Where to listen (default 127.0.0.1:2024, or `listen` of `[server]`).
-    #[arg(long, value_name = "ADDRESS")]
-    pub listen: Option<String>,
-    /// An API key and the tenant it acts for (repeatable), beside `api_keys` of `[server]`.
-    /// With none, no key is asked for and everything is tenant `default`.
-    #[arg(long = "api-key", value_name = "KEY=TENANT")]
-    pub api_keys: Vec<String>,
-}
+use crate::args::ServeArgs;
+use crate::config;
+use crate::session::{Front, Session, prepare_watched};
 
 /// Runs the server until a signal (SIGTERM, Ctrl-C, SIGHUP): the runs in flight are stopped
 /// (their commands killed, what they did saved; in a cluster, handed back) before it returns,

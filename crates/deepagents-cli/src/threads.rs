@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::bail;
 use deepagents::{Checkpointer, Message};
 
-use crate::ThreadsCommand;
+use crate::args::ThreadsCommand;
 use crate::workspace::open_store;
 
 /// Runs a `threads` subcommand.

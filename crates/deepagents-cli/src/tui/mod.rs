@@ -32,21 +32,56 @@ pub use ask::{Asker, Questions};
 use app::{Action, Answer, App, Cell, Status};
 use ask::Question;
 
+use crate::args::{ChatArgs, RunArgs};
+use crate::session::{Front, Session, prepare};
+
+/// Opens the interactive agent: builds its session, then runs the TUI on the thread
+/// `--resume`, `--thread` or a new one names.
+pub async fn chat(args: ChatArgs) -> anyhow::Result<ExitCode> {
+    let Ok(session) = crate::shutdown::or_signal(prepare(&args.run, Front::Tui, true)).await else {
+        return Ok(ExitCode::from(crate::exit::INTERRUPTED));
+    };
+    let session = session?;
+    let checkpointer =
+        session.agent.checkpointer().cloned().context(
+            "the interactive agent keeps threads; its data directory could not be opened",
+        )?;
+    let thread_id = match (args.resume.as_deref(), args.run.thread.clone()) {
+        (Some(""), _) => Some(
+            latest_thread(checkpointer.as_ref())
+                .await?
+                .context("there is no thread to resume yet; start one with `deepagents`")?,
+        ),
+        (Some(id), _) => Some(id.to_owned()),
+        (None, thread) => thread,
+    };
+    let first = args.message.clone().or(args.run.task.clone());
+    run(Start {
+        session,
+        args: args.run.clone(),
+        thread_id,
+        first,
+        auto_approve: args.run.auto_approve,
+    })
+    .await
+}
+
 /// What the TUI starts with.
-pub struct Start {
-    pub session: crate::Session,
+struct Start {
+    /// The agent and what it keeps alive; rebuilt by `/model`.
+    session: Session,
     /// The flags it was built from, for `/model`.
-    pub args: crate::RunArgs,
+    args: RunArgs,
     /// The thread to open; a new one when `None`.
-    pub thread_id: Option<String>,
+    thread_id: Option<String>,
     /// A message to send at once.
-    pub first: Option<String>,
+    first: Option<String>,
     /// Start in `/yolo`.
-    pub auto_approve: bool,
+    auto_approve: bool,
 }
 
 /// The thread changed most recently.
-pub async fn latest_thread(checkpointer: &dyn Checkpointer) -> anyhow::Result<Option<String>> {
+async fn latest_thread(checkpointer: &dyn Checkpointer) -> anyhow::Result<Option<String>> {
     Ok(checkpointer
         .threads()
         .await?
@@ -102,7 +137,7 @@ struct Turn {
 }
 
 /// Runs the TUI until the person quits.
-pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
+async fn run(start: Start) -> anyhow::Result<ExitCode> {
     let mut session = start.session;
     let mut args = start.args;
     let mut thread_id = start.thread_id.unwrap_or_else(new_thread_id);
@@ -248,8 +283,7 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
                     next.trust_project = session.trusted;
                     // A signal abandons the new session (its MCP servers are stopped).
                     let Ok(prepared) =
-                        crate::shutdown::or_signal(crate::prepare(&next, crate::Front::Tui, false))
-                            .await
+                        crate::shutdown::or_signal(prepare(&next, Front::Tui, false)).await
                     else {
                         break;
                     };
@@ -385,7 +419,7 @@ pub async fn run(start: Start) -> anyhow::Result<ExitCode> {
 
 /// The thread `id` for one turn: each turn gets its own cancellation; `compact` summarizes
 /// older messages first.
-fn handle(session: &crate::Session, id: &str, compact: bool) -> anyhow::Result<Thread> {
+fn handle(session: &Session, id: &str, compact: bool) -> anyhow::Result<Thread> {
     Ok(session.agent.thread(id)?.with_options(RunOptions {
         compact_first: compact,
         // A signal cancels the turn even while the loop is busy elsewhere.
@@ -441,7 +475,7 @@ async fn thread_list(
 
 /// Shows thread `id`'s conversation so far (none for a new thread), with its title and mode.
 async fn open(
-    session: &crate::Session,
+    session: &Session,
     id: &str,
     app: &mut App,
     notes: &notes::Notes,
@@ -501,7 +535,7 @@ async fn clipboard_image() -> Result<Vec<u8>, String> {
 }
 
 /// Estimated tokens of what the next request carries besides the system prompt's own text.
-async fn context_parts(session: &crate::Session, id: &str) -> app::ContextParts {
+async fn context_parts(session: &Session, id: &str) -> app::ContextParts {
     let tokens = |value: &serde_json::Value| {
         serde_json::to_string(value).map_or(0, |text| text.len() as u64 / 4)
     };
@@ -541,7 +575,7 @@ async fn context_parts(session: &crate::Session, id: &str) -> app::ContextParts 
 }
 
 /// The MCP servers of the session and their tools, as the model sees them.
-fn mcp_summary(session: &crate::Session) -> String {
+fn mcp_summary(session: &Session) -> String {
     let Some(connections) = &session.mcp else {
         return "no MCP servers (see .mcp.json, --mcp-config)".to_owned();
     };
@@ -568,7 +602,7 @@ fn mcp_summary(session: &crate::Session) -> String {
 
 /// Appends `line` as a list item to `AGENTS.md` in the root: the project's memory, read at
 /// the start of every run.
-fn remember(session: &crate::Session, line: &str) -> anyhow::Result<std::path::PathBuf> {
+fn remember(session: &Session, line: &str) -> anyhow::Result<std::path::PathBuf> {
     let root = session
         .root
         .as_ref()

@@ -1,0 +1,280 @@
+//! `deepagents run` (and `-n`, `--stdin`): one task headless, its progress on stderr, the
+//! answer on stdout; approvals asked on the terminal.
+
+use std::io::{Read as _, Write as _};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use deepagents::{Agent, CheckpointError, RunOptions, RunStatus, RunStream};
+use futures::StreamExt as _;
+
+use crate::args::RunArgs;
+use crate::exit::{self, error_text};
+use crate::session::{Front, Session, prepare};
+use crate::{approvals, progress, shutdown};
+
+/// Runs the task (or resumes the thread) to the end; the exit status says how it ended.
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let task = match args.task.as_deref() {
+        Some("-") => {
+            let mut task = String::new();
+            let _blocking = shutdown::blocking();
+            std::io::stdin()
+                .read_to_string(&mut task)
+                .context("cannot read the task from stdin")?;
+            Some(task)
+        }
+        other => other.map(str::to_owned),
+    };
+    if task.as_deref().is_none_or(|t| t.trim().is_empty()) && args.thread.is_none() {
+        bail!("the task is empty; pass it as an argument or on stdin with `-`");
+    }
+    // A signal during start-up drops it: servers already started are killed on the way.
+    let Ok(session) = shutdown::or_signal(prepare(&args, Front::Headless, true)).await else {
+        return Ok(ExitCode::from(exit::INTERRUPTED));
+    };
+    let Session {
+        agent,
+        store,
+        grants,
+        hooks: front_hooks,
+        mcp,
+        ..
+    } = session?;
+
+    // A signal cancels the run as Ctrl-C always did: its commands are killed and what it did
+    // is checkpointed before `drive` returns.
+    let options = RunOptions {
+        cancel: shutdown::token().child_token(),
+        ..RunOptions::default()
+    };
+    let timed_out = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Some(seconds) = args.timeout {
+        let (cancel, timed_out) = (options.cancel.clone(), timed_out.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+            timed_out.store(true, std::sync::atomic::Ordering::Release);
+            cancel.cancel();
+        });
+    }
+    let input = task.filter(|t| !t.trim().is_empty());
+    let target = match &args.thread {
+        Some(id) => Target::Thread {
+            thread: agent.thread(id.as_str())?.with_options(options),
+            wait: args.wait,
+        },
+        None => Target::Once(options),
+    };
+    let session = args.thread.clone().unwrap_or_default();
+    let outcome = drive(
+        &agent,
+        &target,
+        input,
+        Output {
+            json: args.json,
+            quiet: args.quiet,
+        },
+        args.auto_approve,
+        grants.as_ref(),
+        front_hooks.as_ref().map(|hooks| (hooks, session.as_str())),
+    )
+    .await;
+    if let Some(hooks) = &front_hooks {
+        hooks
+            .notify(
+                &session,
+                "SessionEnd",
+                serde_json::json!({"reason": "exit"}),
+            )
+            .await;
+    }
+    // The run has ended, so no call is using them.
+    if let Some(mcp) = &mcp {
+        mcp.stop();
+    }
+    // Closing folds SQLite's write-ahead log back into the database instead of leaving it.
+    store.close().await;
+    if timed_out.load(std::sync::atomic::Ordering::Acquire)
+        && outcome
+            .as_ref()
+            .is_ok_and(|code| *code == ExitCode::from(exit::INTERRUPTED))
+    {
+        eprintln!(
+            "error: the run timed out after {} s (--timeout); what it did is kept",
+            args.timeout.unwrap_or_default()
+        );
+        return Ok(ExitCode::from(exit::TIMEOUT));
+    }
+    outcome
+}
+
+/// What the CLI runs: a conversation thread, or one run that is not saved.
+enum Target {
+    /// `wait`: wait for another run of the thread to end (`--wait`) rather than fail.
+    Thread {
+        thread: deepagents::Thread,
+        wait: bool,
+    },
+    /// A run of its own, with these options.
+    Once(RunOptions),
+}
+
+/// Starts the first run: the task (on a thread, appended to it), or the thread's resume.
+async fn first_stream(
+    agent: &Agent,
+    target: &Target,
+    input: Option<String>,
+) -> anyhow::Result<RunStream> {
+    let (thread, wait) = match target {
+        Target::Once(options) => {
+            let run = deepagents::Run::from_task(input.unwrap_or_default());
+            return Ok(agent.stream_run(run, options.clone()));
+        }
+        Target::Thread { thread, wait } => (thread, *wait),
+    };
+    if input.is_none() && thread.state().await?.is_none() {
+        bail!(
+            "thread `{}` does not exist yet; start it with a task",
+            thread.id()
+        );
+    }
+    let start = async |thread: &deepagents::Thread| match &input {
+        Some(input) => thread.stream(input.clone()).await,
+        None => thread.stream_resume().await,
+    };
+    match start(thread).await {
+        Ok(stream) => Ok(stream),
+        Err(error @ CheckpointError::Busy { .. }) if wait => {
+            eprintln!("waiting: {error}");
+            let waiting = thread.clone().with_lease_wait(std::time::Duration::MAX);
+            Ok(start(&waiting).await?)
+        }
+        Err(error @ CheckpointError::Busy { .. }) => {
+            bail!("{error}; pass --wait to wait for it")
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// How `run` prints.
+#[derive(Clone, Copy)]
+struct Output {
+    /// Every event as a JSON line.
+    json: bool,
+    /// Only the answer.
+    quiet: bool,
+}
+
+/// Runs to the end, answering pauses, and prints the events and the answer.
+async fn drive(
+    agent: &Agent,
+    target: &Target,
+    input: Option<String>,
+    print: Output,
+    auto_approve: bool,
+    grants: Option<&deepagents::backends::sandbox::SharedPolicy>,
+    hooks: Option<(&deepagents::middleware::Hooks, &str)>,
+) -> anyhow::Result<ExitCode> {
+    // Waiting for another run of the thread (`--wait`) ends with a signal.
+    let Ok(first) = shutdown::or_signal(first_stream(agent, target, input)).await else {
+        return Ok(ExitCode::from(exit::INTERRUPTED));
+    };
+    let mut stream = first?;
+    let mut stdout = std::io::stdout().lock();
+    let mut progress = progress::Progress::default();
+    loop {
+        while let Some(event) = stream.next().await {
+            if print.json {
+                serde_json::to_writer(&mut stdout, &event)?;
+                stdout.write_all(b"\n")?;
+                stdout.flush()?;
+            } else if !print.quiet {
+                progress.show(&event);
+            }
+        }
+        let output = match stream.outcome().await {
+            Ok(output) => output,
+            Err(failure) => return Ok(report_failure(&failure)),
+        };
+        if output.status == RunStatus::Finished {
+            if !print.json {
+                writeln!(stdout, "{}", output.text)?;
+                if output.run.spent.tokens() > 0 && !print.quiet {
+                    eprintln!("{}", spent_line(&output.run.spent, &output.run.total_spent));
+                }
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        let decisions = if auto_approve {
+            approvals::approve_all(&output.pending)
+        } else {
+            if let Some((hooks, session)) = hooks {
+                let names: Vec<&str> = output.pending.iter().map(|a| a.name.as_str()).collect();
+                hooks
+                    .notify(
+                        session,
+                        "Notification",
+                        serde_json::json!({
+                            "message": format!("deepagents needs your approval for {}", names.join(", ")),
+                            "notification_type": "permission_prompt",
+                        }),
+                    )
+                    .await;
+            }
+            // Paused, the run is saved: a signal while the person answers exits at once.
+            let _blocking = shutdown::blocking();
+            approvals::ask(&output.pending)?
+        };
+        if let Some(policy) = grants {
+            approvals::grant_approved(policy, &output.pending, &decisions);
+        }
+        stream = match target {
+            // The thread continues from what its store holds, so nothing is written twice.
+            Target::Thread { thread, .. } => match thread.stream_decide(decisions).await {
+                Ok(stream) => stream,
+                Err(failure) => return Ok(report_failure(&failure)),
+            },
+            Target::Once(options) => {
+                let mut run = output.run;
+                deepagents::decide(&mut run, decisions)?;
+                agent.stream_run(run, options.clone())
+            }
+        };
+    }
+}
+
+/// One line on what a run spent: `spent $0.0123 · 1,234 tokens (1,100 in, 800 cached, 134
+/// out)`, and the conversation's total when it is more.
+fn spent_line(spent: &deepagents::core::Spent, total: &deepagents::core::Spent) -> String {
+    let mut line = format!("spent {}", progress::spent_summary(spent));
+    if spent.unpriced_tokens > 0 {
+        line.push_str(&format!(
+            "; {} tokens of models without known prices are not in the cost",
+            spent.unpriced_tokens
+        ));
+    }
+    if total.tokens() > spent.tokens() {
+        line.push_str(&format!(
+            " · this conversation: ${:.4}, {} tokens",
+            total.cost_usd,
+            total.tokens()
+        ));
+    }
+    line
+}
+
+/// Prints why a run failed; the exit status for it.
+fn report_failure(failure: &deepagents::RunFailure) -> ExitCode {
+    let hint = match failure.error {
+        deepagents::RunError::TurnLimit(_) => " (--max-turns N)",
+        _ => "",
+    };
+    eprintln!("error: {}{hint}", error_text(&failure.error.to_string()));
+    if matches!(failure.error, deepagents::RunError::Cancelled) {
+        ExitCode::from(exit::INTERRUPTED)
+    } else if matches!(failure.error, deepagents::RunError::SpendCap(_)) {
+        ExitCode::from(exit::SPEND_CAP)
+    } else {
+        ExitCode::FAILURE
+    }
+}
