@@ -240,6 +240,7 @@ impl Backend for CompositeBackend {
                     is_dir: true,
                     size: 0,
                     modified_at_ms: None,
+                    broken_link: None,
                 },
             );
         }

@@ -24,9 +24,9 @@ use crate::mime;
 use crate::path::VPath;
 use crate::protect::{Change, Protected};
 use crate::protocol::{
-    Backend, BackendContext, BackendError, Changed, DEFAULT_MAX_FILE_SIZE, FileInfo, FileOpError,
-    GlobResult, GrepMatch, GrepQuery, GrepResult, PathMapping, RawFile, ReadResult, SkipReason,
-    SkippedFile,
+    Backend, BackendContext, BackendError, BrokenLink, Changed, DEFAULT_MAX_FILE_SIZE, FileInfo,
+    FileOpError, GlobResult, GrepMatch, GrepQuery, GrepResult, PathMapping, RawFile, ReadResult,
+    SkipReason, SkippedFile,
 };
 use crate::text;
 use crate::walk::{self, Entry, Kind, Visitor, WalkOptions};
@@ -373,6 +373,7 @@ fn info(path: String, stat: &Stat) -> FileInfo {
         is_dir: dir,
         size: if dir { 0 } else { size_of(stat) },
         modified_at_ms: modified_ms(stat),
+        broken_link: None,
     }
 }
 
@@ -665,27 +666,26 @@ impl Inner {
             else {
                 continue; // removed since listed
             };
-            let stat = if FileType::from_raw_mode(own.st_mode) == FileType::Symlink {
-                // A link is shown as what it resolves to inside the root; a link that escapes,
-                // loops or dangles is shown as an empty file (reading it explains why it fails).
-                self.root_dir
-                    .stat(&join_rel(dir_rel, &name))
-                    .ok()
-                    .filter(|s| is_dir(s) || is_file(s))
-            } else {
-                None
-            };
-            match stat {
-                Some(target) => entries.push(info(child.to_string(), &target)),
-                None if FileType::from_raw_mode(own.st_mode) == FileType::Symlink => {
-                    entries.push(FileInfo {
-                        path: child.to_string(),
-                        is_dir: false,
-                        size: 0,
-                        modified_at_ms: modified_ms(&own),
-                    });
-                }
-                None => entries.push(info(child.to_string(), &own)),
+            if FileType::from_raw_mode(own.st_mode) != FileType::Symlink {
+                entries.push(info(child.to_string(), &own));
+                continue;
+            }
+            // A link is shown as what it resolves to inside the root. One that cannot be
+            // followed is marked as such, without a size: shown as an empty file it would pass
+            // for one (reading it explains why it fails).
+            match self.root_dir.stat(&join_rel(dir_rel, &name)) {
+                Ok(target) => entries.push(info(child.to_string(), &target)),
+                Err(errno) => entries.push(FileInfo {
+                    path: child.to_string(),
+                    is_dir: false,
+                    size: 0,
+                    modified_at_ms: modified_ms(&own),
+                    broken_link: Some(if errno == Errno::XDEV {
+                        BrokenLink::OutsideRoot
+                    } else {
+                        BrokenLink::Unresolvable
+                    }),
+                }),
             }
         }
         entries.sort_by(|a, b| a.path.cmp(&b.path));

@@ -41,9 +41,9 @@ pub use per_run::{BackendFactory, PerRunBackend};
 pub use permissions::{Mode, Operation, PermissionRule, PermissionedBackend, Permissions};
 pub use policy::{BackendOp, BackendPolicy, PolicyBackend, ReadOnlyPolicy};
 pub use protocol::{
-    Backend, BackendContext, BackendError, Changed, DEFAULT_GREP_MAX_COUNT, DEFAULT_MAX_FILE_SIZE,
-    ExecuteResult, FileInfo, FileOpError, GlobResult, GrepMatch, GrepQuery, GrepResult, OutputSink,
-    PathMapping, RawFile, ReadResult, Sandbox, SkipReason, SkippedFile,
+    Backend, BackendContext, BackendError, BrokenLink, Changed, DEFAULT_GREP_MAX_COUNT,
+    DEFAULT_MAX_FILE_SIZE, ExecuteResult, FileInfo, FileOpError, GlobResult, GrepMatch, GrepQuery,
+    GrepResult, OutputSink, PathMapping, RawFile, ReadResult, Sandbox, SkipReason, SkippedFile,
 };
 pub use repo::{RepoBackend, RepoBackendBuilder, RepoCommit};
 pub use state::StateBackend;

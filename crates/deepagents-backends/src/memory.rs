@@ -91,6 +91,7 @@ fn info(path: &VPath, file: &FileData) -> FileInfo {
         is_dir: false,
         size: size_of(file),
         modified_at_ms: Some(file.modified_at_ms),
+        broken_link: None,
     }
 }
 
@@ -250,6 +251,7 @@ impl<F: Borrow<FileData>> MemoryTree<F> {
                         is_dir: true,
                         size: 0,
                         modified_at_ms: None,
+                        broken_link: None,
                     });
                     entry.modified_at_ms = entry.modified_at_ms.max(Some(file.modified_at_ms));
                 }

@@ -73,6 +73,21 @@ pub struct FileInfo {
     /// Last modification in milliseconds since the Unix epoch, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modified_at_ms: Option<u64>,
+    /// Set for a symlink the backend will not follow, saying why; `is_dir` and `size` then
+    /// describe nothing (false and 0). A symlink that can be followed is listed as what it
+    /// points to, with this `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broken_link: Option<BrokenLink>,
+}
+
+/// Why a listed symlink cannot be followed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BrokenLink {
+    /// It leads outside the root, or is absolute (never followed, wherever it points).
+    OutsideRoot,
+    /// Its target is missing or a loop, or this backend follows no symlinks.
+    Unresolvable,
 }
 
 /// A virtual path in serialized results.

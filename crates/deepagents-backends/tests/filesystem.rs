@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deepagents_backends::{
-    Backend, BackendContext, BackendError, FileOpError, FilesystemBackend, GrepQuery,
+    Backend, BackendContext, BackendError, BrokenLink, FileOpError, FilesystemBackend, GrepQuery,
     InMemoryStore, ReadResult, StateBackend, StoreBackend, VPath,
 };
 use proptest::prelude::*;
@@ -824,6 +824,64 @@ async fn in_root_symlinks_are_followed() {
     // Deleting a link removes the link only.
     assert_eq!(b.delete(&cx(), &p("/alias")).await.unwrap().value, 1);
     assert!(b.root().join("real/file.txt").exists());
+}
+
+/// `ls` marks a symlink it will not follow, and says why, rather than passing it off as an
+/// empty file; one that stays inside the root is listed as what it points to.
+#[tokio::test]
+async fn ls_marks_symlinks_that_cannot_be_followed() {
+    let (tmp, b) = setup();
+    put(b.root(), "real/file.txt", "twelve bytes");
+    put(tmp.path(), "outside.txt", "outside content");
+    symlink("real/file.txt", b.root().join("inside.txt")).unwrap();
+    symlink("real", b.root().join("alias")).unwrap();
+    symlink("../outside.txt", b.root().join("climbs_out")).unwrap();
+    symlink(tmp.path().join("outside.txt"), b.root().join("absolute")).unwrap();
+    symlink("/etc", b.root().join("etc")).unwrap();
+    symlink("real/missing.txt", b.root().join("dangling")).unwrap();
+    symlink("loop", b.root().join("loop")).unwrap();
+    let listed = b.ls(&cx(), &p("/")).await.unwrap();
+    let entry = |name: &str| {
+        listed
+            .iter()
+            .find(|e| e.path == format!("/{name}"))
+            .unwrap_or_else(|| panic!("{name} not listed: {listed:?}"))
+    };
+    for name in ["climbs_out", "absolute", "etc"] {
+        let link = entry(name);
+        assert_eq!(
+            link.broken_link,
+            Some(BrokenLink::OutsideRoot),
+            "{name}: {link:?}"
+        );
+        assert!(!link.is_dir && link.size == 0, "{name}: {link:?}");
+    }
+    for name in ["dangling", "loop"] {
+        assert_eq!(
+            entry(name).broken_link,
+            Some(BrokenLink::Unresolvable),
+            "{name}"
+        );
+    }
+    let (inside, alias) = (entry("inside.txt"), entry("alias"));
+    if b.follows_symlinks() {
+        assert_eq!((inside.broken_link, inside.size), (None, 12), "{inside:?}");
+        assert!(alias.is_dir && alias.broken_link.is_none(), "{alias:?}");
+    } else {
+        // Hosts without openat2 follow no symlink at all.
+        assert_eq!(inside.broken_link, Some(BrokenLink::Unresolvable));
+    }
+    // Plain entries carry no mark, and none shows in their JSON.
+    let real = entry("real");
+    assert!(real.is_dir && real.broken_link.is_none());
+    let json = serde_json::to_value(entry("climbs_out")).unwrap();
+    assert_eq!(json["broken_link"], "outside_root", "{json}");
+    assert!(
+        serde_json::to_value(real)
+            .unwrap()
+            .get("broken_link")
+            .is_none()
+    );
 }
 
 /// A spent budget still returns what the walk had in hand: with a zero budget every walk

@@ -992,6 +992,32 @@ async fn mutating_calls_in_one_turn_see_each_other_in_state() {
     mutating_calls_in_one_turn_see_each_other(Kind::State).await;
 }
 
+/// A symlink the disk backend will not follow is listed as one, with why, and no size.
+#[tokio::test]
+async fn ls_shows_symlinks_that_cannot_be_followed_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(dir.path().join("secret.txt"), "outside").unwrap();
+    std::fs::write(root.join("real.txt"), "four").unwrap();
+    std::os::unix::fs::symlink("../secret.txt", root.join("escape")).unwrap();
+    std::os::unix::fs::symlink("gone.txt", root.join("dangling")).unwrap();
+    let backend = FilesystemBackend::new(&root).unwrap();
+    let agent = Agent::builder(scripted(turns(vec![json!([
+        {"name": "ls", "args": {"path": "/"}}
+    ])])))
+    .backend(Arc::new(backend))
+    .build()
+    .unwrap();
+    let output = agent.invoke("go").await.unwrap();
+    assert_eq!(
+        texts(&output)[0],
+        "/dangling -> (symlink that cannot be followed: missing target, a loop, or links are off)\n\
+         /escape -> (symlink leading outside the workspace; not followed)\n\
+         /real.txt (4 bytes)"
+    );
+}
+
 // --- execute, on the local shell backend ---
 
 async fn run_shell(

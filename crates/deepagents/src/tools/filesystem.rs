@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use deepagents_backends::{
-    Backend, BackendContext, BackendError, DEFAULT_GREP_MAX_COUNT, GrepQuery, ReadResult,
-    SkipReason, SkippedFile, VPath,
+    Backend, BackendContext, BackendError, BrokenLink, DEFAULT_GREP_MAX_COUNT, GrepQuery,
+    ReadResult, SkipReason, SkippedFile, VPath,
 };
 use deepagents_core::{ContentBlock, StateUpdate, Tool, ToolContext, ToolError, ToolOutput};
 use schemars::JsonSchema;
@@ -58,7 +58,8 @@ impl Tool for Ls {
 
     fn description(&self) -> String {
         "List the entries directly inside a directory (absolute path, default `/`). Directories \
-         end with `/`; files show their size. Use glob to find files at any depth."
+         end with `/`; files show their size; a symlink that cannot be followed shows `->` and \
+         why. Use glob to find files at any depth."
             .to_owned()
     }
 
@@ -73,12 +74,18 @@ impl Tool for Ls {
             return Ok(ToolOutput::text(format!("{path} is empty.")));
         }
         let total = entries.len();
-        let lines = entries.into_iter().map(|entry| {
-            if entry.is_dir {
-                format!("{}/", entry.path)
-            } else {
-                format!("{} ({} bytes)", entry.path, entry.size)
-            }
+        let lines = entries.into_iter().map(|entry| match entry.broken_link {
+            // Its size and kind mean nothing; shown as a 0-byte file it would pass for one.
+            Some(BrokenLink::OutsideRoot) => format!(
+                "{} -> (symlink leading outside the workspace; not followed)",
+                entry.path
+            ),
+            Some(BrokenLink::Unresolvable) => format!(
+                "{} -> (symlink that cannot be followed: missing target, a loop, or links are off)",
+                entry.path
+            ),
+            None if entry.is_dir => format!("{}/", entry.path),
+            None => format!("{} ({} bytes)", entry.path, entry.size),
         });
         Ok(ToolOutput::text(capped_lines(lines, |omitted| {
             format!("[{omitted} of {total} entries not shown; list a subdirectory or use glob.]")
