@@ -25,7 +25,7 @@
 # Pinned: Python deepagents==0.7.32 and langchain-openai==1.7.4 (both resolve on PyPI), their
 # dependencies pinned by bench/harness/requirements.lock (pip freeze; installed from it with
 # --no-deps into target/bench-venv, which is reused while it matches the lock exactly), and
-# aimock @copilotkit/aimock@1.43.0 in target/mock-servers/node_modules (where .ci/run puts it).
+# aimock @copilotkit/aimock@1.43.0 in target/test-deps/aimock (where scripts/test puts it).
 #
 # The workload, identical for both (bench/harness/bench.py holds its definition): one user
 # message, then N model turns each answering with exactly one tool call, cycling write_file,
@@ -146,7 +146,7 @@ for pin in "${PINS[@]}"; do
 done
 
 # --- aimock ------------------------------------------------------------------------------------
-MOCK_DIR="$ROOT/target/mock-servers"
+MOCK_DIR="$ROOT/target/test-deps/aimock"
 AIMOCK_CLI="$MOCK_DIR/node_modules/@copilotkit/aimock/dist/cli.js"
 if [ ! -f "$AIMOCK_CLI" ] \
   || ! grep -q '"version": "1.43.0"' "$MOCK_DIR/node_modules/@copilotkit/aimock/package.json"; then

@@ -8,8 +8,8 @@
 #
 #   bash bench/server.sh [--runs N] [--delay SECONDS] [--no-build]
 #
-# Needs PostgreSQL and Redis as .ci/run starts them (BENCH_DATABASE_URL, BENCH_REDIS_URL
-# override), and the langgraph-sdk venv .ci/run installs (target/mock-servers/langgraph-venv).
+# Needs PostgreSQL and Redis as scripts/test starts them (BENCH_DATABASE_URL, BENCH_REDIS_URL
+# override), and the langgraph-sdk venv scripts/test installs (target/test-deps/langgraph-venv).
 # Reports, for each setup: throughput, the latency a run adds to its six model calls per
 # step (p50/p99: (run latency - 6 x DELAY) / 6, queueing included), each server's peak RSS,
 # and in the cluster PostgreSQL transactions and rows written and Redis commands per step.
@@ -30,10 +30,10 @@ while [ $# -gt 0 ]; do
 done
 DATABASE_URL="${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:55432/deepagents_test}"
 REDIS_URL="${BENCH_REDIS_URL:-redis://127.0.0.1:56379}"
-PY="${BENCH_PYTHON:-target/mock-servers/langgraph-venv/bin/python}"
+PY="${BENCH_PYTHON:-target/test-deps/langgraph-venv/bin/python}"
 BIN=target/release/deepagents
 [ "$BUILD" = 1 ] && cargo build --release -q -p deepagents-cli
-"$PY" -c 'import langgraph_sdk' || { echo "no langgraph-sdk at $PY; run .ci/run once" >&2; exit 1; }
+"$PY" -c 'import langgraph_sdk' || { echo "no langgraph-sdk at $PY; run scripts/test once" >&2; exit 1; }
 psql "$DATABASE_URL" -tAc 'select 1' >/dev/null || { echo "no PostgreSQL at $DATABASE_URL" >&2; exit 1; }
 redis-cli -u "$REDIS_URL" ping >/dev/null || { echo "no Redis at $REDIS_URL" >&2; exit 1; }
 ulimit -n 65536 2>/dev/null || true

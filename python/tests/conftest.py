@@ -73,7 +73,7 @@ def openai_mock(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[_Mock]]:
 
 
 class Aimock:
-    """A running aimock (npm @copilotkit/aimock, the version .ci/run pins) and its journal."""
+    """A running aimock (npm @copilotkit/aimock, the version scripts/test pins) and its journal."""
 
     def __init__(self, port: int) -> None:
         self.url = f"http://127.0.0.1:{port}"
@@ -86,12 +86,12 @@ class Aimock:
 @pytest.fixture
 def aimock(tmp_path: Path) -> Iterator[Callable[[list[dict[str, Any]]], Aimock]]:
     """Starts aimock on the fixtures given; skips when it is not installed (fails under CI,
-    where .ci/run installs it and exports AIMOCK_CLI)."""
+    where scripts/test installs it and exports AIMOCK_CLI)."""
     cli = os.environ.get("AIMOCK_CLI")
     node = shutil.which("node")
     if not cli or not Path(cli).is_file() or node is None:
         if os.environ.get("CI") == "true":
-            pytest.fail("aimock is missing: .ci/run installs it and exports AIMOCK_CLI")
+            pytest.fail("aimock is missing: scripts/test installs it and exports AIMOCK_CLI")
         pytest.skip("aimock is not installed (set AIMOCK_CLI to its dist/cli.js)")
     started: list[subprocess.Popen[bytes]] = []
 

@@ -96,7 +96,7 @@ def test_postgres_threads_survive_a_new_agent() -> None:
     url = os.environ.get("DEEPAGENTS_TEST_POSTGRES_URL")
     if not url:
         if os.environ.get("CI") == "true":
-            pytest.fail("DEEPAGENTS_TEST_POSTGRES_URL is not set (.ci/run starts PostgreSQL)")
+            pytest.fail("DEEPAGENTS_TEST_POSTGRES_URL is not set (scripts/test starts PostgreSQL)")
         pytest.skip("no PostgreSQL (set DEEPAGENTS_TEST_POSTGRES_URL)")
     config = {"configurable": {"thread_id": f"py-{uuid.uuid4().hex[:12]}"}}
     model = ScriptedModel([{"text": "first"}, {"text": "second"}])

@@ -1,5 +1,5 @@
 //! The PostgreSQL store and checkpointer, against the server at `DEEPAGENTS_TEST_POSTGRES_URL`
-//! (`.ci/run` starts one). Each test works in a fresh schema, so they run in parallel on one
+//! (`scripts/test` starts one). Each test works in a fresh schema, so they run in parallel on one
 //! database. Without a URL the tests skip, except under `CI=true`, where they fail.
 
 use std::sync::Arc;

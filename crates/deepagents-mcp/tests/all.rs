@@ -1,5 +1,5 @@
 //! The client against real servers: one written with the official Python SDK (`mcp` from
-//! PyPI, installed by `.ci/run`; `DEEPAGENTS_TEST_MCP_PYTHON` names its Python) and the
+//! PyPI, installed by `scripts/test`; `DEEPAGENTS_TEST_MCP_PYTHON` names its Python) and the
 //! reference servers from npm (`reference`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 

@@ -1,6 +1,6 @@
 //! The reference MCP servers from npm (`@modelcontextprotocol/server-everything` over stdio
 //! and streamable HTTP, `@modelcontextprotocol/server-filesystem` over stdio), installed by
-//! `.ci/run`; `DEEPAGENTS_TEST_MCP_NPM` names their `node_modules`.
+//! `scripts/test`; `DEEPAGENTS_TEST_MCP_NPM` names their `node_modules`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

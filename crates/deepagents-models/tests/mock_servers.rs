@@ -3,7 +3,7 @@
 //! include this file too).
 //!
 //! A missing server skips the test with a visible line on a developer machine and fails it in
-//! CI (`CI=true`), where `.ci/run` installs both.
+//! CI (`CI=true`), where `scripts/test` installs both.
 
 #![allow(dead_code)]
 
@@ -173,10 +173,10 @@ pub fn llmock() -> Option<MockServer> {
     Some(start(command, "llmock", "/_llmock/requests", None))
 }
 
-/// Where `.ci/run` installs aimock, relative to the workspace.
+/// Where `scripts/test` installs aimock, relative to the workspace.
 fn default_aimock_cli() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/mock-servers/node_modules/@copilotkit/aimock/dist/cli.js")
+        .join("../../target/test-deps/aimock/node_modules/@copilotkit/aimock/dist/cli.js")
 }
 
 /// aimock (npm, 1.43.0) serving `fixtures` (the JSON of one fixture file), or `None` (after a

@@ -5,7 +5,7 @@
 use std::process::Output;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// The environment variable naming the test PostgreSQL server (`.ci/run` starts one).
+/// The environment variable naming the test PostgreSQL server (`scripts/test` starts one).
 pub const POSTGRES_URL_VAR: &str = "DEEPAGENTS_TEST_POSTGRES_URL";
 
 /// The test PostgreSQL server's URL, or `None` (after saying so on stderr) when none is set.
@@ -19,7 +19,7 @@ pub fn postgres_url() -> Option<String> {
         _ => {
             if std::env::var("CI").as_deref() == Ok("true") {
                 panic!(
-                    "CI=true but {POSTGRES_URL_VAR} is unset: start PostgreSQL (see .ci/run) and \
+                    "CI=true but {POSTGRES_URL_VAR} is unset: start PostgreSQL (see scripts/test) and \
                      export its URL, e.g. postgres://postgres@127.0.0.1:55432/deepagents_test"
                 );
             }
@@ -140,7 +140,7 @@ pub fn push_files(bare: &std::path::Path, files: &[(&str, &str)], message: &str)
     let _ = std::fs::remove_dir_all(&work);
 }
 
-/// The value of the test environment variable `name` (set by `.ci/run`), or `None` (after
+/// The value of the test environment variable `name` (set by `scripts/test`), or `None` (after
 /// saying on stderr that the test is skipped and that `needs` is missing) when it is unset.
 ///
 /// # Panics
@@ -165,12 +165,12 @@ pub fn mcp_python() -> Option<String> {
     )
 }
 
-/// The test Redis server's URL (started by `.ci/run`).
+/// The test Redis server's URL (started by `scripts/test`).
 pub fn redis_url() -> Option<String> {
     test_env("DEEPAGENTS_TEST_REDIS_URL", "a Redis server's URL")
 }
 
-/// A Python with the official `langgraph-sdk` client installed (pinned by `.ci/run`).
+/// A Python with the official `langgraph-sdk` client installed (pinned by `scripts/test`).
 pub fn langgraph_python() -> Option<String> {
     test_env(
         "DEEPAGENTS_TEST_LANGGRAPH_PYTHON",
