@@ -39,6 +39,7 @@ pub struct ChatArgs {
     pub stdin: bool,
 }
 
+/// The subcommands; without one, the interactive agent opens.
 #[derive(Subcommand)]
 pub enum Command {
     /// Run one task headless and print the final answer.
@@ -60,6 +61,23 @@ pub enum Command {
     /// Serve the agent over HTTP with the LangGraph Platform API (the official
     /// langgraph-sdk clients and UIs built on them work unchanged).
     Serve(Box<ServeArgs>),
+    /// Print a shell completion script on stdout
+    ///
+    /// Install it where the shell looks for completions:
+    ///
+    ///   bash: deepagents completions bash > ~/.local/share/bash-completion/completions/deepagents
+    ///   zsh:  deepagents completions zsh > ~/.zfunc/_deepagents
+    ///         (with `fpath+=~/.zfunc` before `compinit` in ~/.zshrc)
+    ///   fish: deepagents completions fish > ~/.config/fish/completions/deepagents.fish
+    ///
+    /// then open a new shell. PowerShell and Elvish scripts are printed the same way; source
+    /// them from the shell's profile.
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell the script is for.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Where `deepagents mcp` looks for servers (as `run` does).
@@ -76,6 +94,7 @@ pub struct McpSources {
     pub trust_project: bool,
 }
 
+/// `deepagents mcp …`.
 #[derive(Subcommand)]
 pub enum McpCommand {
     /// Each server, its transport and whether it answers.
@@ -95,6 +114,7 @@ pub enum McpCommand {
     },
 }
 
+/// `deepagents sandbox …`.
 #[derive(Subcommand)]
 pub enum SandboxCommand {
     /// Tries each layer of the sandbox and says which engine confines commands and what it
@@ -130,6 +150,7 @@ pub enum SandboxCommand {
     },
 }
 
+/// `deepagents repo …`.
 #[derive(Subcommand)]
 pub enum RepoCommand {
     /// List the commits that changed a file or directory, newest first.
@@ -160,6 +181,8 @@ pub struct RepoArgs {
     pub repo_branch: Option<String>,
 }
 
+/// What a run is made of: the model, the workspace and its confinement, limits, approvals,
+/// the thread and the task; `run`, the TUI and `serve` all take them.
 #[derive(Args, Clone)]
 pub struct RunArgs {
     /// The model as provider:model, e.g. `anthropic:claude-sonnet-4-5`, `openai:gpt-5`,
@@ -306,6 +329,7 @@ pub struct RunArgs {
     pub task: Option<String>,
 }
 
+/// `deepagents threads …`.
 #[derive(Subcommand)]
 pub enum ThreadsCommand {
     /// List the threads, most recent first.

@@ -1,11 +1,12 @@
-//! The subcommands that need no agent: `repo`, `mcp` and `sandbox`.
+//! The subcommands that need no agent: `repo`, `mcp`, `sandbox` and `completions`.
 
 use std::io::Write as _;
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
+use clap::CommandFactory as _;
 
-use crate::args::{McpCommand, McpSources, RepoCommand, SandboxCommand};
+use crate::args::{Cli, McpCommand, McpSources, RepoCommand, SandboxCommand};
 use crate::{config, mcp, sandbox, shutdown, workspace};
 
 /// `deepagents repo …`.
@@ -108,4 +109,19 @@ pub async fn sandbox_command(command: SandboxCommand) -> anyhow::Result<ExitCode
             .await
         }
     }
+}
+
+/// `deepagents completions SHELL`: the completion script for `shell`, generated from the
+/// command line's definition so it always offers the flags this binary has.
+pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<ExitCode> {
+    // Generated into memory first: the generator panics on a failed write (a closed pipe),
+    // where writing it out ourselves reports the error.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "deepagents", &mut script);
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(&script)
+        .and_then(|()| stdout.flush())
+        .context("cannot write the completion script")?;
+    Ok(ExitCode::SUCCESS)
 }

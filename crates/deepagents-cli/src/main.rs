@@ -41,7 +41,10 @@ fn main() -> ExitCode {
     let orderly = !matches!(
         cli.command,
         Some(
-            Command::Threads(_) | Command::Repo(_) | Command::Sandbox(SandboxCommand::Check { .. })
+            Command::Threads(_)
+                | Command::Repo(_)
+                | Command::Sandbox(SandboxCommand::Check { .. })
+                | Command::Completions { .. }
         )
     );
     if let Err(e) = shutdown::install(orderly) {
@@ -95,6 +98,7 @@ fn on_one_thread(command: Option<Command>, default: ChatArgs) -> anyhow::Result<
             Some(Command::Repo(command)) => commands::repo_command(command).await,
             Some(Command::Mcp(command)) => commands::mcp_command(command).await,
             Some(Command::Sandbox(command)) => commands::sandbox_command(command).await,
+            Some(Command::Completions { shell }) => commands::completions(shell),
             Some(Command::Serve(_)) => bail!("`serve` runs on a runtime of its own"),
         }
     });
