@@ -59,6 +59,21 @@ pub async fn connect(
     root: &Path,
     elicitor: Option<Arc<dyn Elicitor>>,
 ) -> Connections {
+    let connections = start(servers, root, elicitor).await;
+    for (name, reason) in &connections.failures {
+        eprintln!(
+            "warning: MCP server {name} is not available: {reason}; the run goes on without it"
+        );
+    }
+    connections
+}
+
+/// [`connect`] without saying anything about the servers that failed.
+async fn start(
+    servers: &[ServerConfig],
+    root: &Path,
+    elicitor: Option<Arc<dyn Elicitor>>,
+) -> Connections {
     let mut options = ConnectOptions::new(root);
     if let Some(dir) = crate::workspace::data_dir()
         .ok()
@@ -70,13 +85,7 @@ pub async fn connect(
     if let Some(elicitor) = elicitor {
         options = options.elicitor(elicitor);
     }
-    let connections = deepagents_mcp::connect(servers, &options).await;
-    for (name, reason) in &connections.failures {
-        eprintln!(
-            "warning: MCP server {name} is not available: {reason}; the run goes on without it"
-        );
-    }
-    connections
+    deepagents_mcp::connect(servers, &options).await
 }
 
 /// `deepagents mcp list`: each server, its transport, and whether it answers.
@@ -114,6 +123,11 @@ pub async fn list(root: &Path, files: &[PathBuf], trust_project: bool) -> anyhow
 
 /// `deepagents mcp tools [SERVER]`: one line per tool, the name the model sees and its
 /// description, or with `json` an array of `{name, server, tool, description, input_schema}`.
+///
+/// Like `mcp list`, a server that fails does not hide the others: their tools are printed,
+/// each failure is named on stderr with its reason, and the exit status is 0 when at least one
+/// server started (or none is enabled). It is 1 when every enabled server failed, when `only`
+/// names no configured server, or when a config file is broken.
 pub async fn tools(
     root: &Path,
     files: &[PathBuf],
@@ -129,7 +143,24 @@ pub async fn tools(
         .into_iter()
         .filter(|s| only.is_none_or(|name| s.name == name))
         .collect();
-    let connections = connect(&servers, root, None).await;
+    if let Some(name) = only
+        && servers.is_empty()
+    {
+        anyhow::bail!(
+            "no MCP server named {name} is configured; `deepagents mcp list` shows the servers and the files they come from"
+        );
+    }
+    for server in servers.iter().filter(|s| !s.enabled) {
+        eprintln!(
+            "note: MCP server {} is disabled in its config; its tools are not listed",
+            server.name
+        );
+    }
+    let connections = start(&servers, root, None).await;
+    // Not `connect`'s warning: there is no run here to go on without the server.
+    for (name, reason) in &connections.failures {
+        eprintln!("error: MCP server {name} failed: {reason}");
+    }
     let mut listed = Vec::new();
     for server in &connections.servers {
         for tool in &server.tools {
@@ -152,11 +183,13 @@ pub async fn tools(
             println!("{}\t{first}", tool["name"].as_str().unwrap_or(""));
         }
     }
-    Ok(if connections.failures.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    if connections.servers.is_empty() && !connections.failures.is_empty() {
+        eprintln!(
+            "error: no MCP server started; fix the failures above (`deepagents mcp list` shows every server's state)"
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Who answers servers' questions in a headless run: the person at the terminal, when stdin

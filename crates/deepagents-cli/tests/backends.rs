@@ -1529,6 +1529,74 @@ fn mcp_servers_tools_reach_the_model_and_a_broken_server_does_not_stop_the_run()
 }
 
 #[test]
+fn mcp_tools_lists_the_servers_that_started_and_names_the_ones_that_failed() {
+    let Some(python) = mcp_python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let server =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deepagents-mcp/tests/fixtures/server.py");
+    let config = root.path().join("servers.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {
+            "fixture": {"command": python, "args": [server.display().to_string()]},
+            "broken": {"command": "/nonexistent/mcp-server"}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let tools = |extra: &[&str]| {
+        bin()
+            .args(["mcp", "tools"])
+            .args(extra)
+            .arg("--mcp-config")
+            .arg(&config)
+            .arg("--root")
+            .arg(root.path())
+            .output()
+            .unwrap()
+    };
+    // One server of two failing: the other's tools, the failure on stderr, exit 0.
+    let output = tools(&[]);
+    let (stdout, shown) = (String::from_utf8_lossy(&output.stdout), stderr(&output));
+    assert!(output.status.success(), "{shown}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("fixture__echo\t")),
+        "{stdout}"
+    );
+    assert!(
+        shown.contains("MCP server broken failed") && shown.contains("/nonexistent/mcp-server"),
+        "{shown}"
+    );
+    assert!(!shown.contains("the run goes on"), "{shown}");
+    let output = tools(&["--json"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let listed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["server"] == "fixture"),
+        "{listed}"
+    );
+    // Every server asked for failing, or none by that name: exit 1, saying why.
+    let output = tools(&["broken"]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("no MCP server started"),
+        "{}",
+        stderr(&output)
+    );
+    let output = tools(&["nosuch"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("no MCP server named nosuch"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
 fn mcp_results_of_every_kind_progress_and_timeouts_reach_the_run_over_stdio_and_http() {
     let Some(python) = mcp_python() else { return };
     let Some(modules) = deepagents_test_support::mcp_node_modules() else {
