@@ -144,6 +144,7 @@ pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
         .route("/metrics", get(metrics))
         .merge(api)
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn(crate::error::log_refusals))
         .with_state(shared);
     (router, runs)
 }

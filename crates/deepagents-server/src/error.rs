@@ -1,7 +1,9 @@
 //! Errors as the LangGraph Platform answers them: a status code and `{"detail": …}`.
 
 use axum::Json;
+use axum::extract::Request;
 use axum::http::StatusCode;
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 /// A request that failed, with the status it is answered with.
@@ -86,12 +88,40 @@ impl From<deepagents::core::CheckpointError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
+        let mut response = (
             self.status,
-            Json(serde_json::json!({ "detail": self.detail })),
+            Json(serde_json::json!({ "detail": &self.detail })),
         )
-            .into_response()
+            .into_response();
+        response.extensions_mut().insert(Refusal(self.detail));
+        response
     }
+}
+
+/// Why a handler refused a request, kept on the response for [`log_refusals`].
+#[derive(Clone)]
+struct Refusal(String);
+
+/// Logs every request answered with an error status — its method, path, status and reason —
+/// so an operator sees why a client's call failed without reading the client.
+pub(crate) async fn log_refusals(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    let status = response.status();
+    if status.is_client_error() || status.is_server_error() {
+        let reason = response.extensions().get::<Refusal>().map_or_else(
+            // Refused before a handler ran: an unknown route or method, an unreadable body.
+            || status.canonical_reason().unwrap_or("refused").to_owned(),
+            |refusal| refusal.0.clone(),
+        );
+        if status.is_server_error() {
+            tracing::error!(%method, path, status = status.as_u16(), reason, "request failed");
+        } else {
+            tracing::warn!(%method, path, status = status.as_u16(), reason, "request refused");
+        }
+    }
+    response
 }
 
 /// What handlers return.

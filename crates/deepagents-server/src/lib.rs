@@ -22,6 +22,7 @@
 mod api;
 #[cfg(feature = "cluster")]
 pub mod cluster;
+mod cors;
 mod error;
 mod metrics;
 mod records;
@@ -35,6 +36,7 @@ use std::sync::Arc;
 use deepagents::Agent;
 use deepagents::backends::Store;
 
+pub use cors::CorsOrigins;
 pub use deepagents_langgraph::{Step, StepWatch, Subscription};
 pub use error::ApiError;
 
@@ -83,6 +85,8 @@ pub struct ServerOptions {
     pub api_keys: BTreeMap<String, String>,
     /// The largest request body accepted (default 16 MiB).
     pub max_body_bytes: usize,
+    /// Which web pages of other origins may call the server (default: none).
+    pub cors: CorsOrigins,
     /// The queue and event fan-out shared with other servers; `None`: this server runs
     /// every run it accepts.
     #[cfg(feature = "cluster")]
@@ -98,6 +102,7 @@ impl ServerOptions {
             watch,
             api_keys: BTreeMap::new(),
             max_body_bytes: 16 * 1024 * 1024,
+            cors: CorsOrigins::None,
             #[cfg(feature = "cluster")]
             cluster: None,
         }
@@ -122,6 +127,11 @@ pub enum ServerError {
     /// A tenant name cannot be used in storage.
     #[error("tenant `{0}` may only have letters, digits, `-` and `_`")]
     InvalidTenant(String),
+    /// A CORS origin is not what browsers send as `Origin`.
+    #[error(
+        "CORS origin `{0}` is not an origin; write it as scheme://host[:port] (for example http://localhost:3000), without a path, or `*` for any"
+    )]
+    InvalidCorsOrigin(String),
 }
 
 /// The server's routes, ready to be served (or nested in a larger application).
@@ -153,7 +163,15 @@ fn build(options: ServerOptions) -> Result<(axum::Router, Arc<runs::Runs>), Serv
     }) {
         return Err(ServerError::InvalidTenant(bad.clone()));
     }
-    Ok(api::router(options))
+    let cors = options.cors.layer()?;
+    let (router, runs) = api::router(options);
+    Ok((
+        match cors {
+            Some(cors) => router.layer(cors),
+            None => router,
+        },
+        runs,
+    ))
 }
 
 /// Serves `options` on `listener` until `shutdown` completes; then it stops taking requests

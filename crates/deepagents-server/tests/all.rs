@@ -12,6 +12,8 @@ use deepagents::models::ScriptedModel;
 use deepagents_server::{Assistant, ServerError, ServerOptions, StepWatch};
 use serde_json::json;
 
+mod cors;
+
 fn agent(checkpointer: Arc<dyn deepagents::core::Checkpointer>) -> Agent {
     let script = json!({"turns": [{"text": "Hello from the library."}]});
     let model = Arc::new(ScriptedModel::from_json(&script.to_string()).unwrap());
