@@ -103,6 +103,10 @@ pub enum McpCommand {
         sources: McpSources,
     },
     /// One line per tool: the name exactly as the model sees it, then its description.
+    ///
+    /// A server that fails is named on stderr with its error; the other servers' tools are
+    /// still listed. Exit status: 0 when at least one server started (or none is enabled); 1
+    /// when every server failed, SERVER names no configured server, or a config file is broken.
     Tools {
         /// Only this server's tools.
         server: Option<String>,
@@ -144,7 +148,9 @@ pub enum SandboxCommand {
         /// The config file (its `[sandbox]` section); as for `run`.
         #[arg(long, value_name = "FILE", env = "DEEPAGENTS_CONFIG")]
         config: Option<std::path::PathBuf>,
-        /// The command and its arguments, run by `/bin/sh -c`.
+        /// The command, run by `/bin/sh -c`: one word is a shell command line (`-- 'ls | wc
+        /// -l'`); several are a program and its arguments, each passed on as one argument
+        /// (`-- sh -c 'echo "a b"; ls'`).
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
