@@ -3,6 +3,8 @@
 
 use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context as _, bail};
 use deepagents::{Agent, CheckpointError, RunOptions, RunStatus, RunStream};
@@ -43,17 +45,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     } = session?;
 
     // A signal cancels the run as Ctrl-C always did: its commands are killed and what it did
-    // is checkpointed before `drive` returns.
+    // is checkpointed before `drive` returns. `--timeout` cancels it the same way, and says so
+    // through `timed_out`, so that the cancellation is reported as the timeout it is.
     let options = RunOptions {
         cancel: shutdown::token().child_token(),
         ..RunOptions::default()
     };
-    let timed_out = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let timed_out = Arc::new(AtomicBool::new(false));
     if let Some(seconds) = args.timeout {
         let (cancel, timed_out) = (options.cancel.clone(), timed_out.clone());
         tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
-            timed_out.store(true, std::sync::atomic::Ordering::Release);
+            timed_out.store(true, Ordering::Release);
             cancel.cancel();
         });
     }
@@ -94,18 +97,35 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     // Closing folds SQLite's write-ahead log back into the database instead of leaving it.
     store.close().await;
-    if timed_out.load(std::sync::atomic::Ordering::Acquire)
-        && outcome
-            .as_ref()
-            .is_ok_and(|code| *code == ExitCode::from(exit::INTERRUPTED))
-    {
-        eprintln!(
-            "error: the run timed out after {} s (--timeout); what it did is kept",
-            args.timeout.unwrap_or_default()
-        );
-        return Ok(ExitCode::from(exit::TIMEOUT));
-    }
-    outcome
+    Ok(match outcome? {
+        Ended::Finished => ExitCode::SUCCESS,
+        Ended::Interrupted => ExitCode::from(exit::INTERRUPTED),
+        Ended::Failed(failure)
+            if matches!(failure.error, deepagents::RunError::Cancelled)
+                && timed_out.load(Ordering::Acquire) =>
+        {
+            let seconds = args.timeout.unwrap_or_default();
+            match &args.thread {
+                Some(id) => eprintln!(
+                    "error: the run timed out after {seconds} s (--timeout); thread `{id}` keeps what it did (resume it with --thread {id})"
+                ),
+                None => eprintln!("error: the run timed out after {seconds} s (--timeout)"),
+            }
+            ExitCode::from(exit::TIMEOUT)
+        }
+        Ended::Failed(failure) => report_failure(&failure),
+    })
+}
+
+/// How [`drive`] ended; what a failure means is for its caller to say, which knows what
+/// cancelled the run.
+enum Ended {
+    /// The answer is printed.
+    Finished,
+    /// A signal came before the run started (while waiting for the thread).
+    Interrupted,
+    /// The run failed, or was cancelled (a signal, `--timeout`).
+    Failed(deepagents::RunFailure),
 }
 
 /// What the CLI runs: a conversation thread, or one run that is not saved.
@@ -174,10 +194,10 @@ async fn drive(
     auto_approve: bool,
     grants: Option<&deepagents::backends::sandbox::SharedPolicy>,
     hooks: Option<(&deepagents::middleware::Hooks, &str)>,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Ended> {
     // Waiting for another run of the thread (`--wait`) ends with a signal.
     let Ok(first) = shutdown::or_signal(first_stream(agent, target, input)).await else {
-        return Ok(ExitCode::from(exit::INTERRUPTED));
+        return Ok(Ended::Interrupted);
     };
     let mut stream = first?;
     let mut stdout = std::io::stdout().lock();
@@ -194,7 +214,7 @@ async fn drive(
         }
         let output = match stream.outcome().await {
             Ok(output) => output,
-            Err(failure) => return Ok(report_failure(&failure)),
+            Err(failure) => return Ok(Ended::Failed(failure)),
         };
         if output.status == RunStatus::Finished {
             if !print.json {
@@ -203,7 +223,7 @@ async fn drive(
                     eprintln!("{}", spent_line(&output.run.spent, &output.run.total_spent));
                 }
             }
-            return Ok(ExitCode::SUCCESS);
+            return Ok(Ended::Finished);
         }
         let decisions = if auto_approve {
             approvals::approve_all(&output.pending)
@@ -232,7 +252,7 @@ async fn drive(
             // The thread continues from what its store holds, so nothing is written twice.
             Target::Thread { thread, .. } => match thread.stream_decide(decisions).await {
                 Ok(stream) => stream,
-                Err(failure) => return Ok(report_failure(&failure)),
+                Err(failure) => return Ok(Ended::Failed(failure)),
             },
             Target::Once(options) => {
                 let mut run = output.run;

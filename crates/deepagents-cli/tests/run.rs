@@ -322,10 +322,55 @@ fn headless_flags_match_the_reference_terminal_agent() {
         .output()
         .unwrap();
     assert_eq!(timed.status.code(), Some(124), "{}", stderr(&timed));
-    assert!(
-        stderr(&timed).contains("timed out after 1 s"),
+    // Reported once, as the timeout it is, not also as a cancelled run.
+    let errors: Vec<String> = stderr(&timed)
+        .lines()
+        .filter(|line| line.starts_with("error:"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        errors,
+        ["error: the run timed out after 1 s (--timeout)"],
         "{}",
         stderr(&timed)
     );
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    // On a thread, it says the thread keeps what the run did; quiet, nothing else is said.
+    let started = std::time::Instant::now();
+    let thread = deepagents_test_support::unique_name("timeout");
+    let timed = bin()
+        .args([
+            "run",
+            "-q",
+            "--backend",
+            "shell",
+            "--sandbox",
+            "off",
+            "--shell-allow",
+            "sleep",
+            "--timeout",
+            "1",
+            "--thread",
+            &thread,
+            "--model",
+            &slow,
+            "--root",
+        ])
+        .arg(dir.path())
+        .arg("sleep")
+        .output()
+        .unwrap();
+    assert_eq!(timed.status.code(), Some(124), "{}", stderr(&timed));
+    let message = stderr(&timed);
+    assert_eq!(
+        message.matches("timed out after 1 s").count(),
+        1,
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("thread `{thread}` keeps what it did")),
+        "{message}"
+    );
+    assert!(!message.contains("cancelled"), "{message}");
     assert!(started.elapsed() < std::time::Duration::from_secs(15));
 }
