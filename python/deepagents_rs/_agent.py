@@ -13,7 +13,7 @@ from ._backends import backend_spec, permission_spec, storage_index
 from ._messages import Command, message_from_wire, values_from_wire
 from ._tools import background_loop, schema_of, tool_definition
 
-_MODES = {"values": "values", "updates": "updates", "messages": "messages-tuple", "custom": "custom", "debug": "debug", "checkpoints": "checkpoints", "events": "events"}
+_MODES = {"values": "values", "updates": "updates", "messages": "messages-tuple", "custom": "custom", "deepagents": "deepagents", "debug": "debug", "checkpoints": "checkpoints", "events": "events"}
 
 
 class AgentError(RuntimeError):
@@ -317,7 +317,7 @@ class DeepAgent:
     ) -> Iterator[Any]:
         """Yields what each ``stream_mode`` produces: ``values`` (the state after each step),
         ``updates`` (``{node: changes}``), ``messages`` (``(chunk, metadata)`` as tokens
-        arrive), ``custom`` (the harness's events). Several modes yield ``(mode, chunk)``;
+        arrive), ``deepagents`` (the harness's events). Several modes yield ``(mode, chunk)``;
         ``subgraphs=True`` adds the namespace (subagents' chunks come with theirs)."""
         single = isinstance(stream_mode, str)
         modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)

@@ -152,11 +152,16 @@ pub fn interrupts(pending: &[PendingAction], id: &str) -> Value {
     let requests: Vec<Value> = pending
         .iter()
         .map(|action| {
-            let mut request =
-                json!({"name": action.name, "args": action.arguments, "id": action.call_id});
-            if let Some(description) = &action.description {
-                request["description"] = Value::String(description.clone());
-            }
+            // UIs show the description on the approval card; one is always given.
+            let description = action.description.clone().unwrap_or_else(|| {
+                format!("Review this call of `{}` before it runs.", action.name)
+            });
+            let mut request = json!({
+                "name": action.name,
+                "args": action.arguments,
+                "id": action.call_id,
+                "description": description,
+            });
             if !action.path.is_empty() {
                 request["agent_path"] = serde_json::to_value(&action.path).unwrap_or(Value::Null);
             }
@@ -166,10 +171,20 @@ pub fn interrupts(pending: &[PendingAction], id: &str) -> Value {
     let configs: Vec<Value> = pending
         .iter()
         .map(|action| {
-            json!({
-                "action_name": action.name,
-                "allowed_decisions": action.allowed.iter().map(kind).collect::<Vec<_>>(),
-            })
+            // The v1 HITL schema knows approve, edit and reject; `respond` is listed only for
+            // a question that takes nothing else (`ask_user`), where it is the only answer.
+            let v1: Vec<&str> = action
+                .allowed
+                .iter()
+                .filter(|k| !matches!(k, DecisionKind::Respond))
+                .map(kind)
+                .collect();
+            let allowed = if v1.is_empty() {
+                action.allowed.iter().map(kind).collect()
+            } else {
+                v1
+            };
+            json!({"action_name": action.name, "allowed_decisions": allowed})
         })
         .collect();
     json!([{ "id": id, "value": {"action_requests": requests, "review_configs": configs} }])
@@ -378,8 +393,10 @@ fn parse_content(content: &Value) -> Result<Vec<ContentBlock>, String> {
                         part.get("text").and_then(Value::as_str).unwrap_or_default(),
                     )),
                     Some("image" | "file") => {
+                        // LangChain writes `mime_type`; the JS SDK's content blocks `mimeType`.
                         let mime = part
                             .get("mime_type")
+                            .or_else(|| part.get("mimeType"))
                             .and_then(Value::as_str)
                             .unwrap_or("application/octet-stream");
                         let data = part
@@ -632,6 +649,42 @@ fn decode_data(mime: &str, data: &str) -> Result<ContentBlock, String> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interrupts_have_a_description_and_only_v1_decisions_unless_answering_is_all() {
+        let mut question = action("q", "ask_user");
+        question.allowed = vec![DecisionKind::Respond];
+        let mut mixed = action("m", "execute");
+        mixed.allowed.push(DecisionKind::Respond);
+        mixed.description = Some("Runs a shell command".into());
+        let value = interrupts(&[action("a", "write_file"), mixed, question], "i");
+        let requests = &value[0]["value"]["action_requests"];
+        assert!(
+            requests[0]["description"]
+                .as_str()
+                .unwrap()
+                .contains("write_file")
+        );
+        assert_eq!(requests[1]["description"], "Runs a shell command");
+        let configs = &value[0]["value"]["review_configs"];
+        assert_eq!(
+            configs[1]["allowed_decisions"],
+            json!(["approve", "edit", "reject"])
+        );
+        assert_eq!(configs[2]["allowed_decisions"], json!(["respond"]));
+    }
+
+    #[test]
+    fn image_blocks_take_the_js_sdks_mime_type_spelling() {
+        let blocks = parse_content(&json!([
+            {"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo=", "metadata": {"name": "a.png"}}
+        ]))
+        .unwrap();
+        assert!(
+            matches!(&blocks[0], ContentBlock::Data { mime_type, .. } if mime_type == "image/png"),
+            "{blocks:?}"
+        );
+    }
 
     fn action(id: &str, name: &str) -> PendingAction {
         PendingAction {

@@ -46,7 +46,7 @@ pub struct Framer<S> {
 }
 
 /// The stream modes the API knows.
-pub const MODES: [&str; 8] = [
+pub const MODES: [&str; 9] = [
     "values",
     "updates",
     "messages",
@@ -55,6 +55,7 @@ pub const MODES: [&str; 8] = [
     "custom",
     "debug",
     "checkpoints",
+    "deepagents",
 ];
 
 impl<S: FrameSink> Framer<S> {
@@ -106,10 +107,12 @@ impl<S: FrameSink> Framer<S> {
         if nested && !self.subgraphs {
             return;
         }
-        if self.wants("custom")
+        // Our own events have their own mode: `custom` is for what the user's code emits,
+        // and a LangGraph client listening to it must not get the harness's traffic.
+        if self.wants("deepagents")
             && let Ok(data) = serde_json::to_value(event)
         {
-            self.sink.push(&Self::name("custom", event), &data);
+            self.sink.push(&Self::name("deepagents", event), &data);
         }
         let id = convert::message_id(self.reported);
         match &event.kind {
@@ -204,25 +207,8 @@ impl<S: FrameSink> Framer<S> {
             .skip(self.reported)
             .all(|m| matches!(m, deepagents::core::Message::User { .. }));
         let node = if last_is_ai { "model" } else { "tools" };
-        if self.wants("values") {
-            self.sink
-                .push("values", &convert::values(run, interrupt_id));
-        }
-        if self.wants("updates") {
-            if !new.is_empty() && !only_input {
-                let mut update = json!({"messages": new});
-                if node == "tools" {
-                    update["todos"] = serde_json::to_value(&run.state.todos).unwrap_or(Value::Null);
-                }
-                self.sink.push("updates", &json!({ node: update }));
-            }
-            if !run.control.pending.is_empty() {
-                self.sink.push(
-                    "updates",
-                    &json!({"__interrupt__": convert::interrupts(&run.control.pending, interrupt_id)}),
-                );
-            }
-        }
+        // A step's message frames go before its `values`, as LangGraph sends a node's
+        // messages while it runs: a client that lists messages from both then sees each once.
         if !only_input {
             for (value, message) in new.iter().zip(messages.iter().skip(self.reported)) {
                 let tool = matches!(message, deepagents::core::Message::Tool(_));
@@ -242,6 +228,25 @@ impl<S: FrameSink> Framer<S> {
                     }
                     self.sink.push("messages/complete", &json!([value]));
                 }
+            }
+        }
+        if self.wants("values") {
+            self.sink
+                .push("values", &convert::values(run, interrupt_id));
+        }
+        if self.wants("updates") {
+            if !new.is_empty() && !only_input {
+                let mut update = json!({"messages": new});
+                if node == "tools" {
+                    update["todos"] = serde_json::to_value(&run.state.todos).unwrap_or(Value::Null);
+                }
+                self.sink.push("updates", &json!({ node: update }));
+            }
+            if !run.control.pending.is_empty() {
+                self.sink.push(
+                    "updates",
+                    &json!({"__interrupt__": convert::interrupts(&run.control.pending, interrupt_id)}),
+                );
             }
         }
         if self.wants("debug") || self.wants("checkpoints") {

@@ -91,3 +91,72 @@ async fn a_reader_that_lags_still_sees_each_step_after_its_events() {
         assert_eq!(checked, 2 * (turn + 1), "every model answer was checked");
     }
 }
+
+/// A client that lists messages from both `messages` and `values` (the SDK's `useStream`)
+/// must see each message once: a step's message frames come before its `values`, and
+/// `custom` carries none of the harness's own events (they have the `deepagents` mode).
+#[tokio::test(flavor = "multi_thread")]
+async fn message_frames_precede_their_values_and_custom_stays_the_users() {
+    let script = json!({"turns": [
+        {"text": "Planning.", "tool_calls": [
+            {"name": "write_todos", "args": {"todos": [{"content": "Write", "status": "pending"}]}}
+        ]},
+        {"text": "Done."}
+    ]});
+    let model = ScriptedModel::from_json(&script.to_string()).unwrap();
+    let watch = StepWatch::new(Arc::new(InMemoryCheckpointer::default()));
+    let agent = Agent::builder(Arc::new(model))
+        .todos(true)
+        .checkpointer(watch.clone())
+        .build()
+        .unwrap();
+    let frames = Frames::default();
+    let thread = agent.thread("order").unwrap();
+    let mut steps = watch.subscribe("order");
+    let modes = ["messages-tuple", "values", "custom", "deepagents"].map(str::to_owned);
+    let mut framer = Framer::new(&frames, BTreeSet::from(modes), false, json!({}), None);
+    let mut stream = thread.stream("plan").await.unwrap();
+    while let Some(event) = stream.next().await {
+        for step in steps.steps_before(&event) {
+            framer.step(&step);
+        }
+        framer.event(&event);
+    }
+    for step in steps.remaining() {
+        framer.step(&step);
+    }
+    stream.outcome().await.unwrap();
+    let frames = frames.0.lock().unwrap();
+    assert!(
+        frames.iter().all(|(mode, _)| mode != "custom"),
+        "nothing of ours in custom"
+    );
+    assert!(frames.iter().any(|(mode, _)| mode == "deepagents"));
+    // Every message a `values` frame holds was announced by a `messages` frame before it.
+    let mut announced = BTreeSet::new();
+    let mut tool_messages = 0;
+    for (mode, data) in frames.iter() {
+        match mode.as_str() {
+            "messages" => {
+                if let Some(id) = data[0]["id"].as_str() {
+                    announced.insert(id.to_owned());
+                }
+            }
+            "values" => {
+                for message in data["messages"].as_array().unwrap() {
+                    if message["type"] == "human" {
+                        continue;
+                    }
+                    tool_messages += usize::from(message["type"] == "tool");
+                    let id = message["id"].as_str().unwrap();
+                    assert!(
+                        announced.contains(id),
+                        "{id} in values before its messages frame"
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(tool_messages > 0, "the tool result was checked");
+}

@@ -33,6 +33,8 @@ struct Shared {
     watch: Arc<crate::StepWatch>,
     runs: Arc<Runs>,
     api_keys: BTreeMap<String, String>,
+    /// When the server was set up: its assistants' creation time (they are made with it).
+    started_at: String,
 }
 
 type AppState = Arc<Shared>;
@@ -86,6 +88,7 @@ pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
         watch: options.watch,
         runs: Arc::clone(&runs),
         api_keys: options.api_keys,
+        started_at: rfc3339(now_ms()),
     });
     let api = Router::new()
         .route("/assistants/search", post(assistants_search))
@@ -241,8 +244,7 @@ async fn metrics(State(shared): State<AppState>) -> Response {
 
 // ---- assistants ----
 
-fn assistant_json(assistant: &Assistant) -> Value {
-    let at = rfc3339(0);
+fn assistant_json(assistant: &Assistant, at: &str) -> Value {
     json!({
         "assistant_id": assistant.id(),
         "graph_id": assistant.graph_id,
@@ -277,7 +279,7 @@ async fn assistants_search(
             .into_iter()
             .skip(offset)
             .take(limit)
-            .map(|a| assistant_json(a))
+            .map(|a| assistant_json(a, &shared.started_at))
             .collect(),
     ))
 }
@@ -290,7 +292,10 @@ async fn assistant_get(
     State(shared): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(assistant_json(&*shared.assistant(&id)?)))
+    Ok(Json(assistant_json(
+        &*shared.assistant(&id)?,
+        &shared.started_at,
+    )))
 }
 
 async fn assistant_schemas(
@@ -763,6 +768,65 @@ fn stream_modes(body: &Value) -> ApiResult<BTreeSet<String>> {
     Ok(modes.into_iter().collect())
 }
 
+/// Run fields this server does not act on. Each is refused by name when it asks for
+/// something (a non-empty value), never silently ignored: a client relying on it would
+/// otherwise get a run that behaves differently from what it asked for.
+const UNHONOURED: [(&str, &str); 4] = [
+    (
+        "interrupt_before",
+        "pauses come from the assistant's approval rules",
+    ),
+    (
+        "interrupt_after",
+        "pauses come from the assistant's approval rules",
+    ),
+    ("webhook", "poll the run or join its stream"),
+    ("after_seconds", "start the run when it is due"),
+];
+
+fn refuse_unhonoured(body: &Value) -> ApiResult<()> {
+    for (name, instead) in UNHONOURED {
+        let asks = match field(body, name) {
+            None | Some(Value::Null) => false,
+            Some(Value::Array(items)) => !items.is_empty(),
+            Some(Value::String(text)) => !text.is_empty(),
+            Some(Value::Number(n)) => n.as_f64() != Some(0.0),
+            Some(_) => true,
+        };
+        if asks {
+            return Err(ApiError::invalid(format!(
+                "`{name}` is not supported by this server; {instead}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Records on the thread which assistant last ran on it (`graph_id`, `assistant_id` in its
+/// metadata), as LangGraph does: UIs list a graph's threads by searching that metadata.
+async fn record_assistant(
+    records: &Records,
+    thread_id: &str,
+    assistant: &Assistant,
+) -> ApiResult<()> {
+    let Some(mut thread) = records.thread(thread_id).await? else {
+        return Ok(());
+    };
+    let Value::Object(metadata) = &mut thread.metadata else {
+        return Ok(());
+    };
+    let (graph_id, assistant_id) = (json!(assistant.graph_id), json!(assistant.id()));
+    // Written only when it changes, so a busy thread's status is not raced needlessly.
+    if metadata.get("graph_id") == Some(&graph_id)
+        && metadata.get("assistant_id") == Some(&assistant_id)
+    {
+        return Ok(());
+    }
+    metadata.insert("graph_id".to_owned(), graph_id);
+    metadata.insert("assistant_id".to_owned(), assistant_id);
+    records.put_thread(&thread).await
+}
+
 /// Creates a run from a payload and starts or queues it.
 async fn create_run(
     shared: &AppState,
@@ -784,6 +848,10 @@ async fn create_run(
                 "thread `{thread_id}` (send if_not_exists: create to make it)"
             )));
         }
+    }
+    refuse_unhonoured(&body)?;
+    if !stateless {
+        record_assistant(&records, thread_id, &assistant).await?;
     }
     let input = convert::input_content(field(&body, "input").unwrap_or(&Value::Null))
         .map_err(ApiError::invalid)?;

@@ -1,0 +1,116 @@
+//! Routes checked in process (`Router` + `oneshot`): what web clients rely on.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use deepagents::backends::InMemoryStore;
+use deepagents::core::InMemoryCheckpointer;
+use deepagents_server::{Assistant, ServerOptions, StepWatch};
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+fn app() -> axum::Router {
+    let store = Arc::new(InMemoryStore::new());
+    let watch = StepWatch::new(Arc::new(InMemoryCheckpointer::new()));
+    let options = ServerOptions::new(
+        vec![Assistant::new("agent", super::agent(watch.clone()))],
+        store,
+        watch,
+    );
+    deepagents_server::router(options).unwrap()
+}
+
+async fn call(app: &axum::Router, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_records_its_assistant_on_the_thread_so_a_graphs_threads_can_be_listed() {
+    let app = app();
+    let (status, thread) = call(&app, "POST", "/threads", json!({})).await;
+    assert_eq!(status, StatusCode::OK);
+    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let (status, _) = call(
+        &app,
+        "POST",
+        &format!("/threads/{id}/runs/wait"),
+        json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "hi"}]}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, found) = call(
+        &app,
+        "POST",
+        "/threads/search",
+        json!({"metadata": {"graph_id": "agent"}, "limit": 100}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let found = found.as_array().unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["thread_id"], id.as_str());
+    let assistant_id = found[0]["metadata"]["assistant_id"].as_str().unwrap();
+    let (_, assistant) = call(
+        &app,
+        "GET",
+        &format!("/assistants/{assistant_id}"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(assistant["graph_id"], "agent");
+    // Assistants are dated when the server was set up, not at the epoch.
+    assert!(
+        !assistant["created_at"]
+            .as_str()
+            .unwrap()
+            .starts_with("1970"),
+        "{assistant}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fields_the_server_does_not_act_on_are_refused_by_name() {
+    let app = app();
+    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
+    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    for (field, value) in [
+        ("webhook", json!("http://127.0.0.1:9/hook")),
+        ("interrupt_before", json!(["tools"])),
+        ("interrupt_after", json!("*")),
+        ("after_seconds", json!(5)),
+    ] {
+        let mut body = json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "hi"}]}});
+        body[field] = value;
+        let (status, answer) = call(&app, "POST", &format!("/threads/{id}/runs"), body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{field}");
+        assert!(
+            answer["detail"].as_str().unwrap().contains(field),
+            "{answer}"
+        );
+    }
+    // Their empty forms, which SDKs may send, ask for nothing.
+    let (status, _) = call(
+        &app,
+        "POST",
+        &format!("/threads/{id}/runs/wait"),
+        json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "hi"}]},
+               "webhook": null, "interrupt_before": [], "after_seconds": 0}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+}
