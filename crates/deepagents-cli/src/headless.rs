@@ -45,21 +45,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     } = session?;
 
     // A signal cancels the run as Ctrl-C always did: its commands are killed and what it did
-    // is checkpointed before `drive` returns. `--timeout` cancels it the same way, and says so
-    // through `timed_out`, so that the cancellation is reported as the timeout it is.
+    // is checkpointed before `drive` returns. `--timeout` cancels it the same way.
     let options = RunOptions {
         cancel: shutdown::token().child_token(),
         ..RunOptions::default()
     };
-    let timed_out = Arc::new(AtomicBool::new(false));
-    if let Some(seconds) = args.timeout {
-        let (cancel, timed_out) = (options.cancel.clone(), timed_out.clone());
-        tokio::spawn(async move {
-            tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
-            timed_out.store(true, Ordering::Release);
-            cancel.cancel();
-        });
-    }
+    let timed_out = cancel_after(args.timeout, options.cancel.clone());
     let input = task.filter(|t| !t.trim().is_empty());
     let target = match &args.thread {
         Some(id) => Target::Thread {
@@ -104,17 +95,39 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             if matches!(failure.error, deepagents::RunError::Cancelled)
                 && timed_out.load(Ordering::Acquire) =>
         {
-            let seconds = args.timeout.unwrap_or_default();
-            match &args.thread {
-                Some(id) => eprintln!(
-                    "error: the run timed out after {seconds} s (--timeout); thread `{id}` keeps what it did (resume it with --thread {id})"
-                ),
-                None => eprintln!("error: the run timed out after {seconds} s (--timeout)"),
-            }
-            ExitCode::from(exit::TIMEOUT)
+            report_timeout(args.timeout.unwrap_or_default(), args.thread.as_deref())
         }
         Ended::Failed(failure) => report_failure(&failure),
     })
+}
+
+/// `--timeout`: cancels the run `cancel` belongs to after `seconds`; the flag says whether
+/// it did, so that the cancellation is reported as the timeout it is.
+fn cancel_after(
+    seconds: Option<u64>,
+    cancel: tokio_util::sync::CancellationToken,
+) -> Arc<AtomicBool> {
+    let timed_out = Arc::new(AtomicBool::new(false));
+    if let Some(seconds) = seconds {
+        let timed_out = timed_out.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+            timed_out.store(true, Ordering::Release);
+            cancel.cancel();
+        });
+    }
+    timed_out
+}
+
+/// Says that the run timed out, and that its thread, if it has one, keeps what it did.
+fn report_timeout(seconds: u64, thread: Option<&str>) -> ExitCode {
+    match thread {
+        Some(id) => eprintln!(
+            "error: the run timed out after {seconds} s (--timeout); thread `{id}` keeps what it did (resume it with --thread {id})"
+        ),
+        None => eprintln!("error: the run timed out after {seconds} s (--timeout)"),
+    }
+    ExitCode::from(exit::TIMEOUT)
 }
 
 /// How [`drive`] ended; what a failure means is for its caller to say, which knows what
