@@ -366,6 +366,11 @@ pub struct ServeArgs {
     /// With none, no key is asked for and everything is tenant `default`.
     #[arg(long = "api-key", value_name = "KEY=TENANT")]
     pub api_keys: Vec<String>,
+    /// An origin whose web pages may call the server from a browser (repeatable), as
+    /// `scheme://host[:port]`; `*` allows any, `none` none. It replaces `cors` of `[server]`.
+    /// Default: any origin on a loopback address without API keys, none otherwise.
+    #[arg(long = "cors", value_name = "ORIGIN")]
+    pub cors: Vec<String>,
 }
 
 /// `--max-cost`: a positive number of dollars.

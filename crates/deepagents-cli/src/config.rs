@@ -83,6 +83,9 @@ pub struct ServerConfig {
     /// asked for.
     #[serde(default)]
     pub api_keys: BTreeMap<String, String>,
+    /// Origins whose web pages may call the server (`["*"]` any, `[]` none); `--cors` beats
+    /// it. Unset: any origin on a loopback address without API keys, none otherwise.
+    pub cors: Option<Vec<String>>,
 }
 
 /// One `[[assistants]]` entry: an agent built as the flags build one, with these changes.

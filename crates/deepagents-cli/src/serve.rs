@@ -139,8 +139,15 @@ async fn start(args: ServeArgs) -> anyhow::Result<Started> {
         "deepagents serve: listening on http://{address} ({} assistants; {tenants})",
         assistants.len()
     );
+    let cors = cors_origins(
+        &args.cors,
+        config.server.cors.as_deref(),
+        address,
+        &api_keys,
+    )?;
     let mut options = deepagents_server::ServerOptions::new(assistants, store, watch);
     options.api_keys = api_keys;
+    options.cors = cors;
     options.cluster = cluster().await?;
     sessions.insert(0, session);
     Ok(Started {
@@ -177,5 +184,31 @@ async fn cluster() -> anyhow::Result<Option<Arc<deepagents_server::cluster::Clus
             "DEEPAGENTS_REDIS_URL is set, but a cluster also needs DEEPAGENTS_DATABASE_URL=postgres://… (the queue and the threads live there)"
         ),
         _ => Ok(None),
+    }
+}
+
+/// Which web pages may call the server: `--cors`, else `cors` of `[server]`, else any page
+/// when only this machine can reach the server and no key is asked for — a browser UI on
+/// another local port then works out of the box, as it does with `langgraph dev` — and none
+/// otherwise, where allowing pages is the operator's choice.
+fn cors_origins(
+    flags: &[String],
+    configured: Option<&[String]>,
+    address: std::net::SocketAddr,
+    api_keys: &BTreeMap<String, String>,
+) -> anyhow::Result<deepagents_server::CorsOrigins> {
+    let chosen = if flags.is_empty() {
+        configured
+    } else {
+        Some(flags)
+    };
+    match chosen {
+        Some([none]) if none == "none" => Ok(deepagents_server::CorsOrigins::None),
+        Some(origins) => deepagents_server::CorsOrigins::from_list(origins)
+            .context("in --cors or `cors` of [server]"),
+        None if address.ip().is_loopback() && api_keys.is_empty() => {
+            Ok(deepagents_server::CorsOrigins::Any)
+        }
+        None => Ok(deepagents_server::CorsOrigins::None),
     }
 }

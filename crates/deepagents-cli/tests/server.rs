@@ -840,3 +840,55 @@ fn assistants_of_the_config_file_are_served_beside_the_flags_one() {
         );
     }
 }
+
+/// A browser page on another origin can use a local server without keys out of the box;
+/// with API keys, only the origins `--cors` names; `--cors none` turns it off; an origin
+/// that could never match is refused at start with the fix.
+#[test]
+fn serve_allows_browser_pages_by_default_only_on_loopback_without_keys() {
+    let preflight = [
+        ("Origin", "http://localhost:3000"),
+        ("Access-Control-Request-Method", "POST"),
+        ("Access-Control-Request-Headers", "content-type,x-api-key"),
+    ];
+    let allowed = |server: &Server| {
+        let (_, head, _) = server.request("OPTIONS", "/threads", &preflight, None);
+        head.lines()
+            .find_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                name.eq_ignore_ascii_case("access-control-allow-origin")
+                    .then(|| value.trim().to_owned())
+            })
+            .unwrap_or_default()
+    };
+    for (extra, expected) in [
+        (&[][..], "*"),
+        (&["--api-key", "k=team"][..], ""),
+        (
+            &["--api-key", "k=team", "--cors", "http://localhost:3000"][..],
+            "http://localhost:3000",
+        ),
+        (&["--cors", "none"][..], ""),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let server = Server::start(dir.path(), &root, script(), extra);
+        assert_eq!(allowed(&server), expected, "{extra:?}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script_path = dir.path().join("script.json");
+    std::fs::write(&script_path, script().to_string()).unwrap();
+    let output = crate::bin()
+        .env("DEEPAGENTS_DATA_DIR", dir.path().join("data"))
+        .env("HOME", dir.path())
+        .args(["serve", "--listen", "127.0.0.1:0", "--model"])
+        .arg(format!("scripted:{}", script_path.display()))
+        .args(["--cors", "localhost:3000"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("scheme://host[:port]"), "{stderr}");
+}
