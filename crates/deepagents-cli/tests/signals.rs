@@ -629,18 +629,31 @@ fn sigterm_stops_the_tui_s_turn_keeps_the_thread_and_puts_the_terminal_back() {
         .map(|(pid, _)| pid)
         .unwrap_or_else(|| panic!("no TUI process: {:?}", processes_with(&thread)));
     send(tui, "TERM");
-    let dead = wait_until(Duration::from_secs(8), || {
+    // tmux marks the pane dead when its terminal closes, which may come before it has reaped
+    // the process and read its status: wait for the status itself.
+    let status_of = || {
         String::from_utf8_lossy(
-            &tmux(&["display-message", "-p", "-t", &name, "#{pane_dead}"]).stdout,
+            &tmux(&[
+                "display-message",
+                "-p",
+                "-t",
+                &name,
+                "#{pane_dead}:#{pane_dead_status}",
+            ])
+            .stdout,
         )
         .trim()
-            == "1"
+        .to_owned()
+    };
+    let dead = wait_until(Duration::from_secs(8), || {
+        status_of()
+            .strip_prefix("1:")
+            .is_some_and(|code| !code.is_empty())
     });
-    let status = String::from_utf8_lossy(
-        &tmux(&["display-message", "-p", "-t", &name, "#{pane_dead_status}"]).stdout,
-    )
-    .trim()
-    .to_owned();
+    let status = status_of()
+        .strip_prefix("1:")
+        .unwrap_or_default()
+        .to_owned();
     let shown = screen();
     tmux(&["kill-session", "-t", &name]);
     assert!(dead, "the TUI did not exit:\n{shown}");
