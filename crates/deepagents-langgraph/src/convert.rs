@@ -1,8 +1,11 @@
 //! Our runs in the LangGraph Platform's terms: messages as LangChain message dicts, the state
 //! as `values`, pending approvals as interrupts, and the decisions a resume carries.
 
+use std::collections::BTreeSet;
+
 use deepagents::core::{
-    CheckpointError, Checkpointer, ContentBlock, Message, Run, RunDelta, ToolStatus,
+    CheckpointError, Checkpointer, ContentBlock, Control, Message, Run, RunDelta, ToolResult,
+    ToolStatus,
 };
 use deepagents::{Decision, DecisionKind, PendingAction, RunError};
 use serde_json::{Map, Value, json};
@@ -623,6 +626,62 @@ pub async fn update_state(
         .await
         .map_err(UpdateError::Checkpoint)?;
     Ok((checkpoint, run))
+}
+
+/// Ends a paused turn without running what it waits on (`command.goto: "__end__"`, a UI's
+/// "mark as resolved"): each call of the thread's last model turn that has no result gets one
+/// saying it was not run, and nothing waits any more, so the thread is at rest and the next
+/// input starts a new turn. `Ok(None)`: nothing was waiting, nothing changed.
+pub async fn end_turn(
+    checkpointer: &dyn Checkpointer,
+    thread_id: &str,
+) -> Result<Option<(u64, Run)>, UpdateError> {
+    let _lease = checkpointer
+        .try_lease(thread_id)
+        .await
+        .map_err(UpdateError::Checkpoint)?;
+    let Some(before) = checkpointer
+        .load(thread_id, None)
+        .await
+        .map_err(UpdateError::Checkpoint)?
+    else {
+        return Ok(None);
+    };
+    if before.control.pending.is_empty() {
+        return Ok(None);
+    }
+    let mut run = before.clone();
+    let messages = &before.state.messages;
+    let last_turn = messages
+        .iter()
+        .rposition(|message| matches!(message, Message::Assistant(_)));
+    if let Some(index) = last_turn
+        && let Message::Assistant(turn) = &messages[index]
+    {
+        let answered: BTreeSet<&str> = messages[index + 1..]
+            .iter()
+            .filter_map(|message| match message {
+                Message::Tool(result) => Some(result.tool_call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        for call in turn
+            .tool_calls
+            .iter()
+            .filter(|call| !answered.contains(call.id.as_str()))
+        {
+            run.state.messages.push(Message::Tool(ToolResult::error(
+                call,
+                "Not run: the user ended the turn without approving this call.",
+            )));
+        }
+    }
+    run.control = Control::default();
+    let checkpoint = checkpointer
+        .append(thread_id, &RunDelta::replacing(&before, &run), &run)
+        .await
+        .map_err(UpdateError::Checkpoint)?;
+    Ok(Some((checkpoint, run)))
 }
 
 /// Milliseconds since the Unix epoch, now.

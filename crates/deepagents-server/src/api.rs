@@ -858,13 +858,15 @@ async fn create_run(
     let resume = field(&body, "command")
         .and_then(|command| field(command, "resume"))
         .cloned();
-    if let Some(command) = field(&body, "command")
-        && field(command, "goto").is_some()
-    {
-        return Err(ApiError::invalid(
-            "command.goto is not supported: the agent has one loop; send resume or input",
-        ));
-    }
+    let end_turn = match field(&body, "command").and_then(|command| field(command, "goto")) {
+        None | Some(Value::Null) => false,
+        Some(Value::String(node)) if node == "__end__" => true,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "command.goto may only be \"__end__\" (end the turn without running what waits): the agent has one loop; send resume or input to go on",
+            ));
+        }
+    };
     let modes = stream_modes(&body)?;
     // A resume is checked before anything changes (`command.update` included), so a refused
     // one changes nothing: an interrupt that is not pending now is a 409, as is one named
@@ -901,6 +903,9 @@ async fn create_run(
             "unknown multitask_strategy `{strategy}`; use reject, enqueue, interrupt or rollback"
         )));
     }
+    if end_turn {
+        return end_thread_turn(shared, tenant, thread_id, &assistant, body, strategy).await;
+    }
     let at = rfc3339(now_ms());
     let record = RunRecord {
         run_id: new_id(),
@@ -936,6 +941,58 @@ async fn create_run(
         let _ = records.delete_run(thread_id, &record.run_id).await;
         return Err(error);
     }
+    Ok(record)
+}
+
+/// A run of `command.goto: "__end__"` ("mark as resolved"): the paused turn ends without
+/// running what waits, at once, and the run is recorded as done; nothing is queued.
+async fn end_thread_turn(
+    shared: &AppState,
+    tenant: &Tenant,
+    thread_id: &str,
+    assistant: &Assistant,
+    body: Value,
+    strategy: String,
+) -> ApiResult<RunRecord> {
+    if shared.runs.busy(&tenant.0, thread_id).await? {
+        return Err(ApiError::conflict(format!(
+            "thread `{thread_id}` has a run going; end its turn once it has paused"
+        )));
+    }
+    let storage = storage_id(&tenant.0, thread_id);
+    let ended = convert::end_turn(shared.watch.as_ref(), &storage)
+        .await
+        .map_err(|error| match error {
+            convert::UpdateError::Invalid(message) => ApiError::invalid(message),
+            convert::UpdateError::Checkpoint(error) => error.into(),
+        })?;
+    let run = match ended {
+        Some((_, run)) => Some(run),
+        None => load(shared, tenant, thread_id, None).await?,
+    };
+    let values = run
+        .as_ref()
+        .map(|run| convert::values(run, &convert::interrupt_id(run)));
+    let records = shared.records(tenant);
+    let at = rfc3339(now_ms());
+    let record = RunRecord {
+        run_id: new_id(),
+        thread_id: thread_id.to_owned(),
+        assistant_id: assistant.id(),
+        created_at: at.clone(),
+        updated_at: at,
+        status: "success".to_owned(),
+        metadata: field(&body, "metadata")
+            .cloned()
+            .unwrap_or_else(|| json!({})),
+        multitask_strategy: strategy,
+        kwargs: body,
+        error: None,
+        values,
+        worker: None,
+    };
+    records.put_run(&record).await?;
+    records.set_thread_status(thread_id, "idle").await?;
     Ok(record)
 }
 

@@ -114,3 +114,78 @@ async fn fields_the_server_does_not_act_on_are_refused_by_name() {
     .await;
     assert_eq!(status, StatusCode::OK);
 }
+
+/// "Mark as resolved" (`command.goto: "__end__"`): the paused turn ends without running the
+/// call that waited, the thread is idle with nothing pending, and the next message starts a
+/// new turn. Any other `goto` is refused by name.
+#[tokio::test(flavor = "multi_thread")]
+async fn goto_end_ends_a_paused_turn_without_running_what_waited() {
+    let store = Arc::new(InMemoryStore::new());
+    let watch = StepWatch::new(Arc::new(InMemoryCheckpointer::new()));
+    let options = ServerOptions::new(
+        vec![Assistant::new("agent", super::writer(watch.clone()))],
+        store,
+        watch,
+    );
+    let app = deepagents_server::router(options).unwrap();
+    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
+    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let wait = format!("/threads/{id}/runs/wait");
+    let (status, paused) = call(
+        &app,
+        "POST",
+        &wait,
+        json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "write"}]}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(paused["__interrupt__"][0]["id"].is_string(), "{paused}");
+    let (status, answer) = call(
+        &app,
+        "POST",
+        &wait,
+        json!({"assistant_id": "agent", "command": {"goto": "somewhere"}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        answer["detail"].as_str().unwrap().contains("__end__"),
+        "{answer}"
+    );
+    let (status, ended) = call(
+        &app,
+        "POST",
+        &wait,
+        json!({"assistant_id": "agent", "input": null, "command": {"goto": "__end__", "update": null}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{ended}");
+    assert!(ended.get("__interrupt__").is_none(), "{ended}");
+    assert!(
+        ended["files"].get("/one.md").is_none(),
+        "the waiting write did not run: {ended}"
+    );
+    let last = ended["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["type"], "tool", "{last}");
+    let (_, thread) = call(&app, "GET", &format!("/threads/{id}"), Value::Null).await;
+    assert_eq!(thread["status"], "idle", "{thread}");
+    assert_eq!(thread["interrupts"], json!({}), "{thread}");
+    // The next message is a new turn (the script's next turn asks for the second write).
+    let (status, next) = call(
+        &app,
+        "POST",
+        &wait,
+        json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "go on"}]}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{next}");
+    assert_eq!(
+        next["__interrupt__"][0]["value"]["action_requests"][0]["args"]["file_path"], "/two.md",
+        "{next}"
+    );
+}
