@@ -1,8 +1,6 @@
 //! Our runs in the LangGraph Platform's terms: messages as LangChain message dicts, the state
 //! as `values`, pending approvals as interrupts, and the decisions a resume carries.
 
-use std::collections::BTreeSet;
-
 use deepagents::core::{
     CheckpointError, Checkpointer, ContentBlock, Control, Message, Run, RunDelta, ToolResult,
     ToolStatus,
@@ -349,14 +347,40 @@ fn decision(item: &Value, action: &PendingAction) -> Result<Decision, String> {
     Ok(decision)
 }
 
-/// The user input in `input.messages`: the content of its human messages, in order (other
-/// roles are refused: the thread's history is the agent's own).
+/// The user content of a run's `input` (`{"messages": [...]}`); `None` when it has none.
+/// Tool messages are refused: only a front end that settles waiting calls takes them (see
+/// [`input_messages`]).
 pub fn input_content(input: &Value) -> Result<Option<Vec<ContentBlock>>, String> {
+    let (answers, content) = input_messages(input)?;
+    if !answers.is_empty() {
+        return Err(
+            "only user messages can be sent as input (found role `tool`); the agent keeps the rest of the conversation"
+                .to_owned(),
+        );
+    }
+    Ok(content)
+}
+
+/// A tool message of a run's input: the result a client gives a call that waits (a UI that
+/// answers a pending call itself when the user types instead of deciding).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolAnswer {
+    /// The call it answers.
+    pub call_id: String,
+    /// What the model sees.
+    pub content: Vec<ContentBlock>,
+    /// Whether it reports a failure (`status: "error"`).
+    pub error: bool,
+}
+
+/// A run's `input` read as LangGraph appends it: tool messages answering waiting calls, and
+/// the user content (`None` when there is none). Other roles are refused.
+pub fn input_messages(input: &Value) -> Result<(Vec<ToolAnswer>, Option<Vec<ContentBlock>>), String> {
     let messages = match input {
-        Value::Null => return Ok(None),
+        Value::Null => return Ok((Vec::new(), None)),
         Value::Object(map) => match map.get("messages") {
             Some(Value::Array(messages)) => messages.clone(),
-            Some(Value::Null) | None => return Ok(None),
+            Some(Value::Null) | None => return Ok((Vec::new(), None)),
             Some(single) => vec![single.clone()],
         },
         other => {
@@ -365,6 +389,7 @@ pub fn input_content(input: &Value) -> Result<Option<Vec<ContentBlock>>, String>
             ));
         }
     };
+    let mut answers = Vec::new();
     let mut blocks = Vec::new();
     for message in &messages {
         let role = message
@@ -372,16 +397,29 @@ pub fn input_content(input: &Value) -> Result<Option<Vec<ContentBlock>>, String>
             .or_else(|| message.get("type"))
             .and_then(Value::as_str)
             .unwrap_or("user");
-        if !matches!(role, "user" | "human") {
-            return Err(format!(
-                "only user messages can be sent as input (found role `{role}`); the agent keeps the rest of the conversation"
-            ));
+        match role {
+            "user" | "human" => blocks.extend(parse_content(
+                message.get("content").unwrap_or(&Value::Null),
+            )?),
+            "tool" => {
+                let call_id = message
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .ok_or("a tool message in `input` needs the `tool_call_id` of the call it answers")?;
+                answers.push(ToolAnswer {
+                    call_id: call_id.to_owned(),
+                    content: parse_content(message.get("content").unwrap_or(&Value::Null))?,
+                    error: message.get("status").and_then(Value::as_str) == Some("error"),
+                });
+            }
+            other => {
+                return Err(format!(
+                    "only user messages, and tool messages answering waiting calls, can be sent as input (found role `{other}`); the agent keeps the rest of the conversation"
+                ));
+            }
         }
-        blocks.extend(parse_content(
-            message.get("content").unwrap_or(&Value::Null),
-        )?);
     }
-    Ok((!blocks.is_empty()).then_some(blocks))
+    Ok((answers, (!blocks.is_empty()).then_some(blocks)))
 }
 
 /// Message content as LangChain writes it: a string, or a list of text and image parts.
@@ -629,52 +667,58 @@ pub async fn update_state(
 }
 
 /// Ends a paused turn without running what it waits on (`command.goto: "__end__"`, a UI's
-/// "mark as resolved"): each call of the thread's last model turn that has no result gets one
-/// saying it was not run, and nothing waits any more, so the thread is at rest and the next
-/// input starts a new turn. `Ok(None)`: nothing was waiting, nothing changed.
+/// "mark as resolved", or a UI answering the waiting calls itself): each call of the thread's
+/// last model turn that has no result gets the one `answers` gives it, else one saying it was
+/// not run; nothing waits any more, so the thread is at rest and the next input starts a new
+/// turn. An answer for a call that does not wait is refused. `Ok(None)`: nothing was waiting
+/// and nothing was answered, nothing changed.
 pub async fn end_turn(
     checkpointer: &dyn Checkpointer,
     thread_id: &str,
+    answers: &[ToolAnswer],
 ) -> Result<Option<(u64, Run)>, UpdateError> {
     let _lease = checkpointer
         .try_lease(thread_id)
         .await
         .map_err(UpdateError::Checkpoint)?;
-    let Some(before) = checkpointer
+    let before = checkpointer
         .load(thread_id, None)
         .await
         .map_err(UpdateError::Checkpoint)?
-    else {
-        return Ok(None);
-    };
-    if before.control.pending.is_empty() {
+        .unwrap_or_default();
+    if before.control.pending.is_empty() && answers.is_empty() {
         return Ok(None);
     }
-    let mut run = before.clone();
-    let messages = &before.state.messages;
-    let last_turn = messages
+    let waiting = before.pending_tool_calls();
+    if let Some(stray) = answers
         .iter()
-        .rposition(|message| matches!(message, Message::Assistant(_)));
-    if let Some(index) = last_turn
-        && let Message::Assistant(turn) = &messages[index]
+        .find(|answer| !waiting.iter().any(|call| call.id == answer.call_id))
     {
-        let answered: BTreeSet<&str> = messages[index + 1..]
-            .iter()
-            .filter_map(|message| match message {
-                Message::Tool(result) => Some(result.tool_call_id.as_str()),
-                _ => None,
-            })
-            .collect();
-        for call in turn
-            .tool_calls
-            .iter()
-            .filter(|call| !answered.contains(call.id.as_str()))
-        {
-            run.state.messages.push(Message::Tool(ToolResult::error(
+        return Err(UpdateError::Invalid(format!(
+            "the tool message for call `{}` answers no call that waits; send tool messages only for the calls of the pending interrupt",
+            stray.call_id
+        )));
+    }
+    let mut run = before.clone();
+    for call in &waiting {
+        let result = match answers.iter().find(|answer| answer.call_id == call.id) {
+            Some(answer) => ToolResult {
+                tool_call_id: call.id.clone(),
+                name: call.name.clone(),
+                content: answer.content.clone(),
+                status: if answer.error {
+                    ToolStatus::Error
+                } else {
+                    ToolStatus::Ok
+                },
+                artifact: None,
+            },
+            None => ToolResult::error(
                 call,
                 "Not run: the user ended the turn without approving this call.",
-            )));
-        }
+            ),
+        };
+        run.state.messages.push(Message::Tool(result));
     }
     run.control = Control::default();
     let checkpoint = checkpointer

@@ -853,7 +853,7 @@ async fn create_run(
     if !stateless {
         record_assistant(&records, thread_id, &assistant).await?;
     }
-    let input = convert::input_content(field(&body, "input").unwrap_or(&Value::Null))
+    let (answers, input) = convert::input_messages(field(&body, "input").unwrap_or(&Value::Null))
         .map_err(ApiError::invalid)?;
     let resume = field(&body, "command")
         .and_then(|command| field(command, "resume"))
@@ -906,6 +906,17 @@ async fn create_run(
     if end_turn {
         return end_thread_turn(shared, tenant, thread_id, &assistant, body, strategy).await;
     }
+    // Tool messages in the input answer the calls that wait (a UI settling them when the
+    // user types instead of deciding), as LangGraph appends them: the turn ends with those
+    // results, then the run goes on from them and the user's message.
+    if !answers.is_empty() {
+        if resume.is_some() {
+            return Err(ApiError::invalid(
+                "send either tool messages answering the waiting calls or command.resume, not both",
+            ));
+        }
+        settle_calls(shared, tenant, thread_id, &answers).await?;
+    }
     let at = rfc3339(now_ms());
     let record = RunRecord {
         run_id: new_id(),
@@ -944,6 +955,27 @@ async fn create_run(
     Ok(record)
 }
 
+/// Ends the thread's paused turn with `answers` for its waiting calls (the rest marked not
+/// run), when no run of the thread is going.
+async fn settle_calls(
+    shared: &Shared,
+    tenant: &Tenant,
+    thread_id: &str,
+    answers: &[convert::ToolAnswer],
+) -> ApiResult<Option<(u64, deepagents::core::Run)>> {
+    if shared.runs.busy(&tenant.0, thread_id).await? {
+        return Err(ApiError::conflict(format!(
+            "thread `{thread_id}` has a run going; settle its waiting calls once it has paused"
+        )));
+    }
+    convert::end_turn(shared.watch.as_ref(), &storage_id(&tenant.0, thread_id), answers)
+        .await
+        .map_err(|error| match error {
+            convert::UpdateError::Invalid(message) => ApiError::invalid(message),
+            convert::UpdateError::Checkpoint(error) => error.into(),
+        })
+}
+
 /// A run of `command.goto: "__end__"` ("mark as resolved"): the paused turn ends without
 /// running what waits, at once, and the run is recorded as done; nothing is queued.
 async fn end_thread_turn(
@@ -954,18 +986,7 @@ async fn end_thread_turn(
     body: Value,
     strategy: String,
 ) -> ApiResult<RunRecord> {
-    if shared.runs.busy(&tenant.0, thread_id).await? {
-        return Err(ApiError::conflict(format!(
-            "thread `{thread_id}` has a run going; end its turn once it has paused"
-        )));
-    }
-    let storage = storage_id(&tenant.0, thread_id);
-    let ended = convert::end_turn(shared.watch.as_ref(), &storage)
-        .await
-        .map_err(|error| match error {
-            convert::UpdateError::Invalid(message) => ApiError::invalid(message),
-            convert::UpdateError::Checkpoint(error) => error.into(),
-        })?;
+    let ended = settle_calls(shared, tenant, thread_id, &[]).await?;
     let run = match ended {
         Some((_, run)) => Some(run),
         None => load(shared, tenant, thread_id, None).await?,

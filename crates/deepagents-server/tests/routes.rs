@@ -189,3 +189,75 @@ async fn goto_end_ends_a_paused_turn_without_running_what_waited() {
         "{next}"
     );
 }
+
+/// Typing while an approval waits: the UI sends a tool message answering the waiting call,
+/// then the user's message. The call takes that result without running, and the run goes on
+/// from both; a tool message for a call that does not wait is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn tool_messages_in_the_input_answer_the_waiting_calls() {
+    let store = Arc::new(InMemoryStore::new());
+    let watch = StepWatch::new(Arc::new(InMemoryCheckpointer::new()));
+    let options = ServerOptions::new(
+        vec![Assistant::new("agent", super::writer(watch.clone()))],
+        store,
+        watch,
+    );
+    let app = deepagents_server::router(options).unwrap();
+    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
+    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let wait = format!("/threads/{id}/runs/wait");
+    let (_, paused) = call(
+        &app,
+        "POST",
+        &wait,
+        json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "write"}]}}),
+    )
+    .await;
+    let call_id = paused["__interrupt__"][0]["value"]["action_requests"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (status, answer) = call(
+        &app,
+        "POST",
+        &wait,
+        json!({"assistant_id": "agent", "input": {"messages": [
+            {"type": "tool", "tool_call_id": "call-that-does-not-wait", "content": "x"},
+            {"type": "human", "content": "never mind"}
+        ]}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert!(
+        answer["detail"].as_str().unwrap().contains("call-that-does-not-wait"),
+        "{answer}"
+    );
+    let (status, next) = call(
+        &app,
+        "POST",
+        &wait,
+        json!({"assistant_id": "agent", "input": {"messages": [
+            {"type": "tool", "tool_call_id": call_id, "content": "The user cancelled this.", "name": "write_file"},
+            {"type": "human", "content": "never mind, write the second"}
+        ]}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{next}");
+    assert!(next["files"].get("/one.md").is_none(), "the answered call did not run: {next}");
+    let messages = next["messages"].as_array().unwrap();
+    let answered = messages
+        .iter()
+        .find(|m| m["type"] == "tool" && m["tool_call_id"] == call_id.as_str())
+        .unwrap_or_else(|| panic!("no result for {call_id}: {next}"));
+    assert_eq!(answered["content"], "The user cancelled this.");
+    assert!(
+        messages.iter().any(|m| m["type"] == "human" && m["content"] == "never mind, write the second"),
+        "{next}"
+    );
+    // The run went on: the model's next turn asks for the second write.
+    assert_eq!(
+        next["__interrupt__"][0]["value"]["action_requests"][0]["args"]["file_path"],
+        "/two.md",
+        "{next}"
+    );
+}
