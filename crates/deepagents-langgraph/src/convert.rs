@@ -375,7 +375,9 @@ pub struct ToolAnswer {
 
 /// A run's `input` read as LangGraph appends it: tool messages answering waiting calls, and
 /// the user content (`None` when there is none). Other roles are refused.
-pub fn input_messages(input: &Value) -> Result<(Vec<ToolAnswer>, Option<Vec<ContentBlock>>), String> {
+pub fn input_messages(
+    input: &Value,
+) -> Result<(Vec<ToolAnswer>, Option<Vec<ContentBlock>>), String> {
     let messages = match input {
         Value::Null => return Ok((Vec::new(), None)),
         Value::Object(map) => match map.get("messages") {
@@ -402,10 +404,9 @@ pub fn input_messages(input: &Value) -> Result<(Vec<ToolAnswer>, Option<Vec<Cont
                 message.get("content").unwrap_or(&Value::Null),
             )?),
             "tool" => {
-                let call_id = message
-                    .get("tool_call_id")
-                    .and_then(Value::as_str)
-                    .ok_or("a tool message in `input` needs the `tool_call_id` of the call it answers")?;
+                let call_id = message.get("tool_call_id").and_then(Value::as_str).ok_or(
+                    "a tool message in `input` needs the `tool_call_id` of the call it answers",
+                )?;
                 answers.push(ToolAnswer {
                     call_id: call_id.to_owned(),
                     content: parse_content(message.get("content").unwrap_or(&Value::Null))?,

@@ -968,12 +968,16 @@ async fn settle_calls(
             "thread `{thread_id}` has a run going; settle its waiting calls once it has paused"
         )));
     }
-    convert::end_turn(shared.watch.as_ref(), &storage_id(&tenant.0, thread_id), answers)
-        .await
-        .map_err(|error| match error {
-            convert::UpdateError::Invalid(message) => ApiError::invalid(message),
-            convert::UpdateError::Checkpoint(error) => error.into(),
-        })
+    convert::end_turn(
+        shared.watch.as_ref(),
+        &storage_id(&tenant.0, thread_id),
+        answers,
+    )
+    .await
+    .map_err(|error| match error {
+        convert::UpdateError::Invalid(message) => ApiError::invalid(message),
+        convert::UpdateError::Checkpoint(error) => error.into(),
+    })
 }
 
 /// A run of `command.goto: "__end__"` ("mark as resolved"): the paused turn ends without

@@ -508,8 +508,10 @@ impl Runs {
             let _ = self.watch.delete_thread(&storage).await;
             let _ = records.delete_thread(&thread_id, true).await;
         }
-        live.log.end();
+        // The thread is free (or its next run started) before anyone waiting learns the run
+        // ended: a client that follows a `wait` with the next request finds it at rest.
         self.next(&storage);
+        live.log.end();
         // Finished runs stay joinable for a while, then only their record remains.
         let runs = Arc::clone(&self);
         let run_id = live.snapshot().run_id;

@@ -229,7 +229,10 @@ async fn tool_messages_in_the_input_answer_the_waiting_calls() {
     .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
     assert!(
-        answer["detail"].as_str().unwrap().contains("call-that-does-not-wait"),
+        answer["detail"]
+            .as_str()
+            .unwrap()
+            .contains("call-that-does-not-wait"),
         "{answer}"
     );
     let (status, next) = call(
@@ -243,7 +246,10 @@ async fn tool_messages_in_the_input_answer_the_waiting_calls() {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{next}");
-    assert!(next["files"].get("/one.md").is_none(), "the answered call did not run: {next}");
+    assert!(
+        next["files"].get("/one.md").is_none(),
+        "the answered call did not run: {next}"
+    );
     let messages = next["messages"].as_array().unwrap();
     let answered = messages
         .iter()
@@ -251,13 +257,14 @@ async fn tool_messages_in_the_input_answer_the_waiting_calls() {
         .unwrap_or_else(|| panic!("no result for {call_id}: {next}"));
     assert_eq!(answered["content"], "The user cancelled this.");
     assert!(
-        messages.iter().any(|m| m["type"] == "human" && m["content"] == "never mind, write the second"),
+        messages
+            .iter()
+            .any(|m| m["type"] == "human" && m["content"] == "never mind, write the second"),
         "{next}"
     );
     // The run went on: the model's next turn asks for the second write.
     assert_eq!(
-        next["__interrupt__"][0]["value"]["action_requests"][0]["args"]["file_path"],
-        "/two.md",
+        next["__interrupt__"][0]["value"]["action_requests"][0]["args"]["file_path"], "/two.md",
         "{next}"
     );
 }
