@@ -667,6 +667,51 @@ pub async fn update_state(
     Ok((checkpoint, run))
 }
 
+/// Makes the thread's state that of checkpoint `at` again, as a new checkpoint on top (a run
+/// started from a `checkpoint`: LangGraph's fork, which edit and regenerate use); checkpoint
+/// 0 is the empty thread before its first input. Returns the new checkpoint's id, or `None`
+/// when `at` is the latest already. A checkpoint the thread does not have is `NotFound`.
+pub async fn restore_checkpoint(
+    checkpointer: &dyn Checkpointer,
+    thread_id: &str,
+    at: u64,
+) -> Result<Option<u64>, UpdateError> {
+    let _lease = checkpointer
+        .try_lease(thread_id)
+        .await
+        .map_err(UpdateError::Checkpoint)?;
+    let checkpoints = checkpointer
+        .checkpoints(thread_id)
+        .await
+        .map_err(UpdateError::Checkpoint)?;
+    if checkpoints.last().map_or(0, |latest| latest.id) == at {
+        return Ok(None);
+    }
+    let restored = if at == 0 {
+        Run::default()
+    } else if checkpoints.iter().any(|checkpoint| checkpoint.id == at) {
+        checkpointer
+            .load(thread_id, Some(at))
+            .await
+            .map_err(UpdateError::Checkpoint)?
+            .unwrap_or_default()
+    } else {
+        return Err(UpdateError::Invalid(format!(
+            "thread `{thread_id}` has no checkpoint `{at}`; take one from its history"
+        )));
+    };
+    let head = checkpointer
+        .load(thread_id, None)
+        .await
+        .map_err(UpdateError::Checkpoint)?
+        .unwrap_or_default();
+    let checkpoint = checkpointer
+        .append(thread_id, &RunDelta::replacing(&head, &restored), &restored)
+        .await
+        .map_err(UpdateError::Checkpoint)?;
+    Ok(Some(checkpoint))
+}
+
 /// Ends a paused turn without running what it waits on (`command.goto: "__end__"`, a UI's
 /// "mark as resolved", or a UI answering the waiting calls itself): each call of the thread's
 /// last model turn that has no result gets the one `answers` gives it, else one saying it was

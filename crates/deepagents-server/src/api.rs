@@ -386,6 +386,7 @@ async fn create_thread(shared: &Shared, tenant: &Tenant, body: &Value) -> ApiRes
         updated_at: at,
         metadata,
         status: "idle".to_owned(),
+        forks: BTreeMap::new(),
     };
     records.put_thread(&record).await?;
     Ok(record)
@@ -571,6 +572,51 @@ fn state_json(
     })
 }
 
+/// Checkpoint 0: the thread before its first input, as LangGraph's input checkpoint — the
+/// parent of the first message, so a client can edit that one too.
+fn start_state_json(thread_id: &str, created_at: &str) -> Value {
+    json!({
+        "values": {"messages": []},
+        "next": [],
+        "tasks": [],
+        "checkpoint": checkpoint_json(thread_id, Some(0)),
+        "metadata": {"step": -1, "source": "input", "thread_id": thread_id},
+        "created_at": created_at,
+        "parent_checkpoint": null,
+        "interrupts": [],
+    })
+}
+
+/// The parent of the checkpoint at `position`: the one before it (checkpoint 0 before the
+/// first), where a fork stands for the checkpoint it restored — so a run from a checkpoint
+/// continues it, as a sibling of what followed it before, as LangGraph's fork does.
+fn parent_of(
+    checkpoints: &[deepagents::core::CheckpointInfo],
+    position: usize,
+    thread: &ThreadRecord,
+) -> u64 {
+    if let Some(restored) = thread.forks.get(&checkpoints[position].id) {
+        return *restored;
+    }
+    match position.checked_sub(1) {
+        Some(before) => {
+            let id = checkpoints[before].id;
+            thread.forks.get(&id).copied().unwrap_or(id)
+        }
+        None => 0,
+    }
+}
+
+/// A fork that a later checkpoint follows is left out of the history: its state is the one
+/// it restored, already there.
+fn hidden_fork(
+    checkpoints: &[deepagents::core::CheckpointInfo],
+    position: usize,
+    thread: &ThreadRecord,
+) -> bool {
+    position + 1 < checkpoints.len() && thread.forks.contains_key(&checkpoints[position].id)
+}
+
 /// The state at checkpoint `at` (default: the latest) of a thread that exists.
 async fn state_of(
     shared: &Shared,
@@ -578,7 +624,10 @@ async fn state_of(
     thread_id: &str,
     at: Option<u64>,
 ) -> ApiResult<Value> {
-    shared.records(tenant).existing_thread(thread_id).await?;
+    let thread = shared.records(tenant).existing_thread(thread_id).await?;
+    if at == Some(0) {
+        return Ok(start_state_json(thread_id, &thread.created_at));
+    }
     let checkpoints = shared
         .watch
         .checkpoints(&storage_id(&tenant.0, thread_id))
@@ -594,7 +643,7 @@ async fn state_of(
     };
     let info = &checkpoints[position];
     let run = load(shared, tenant, thread_id, Some(info.id)).await?;
-    let parent = position.checked_sub(1).map(|p| checkpoints[p].id);
+    let parent = Some(parent_of(&checkpoints, position, &thread));
     Ok(state_json(
         thread_id,
         run.as_ref(),
@@ -683,7 +732,7 @@ async fn history_of(
     id: &str,
     body: &Value,
 ) -> ApiResult<Vec<Value>> {
-    shared.records(tenant).existing_thread(id).await?;
+    let thread = shared.records(tenant).existing_thread(id).await?;
     let limit = count(body, "limit", 10)?;
     let before = field(body, "before").map(checkpoint_id).transpose()?;
     let checkpoints = shared.watch.checkpoints(&storage_id(&tenant.0, id)).await?;
@@ -695,11 +744,21 @@ async fn history_of(
         if states.len() == limit {
             break;
         }
+        if hidden_fork(&checkpoints, position, &thread) {
+            continue;
+        }
         let run = load(shared, tenant, id, Some(info.id)).await?;
-        let parent = position.checked_sub(1).map(|p| checkpoints[p].id);
+        let parent = Some(parent_of(&checkpoints, position, &thread));
         let state = state_json(id, run.as_ref(), Some(info.id), parent, info.created_at_ms);
         if matches(&state["metadata"], field(body, "metadata")) {
             states.push(state);
+        }
+    }
+    // The input checkpoint closes a history that has any, as LangGraph's does.
+    if !checkpoints.is_empty() && states.len() < limit && before.is_none_or(|before| before > 0) {
+        let start = start_state_json(id, &thread.created_at);
+        if matches(&start["metadata"], field(body, "metadata")) {
+            states.push(start);
         }
     }
     Ok(states)
@@ -888,6 +947,11 @@ async fn create_run(
             return Err(crate::runs::busy_before_resume(thread_id, &interrupt));
         }
     }
+    // A run from an earlier checkpoint starts from there (edit, regenerate): the fork comes
+    // first, so an update and the input apply to the restored state.
+    if let Some(at) = fork_point(&body)? {
+        fork(shared, tenant, thread_id, at).await?;
+    }
     if let Some(update) = field(&body, "command").and_then(|command| field(command, "update")) {
         update_state(shared, &storage_id(&tenant.0, thread_id), update).await?;
     }
@@ -953,6 +1017,60 @@ async fn create_run(
         return Err(error);
     }
     Ok(record)
+}
+
+/// The checkpoint a run starts from (`checkpoint: {checkpoint_id}` or `checkpoint_id`), when
+/// the payload names one.
+fn fork_point(body: &Value) -> ApiResult<Option<u64>> {
+    let named = field(body, "checkpoint")
+        .filter(|checkpoint| !checkpoint.is_null())
+        .or_else(|| field(body, "checkpoint_id").filter(|id| !id.is_null()));
+    match named {
+        // `{}` or a checkpoint without an id names none (the SDK sends what it has).
+        Some(Value::Object(map)) if map.get("checkpoint_id").is_none_or(Value::is_null) => Ok(None),
+        Some(value) => checkpoint_id(value).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Starts the thread again from checkpoint `at` (edit, regenerate): its state becomes that
+/// checkpoint's, recorded as a branch from it, before the run adds its input. Naming the
+/// latest checkpoint (as UIs do on every submit) changes nothing.
+async fn fork(shared: &Shared, tenant: &Tenant, thread_id: &str, at: u64) -> ApiResult<()> {
+    if shared.runs.busy(&tenant.0, thread_id).await? {
+        // Behind a running run the latest checkpoint is still to come: only a fork needs the
+        // thread at rest, and it cannot be told from here; the run's strategy decides.
+        let latest = shared
+            .watch
+            .checkpoints(&storage_id(&tenant.0, thread_id))
+            .await?
+            .last()
+            .map_or(0, |checkpoint| checkpoint.id);
+        if latest == at {
+            return Ok(());
+        }
+        return Err(ApiError::conflict(format!(
+            "thread `{thread_id}` has a run going; start from checkpoint `{at}` once it ends"
+        )));
+    }
+    let restored =
+        convert::restore_checkpoint(shared.watch.as_ref(), &storage_id(&tenant.0, thread_id), at)
+            .await
+            .map_err(|error| match error {
+                convert::UpdateError::Invalid(detail) => ApiError {
+                    status: StatusCode::NOT_FOUND,
+                    detail,
+                },
+                convert::UpdateError::Checkpoint(error) => error.into(),
+            })?;
+    if let Some(new) = restored {
+        let records = shared.records(tenant);
+        if let Some(mut thread) = records.thread(thread_id).await? {
+            thread.forks.insert(new, at);
+            records.put_thread(&thread).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Ends the thread's paused turn with `answers` for its waiting calls (the rest marked not

@@ -24,6 +24,11 @@ pub struct ThreadRecord {
     pub metadata: Value,
     /// `idle`, `busy`, `interrupted` or `error`.
     pub status: String,
+    /// Where the thread was forked: each checkpoint that restored an earlier one (a run
+    /// started from a `checkpoint`, to edit or regenerate), with the checkpoint it restored —
+    /// its parent in the history, so clients see the branch.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub forks: std::collections::BTreeMap<u64, u64>,
 }
 
 /// A run as the API shows it.

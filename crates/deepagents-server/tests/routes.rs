@@ -268,3 +268,146 @@ async fn tool_messages_in_the_input_answer_the_waiting_calls() {
         "{next}"
     );
 }
+
+fn talker(watch: Arc<StepWatch>) -> deepagents::Agent {
+    let turns: Vec<Value> = (1..=6).map(|n| json!({"text": format!("A{n}")})).collect();
+    let model = Arc::new(
+        deepagents::models::ScriptedModel::from_json(&json!({ "turns": turns }).to_string())
+            .unwrap(),
+    );
+    deepagents::Agent::builder(model)
+        .checkpointer(watch)
+        .build()
+        .unwrap()
+}
+
+fn texts(values: &Value) -> Vec<String> {
+    values["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            format!(
+                "{}:{}",
+                m["type"].as_str().unwrap(),
+                m["content"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// The parent of the first state, on the branch the latest state is on, holding the message
+/// with `content`: what the SDK's `getMessagesMetadata(...).firstSeenState.parent_checkpoint`
+/// gives a UI.
+fn first_seen_parent(history: &[Value], content: &str) -> String {
+    let id = |state: &Value| {
+        state["checkpoint"]["checkpoint_id"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let parent = |state: &Value| {
+        state["parent_checkpoint"]["checkpoint_id"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    // The latest state's ancestors, root last.
+    let mut chain = vec![history[0].clone()];
+    while let Some(up) = parent(chain.last().unwrap()) {
+        let state = history
+            .iter()
+            .find(|state| id(state).as_deref() == Some(up.as_str()))
+            .unwrap_or_else(|| panic!("checkpoint {up} is not in the history"));
+        chain.push(state.clone());
+    }
+    let first = chain
+        .iter()
+        .rev()
+        .find(|state| {
+            state["values"]["messages"]
+                .as_array()
+                .is_some_and(|ms| ms.iter().any(|m| m["content"] == content))
+        })
+        .unwrap_or_else(|| panic!("{content} in no state of the branch: {chain:?}"));
+    parent(first).unwrap_or_else(|| panic!("no parent: {first}"))
+}
+
+/// Edit and regenerate: a run from an earlier checkpoint starts from its state (a branch the
+/// history shows through `parent_checkpoint`), the input checkpoint 0 closes the history so
+/// the first message can be edited, and naming the latest checkpoint changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_from_a_checkpoint_forks_the_thread_there() {
+    let watch = StepWatch::new(Arc::new(InMemoryCheckpointer::new()));
+    let options = ServerOptions::new(
+        vec![Assistant::new("agent", talker(watch.clone()))],
+        Arc::new(InMemoryStore::new()),
+        watch,
+    );
+    let app = deepagents_server::router(options).unwrap();
+    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
+    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let wait = format!("/threads/{id}/runs/wait");
+    let say = |text: &str| json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": text}]}});
+    let (_, values) = call(&app, "POST", &wait, say("one")).await;
+    assert_eq!(texts(&values), ["human:one", "ai:A1"]);
+    let history_path = format!("/threads/{id}/history");
+    let (_, history) = call(&app, "POST", &history_path, json!({"limit": 100})).await;
+    let history = history.as_array().unwrap().clone();
+    let start = history.last().unwrap();
+    assert_eq!(start["checkpoint"]["checkpoint_id"], "0", "{start}");
+    assert_eq!(start["values"]["messages"], json!([]));
+    assert!(start["parent_checkpoint"].is_null());
+
+    // Edit the first message: from its parent, the input checkpoint.
+    let parent = first_seen_parent(&history, "one");
+    assert_eq!(parent, "0");
+    let mut edit = say("uno");
+    edit["checkpoint"] =
+        json!({"checkpoint_id": parent, "checkpoint_ns": "", "checkpoint_map": null});
+    let (status, values) = call(&app, "POST", &wait, edit).await;
+    assert_eq!(status, StatusCode::OK, "{values}");
+    // (The scripted model plays the turn after the conversation's latest answer: A1 again.)
+    assert_eq!(texts(&values), ["human:uno", "ai:A1"]);
+
+    // Regenerate the answer: from the parent of the state where it first appears.
+    let (_, history) = call(&app, "POST", &history_path, json!({"limit": 100})).await;
+    let history = history.as_array().unwrap().clone();
+    let branch = history
+        .iter()
+        .find(|state| {
+            state["parent_checkpoint"]["checkpoint_id"] == "0"
+                && state["checkpoint"]["checkpoint_id"]
+                    != history[history.len() - 2]["checkpoint"]["checkpoint_id"]
+        })
+        .unwrap_or_else(|| panic!("no branch from checkpoint 0: {history:?}"));
+    // The edited message starts a branch from checkpoint 0, beside the original one.
+    assert_eq!(texts(&branch["values"]), ["human:uno"]);
+    let parent = first_seen_parent(&history, "A1");
+    let regenerate = json!({"assistant_id": "agent", "input": null, "checkpoint": {"checkpoint_id": parent.clone()}});
+    let (status, values) = call(&app, "POST", &wait, regenerate).await;
+    assert_eq!(status, StatusCode::OK, "{values}");
+    assert_eq!(texts(&values), ["human:uno", "ai:A1"]);
+    let (_, after) = call(&app, "POST", &history_path, json!({"limit": 100})).await;
+    let after = after.as_array().unwrap();
+    assert!(after.len() > history.len());
+    assert_eq!(
+        first_seen_parent(after, "A1"),
+        parent,
+        "the new answer is a sibling of the old one"
+    );
+
+    // The latest checkpoint, as UIs send on every submit: the conversation goes on.
+    let (_, state) = call(&app, "GET", &format!("/threads/{id}/state"), Value::Null).await;
+    let mut next = say("two");
+    next["checkpoint"] = state["checkpoint"].clone();
+    let (_, values) = call(&app, "POST", &wait, next).await;
+    assert_eq!(texts(&values), ["human:uno", "ai:A1", "human:two", "ai:A2"]);
+
+    let mut unknown = say("three");
+    unknown["checkpoint"] = json!({"checkpoint_id": "9999"});
+    let (status, answer) = call(&app, "POST", &wait, unknown).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+    assert!(
+        answer["detail"].as_str().unwrap().contains("9999"),
+        "{answer}"
+    );
+}
