@@ -95,6 +95,15 @@ pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
         .route("/assistants/count", post(assistants_count))
         .route("/assistants/{assistant_id}", get(assistant_get))
         .route("/assistants/{assistant_id}/schemas", get(assistant_schemas))
+        .route("/assistants/{assistant_id}/graph", get(assistant_graph))
+        .route(
+            "/assistants/{assistant_id}/subgraphs",
+            get(assistant_subgraphs),
+        )
+        .route(
+            "/assistants/{assistant_id}/subgraphs/{namespace}",
+            get(assistant_subgraphs),
+        )
         .route("/threads", post(thread_create))
         .route("/threads/search", post(threads_search))
         .route("/threads/count", post(threads_count))
@@ -312,6 +321,44 @@ async fn assistant_schemas(
         "config_schema": {"type": "object", "properties": {}},
         "context_schema": {"type": "object", "properties": {}},
     })))
+}
+
+/// The agent's loop as LangGraph draws a graph (what LangGraph Studio shows): the model
+/// node, the tools node it hands calls to, and back.
+async fn assistant_graph(
+    State(shared): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    shared.assistant(&id)?;
+    let node = |name: &str| json!({"id": name, "type": "runnable", "data": {"id": ["deepagents", name], "name": name}});
+    Ok(Json(json!({
+        "nodes": [
+            {"id": "__start__", "type": "schema", "data": "__start__"},
+            node("model"),
+            node("tools"),
+            {"id": "__end__", "type": "schema", "data": "__end__"},
+        ],
+        "edges": [
+            {"source": "__start__", "target": "model"},
+            {"source": "model", "target": "tools", "conditional": true},
+            {"source": "model", "target": "__end__", "conditional": true},
+            {"source": "tools", "target": "model"},
+        ],
+    })))
+}
+
+/// Subagents run as the `task` tool, not as subgraphs: there are none to list.
+async fn assistant_subgraphs(
+    State(shared): State<AppState>,
+    Path(params): Path<Vec<(String, String)>>,
+) -> ApiResult<Json<Value>> {
+    let id = params
+        .iter()
+        .find(|(name, _)| name == "assistant_id")
+        .map(|(_, value)| value.as_str())
+        .unwrap_or_default();
+    shared.assistant(id)?;
+    Ok(Json(json!({})))
 }
 
 // ---- threads ----
@@ -909,6 +956,16 @@ async fn create_run(
         }
     }
     refuse_unhonoured(&body)?;
+    let context = match field(&body, "context") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(map)) if map.is_empty() => None,
+        Some(context @ Value::Object(_)) => Some(context.clone()),
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "`context` must be an object of the values the run's tools read, not {other}"
+            )));
+        }
+    };
     if !stateless {
         record_assistant(&records, thread_id, &assistant).await?;
     }
@@ -1011,6 +1068,7 @@ async fn create_run(
             .and_then(Value::as_bool)
             .unwrap_or(false),
         delete_thread_after: stateless && !keep,
+        context,
     };
     if let Err(error) = shared.runs.submit(job, &strategy).await {
         let _ = records.delete_run(thread_id, &record.run_id).await;

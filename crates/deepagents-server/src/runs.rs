@@ -122,6 +122,10 @@ pub struct Job {
     pub subgraphs: bool,
     /// A stateless run's thread, deleted when the run ends.
     pub delete_thread_after: bool,
+    /// The run's `context`: application data its tools and middleware read as the run's
+    /// [`RuntimeContext`](deepagents::RuntimeContext), a JSON [`Value`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Value>,
     /// The run's record when it was created.
     pub record: RunRecord,
 }
@@ -754,6 +758,11 @@ impl Runs {
             .with_options(RunOptions {
                 cancel: live.cancel.clone(),
                 assistant_id: Some(assistant.graph_id.clone()),
+                runtime: job
+                    .context
+                    .clone()
+                    .map(deepagents::RuntimeContext::new)
+                    .unwrap_or_default(),
                 ..RunOptions::default()
             })
             // A run of this thread elsewhere (the CLI on the same database, a server whose

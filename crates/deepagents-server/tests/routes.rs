@@ -411,3 +411,93 @@ async fn a_run_from_a_checkpoint_forks_the_thread_there() {
         "{answer}"
     );
 }
+
+/// A run's `context` is the run's runtime context: the tools of the run read it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_runs_context_reaches_its_tools() {
+    let watch = StepWatch::new(Arc::new(InMemoryCheckpointer::new()));
+    let script = json!({"turns": [
+        {"tool_calls": [{"name": "whoami", "args": {}}]},
+        {"text": "done"}
+    ]});
+    let model =
+        Arc::new(deepagents::models::ScriptedModel::from_json(&script.to_string()).unwrap());
+    let whoami = deepagents::core::DynamicTool::new(
+        "whoami",
+        "Who the run acts for.",
+        json!({"type": "object", "properties": {}}),
+        |_, ctx: deepagents::core::ToolContext| async move {
+            let user = ctx
+                .run
+                .runtime
+                .get::<Value>()
+                .and_then(|context| context["user_id"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| "nobody".to_owned());
+            Ok(deepagents::core::ToolOutput::text(user))
+        },
+    )
+    .unwrap();
+    let agent = deepagents::Agent::builder(model)
+        .dyn_tool(Arc::new(whoami))
+        .checkpointer(watch.clone())
+        .build()
+        .unwrap();
+    let options = ServerOptions::new(
+        vec![Assistant::new("agent", agent)],
+        Arc::new(InMemoryStore::new()),
+        watch,
+    );
+    let app = deepagents_server::router(options).unwrap();
+    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
+    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let wait = format!("/threads/{id}/runs/wait");
+    let (status, answer) = call(
+        &app,
+        "POST",
+        &wait,
+        json!({"assistant_id": "agent", "context": "alice"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    let (status, values) = call(
+        &app,
+        "POST",
+        &wait,
+        json!({"assistant_id": "agent", "context": {"user_id": "alice"},
+               "input": {"messages": [{"type": "human", "content": "who am I?"}]}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{values}");
+    let result = values["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["type"] == "tool")
+        .unwrap();
+    assert_eq!(result["content"], "alice", "{values}");
+}
+
+/// LangGraph Studio draws the assistant's graph; subagents are tools, not subgraphs.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_assistants_graph_is_the_agent_loop() {
+    let app = app();
+    let (status, graph) = call(&app, "GET", "/assistants/agent/graph", Value::Null).await;
+    assert_eq!(status, StatusCode::OK);
+    let nodes: Vec<&str> = graph["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(nodes, ["__start__", "model", "tools", "__end__"]);
+    assert!(
+        graph["edges"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"source": "tools", "target": "model"}))
+    );
+    let (status, subgraphs) = call(&app, "GET", "/assistants/agent/subgraphs", Value::Null).await;
+    assert_eq!((status, subgraphs), (StatusCode::OK, json!({})));
+    let (status, _) = call(&app, "GET", "/assistants/nobody/graph", Value::Null).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
