@@ -263,10 +263,18 @@ async fn drive(
         }
         stream = match target {
             // The thread continues from what its store holds, so nothing is written twice.
-            Target::Thread { thread, .. } => match thread.stream_decide(decisions).await {
-                Ok(stream) => stream,
-                Err(failure) => return Ok(Ended::Failed(failure)),
-            },
+            // Recorded for the pause that was shown: if another process answered it while
+            // the person decided, this fails instead of deciding the next pause.
+            Target::Thread { thread, .. } => {
+                let started = match output.pause_id() {
+                    Some(pause) => thread.stream_decide_pause(&pause, decisions).await,
+                    None => thread.stream_decide(decisions).await,
+                };
+                match started {
+                    Ok(stream) => stream,
+                    Err(failure) => return Ok(Ended::Failed(failure)),
+                }
+            }
             Target::Once(options) => {
                 let mut run = output.run;
                 deepagents::decide(&mut run, decisions)?;

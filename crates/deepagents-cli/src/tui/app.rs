@@ -216,6 +216,10 @@ pub struct Status {
 
 /// The whole TUI state.
 pub struct App {
+    /// The id of the pause the approval shown answers: decisions are recorded for it only,
+    /// so an approval left open while another process answered the pause cannot apply to
+    /// the next one.
+    pub pause: Option<String>,
     pub cells: Vec<Cell>,
     pub input: String,
     /// Where the cursor is in `input`, in bytes.
@@ -270,6 +274,7 @@ impl App {
     /// A fresh view for `status`.
     pub fn new(status: Status) -> Self {
         Self {
+            pause: None,
             cells: Vec::new(),
             input: String::new(),
             cursor: 0,

@@ -215,7 +215,11 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                         crate::approvals::grant_approved(policy, &actions, &decisions);
                     }
                     app.busy = true;
-                    match thread.stream_decide(decisions).await {
+                    let started = match app.pause.take() {
+                        Some(pause) => thread.stream_decide_pause(&pause, decisions).await,
+                        None => thread.stream_decide(decisions).await,
+                    };
+                    match started {
                         Ok(stream) => turn = Some(Turn { stream }),
                         Err(failure) => {
                             pending = app.failed(failure.to_string(), failure.run.spent)
@@ -366,7 +370,10 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                             Ok(output) if output.status == RunStatus::Finished => {
                                 app.finished(output.run.spent, output.run.total_spent)
                             }
-                            Ok(output) => app.paused(output.pending),
+                            Ok(output) => {
+                                app.pause = output.pause_id();
+                                app.paused(output.pending)
+                            }
                             Err(failure) => app.failed(failure.to_string(), failure.run.spent),
                         };
                     }
@@ -495,6 +502,7 @@ async fn open(
             if app.mode == app::Mode::Yolo {
                 app.mode = app::Mode::Auto;
             }
+            app.pause = deepagents::pause_id(&run);
             app.paused(run.control.pending.clone());
         }
     }
