@@ -19,11 +19,18 @@ pub fn parse_arguments(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
 }
 
-/// Tool-call arguments as the JSON text providers expect back.
+/// Tool-call arguments as the JSON text providers expect back. Arguments that were cut or
+/// malformed (kept as the model's raw text) go back as a valid object holding that text —
+/// servers that parse the history (llama.cpp's, vLLM's) refuse invalid JSON there, and the
+/// whole conversation would become unsendable.
 pub fn arguments_text(call: &ToolCall) -> String {
     match &call.arguments {
-        Value::String(raw) => raw.clone(),
-        other => other.to_string(),
+        Value::String(raw)
+            if serde_json::from_str::<Value>(raw).is_ok_and(|value| value.is_object()) =>
+        {
+            raw.clone()
+        }
+        _ => arguments_object(call).to_string(),
     }
 }
 

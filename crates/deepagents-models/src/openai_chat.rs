@@ -191,7 +191,12 @@ impl<'a> ChatCall<'a> {
             function: ChatFunction {
                 name: &call.name,
                 arguments: match &call.arguments {
-                    Value::String(raw) => Cow::Borrowed(raw),
+                    // Well-formed text goes back byte for byte, as the model wrote it.
+                    Value::String(raw)
+                        if serde_json::from_str::<Value>(raw).is_ok_and(|v| v.is_object()) =>
+                    {
+                        Cow::Borrowed(raw)
+                    }
                     _ => Cow::Owned(arguments_text(call)),
                 },
             },

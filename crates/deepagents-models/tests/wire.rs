@@ -1326,3 +1326,105 @@ fn wires_reuse_encoded_messages_and_send_what_a_fresh_encoding_sends() {
         check(&request, &mut cache, true);
     }
 }
+
+/// A tool call cut mid-arguments (kept as the model's raw text) goes back in later requests as
+/// a valid JSON object holding that text, on both OpenAI wires: servers that parse the history
+/// (llama.cpp's `llama-server`) refuse invalid JSON, which would make every later request of
+/// the thread fail.
+#[tokio::test]
+async fn cut_tool_call_arguments_go_back_as_valid_json_on_the_openai_wires() {
+    let cut = "{\"file_path\": \"/notes.md\", \"content\": \"half";
+    let request = ModelRequest {
+        messages: vec![
+            Message::User {
+                content: vec![ContentBlock::text("write it")],
+            },
+            Message::Assistant(AssistantMessage {
+                content: vec![],
+                tool_calls: vec![
+                    ToolCall {
+                        id: "call_cut".into(),
+                        name: "write_file".into(),
+                        arguments: json!(cut),
+                    },
+                    ToolCall {
+                        id: "call_ok".into(),
+                        name: "ls".into(),
+                        arguments: json!("{\"path\": \"/\"}"),
+                    },
+                ],
+            }),
+            Message::Tool(ToolResult {
+                tool_call_id: "call_cut".into(),
+                name: "write_file".into(),
+                content: vec![ContentBlock::text("The arguments are not valid JSON.")],
+                status: ToolStatus::Error,
+                artifact: None,
+            }),
+            Message::Tool(ToolResult {
+                tool_call_id: "call_ok".into(),
+                name: "ls".into(),
+                content: vec![ContentBlock::text("/notes.md")],
+                status: ToolStatus::Ok,
+                artifact: None,
+            }),
+        ]
+        .into(),
+        ..ModelRequest::default()
+    };
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1}
+        })))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/responses"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "id": "r1", "status": "completed",
+            "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}],
+            "usage": {"input_tokens": 1, "output_tokens": 1}
+        })))
+        .mount(&server)
+        .await;
+    let base = format!("{}/v1", server.uri());
+    model("openai_chat:gpt-4o", base.clone(), 0)
+        .generate(&request)
+        .await
+        .unwrap();
+    model("openai:gpt-4o", base, 0)
+        .generate(&request)
+        .await
+        .unwrap();
+    let bodies = sent_bodies(&server).await;
+    let chat_calls = &bodies[0]["messages"][1]["tool_calls"];
+    let responses_calls: Vec<&Value> = bodies[1]["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|item| item["type"] == "function_call")
+        .collect();
+    for (wire, cut_text, ok_text) in [
+        (
+            "chat",
+            chat_calls[0]["function"]["arguments"].as_str().unwrap(),
+            chat_calls[1]["function"]["arguments"].as_str().unwrap(),
+        ),
+        (
+            "responses",
+            responses_calls[0]["arguments"].as_str().unwrap(),
+            responses_calls[1]["arguments"].as_str().unwrap(),
+        ),
+    ] {
+        let parsed: Value = serde_json::from_str(cut_text)
+            .unwrap_or_else(|e| panic!("{wire}: not JSON ({e}): {cut_text}"));
+        assert_eq!(parsed, json!({"_raw_arguments": cut}), "{wire}");
+        assert_eq!(
+            ok_text, "{\"path\": \"/\"}",
+            "{wire}: well-formed text goes back as it was"
+        );
+    }
+}
