@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod backends;
+mod chat_page;
 mod completions;
 mod config;
 mod docs;

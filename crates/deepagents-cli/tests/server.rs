@@ -10,9 +10,10 @@ use std::time::Duration;
 use serde_json::json;
 
 /// A running `deepagents serve`, killed when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    address: String,
+    /// Where it listens (`127.0.0.1:PORT`).
+    pub(crate) address: String,
     pid: u32,
 }
 
@@ -25,16 +26,45 @@ impl Drop for Server {
 
 impl Server {
     /// The server with the scripted model of `script`, its files under `root`.
-    fn start(data: &Path, root: &Path, script: serde_json::Value, extra: &[&str]) -> Self {
-        Self::start_with(data, root, script, extra, &[])
-    }
-
-    /// [`start`](Self::start), with `envs` set.
-    fn start_with(
+    pub(crate) fn start(
         data: &Path,
         root: &Path,
         script: serde_json::Value,
         extra: &[&str],
+    ) -> Self {
+        Self::start_with(data, root, script, extra, &[])
+    }
+
+    /// [`start`](Self::start), with `envs` set.
+    pub(crate) fn start_with(
+        data: &Path,
+        root: &Path,
+        script: serde_json::Value,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
+        let root = root.display().to_string();
+        let mut args = vec![
+            "--todos",
+            "--backend",
+            "shell",
+            "--sandbox",
+            "off",
+            "--shell-allow",
+            "sleep",
+            "--root",
+            &root,
+        ];
+        args.extend_from_slice(extra);
+        Self::spawn(data, script, &args, envs)
+    }
+
+    /// The server with the scripted model of `script` and only `args` besides (no backend
+    /// chosen), with `envs` set.
+    pub(crate) fn spawn(
+        data: &Path,
+        script: serde_json::Value,
+        args: &[&str],
         envs: &[(&str, &str)],
     ) -> Self {
         let script_path = data.join("script.json");
@@ -45,18 +75,7 @@ impl Server {
             .env("HOME", data)
             .args(["serve", "--listen", "127.0.0.1:0", "--model"])
             .arg(format!("scripted:{}", script_path.display()))
-            .args([
-                "--todos",
-                "--backend",
-                "shell",
-                "--sandbox",
-                "off",
-                "--shell-allow",
-                "sleep",
-            ])
-            .arg("--root")
-            .arg(root)
-            .args(extra)
+            .args(args)
             .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

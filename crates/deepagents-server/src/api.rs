@@ -151,6 +151,9 @@ pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
             authenticate,
         ));
     let router = Router::new()
+        .route("/", get(crate::chat::page))
+        .route("/chat.js", get(crate::chat::script))
+        .route("/chat.css", get(crate::chat::style))
         .route("/ok", get(|| async { Json(json!({"ok": true})) }))
         .route("/info", get(info))
         .route("/metrics", get(metrics))

@@ -32,7 +32,10 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
                 header::X_CONTENT_TYPE_OPTIONS,
                 HeaderValue::from_static("nosniff"),
             ),
-            (header::REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
+            (
+                header::REFERRER_POLICY,
+                HeaderValue::from_static("no-referrer"),
+            ),
             // Revalidated each time: a newer binary's page must not mix with an older cached
             // script (there are no version tags in the asset names).
             (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),

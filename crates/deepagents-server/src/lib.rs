@@ -20,6 +20,7 @@
 //! ```
 
 mod api;
+mod chat;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 mod cors;
