@@ -16,6 +16,7 @@ mod stub;
 mod subagents;
 mod threads;
 mod tui;
+mod web_clients;
 
 /// The binary, with no model chosen by the environment and its data (the long-term memory
 /// store) in a scratch directory rather than the user's.
