@@ -11,6 +11,10 @@ pub const TIMEOUT: u8 = 124;
 /// The exit status of a run stopped by its spend cap (`--max-cost`, `--max-tokens`).
 pub const SPEND_CAP: u8 = 3;
 
+/// The exit status of a run whose answer was cut at the model's output limit: the answer is
+/// printed, but it is not whole.
+pub const CUT: u8 = 4;
+
 /// One line, except that a cassette diff keeps its lines so it stays readable.
 pub fn error_text(text: &str) -> String {
     match text.split_once(":\n") {

@@ -89,7 +89,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Closing folds SQLite's write-ahead log back into the database instead of leaving it.
     store.close().await;
     Ok(match outcome? {
-        Ended::Finished => ExitCode::SUCCESS,
+        Ended::Finished { cut: false } => ExitCode::SUCCESS,
+        Ended::Finished { cut: true } => ExitCode::from(exit::CUT),
         Ended::Interrupted => ExitCode::from(exit::INTERRUPTED),
         Ended::Failed(failure)
             if matches!(failure.error, deepagents::RunError::Cancelled)
@@ -133,8 +134,8 @@ fn report_timeout(seconds: u64, thread: Option<&str>) -> ExitCode {
 /// How [`drive`] ended; what a failure means is for its caller to say, which knows what
 /// cancelled the run.
 enum Ended {
-    /// The answer is printed.
-    Finished,
+    /// The answer is printed; `cut`: it was cut at the model's output limit.
+    Finished { cut: bool },
     /// A signal came before the run started (while waiting for the thread).
     Interrupted,
     /// The run failed, or was cancelled (a signal, `--timeout`).
@@ -236,7 +237,14 @@ async fn drive(
                     eprintln!("{}", spent_line(&output.run.spent, &output.run.total_spent));
                 }
             }
-            return Ok(Ended::Finished);
+            if output.cut() {
+                // Said even with --json and -q: the exit status alone would not say why.
+                eprintln!(
+                    "warning: the answer was cut at the model's output limit and is not complete; raise max_output_tokens in config.toml, or ask for less (exit status {})",
+                    exit::CUT
+                );
+            }
+            return Ok(Ended::Finished { cut: output.cut() });
         }
         let decisions = if auto_approve {
             approvals::approve_all(&output.pending)

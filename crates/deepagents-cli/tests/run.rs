@@ -374,3 +374,85 @@ fn headless_flags_match_the_reference_terminal_agent() {
     assert!(!message.contains("cancelled"), "{message}");
     assert!(started.elapsed() < std::time::Duration::from_secs(15));
 }
+
+/// An answer cut at the model's output limit is printed, but not passed off as whole: a
+/// warning on stderr (even with -q and --json), exit status 4, and `stop_reason` in the
+/// `final` event; a subagent's cut answer reaches its parent marked as cut.
+#[test]
+fn an_answer_cut_at_the_output_limit_is_said_to_be_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = script(
+        dir.path(),
+        json!([{"text": "The first half of", "stop_reason": "max_tokens"}]),
+    );
+    let quiet = bin()
+        .args(["-n", "a task", "-q", "--model", &model])
+        .output()
+        .unwrap();
+    assert_eq!(quiet.status.code(), Some(4), "{}", stderr(&quiet));
+    assert_eq!(stdout(&quiet), "The first half of\n");
+    assert!(
+        stderr(&quiet).contains("cut at the model's output limit"),
+        "{}",
+        stderr(&quiet)
+    );
+    let json = bin()
+        .args(["run", "--json", "--model", &model, "a task"])
+        .output()
+        .unwrap();
+    assert_eq!(json.status.code(), Some(4));
+    let last = stdout(&json)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|event| event["type"] == "final")
+        .unwrap_or_else(|| panic!("no final event: {}", stdout(&json)));
+    assert_eq!(last["stop_reason"], "max_tokens", "{last}");
+    // A whole answer still exits 0 and says end_turn.
+    let whole = script(dir.path(), json!([{"text": "All of it."}]));
+    let json = bin()
+        .args(["run", "--json", "--model", &whole, "a task"])
+        .output()
+        .unwrap();
+    assert!(json.status.success());
+    assert!(
+        stdout(&json).contains("\"stop_reason\":\"end_turn\""),
+        "{}",
+        stdout(&json)
+    );
+    // A subagent's cut answer: the parent is told.
+    let path = dir.path().join("nested.json");
+    std::fs::write(
+        &path,
+        json!({
+            "turns": [
+                {"tool_calls": [{"name": "task", "args": {"subagent_type": "general-purpose", "description": "write a long report"}}]},
+                {"text": "Noted."}
+            ],
+            "conversations": [{"when_task_contains": "long report", "turns": [
+                {"text": "Half a report", "stop_reason": "max_tokens"}
+            ]}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let nested = format!("scripted:{}", path.display());
+    let json = bin()
+        .args(["run", "--json", "--model", &nested, "delegate"])
+        .output()
+        .unwrap();
+    let result = stdout(&json)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|event| {
+            event["type"] == "tool_call_finished"
+                && event["name"] == "task"
+                && event["path"].as_array().is_none_or(Vec::is_empty)
+        })
+        .unwrap_or_else(|| panic!("no task result: {}", stdout(&json)));
+    assert!(
+        result
+            .to_string()
+            .contains("cut at the subagent's output limit"),
+        "{result}"
+    );
+}

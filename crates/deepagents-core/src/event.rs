@@ -14,6 +14,11 @@ use crate::interrupt::PendingAction;
 use crate::message::{ToolStatus, Usage};
 use crate::model::StopReason;
 use crate::spend::Spent;
+
+/// What a `final` event written before stop reasons were recorded ended with.
+fn end_turn() -> StopReason {
+    StopReason::EndTurn
+}
 use crate::state::{FileContent, Todo};
 
 /// The version of the event protocol: the JSON shape of [`Event`]. It changes when a kind or
@@ -292,6 +297,10 @@ pub enum EventKind {
         /// What the conversation has spent in all its runs.
         #[serde(default)]
         total_spent: Spent,
+        /// Why the model ended the answer: `max_tokens` means it was cut at the output limit
+        /// and is not whole.
+        #[serde(default = "end_turn")]
+        stop_reason: StopReason,
         /// The files kept in the agent state (the state backend's), by path, with their
         /// contents: `{"encoding": "text", "text": …}` or `{"encoding": "binary", "mime_type":
         /// …, "data": base64}`. Files on disk or in a store are not repeated here.

@@ -9,8 +9,9 @@
 //!
 //! Each turn has optional `text`, `tool_calls` (`name`, `args`, optional `id`; ids default to
 //! `call_<turn>_<index>`), `usage` (estimated from the text when absent) and `error`
-//! (`kind`, `message`, optional `retry_after_ms`) to make that call fail. `args` may be a string
-//! to simulate a model that sent malformed JSON.
+//! (`kind`, `message`, optional `retry_after_ms`) to make that call fail, and `stop_reason`
+//! (`max_tokens` plays an answer cut at the output limit). `args` may be a string to simulate a
+//! model that sent malformed JSON.
 //!
 //! A script may also hold `conversations`, each with `when_task_contains` and its own `turns`:
 //! a request whose first user message contains that text plays those turns. Subagents, which
@@ -74,6 +75,10 @@ pub struct ScriptedTurn {
     /// Makes this call fail instead.
     #[serde(default)]
     pub error: Option<ScriptedError>,
+    /// Why the model stopped (`end_turn`, `max_tokens`, …); by default `tool_use` with tool
+    /// calls and `end_turn` without. `max_tokens` plays an answer cut at the output limit.
+    #[serde(default)]
+    pub stop_reason: Option<StopReason>,
 }
 
 /// One scripted tool call.
@@ -326,10 +331,10 @@ impl ScriptedModel {
         } else {
             vec![ContentBlock::text(&turn.text)]
         };
-        let stop_reason = if tool_calls.is_empty() {
-            StopReason::EndTurn
-        } else {
-            StopReason::ToolUse
+        let stop_reason = match &turn.stop_reason {
+            Some(reason) => reason.clone(),
+            None if tool_calls.is_empty() => StopReason::EndTurn,
+            None => StopReason::ToolUse,
         };
         let message = AssistantMessage {
             content,

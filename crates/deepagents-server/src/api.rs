@@ -1057,6 +1057,7 @@ async fn create_run(
         error: None,
         values: None,
         worker: None,
+        stop_reason: None,
     };
     records.put_run(&record).await?;
     let keep = field(&body, "on_completion").and_then(Value::as_str) == Some("keep");
@@ -1194,6 +1195,7 @@ async fn end_thread_turn(
         error: None,
         values,
         worker: None,
+        stop_reason: None,
     };
     records.put_run(&record).await?;
     records.set_thread_status(thread_id, "idle").await?;

@@ -62,6 +62,10 @@ pub struct RunRecord {
     /// The server running it, in a cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
+    /// Why the model ended the run's answer, once it finished: `max_tokens` means the answer
+    /// was cut at the output limit and is not whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
 }
 
 impl RunRecord {

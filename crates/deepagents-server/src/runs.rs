@@ -644,6 +644,14 @@ impl Runs {
                 } else {
                     "interrupted"
                 };
+                if output.pending.is_empty() {
+                    lock(&live.record).stop_reason = serde_json::to_value(&output.stop_reason)
+                        .ok()
+                        .map(|reason| match reason {
+                            Value::String(reason) => reason,
+                            _ => "other".to_owned(),
+                        });
+                }
                 self.settle(
                     live,
                     records,

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use deepagents_core::{
     AgentState, ContentBlock, DynTool, EventKind, Extensions, ModelRequest, NextAction, PausedRun,
-    Run, RunContext, StateUpdate, ToolCall, ToolContext, ToolError, ToolOutput, ToolResult,
-    ToolStatus,
+    Run, RunContext, StateUpdate, StopReason, ToolCall, ToolContext, ToolError, ToolOutput,
+    ToolResult, ToolStatus,
 };
 use futures::stream::{self, FuturesUnordered};
 use futures::{FutureExt as _, StreamExt as _};
@@ -88,6 +88,7 @@ pub(crate) async fn drive_in(
         cancel_grace,
         tools: Arc::clone(&agent.tools),
         sources: agent.tool_sources.iter().map(|_| None).collect(),
+        stop_reason: StopReason::EndTurn,
     };
     let outcome = driver.advance(&mut run, &mut journal).await;
     // Whatever happened, what the run did so far is kept.
@@ -98,6 +99,7 @@ pub(crate) async fn drive_in(
     match outcome {
         Ok(Ended::Paused(pending)) => Ok(RunOutput {
             text: String::new(),
+            stop_reason: StopReason::ToolUse,
             structured: None,
             run,
             changed_files: journal.take_changed_outside(),
@@ -111,6 +113,7 @@ pub(crate) async fn drive_in(
                 steps: run.steps,
                 spent: run.spent,
                 total_spent: run.total_spent,
+                stop_reason: driver.stop_reason.clone(),
                 files: run
                     .state
                     .files
@@ -121,6 +124,7 @@ pub(crate) async fn drive_in(
             let structured = final_structured_answer(&run);
             Ok(RunOutput {
                 text,
+                stop_reason: driver.stop_reason,
                 structured,
                 run,
                 changed_files: journal.take_changed_outside(),
@@ -150,6 +154,9 @@ struct Driver<'a> {
     tools: Arc<ToolRegistry>,
     /// Per tool source: the version last listed and its tools then (`None`: not listed yet).
     sources: Vec<Option<Listed>>,
+    /// Why the latest model call of this drive stopped (a run resumed into its answer made
+    /// none: it ended its turn).
+    stop_reason: StopReason,
 }
 
 /// A tool source's tools as last listed, with the version they belong to.
@@ -405,6 +412,7 @@ impl Driver<'_> {
             stop_reason: response.stop_reason.clone(),
             tool_calls: response.message.tool_calls.len(),
         });
+        self.stop_reason = response.stop_reason.clone();
         ctx.budget.charge(agent.model.id(), response.usage);
         run.apply_model_response(response);
         self.settle_spend(run);

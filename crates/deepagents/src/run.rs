@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use deepagents_core::{Checkpointing, Run, RunLimits, RuntimeContext, SpendLimits};
+use deepagents_core::{Checkpointing, Run, RunLimits, RuntimeContext, SpendLimits, StopReason};
 use tokio_util::sync::CancellationToken;
 
 use crate::approval::PendingAction;
@@ -72,6 +72,9 @@ pub struct RunOutput {
     pub pending: Vec<PendingAction>,
     /// The final answer: the text of the last assistant message (empty when paused).
     pub text: String,
+    /// Why the model ended that answer; [`StopReason::MaxTokens`] means it was cut at the
+    /// output limit and is not whole ([`cut`](Self::cut)).
+    pub stop_reason: StopReason,
     /// The validated structured answer, when the agent has a response format.
     pub structured: Option<serde_json::Value>,
     /// The finished run, with the whole conversation and state.
@@ -82,6 +85,12 @@ pub struct RunOutput {
 }
 
 impl RunOutput {
+    /// Whether the answer was cut at the model's output limit: what it says is not all it
+    /// meant to say.
+    pub fn cut(&self) -> bool {
+        self.stop_reason == StopReason::MaxTokens
+    }
+
     /// The id of the pause the run ended in (see [`pause_id`](crate::approval::pause_id));
     /// `None` when it finished. Give it back with the decisions
     /// ([`Thread::decide_pause`](crate::Thread::decide_pause)) so they answer this pause only.

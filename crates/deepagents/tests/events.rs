@@ -243,7 +243,11 @@ async fn execute_output_streams_before_the_command_ends() {
 /// change to the shape of any event adds a line here and is described in docs/PROTOCOL.md:
 /// an addition (new kinds, new fields, which listeners skip) under the same version; any
 /// other change (a rename, a removal, a new meaning) under a new `PROTOCOL_VERSION`.
-const PROTOCOL_SHAPES: &[(u32, u64)] = &[(1, 0xcd6c_b582_a5e6_77d2), (1, 0x1d7f_2c84_c965_aedc)];
+const PROTOCOL_SHAPES: &[(u32, u64)] = &[
+    (1, 0xcd6c_b582_a5e6_77d2),
+    (1, 0x1d7f_2c84_c965_aedc),
+    (1, 0x92bd_8e78_74b3_37f4),
+];
 
 /// One event of every kind, as JSON lines.
 fn protocol_samples() -> String {
@@ -338,6 +342,7 @@ fn protocol_samples() -> String {
                 unpriced_tokens: 0,
             },
             total_spent: deepagents::core::Spent::default(),
+            stop_reason: deepagents::core::StopReason::EndTurn,
             files: [(
                 "/a.md".to_owned(),
                 FileContent::Text {

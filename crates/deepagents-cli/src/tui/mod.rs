@@ -368,6 +368,11 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                     if let Some(ended) = turn.take() {
                         pending = match ended.stream.outcome().await {
                             Ok(output) if output.status == RunStatus::Finished => {
+                                if output.cut() {
+                                    app.cells.push(Cell::Notice(
+                                        "The answer was cut at the model's output limit and is not complete: ask for the rest, or raise max_output_tokens in config.toml.".to_owned(),
+                                    ));
+                                }
                                 app.finished(output.run.spent, output.run.total_spent)
                             }
                             Ok(output) => {

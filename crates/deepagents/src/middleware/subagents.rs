@@ -336,11 +336,17 @@ impl Tool for Task {
                     Some(json) => json.to_string(),
                     None => last_answer(&output.run),
                 };
-                let answer = if answer.is_empty() {
+                let mut answer = if answer.is_empty() {
                     "(the subagent finished without an answer)".to_owned()
                 } else {
                     answer
                 };
+                if output.cut() {
+                    answer.push_str(
+                        "\n\n[This answer was cut at the subagent's output limit: it is not \
+                         complete. Ask for the rest, or for a shorter answer.]",
+                    );
+                }
                 let changes = changes_since(&start, &output.run.state, changed_before);
                 let mut result = ToolOutput::text(answer)
                     .with_update(changes)
