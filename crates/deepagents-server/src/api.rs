@@ -26,6 +26,8 @@ use crate::{Assistant, ServerOptions};
 use deepagents_langgraph::MODES;
 use deepagents_langgraph::convert;
 
+mod events;
+
 /// What every handler shares.
 struct Shared {
     assistants: Vec<Arc<Assistant>>,
@@ -124,6 +126,8 @@ pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
         .route("/threads/{thread_id}/runs", get(runs_list).post(run_create))
         .route("/threads/{thread_id}/runs/stream", post(run_stream))
         .route("/threads/{thread_id}/runs/wait", post(run_wait))
+        .route("/threads/{thread_id}/commands", post(events::command))
+        .route("/threads/{thread_id}/stream/events", post(events::events))
         .route(
             "/threads/{thread_id}/runs/{run_id}",
             get(run_get).delete(run_delete),

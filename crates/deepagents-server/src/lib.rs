@@ -26,6 +26,7 @@ pub mod cluster;
 mod cors;
 mod error;
 mod metrics;
+mod protocol;
 mod records;
 mod runs;
 mod stream;

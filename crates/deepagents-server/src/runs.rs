@@ -153,6 +153,8 @@ pub struct Runs {
     queued: tokio::sync::Notify,
     /// The server is shutting down: it claims no more runs.
     stopping: std::sync::atomic::AtomicBool,
+    /// Each thread's runs as events of the thread-centric protocol.
+    pub protocol: crate::protocol::Tapes,
 }
 
 impl Runs {
@@ -189,6 +191,7 @@ impl Runs {
             #[cfg(feature = "cluster")]
             queued: tokio::sync::Notify::new(),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            protocol: crate::protocol::Tapes::default(),
         })
     }
 
@@ -252,6 +255,7 @@ impl Runs {
 
     /// Stops every run of a thread, running or waiting (the thread is going away).
     pub async fn stop_thread(&self, tenant: &str, thread_id: &str) -> ApiResult<()> {
+        self.protocol.clear(&storage_id(tenant, thread_id));
         #[cfg(feature = "cluster")]
         if let Some(cluster) = &self.cluster {
             return cluster
@@ -292,6 +296,7 @@ impl Runs {
     pub fn stop_all(&self) {
         self.stopping
             .store(true, std::sync::atomic::Ordering::Release);
+        self.protocol.close();
         #[cfg(feature = "cluster")]
         if self.cluster.is_some() {
             for live in lock(&self.live).values() {
@@ -593,6 +598,13 @@ impl Runs {
             meta,
             before.as_ref(),
         );
+        let mut protocol = crate::protocol::RunTape::start(
+            self.protocol.tape(storage),
+            &record.run_id,
+            &assistant.graph_id,
+            before.as_ref(),
+            job.resume.as_ref(),
+        );
         let mut first_step = true;
         let mut clock = crate::metrics::CallClock::default();
         // A resume refused before anything ran leaves the thread as it was.
@@ -606,6 +618,7 @@ impl Runs {
                     self.metrics.observe(&event, &mut clock);
                     for step in steps.steps_before(&event) {
                         framer.step(&step);
+                        protocol.step(&step);
                         if job.delete_thread_after {
                             live.keep_last(&step.run);
                         }
@@ -614,9 +627,11 @@ impl Runs {
                         }
                     }
                     framer.event(&event);
+                    protocol.event(&event);
                 }
                 for step in steps.remaining() {
                     framer.step(&step);
+                    protocol.step(&step);
                     if job.delete_thread_after {
                         live.keep_last(&step.run);
                     }
@@ -637,6 +652,11 @@ impl Runs {
             return;
         }
         let action = lock(&live.cancel_action).clone();
+        let ending = match &outcome {
+            Ok(output) if output.pending.is_empty() => crate::protocol::Outcome::Completed,
+            Ok(_) | Err(RunError::Cancelled) => crate::protocol::Outcome::Interrupted,
+            Err(error) => crate::protocol::Outcome::Failed(error.to_string()),
+        };
         match outcome {
             Ok(output) => {
                 let thread_status = if output.pending.is_empty() {
@@ -736,6 +756,9 @@ impl Runs {
                 .await;
             }
         }
+        // After the run's status is saved: a client that reads the thread once it sees the
+        // end finds it settled.
+        protocol.finish(ending);
     }
 
     /// The run's input is in its thread: a later attempt continues rather than repeats it.

@@ -13,6 +13,7 @@ use deepagents_server::{Assistant, ServerError, ServerOptions, StepWatch};
 use serde_json::json;
 
 mod cors;
+mod events;
 mod routes;
 
 fn agent(checkpointer: Arc<dyn deepagents::core::Checkpointer>) -> Agent {

@@ -1,0 +1,530 @@
+//! The routes of the thread-centric streaming protocol (LangGraph's "v2" event streaming),
+//! which `@langchain/react` 1.1's `useStream` and the JS SDK's `client.threads.stream(…)`
+//! speak: `POST /threads/{id}/commands` takes one command and answers it, `POST
+//! /threads/{id}/stream/events` streams the thread's protocol events ([`crate::protocol`]),
+//! filtered as its body asks. Runs started here are the same runs as the v1 routes' (one
+//! queue per thread, the same records and checkpoints).
+
+use std::time::Duration;
+
+use axum::Extension;
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::{AppState, Tenant, field};
+use crate::error::{ApiError, ApiResult};
+use crate::protocol::{CHANNELS, Filter};
+use crate::runs::storage_id;
+
+/// How long `input.respond` waits for the run that paused to let go of its thread (it
+/// announces the interrupt a moment before it has saved its status and ended).
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// A command refused: the protocol's error code and what to do about it.
+struct Refused(&'static str, String);
+
+impl Refused {
+    fn invalid(message: impl Into<String>) -> Self {
+        Self("invalid_argument", message.into())
+    }
+
+    /// An API error as the protocol names it; `conflict` is the code of a 409 for this
+    /// command (a stale interrupt for a resume, a busy thread otherwise).
+    fn from_api(error: ApiError, conflict: &'static str) -> Self {
+        let code = match error.status {
+            StatusCode::NOT_FOUND if error.detail.contains("checkpoint") => "no_such_checkpoint",
+            StatusCode::CONFLICT => conflict,
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => "permission_denied",
+            status if status.is_server_error() => "unknown_error",
+            _ => "invalid_argument",
+        };
+        Self(code, error.detail)
+    }
+}
+
+/// The protocol's error response.
+fn error_response(id: Option<&Value>, code: &str, message: &str) -> Value {
+    json!({"type": "error", "id": id.filter(|id| id.is_u64()), "error": code, "message": message})
+}
+
+/// `POST /threads/{thread_id}/commands`: one command (`{id, method, params}`), answered with
+/// the protocol's success or error response. Only a body that is not a command is an HTTP
+/// error (400); a command that fails is a 200 carrying the error, as the reference server
+/// answers, so clients read its code.
+pub(super) async fn command(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(thread_id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let command: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let (Some(id), Some(method)) = (
+        command.get("id").and_then(Value::as_u64),
+        command.get("method").and_then(Value::as_str),
+    ) else {
+        let answer = error_response(
+            command.get("id"),
+            "invalid_argument",
+            "a protocol command is a JSON object with an integer `id`, a string `method` and `params`",
+        );
+        return (StatusCode::BAD_REQUEST, Json(answer)).into_response();
+    };
+    let params = match command.get("params") {
+        None | Some(Value::Null) => json!({}),
+        Some(params @ Value::Object(_)) => params.clone(),
+        Some(_) => {
+            let answer = error_response(
+                Some(&json!(id)),
+                "invalid_argument",
+                "`params` must be an object",
+            );
+            return Json(answer).into_response();
+        }
+    };
+    let tape = shared
+        .runs
+        .protocol
+        .tape(&storage_id(&tenant.0, &thread_id));
+    // What the client has seen when its command applies: events numbered after this come
+    // from what the command started.
+    let applied = tape.last_seq();
+    let outcome = match method {
+        "run.start" => run_start(&shared, &tenant, &thread_id, &params).await,
+        "input.respond" => input_respond(&shared, &tenant, &thread_id, &params).await,
+        "agent.getTree" => Ok(json!({"tree": tape.tree()})),
+        "state.get" => state_get(&shared, &tenant, &thread_id, &params).await,
+        "state.listCheckpoints" => list_checkpoints(&shared, &tenant, &thread_id, &params).await,
+        "state.fork" => state_fork(&shared, &tenant, &thread_id, &params).await,
+        "subscription.subscribe" | "subscription.unsubscribe" | "subscription.reconnect" => {
+            Err(Refused(
+                "not_supported",
+                format!(
+                    "over HTTP a subscription is a connection: open POST /threads/{thread_id}/stream/events with the channels, namespaces and depth (and `since` to resume); closing it unsubscribes"
+                ),
+            ))
+        }
+        "input.inject" => Err(Refused(
+            "not_supported",
+            "messages cannot be injected into a running run here; send run.start with the message, which waits for the running one (multitask_strategy enqueue)".to_owned(),
+        )),
+        other => Err(Refused(
+            "unknown_command",
+            format!(
+                "unknown protocol command `{other}`; this server knows run.start, input.respond, agent.getTree, state.get, state.listCheckpoints and state.fork"
+            ),
+        )),
+    };
+    let answer = match outcome {
+        Ok(result) => json!({
+            "type": "success",
+            "id": id,
+            "result": result,
+            "meta": {"applied_through_seq": applied},
+        }),
+        Err(Refused(code, message)) => error_response(Some(&json!(id)), code, &message),
+    };
+    Json(answer).into_response()
+}
+
+/// `config.configurable.checkpoint_id` of a command's params: the checkpoint a run forks
+/// from (the SDK's `forkFrom`).
+fn fork_target(params: &Value) -> Option<Value> {
+    params
+        .pointer("/config/configurable/checkpoint_id")
+        .filter(|id| !id.is_null())
+        .cloned()
+}
+
+/// Copies the run fields a command may carry (`metadata`, `context`) into a v1 run payload.
+fn run_fields(params: &Value, body: &mut Value) {
+    for key in ["metadata", "context"] {
+        if let Some(value) = field(params, key) {
+            body[key] = value.clone();
+        }
+    }
+}
+
+/// `run.start`: a run with `input` on the thread, made when it does not exist yet. A run
+/// going on the thread is waited for unless `multitask_strategy` says otherwise.
+async fn run_start(
+    shared: &AppState,
+    tenant: &Tenant,
+    thread_id: &str,
+    params: &Value,
+) -> Result<Value, Refused> {
+    let assistant_id = field(params, "assistant_id")
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| {
+            Refused::invalid("run.start needs `assistant_id`: the graph id or assistant id to run")
+        })?;
+    // The SDK spells it both ways.
+    let strategy = field(params, "multitask_strategy")
+        .or_else(|| field(params, "multitaskStrategy"))
+        .and_then(Value::as_str)
+        .unwrap_or("enqueue");
+    let mut body = json!({
+        "assistant_id": assistant_id,
+        "input": field(params, "input").cloned().unwrap_or(Value::Null),
+        "if_not_exists": "create",
+        "multitask_strategy": strategy,
+    });
+    run_fields(params, &mut body);
+    if let Some(checkpoint) = fork_target(params) {
+        body["checkpoint_id"] = checkpoint;
+    }
+    let record = super::create_run(shared, tenant, thread_id, body, false)
+        .await
+        .map_err(|error| Refused::from_api(error, "invalid_argument"))?;
+    Ok(json!({"run_id": record.run_id}))
+}
+
+/// The assistant that last ran on the thread (as its metadata records), else the default.
+async fn thread_assistant(
+    shared: &AppState,
+    tenant: &Tenant,
+    thread_id: &str,
+) -> Result<String, Refused> {
+    let thread = shared
+        .records(tenant)
+        .thread(thread_id)
+        .await
+        .map_err(|error| Refused::from_api(error, "invalid_argument"))?
+        .ok_or_else(|| {
+            Refused(
+                "no_such_run",
+                format!("thread `{thread_id}` has no run; start one with run.start"),
+            )
+        })?;
+    let recorded = thread
+        .metadata
+        .get("assistant_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    match recorded {
+        Some(id) => Ok(id),
+        None => shared
+            .assistants
+            .first()
+            .map(|assistant| assistant.graph_id.clone())
+            .ok_or_else(|| Refused("unknown_error", "no assistants are served".to_owned())),
+    }
+}
+
+/// `input.respond`: a run that resumes the interrupt the thread waits on with `response`
+/// (for an approval, `{"decisions": [...]}`, one per action, as in the v1 API).
+async fn input_respond(
+    shared: &AppState,
+    tenant: &Tenant,
+    thread_id: &str,
+    params: &Value,
+) -> Result<Value, Refused> {
+    let entries: Vec<&Value> = match field(params, "responses") {
+        Some(Value::Array(entries)) if !entries.is_empty() => entries.iter().collect(),
+        Some(_) => {
+            return Err(Refused::invalid(
+                "`responses` must be a non-empty list of {interrupt_id, response, namespace}",
+            ));
+        }
+        None => vec![params],
+    };
+    let mut answers = serde_json::Map::new();
+    for entry in entries {
+        let id = field(entry, "interrupt_id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                Refused::invalid(
+                    "input.respond needs `interrupt_id`: the id of the input.requested event answered",
+                )
+            })?;
+        let namespace_ok = match field(entry, "namespace") {
+            None => true,
+            Some(Value::Array(segments)) => segments.iter().all(Value::is_string),
+            Some(_) => false,
+        };
+        if !namespace_ok {
+            return Err(Refused::invalid(
+                "`namespace` must be a list of strings ([] for the root)",
+            ));
+        }
+        answers.insert(
+            id.to_owned(),
+            field(entry, "response").cloned().unwrap_or(Value::Null),
+        );
+    }
+    if answers.len() > 1 {
+        return Err(Refused::invalid(
+            "this server pauses on one interrupt at a time (its approvals are one interrupt with every action); answer that one with a response holding one decision per action",
+        ));
+    }
+    // The run that paused announced the interrupt just before it ended: let it end, so the
+    // resume is not refused as behind a running run.
+    let started = tokio::time::Instant::now();
+    while shared
+        .runs
+        .busy(&tenant.0, thread_id)
+        .await
+        .map_err(|error| Refused::from_api(error, "invalid_argument"))?
+        && started.elapsed() < SETTLE
+    {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let assistant_id = thread_assistant(shared, tenant, thread_id).await?;
+    let mut command = json!({"resume": Value::Object(answers)});
+    for key in ["update", "goto"] {
+        if let Some(value) = field(params, key) {
+            command[key] = value.clone();
+        }
+    }
+    let mut body = json!({"assistant_id": assistant_id, "command": command});
+    run_fields(params, &mut body);
+    let record = super::create_run(shared, tenant, thread_id, body, false)
+        .await
+        .map_err(|error| Refused::from_api(error, "no_such_interrupt"))?;
+    Ok(json!({"run_id": record.run_id}))
+}
+
+/// Subagents keep no checkpoints of their own: only the root namespace has state.
+fn root_only(params: &Value) -> Result<(), Refused> {
+    match field(params, "namespace") {
+        None => Ok(()),
+        Some(Value::Array(segments)) if segments.is_empty() => Ok(()),
+        Some(_) => Err(Refused(
+            "no_such_namespace",
+            "only the root namespace ([]) has state here; a subagent's work is in its task's tool message".to_owned(),
+        )),
+    }
+}
+
+/// `state.get`: the thread's values and checkpoint, all keys or those of `keys`.
+async fn state_get(
+    shared: &AppState,
+    tenant: &Tenant,
+    thread_id: &str,
+    params: &Value,
+) -> Result<Value, Refused> {
+    root_only(params)?;
+    let state = super::state_of(shared, tenant, thread_id, None)
+        .await
+        .map_err(|error| Refused::from_api(error, "invalid_argument"))?;
+    let mut values = state.get("values").cloned().unwrap_or_else(|| json!({}));
+    if let (Some(Value::Array(keys)), Value::Object(map)) = (field(params, "keys"), &mut values) {
+        map.retain(|key, _| keys.iter().any(|wanted| wanted.as_str() == Some(key)));
+    }
+    let mut result = json!({"values": values});
+    if let Some(id) = state.pointer("/checkpoint/checkpoint_id") {
+        result["checkpoint"] = json!({"id": id, "ns": ""});
+    }
+    Ok(result)
+}
+
+/// `state.listCheckpoints`: the thread's checkpoints, newest first.
+async fn list_checkpoints(
+    shared: &AppState,
+    tenant: &Tenant,
+    thread_id: &str,
+    params: &Value,
+) -> Result<Value, Refused> {
+    root_only(params)?;
+    let query = json!({
+        "limit": field(params, "limit").cloned().unwrap_or(json!(10)),
+        "before": field(params, "before").cloned(),
+    });
+    let states = super::history_of(shared, tenant, thread_id, &query)
+        .await
+        .map_err(|error| Refused::from_api(error, "invalid_argument"))?;
+    let checkpoints: Vec<Value> = states
+        .iter()
+        .map(|state| {
+            json!({
+                "id": state.pointer("/checkpoint/checkpoint_id").cloned().unwrap_or(Value::Null),
+                "timestamp": state.get("created_at").cloned().unwrap_or(Value::Null),
+                "step": state.pointer("/metadata/step").cloned().unwrap_or(json!(0)),
+                "metadata": state.get("metadata").cloned().unwrap_or_else(|| json!({})),
+            })
+        })
+        .collect();
+    Ok(json!({"checkpoints": checkpoints}))
+}
+
+/// `state.fork`: a run from checkpoint `checkpoint_id` (with `input`, when given), as a new
+/// branch of the thread.
+async fn state_fork(
+    shared: &AppState,
+    tenant: &Tenant,
+    thread_id: &str,
+    params: &Value,
+) -> Result<Value, Refused> {
+    let checkpoint = field(params, "checkpoint_id")
+        .cloned()
+        .ok_or_else(|| Refused::invalid("state.fork needs `checkpoint_id`"))?;
+    let assistant_id = thread_assistant(shared, tenant, thread_id).await?;
+    let mut body = json!({
+        "assistant_id": assistant_id,
+        "input": field(params, "input").cloned().unwrap_or(Value::Null),
+        "checkpoint_id": checkpoint,
+        "multitask_strategy": "enqueue",
+    });
+    run_fields(params, &mut body);
+    let record = super::create_run(shared, tenant, thread_id, body, false)
+        .await
+        .map_err(|error| Refused::from_api(error, "invalid_argument"))?;
+    Ok(json!({"run_id": record.run_id, "thread_id": thread_id}))
+}
+
+/// The filter of an event stream's body (`EventStreamRequest`), checked; with `since`.
+fn read_filter(body: &Value) -> ApiResult<(Filter, u64)> {
+    let allowed = || format!("{} or custom:NAME", CHANNELS.join(", "));
+    let channels: Vec<String> = match field(body, "channels") {
+        Some(Value::Array(channels)) if !channels.is_empty() => channels
+            .iter()
+            .map(|channel| match channel.as_str() {
+                Some(name)
+                    if CHANNELS.contains(&name)
+                        || name.strip_prefix("custom:").is_some_and(|n| !n.is_empty()) =>
+                {
+                    Ok(name.to_owned())
+                }
+                _ => Err(ApiError::invalid(format!(
+                    "unknown channel {channel}; use {}",
+                    allowed()
+                ))),
+            })
+            .collect::<ApiResult<_>>()?,
+        _ => {
+            return Err(ApiError::invalid(format!(
+                "`channels` must be a non-empty list of channel names ({})",
+                allowed()
+            )));
+        }
+    };
+    let namespaces = match field(body, "namespaces") {
+        None => None,
+        Some(Value::Array(list)) => Some(
+            list.iter()
+                .map(|namespace| {
+                    namespace
+                        .as_array()
+                        .and_then(|segments| {
+                            segments
+                                .iter()
+                                .map(|s| s.as_str().map(str::to_owned))
+                                .collect::<Option<Vec<_>>>()
+                        })
+                        .ok_or_else(|| {
+                            ApiError::invalid(
+                                "`namespaces` must be a list of namespaces, each a list of strings ([] for the root)",
+                            )
+                        })
+                })
+                .collect::<ApiResult<Vec<_>>>()?,
+        ),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`namespaces` must be a list of namespaces, each a list of strings ([] for the root)",
+            ));
+        }
+    };
+    let number = |key: &str| -> ApiResult<Option<u64>> {
+        match field(body, key) {
+            None => Ok(None),
+            Some(value) => value.as_u64().map(Some).ok_or_else(|| {
+                ApiError::invalid(format!("`{key}` must be a non-negative integer"))
+            }),
+        }
+    };
+    let depth = number("depth")?.map(|depth| usize::try_from(depth).unwrap_or(usize::MAX));
+    let since = number("since")?.unwrap_or(0);
+    Ok((
+        Filter {
+            channels,
+            namespaces,
+            depth,
+        },
+        since,
+    ))
+}
+
+/// `POST /threads/{thread_id}/stream/events`: the thread's protocol events as server-sent
+/// events (`event:` the method, `data:` the event, `id:` its `seq`), those numbered after
+/// `since` first, then live, across its runs, until the client goes away. The body filters
+/// them: `channels`, `namespaces` (prefixes) and `depth` (how far below a prefix).
+pub(super) async fn events(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(thread_id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::invalid(format!("the body is not valid JSON: {e}")))?
+    };
+    let (filter, since) = read_filter(&body)?;
+    shared.records(&tenant).existing_thread(&thread_id).await?;
+    let tape = shared
+        .runs
+        .protocol
+        .tape(&storage_id(&tenant.0, &thread_id));
+    let closing = shared.runs.protocol.closing();
+    // A comment first, so the client has the response (and knows the stream is open)
+    // before any event comes.
+    let opening = futures::stream::once(async {
+        Ok::<_, std::convert::Infallible>(Bytes::from_static(b": connected\n\n"))
+    });
+    let following = futures::stream::unfold(
+        (tape, since, closing),
+        move |(tape, mut after, mut closing)| {
+            let filter = filter.clone();
+            async move {
+                loop {
+                    if *closing.borrow() {
+                        return None;
+                    }
+                    let events = tape.since(after);
+                    if let Some(last) = events.last() {
+                        after = last.seq;
+                        let mut text = String::new();
+                        for event in events.iter().filter(|event| filter.wants(event)) {
+                            text.push_str(&format!(
+                                "event: {}\ndata: {}\nid: {}\n\n",
+                                event.method, event.json, event.seq
+                            ));
+                        }
+                        if text.is_empty() {
+                            continue;
+                        }
+                        return Some((Ok(Bytes::from(text)), (tape, after, closing)));
+                    }
+                    tokio::select! {
+                        () = tape.changed(after) => {}
+                        // A comment now and then keeps proxies from closing a quiet stream and
+                        // tells the client the connection is alive.
+                        () = tokio::time::sleep(Duration::from_secs(15)) => {
+                            return Some((
+                                Ok(Bytes::from_static(b": heartbeat\n\n")),
+                                (tape, after, closing),
+                            ));
+                        }
+                        _ = closing.changed() => return None,
+                    }
+                }
+            }
+        },
+    );
+    let mut response = Response::new(Body::from_stream(futures::StreamExt::chain(
+        opening, following,
+    )));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(response)
+}
