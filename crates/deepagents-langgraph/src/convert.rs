@@ -8,10 +8,40 @@ use deepagents::core::{
 use deepagents::{Decision, DecisionKind, PendingAction, RunError};
 use serde_json::{Map, Value, json};
 
-/// The id of message `index` of a thread: stable, since a thread's messages are only ever
-/// appended (summaries change what the model sees, not the thread).
+/// The id of message `index` of a thread that was never forked: stable, since a thread's
+/// messages are only ever appended (summaries change what the model sees, not the thread).
 pub fn message_id(index: usize) -> String {
-    format!("msg-{index}")
+    MessageIds::default().id(index)
+}
+
+/// How a thread's messages are named: `msg-N` by position, and `msg-N-bF` for those made
+/// after fork `F` of the thread (a run from an earlier checkpoint). A regenerated or edited
+/// message sits where an earlier one did; without the fork in its id the two would share one,
+/// and clients that track messages by id (the LangGraph SDK's branches) could not tell them
+/// apart. Messages from before a fork keep their ids in every branch.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MessageIds {
+    /// The forks on the way to the state named, oldest first: the index of the first
+    /// message made after each, and the fork's checkpoint.
+    forks: Vec<(usize, u64)>,
+}
+
+impl MessageIds {
+    /// The ids of a state reached through `forks`, oldest first: for each, the number of
+    /// messages of the state it restored and the fork's checkpoint id.
+    pub fn new(forks: Vec<(usize, u64)>) -> Self {
+        Self { forks }
+    }
+
+    /// The id of message `index`.
+    pub fn id(&self, index: usize) -> String {
+        // The latest fork at or before the message made it; earlier entries may start later
+        // when a later fork restored a shorter state.
+        match self.forks.iter().rev().find(|(from, _)| *from <= index) {
+            Some((_, fork)) => format!("msg-{index}-b{fork}"),
+            None => format!("msg-{index}"),
+        }
+    }
 }
 
 /// `content` as LangChain writes it: a string when it is only text, else a list of blocks.
@@ -46,7 +76,11 @@ fn base64(bytes: &[u8]) -> String {
 
 /// Message `index` of a thread as a LangChain message dict.
 pub fn message(index: usize, message: &Message) -> Value {
-    let id = message_id(index);
+    message_named(message_id(index), message)
+}
+
+/// A message as a LangChain message dict with the id `id`.
+fn message_named(id: String, message: &Message) -> Value {
     match message {
         Message::System { content: blocks } => {
             json!({"type": "system", "id": id, "content": content(blocks)})
@@ -79,20 +113,33 @@ pub fn message(index: usize, message: &Message) -> Value {
 
 /// The messages of a run from `from` on.
 pub fn messages_from(run: &Run, from: usize) -> Vec<Value> {
+    messages_named(run, from, &MessageIds::default())
+}
+
+/// The messages of a run from `from` on, named by `ids`.
+pub fn messages_named(run: &Run, from: usize, ids: &MessageIds) -> Vec<Value> {
     run.state
         .messages
         .iter()
         .enumerate()
         .skip(from)
-        .map(|(index, m)| message(index, m))
+        .map(|(index, m)| message_named(ids.id(index), m))
         .collect()
 }
 
 /// A run's state as the `values` of a thread: messages, todos, files, the structured
 /// response when there is one, and `__interrupt__` while it waits for decisions.
 pub fn values(run: &Run, interrupt_id: &str) -> Value {
+    values_named(run, interrupt_id, &MessageIds::default())
+}
+
+/// [`values`], with the messages named by `ids` (a forked thread's).
+pub fn values_named(run: &Run, interrupt_id: &str, ids: &MessageIds) -> Value {
     let mut values = Map::new();
-    values.insert("messages".to_owned(), Value::Array(messages_from(run, 0)));
+    values.insert(
+        "messages".to_owned(),
+        Value::Array(messages_named(run, 0, ids)),
+    );
     values.insert(
         "todos".to_owned(),
         serde_json::to_value(&run.state.todos).unwrap_or(Value::Null),
@@ -798,6 +845,20 @@ fn decode_data(mime: &str, data: &str) -> Result<ContentBlock, String> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_made_after_a_fork_are_named_apart_and_earlier_ones_keep_their_ids() {
+        let plain = MessageIds::default();
+        assert_eq!(plain.id(3), "msg-3");
+        // Fork 7 kept 2 messages; fork 9 then restored a state of 1 message.
+        let ids = MessageIds::new(vec![(2, 7), (1, 9)]);
+        assert_eq!(ids.id(0), "msg-0");
+        assert_eq!(ids.id(1), "msg-1-b9");
+        assert_eq!(ids.id(4), "msg-4-b9");
+        let ids = MessageIds::new(vec![(2, 7)]);
+        assert_eq!(ids.id(1), "msg-1");
+        assert_eq!(ids.id(2), "msg-2-b7");
+    }
 
     #[test]
     fn interrupts_have_a_description_and_only_v1_decisions_unless_answering_is_all() {

@@ -33,8 +33,10 @@ pub struct Framer<S> {
     modes: BTreeSet<String>,
     subgraphs: bool,
     meta: Value,
-    /// Messages of the run already reported (the next one's index is its id).
+    /// Messages of the run already reported (the next one's index names it).
     reported: usize,
+    /// How the thread's messages are named (a forked thread's carry their fork).
+    ids: convert::MessageIds,
     /// The checkpoint before the latest step, for `parent_checkpoint`.
     checkpoint: Option<u64>,
     /// The text of the AI message streaming now, for `messages/partial`.
@@ -74,11 +76,18 @@ impl<S: FrameSink> Framer<S> {
             subgraphs,
             meta,
             reported: run.map_or(0, |run| run.state.messages.len()),
+            ids: convert::MessageIds::default(),
             checkpoint: None,
             partial: String::new(),
             partial_announced: false,
             step: 0,
         }
+    }
+
+    /// Names the thread's messages by `ids` (those of a forked thread).
+    pub fn with_ids(mut self, ids: convert::MessageIds) -> Self {
+        self.ids = ids;
+        self
     }
 
     fn wants(&self, mode: &str) -> bool {
@@ -114,7 +123,7 @@ impl<S: FrameSink> Framer<S> {
         {
             self.sink.push(&Self::name("deepagents", event), &data);
         }
-        let id = convert::message_id(self.reported);
+        let id = self.ids.id(self.reported);
         match &event.kind {
             EventKind::ModelCallStarted { step } if !nested => {
                 self.step = *step;
@@ -197,7 +206,8 @@ impl<S: FrameSink> Framer<S> {
         let (checkpoint, run) = (step.checkpoint, &step.run);
         let interrupt_id = &convert::interrupt_id(run);
         let messages = &run.state.messages;
-        let new: Vec<Value> = convert::messages_from(run, self.reported.min(messages.len()));
+        let new: Vec<Value> =
+            convert::messages_named(run, self.reported.min(messages.len()), &self.ids);
         let last_is_ai = matches!(
             messages.last(),
             Some(deepagents::core::Message::Assistant(_))
@@ -231,8 +241,10 @@ impl<S: FrameSink> Framer<S> {
             }
         }
         if self.wants("values") {
-            self.sink
-                .push("values", &convert::values(run, interrupt_id));
+            self.sink.push(
+                "values",
+                &convert::values_named(run, interrupt_id, &self.ids),
+            );
         }
         if self.wants("updates") {
             if !new.is_empty() && !only_input {
@@ -253,7 +265,7 @@ impl<S: FrameSink> Framer<S> {
             let payload = json!({
                 "config": {"configurable": {"checkpoint_id": checkpoint.to_string(), "checkpoint_ns": ""}},
                 "parent_config": self.checkpoint.map(|id| json!({"configurable": {"checkpoint_id": id.to_string(), "checkpoint_ns": ""}})),
-                "values": convert::values(run, interrupt_id),
+                "values": convert::values_named(run, interrupt_id, &self.ids),
                 "metadata": {"step": run.steps},
                 "next": if run.control.pending.is_empty() { json!([]) } else { json!(["tools"]) },
             });

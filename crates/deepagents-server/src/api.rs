@@ -374,8 +374,34 @@ fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
+/// A thread as the API shows it (see [`thread_json`]), read from its latest checkpoint.
+async fn thread_view(shared: &Shared, tenant: &Tenant, record: &ThreadRecord) -> ApiResult<Value> {
+    let run = load(shared, tenant, &record.thread_id, None).await?;
+    let ids = message_ids(shared, tenant, record, None).await?;
+    Ok(thread_json(record, run.as_ref(), &ids))
+}
+
+/// How the messages of a thread's state at checkpoint `at` (default: the latest) are named:
+/// by position, with the forks on the way to that state (see [`convert::MessageIds`]).
+async fn message_ids(
+    shared: &Shared,
+    tenant: &Tenant,
+    thread: &ThreadRecord,
+    at: Option<u64>,
+) -> ApiResult<convert::MessageIds> {
+    if thread.forks.is_empty() {
+        return Ok(convert::MessageIds::default());
+    }
+    let checkpoints = shared
+        .watch
+        .checkpoints(&storage_id(&tenant.0, &thread.thread_id))
+        .await?;
+    let at = at.unwrap_or_else(|| checkpoints.last().map_or(0, |latest| latest.id));
+    Ok(thread.message_ids(&checkpoints, at))
+}
+
 /// A thread as the API shows it, with its current values and interrupts.
-fn thread_json(record: &ThreadRecord, run: Option<&Run>) -> Value {
+fn thread_json(record: &ThreadRecord, run: Option<&Run>, ids: &convert::MessageIds) -> Value {
     let (values, interrupts) = match run {
         Some(run) => {
             let id = convert::interrupt_id(run);
@@ -384,7 +410,7 @@ fn thread_json(record: &ThreadRecord, run: Option<&Run>) -> Value {
             } else {
                 json!({ id.clone(): convert::interrupts(&run.control.pending, &id) })
             };
-            (convert::values(run, &id), interrupts)
+            (convert::values_named(run, &id, ids), interrupts)
         }
         None => (json!({}), json!({})),
     };
@@ -452,8 +478,7 @@ async fn thread_create(
     Body0(body): Body0,
 ) -> ApiResult<Json<Value>> {
     let record = create_thread(&shared, &tenant, &body).await?;
-    let run = load(&shared, &tenant, &record.thread_id, None).await?;
-    Ok(Json(thread_json(&record, run.as_ref())))
+    Ok(Json(thread_view(&shared, &tenant, &record).await?))
 }
 
 async fn thread_get(
@@ -462,8 +487,7 @@ async fn thread_get(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let record = shared.records(&tenant).existing_thread(&id).await?;
-    let run = load(&shared, &tenant, &id, None).await?;
-    Ok(Json(thread_json(&record, run.as_ref())))
+    Ok(Json(thread_view(&shared, &tenant, &record).await?))
 }
 
 async fn thread_patch(
@@ -481,8 +505,7 @@ async fn thread_patch(
     }
     record.updated_at = rfc3339(now_ms());
     records.put_thread(&record).await?;
-    let run = load(&shared, &tenant, &id, None).await?;
-    Ok(Json(thread_json(&record, run.as_ref())))
+    Ok(Json(thread_view(&shared, &tenant, &record).await?))
 }
 
 async fn thread_delete(
@@ -557,8 +580,7 @@ async fn threads_search(
     let total = threads.len();
     let mut page = Vec::new();
     for record in threads.iter().skip(offset).take(limit) {
-        let run = load(&shared, &tenant, &record.thread_id, None).await?;
-        page.push(thread_json(record, run.as_ref()));
+        page.push(thread_view(&shared, &tenant, record).await?);
     }
     let mut response = Json(page).into_response();
     if offset + limit < total
@@ -594,6 +616,7 @@ fn checkpoint_json(thread_id: &str, id: Option<u64>) -> Value {
 /// A thread's state at one checkpoint, as `get_state` and `get_history` return it.
 fn state_json(
     thread_id: &str,
+    ids: &convert::MessageIds,
     run: Option<&Run>,
     checkpoint: Option<u64>,
     parent: Option<u64>,
@@ -615,7 +638,7 @@ fn state_json(
         json!([])
     };
     json!({
-        "values": convert::values(run, &id),
+        "values": convert::values_named(run, &id, ids),
         "next": if waiting { json!(["tools"]) } else { json!([]) },
         "tasks": tasks,
         "checkpoint": checkpoint_json(thread_id, checkpoint),
@@ -693,13 +716,21 @@ async fn state_of(
         None => checkpoints.len().checked_sub(1),
     };
     let Some(position) = position else {
-        return Ok(state_json(thread_id, None, None, None, 0));
+        return Ok(state_json(
+            thread_id,
+            &convert::MessageIds::default(),
+            None,
+            None,
+            None,
+            0,
+        ));
     };
     let info = &checkpoints[position];
     let run = load(shared, tenant, thread_id, Some(info.id)).await?;
     let parent = Some(parent_of(&checkpoints, position, &thread));
     Ok(state_json(
         thread_id,
+        &thread.message_ids(&checkpoints, info.id),
         run.as_ref(),
         Some(info.id),
         parent,
@@ -803,7 +834,15 @@ async fn history_of(
         }
         let run = load(shared, tenant, id, Some(info.id)).await?;
         let parent = Some(parent_of(&checkpoints, position, &thread));
-        let state = state_json(id, run.as_ref(), Some(info.id), parent, info.created_at_ms);
+        let ids = thread.message_ids(&checkpoints, info.id);
+        let state = state_json(
+            id,
+            &ids,
+            run.as_ref(),
+            Some(info.id),
+            parent,
+            info.created_at_ms,
+        );
         if matches(&state["metadata"], field(body, "metadata")) {
             states.push(state);
         }
@@ -1179,10 +1218,14 @@ async fn end_thread_turn(
         Some((_, run)) => Some(run),
         None => load(shared, tenant, thread_id, None).await?,
     };
+    let records = shared.records(tenant);
+    let ids = match records.thread(thread_id).await? {
+        Some(thread) => message_ids(shared, tenant, &thread, None).await?,
+        None => convert::MessageIds::default(),
+    };
     let values = run
         .as_ref()
-        .map(|run| convert::values(run, &convert::interrupt_id(run)));
-    let records = shared.records(tenant);
+        .map(|run| convert::values_named(run, &convert::interrupt_id(run), &ids));
     let at = rfc3339(now_ms());
     let record = RunRecord {
         run_id: new_id(),
@@ -1505,8 +1548,13 @@ async fn outcome(shared: &Shared, tenant: &Tenant, record: &RunRecord) -> ApiRes
     if let Some(values) = record.values {
         return Ok(values);
     }
+    let thread = shared.records(tenant).thread(&record.thread_id).await?;
+    let ids = match &thread {
+        Some(thread) => message_ids(shared, tenant, thread, None).await?,
+        None => convert::MessageIds::default(),
+    };
     Ok(match load(shared, tenant, &record.thread_id, None).await? {
-        Some(run) => convert::values(&run, &convert::interrupt_id(&run)),
+        Some(run) => convert::values_named(&run, &convert::interrupt_id(&run), &ids),
         None => json!({}),
     })
 }

@@ -31,6 +31,30 @@ pub struct ThreadRecord {
     pub forks: std::collections::BTreeMap<u64, u64>,
 }
 
+impl ThreadRecord {
+    /// How the messages of the thread's state at checkpoint `at` are named: by position,
+    /// with the forks on the way to that state, oldest first (see
+    /// [`MessageIds`](deepagents_langgraph::convert::MessageIds)). The latest fork at or
+    /// before a checkpoint made its state, and the state that fork restored came the same way.
+    pub fn message_ids(
+        &self,
+        checkpoints: &[deepagents::core::CheckpointInfo],
+        mut at: u64,
+    ) -> deepagents_langgraph::convert::MessageIds {
+        let mut forks = Vec::new();
+        while let Some((&fork, &restored)) = self.forks.range(..=at).next_back() {
+            let kept = checkpoints
+                .iter()
+                .find(|checkpoint| checkpoint.id == fork)
+                .map_or(0, |checkpoint| checkpoint.messages);
+            forks.push((kept, fork));
+            at = restored;
+        }
+        forks.reverse();
+        deepagents_langgraph::convert::MessageIds::new(forks)
+    }
+}
+
 /// A run as the API shows it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunRecord {

@@ -597,7 +597,8 @@ impl Runs {
             job.subgraphs,
             meta,
             before.as_ref(),
-        );
+        )
+        .with_ids(self.message_ids(records, storage, &record.thread_id).await);
         let mut protocol = crate::protocol::RunTape::start(
             self.protocol.tape(storage),
             &record.run_id,
@@ -759,6 +760,30 @@ impl Runs {
         // After the run's status is saved: a client that reads the thread once it sees the
         // end finds it settled.
         protocol.finish(ending);
+    }
+
+    /// How the messages the run adds are named: by position, with the thread's forks (a
+    /// run after an edit or a regenerate names its messages apart from the ones it replaces).
+    async fn message_ids(
+        &self,
+        records: &Records,
+        storage: &str,
+        thread_id: &str,
+    ) -> convert::MessageIds {
+        let thread = match records.thread(thread_id).await {
+            Ok(Some(thread)) if !thread.forks.is_empty() => thread,
+            _ => return convert::MessageIds::default(),
+        };
+        match self.watch.checkpoints(storage).await {
+            Ok(checkpoints) => {
+                let head = checkpoints.last().map_or(0, |latest| latest.id);
+                thread.message_ids(&checkpoints, head)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot read the thread's checkpoints; messages named by position");
+                convert::MessageIds::default()
+            }
+        }
     }
 
     /// The run's input is in its thread: a later attempt continues rather than repeats it.

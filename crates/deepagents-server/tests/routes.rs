@@ -381,11 +381,19 @@ async fn a_run_from_a_checkpoint_forks_the_thread_there() {
         .unwrap_or_else(|| panic!("no branch from checkpoint 0: {history:?}"));
     // The edited message starts a branch from checkpoint 0, beside the original one.
     assert_eq!(texts(&branch["values"]), ["human:uno"]);
+    let old_answer = history[0]["values"]["messages"][1]["id"].clone();
     let parent = first_seen_parent(&history, "A1");
     let regenerate = json!({"assistant_id": "agent", "input": null, "checkpoint": {"checkpoint_id": parent.clone()}});
     let (status, values) = call(&app, "POST", &wait, regenerate).await;
     assert_eq!(status, StatusCode::OK, "{values}");
     assert_eq!(texts(&values), ["human:uno", "ai:A1"]);
+    // The regenerated answer sits where the old one did, under an id of its own; the message
+    // before it keeps its id.
+    assert_ne!(values["messages"][1]["id"], old_answer, "{values}");
+    assert_eq!(
+        values["messages"][0]["id"],
+        history[0]["values"]["messages"][0]["id"]
+    );
     let (_, after) = call(&app, "POST", &history_path, json!({"limit": 100})).await;
     let after = after.as_array().unwrap();
     assert!(after.len() > history.len());
