@@ -205,9 +205,24 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for Body0 {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|e| ApiError::invalid(format!("cannot read the body: {e}")))?;
+        let bytes = Bytes::from_request(request, state).await.map_err(|e| {
+            // Too large is the client's size, not its syntax: 413, as HTTP says.
+            let status = e.status();
+            ApiError {
+                status: if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    status
+                } else {
+                    StatusCode::UNPROCESSABLE_ENTITY
+                },
+                detail: if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    format!(
+                        "the body is too large: {e}; send less, or raise the server's body limit"
+                    )
+                } else {
+                    format!("cannot read the body: {e}")
+                },
+            }
+        })?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(Self(json!({})));
         }

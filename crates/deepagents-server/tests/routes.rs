@@ -509,3 +509,24 @@ async fn an_assistants_graph_is_the_agent_loop() {
     let (status, _) = call(&app, "GET", "/assistants/nobody/graph", Value::Null).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// A body over the limit is a 413 (too large), not a 422 (malformed).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_over_the_limit_is_too_large() {
+    let store = Arc::new(InMemoryStore::new());
+    let watch = StepWatch::new(Arc::new(InMemoryCheckpointer::new()));
+    let mut options = ServerOptions::new(
+        vec![Assistant::new("agent", super::agent(watch.clone()))],
+        store,
+        watch,
+    );
+    options.max_body_bytes = 1024;
+    let app = deepagents_server::router(options).unwrap();
+    let big = json!({"metadata": {"blob": "x".repeat(4096)}});
+    let (status, answer) = call(&app, "POST", "/threads", big).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
+    assert!(
+        answer["detail"].as_str().unwrap().contains("too large"),
+        "{answer}"
+    );
+}
