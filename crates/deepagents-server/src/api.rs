@@ -1805,6 +1805,16 @@ async fn store_put(
     if namespace.is_empty() {
         return Err(ApiError::invalid("`namespace` needs at least one label"));
     }
+    // Reads name a namespace as its labels joined by dots (`GET /store/items?namespace=a.b`),
+    // so an item under a label with a dot could be written but never read back.
+    if let Some(label) = namespace
+        .iter()
+        .find(|label| label.is_empty() || label.contains('.'))
+    {
+        return Err(ApiError::invalid(format!(
+            "namespace label `{label}` cannot be empty or hold a dot (reads join labels with dots); use another separator"
+        )));
+    }
     let key = field(&body, "key")
         .and_then(Value::as_str)
         .ok_or_else(|| ApiError::invalid("`key` is missing"))?;

@@ -530,3 +530,39 @@ async fn a_body_over_the_limit_is_too_large() {
         "{answer}"
     );
 }
+
+/// A store item whose namespace could not be read back (a label with a dot, as GET joins
+/// labels with dots) is refused when written; a valid one reads back.
+#[tokio::test(flavor = "multi_thread")]
+async fn store_items_are_written_only_where_they_can_be_read_back() {
+    let app = app();
+    let (status, answer) = call(
+        &app,
+        "PUT",
+        "/store/items",
+        json!({"namespace": ["users", "a.b"], "key": "k", "value": {"x": 1}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert!(
+        answer["detail"].as_str().unwrap().contains("a.b"),
+        "{answer}"
+    );
+    let (status, _) = call(
+        &app,
+        "PUT",
+        "/store/items",
+        json!({"namespace": ["users", "ab"], "key": "k", "value": {"x": 1}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, item) = call(
+        &app,
+        "GET",
+        "/store/items?namespace=users.ab&key=k",
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{item}");
+    assert_eq!(item["value"], json!({"x": 1}));
+}
