@@ -7,6 +7,7 @@ mod completions;
 mod config;
 mod docs;
 mod escape;
+mod protocol_v2;
 mod providers;
 mod repo;
 mod run;

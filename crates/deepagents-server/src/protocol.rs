@@ -134,6 +134,10 @@ struct TapeState {
     touched: Option<Instant>,
     /// The agents of the latest run: the root (`[]`) and each subagent namespace.
     tree: BTreeMap<Vec<String>, Node>,
+    /// Ids clients gave their input messages, by position in the thread: the SDK shows a
+    /// message as soon as it is sent and matches it with the state's by id, so the state this
+    /// tape sends names it so.
+    client_ids: BTreeMap<usize, String>,
 }
 
 /// The protocol events of one thread, growing while its runs run.
@@ -379,8 +383,10 @@ pub struct RunTape {
     tape: Arc<Tape>,
     run_id: String,
     graph: String,
-    /// Messages of the thread already in a `values` event; the next one's index is its id.
+    /// Messages of the thread already in a `values` event; the next one's index names it.
     reported: usize,
+    /// How the thread's messages are named (a forked thread's carry their fork).
+    ids: convert::MessageIds,
     /// The checkpoint of the latest step, the parent of the next.
     checkpoint: Option<u64>,
     /// Messages streaming now, by namespace.
@@ -410,8 +416,8 @@ fn with_call(namespace: &[String], call_id: &str) -> Vec<String> {
 
 /// `values` as the protocol sends them: the thread's state without `__interrupt__` (pending
 /// interrupts go out as `input.requested`).
-fn values_of(run: &Run) -> Value {
-    let mut values = convert::values(run, &convert::interrupt_id(run));
+fn values_of(run: &Run, ids: &convert::MessageIds) -> Value {
+    let mut values = convert::values_named(run, &convert::interrupt_id(run), ids);
     if let Value::Object(map) = &mut values {
         map.remove("__interrupt__");
     }
@@ -429,12 +435,20 @@ impl RunTape {
         before: Option<&Run>,
         resume: Option<&Value>,
     ) -> Self {
-        lock(&tape.inner).tree.clear();
+        {
+            let mut inner = lock(&tape.inner);
+            inner.tree.clear();
+            // Messages past what the run starts from are gone (a fork restored an earlier
+            // state): so are the ids given for them.
+            let kept = before.map_or(0, |run| run.state.messages.len());
+            inner.client_ids.retain(|index, _| *index < kept);
+        }
         let run = Self {
             tape,
             run_id: run_id.to_owned(),
             graph: graph.to_owned(),
             reported: before.map_or(0, |run| run.state.messages.len()),
+            ids: convert::MessageIds::default(),
             checkpoint: None,
             streams: HashMap::new(),
             counts: HashMap::new(),
@@ -458,6 +472,50 @@ impl RunTape {
             );
         }
         run
+    }
+
+    /// Names the thread's messages by `ids` (those of a forked thread), as its state does.
+    pub fn with_ids(mut self, ids: convert::MessageIds) -> Self {
+        self.ids = ids;
+        self
+    }
+
+    /// The run's `input` (`{"messages": [...]}`): the id a client gave the user message it
+    /// adds names that message in the `values` and `updates` sent from now on.
+    pub fn with_input(self, input: Option<&Value>) -> Self {
+        let id = input
+            .and_then(|input| input.get("messages"))
+            .and_then(Value::as_array)
+            .and_then(|messages| {
+                messages.iter().rev().find(|message| {
+                    matches!(
+                        message
+                            .get("type")
+                            .or_else(|| message.get("role"))
+                            .and_then(Value::as_str),
+                        Some("human" | "user")
+                    )
+                })
+            })
+            .and_then(|message| message.get("id"))
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty());
+        if let Some(id) = id {
+            lock(&self.tape.inner)
+                .client_ids
+                .insert(self.reported, id.to_owned());
+        }
+        self
+    }
+
+    /// `messages` (from position `from` of the thread) with the ids clients gave them.
+    fn named_by_clients(&self, messages: &mut [Value], from: usize) {
+        let inner = lock(&self.tape.inner);
+        for (index, id) in inner.client_ids.range(from..) {
+            if let Some(message) = messages.get_mut(index - from) {
+                message["id"] = Value::String(id.clone());
+            }
+        }
     }
 
     /// A lifecycle event: `status` of the agent at `namespace`. Its id names the run
@@ -674,7 +732,7 @@ impl RunTape {
     ) -> usize {
         if !self.streams.contains_key(namespace) {
             let id = if namespace.is_empty() {
-                convert::message_id(self.reported)
+                self.ids.id(self.reported)
             } else {
                 let count = self.counts.entry(namespace.to_vec()).or_insert(0);
                 *count += 1;
@@ -793,7 +851,8 @@ impl RunTape {
         let run = &step.run;
         let messages = &run.state.messages;
         let from = self.reported.min(messages.len());
-        let new = convert::messages_from(run, from);
+        let mut new = convert::messages_named(run, from, &self.ids);
+        self.named_by_clients(&mut new, from);
         let new_is_empty = new.is_empty();
         // A step that only adds the user's input is LangGraph's input checkpoint.
         let input = messages[from..]
@@ -832,7 +891,11 @@ impl RunTape {
             checkpoint["parent_id"] = Value::String(parent.to_string());
         }
         self.tape.push("checkpoints", &[], checkpoint, None, None);
-        self.tape.push("values", &[], values_of(run), None, None);
+        let mut values = values_of(run, &self.ids);
+        if let Some(Value::Array(messages)) = values.get_mut("messages") {
+            self.named_by_clients(messages, 0);
+        }
+        self.tape.push("values", &[], values, None, None);
         self.checkpoint = Some(step.checkpoint);
         self.reported = messages.len();
         if !run.control.pending.is_empty() {

@@ -591,6 +591,7 @@ impl Runs {
             "metadata",
             &json!({"run_id": record.run_id, "attempt": attempt}),
         );
+        let ids = self.message_ids(records, storage, &record.thread_id).await;
         let mut framer = Framer::new(
             live.log.clone(),
             job.modes.clone(),
@@ -598,14 +599,16 @@ impl Runs {
             meta,
             before.as_ref(),
         )
-        .with_ids(self.message_ids(records, storage, &record.thread_id).await);
+        .with_ids(ids.clone());
         let mut protocol = crate::protocol::RunTape::start(
             self.protocol.tape(storage),
             &record.run_id,
             &assistant.graph_id,
             before.as_ref(),
             job.resume.as_ref(),
-        );
+        )
+        .with_ids(ids)
+        .with_input(record.kwargs.get("input"));
         let mut first_step = true;
         let mut clock = crate::metrics::CallClock::default();
         // A resume refused before anything ran leaves the thread as it was.

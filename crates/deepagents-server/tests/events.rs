@@ -160,7 +160,7 @@ async fn a_run_started_by_command_streams_its_lifecycle_messages_and_values_and_
     let (status, answer) = command(
         &app,
         "v2",
-        json!({"id": 1, "method": "run.start", "params": {"assistant_id": "agent", "input": hello("hi")}}),
+        json!({"id": 1, "method": "run.start", "params": {"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "hi", "id": "mine-1"}]}}}),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{answer}");
@@ -229,6 +229,8 @@ async fn a_run_started_by_command_streams_its_lifecycle_messages_and_values_and_
     assert!(values > finish);
     let state = data(&events[values]);
     assert_eq!(state["messages"][0]["content"], "hi");
+    // The id the client gave its message names it, so the SDK matches it with what it shows.
+    assert_eq!(state["messages"][0]["id"], "mine-1");
     assert_eq!(state["messages"][1]["content"], "Hello from the library.");
     assert_eq!(state["messages"][1]["id"], "msg-1");
     assert!(state.get("__interrupt__").is_none());
@@ -270,6 +272,26 @@ async fn a_run_started_by_command_streams_its_lifecycle_messages_and_values_and_
         .find(|e| data(e)["event"] == "message-start")
         .unwrap();
     assert_eq!(data(start)["id"], "msg-3", "{start}");
+    let values = second
+        .iter()
+        .rev()
+        .find(|e| e["method"] == "values")
+        .unwrap();
+    let ids: Vec<Value> = data(values)["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].clone())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            json!("mine-1"),
+            json!("msg-1"),
+            json!("msg-2"),
+            json!("msg-3")
+        ]
+    );
 
     // A filter: only root lifecycle events, replayed from the start.
     let mut lifecycle = Events::open(
