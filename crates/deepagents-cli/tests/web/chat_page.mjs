@@ -59,7 +59,8 @@ const card = (page, callId) => page.locator(`details.tool[data-call="${callId}"]
 async function resultShows(page, callId, text) {
   const found = card(page, callId);
   if (!(await found.evaluate((el) => el.open))) await found.locator('summary').first().click();
-  await found.locator('.result').first().getByText(text).waitFor();
+  // Its own result, not one of the calls its subagent made.
+  await found.locator(':scope > .body > .result').getByText(text).waitFor();
 }
 
 // ---- A conversation: streaming, tools, plan, an approval, a subagent, files, cost -------
@@ -89,7 +90,9 @@ await page.locator('#files').getByRole('button', { name: '/notes.md' }).click();
 await page.locator('#file-content', { hasText: 'Written by the agent.' }).waitFor();
 // What the run spent, from its `final` event.
 await page.waitForFunction(() => /\$\d+\.\d+ · [\d,]+ tokens/.test(document.getElementById('cost').textContent));
-assert.equal(await page.locator('#status').textContent(), '');
+// The run is over (the status cleared once its state is read back), nothing went wrong.
+await page.waitForFunction(() => document.getElementById('status').textContent === '');
+await task.locator('.subagent').scrollIntoViewIfNeeded();
 await shot(page, 'desktop-conversation.png');
 
 // ---- Another thread: several actions at once (edit one, reject one), then a question ------

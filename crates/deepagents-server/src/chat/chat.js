@@ -246,7 +246,8 @@ function upsert(message) {
 /** A piece of a streaming AI message: text to add, pieces of tool calls. */
 function chunk(piece) {
   const entry = entryFor(piece.id, 'ai');
-  entry.text.append(textOf(piece.content));
+  const text = textOf(piece.content);
+  if (text) entry.text.append(text);
   for (const part of piece.tool_call_chunks || []) {
     // A call's id and name come with its first piece; later pieces name it by index only.
     let call = entry.calls[part.index];
@@ -299,7 +300,7 @@ function subagent(callId) {
   if (!found.sub) {
     found.sub = h('div', 'subagent');
     found.sub.append(h('div', 'label', 'Subagent'));
-    found.body.append(found.sub);
+    found.body.insertBefore(found.sub, found.resultLabel); // its work, then what it answered
     found.el.open = true; // its work is worth watching while it runs
   }
   return found;
