@@ -21,6 +21,11 @@ fn the_js_sdks_v2_stream_client_sends_streams_approves_and_sees_the_end() {
         "turns": [{"text": "Default answer."}],
         "conversations": [
             {"when_task_contains": "hello there", "turns": [{"text": "Hello from the scripted model."}]},
+            {"when_task_contains": "delegate the notes", "turns": [
+                {"tool_calls": [{"id": "t1", "name": "task", "args": {"subagent_type": "general-purpose", "description": "take notes: the plan"}}]},
+                {"text": "The helper took notes."}
+            ]},
+            {"when_task_contains": "take notes:", "turns": [{"text": "Notes taken."}]},
             {"when_task_contains": "write the file", "turns": [
                 {"text": "Writing it.", "tool_calls": [{"id": "w1", "name": "write_file", "args": {"file_path": "/sdk.md", "content": "from the sdk\n"}}]},
                 {"text": "Written."}
