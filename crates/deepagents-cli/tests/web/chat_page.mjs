@@ -124,6 +124,7 @@ await page.reload();
 await page.locator('#threads button').nth(1).waitFor();
 assert.match(await page.locator('#threads button').first().textContent(), /Write two drafts/);
 await page.locator('#threads button', { hasText: 'Please plan the notes' }).click();
+await page.locator('#threads button[aria-current="true"]', { hasText: 'Please plan the notes' }).waitFor();
 await page.locator('.msg.human .text', { hasText: 'Please plan the notes' }).waitFor();
 await page.locator('.msg.ai .text', { hasText: 'All done: the notes are written and reviewed.' }).waitFor();
 await page.locator('#todos li', { hasText: 'Write the notes' }).waitFor();

@@ -163,7 +163,7 @@ async function loadThreads() {
   $('threads').replaceChildren(
     ...threads.map((thread) => {
       const item = h('li');
-      const open = button('', () => openThread(thread.thread_id));
+      const open = button('', () => openThread(thread.thread_id).catch((error) => status(error.message, true)));
       open.dataset.thread = thread.thread_id;
       if (thread.thread_id === ui.thread) open.setAttribute('aria-current', 'true');
       const when = new Date(thread.updated_at).toLocaleString([], { dateStyle: 'short', timeStyle: 'short' });
@@ -208,7 +208,8 @@ async function openThread(id) {
   clearView();
   closePanels();
   for (const open of $('threads').querySelectorAll('button')) {
-    open.toggleAttribute('aria-current', open.dataset.thread === id);
+    if (open.dataset.thread === id) open.setAttribute('aria-current', 'true');
+    else open.removeAttribute('aria-current');
   }
   const state = await getJson('GET', `/threads/${enc(id)}/state`);
   // Another thread may have been opened meanwhile.
