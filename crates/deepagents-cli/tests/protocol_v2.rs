@@ -1,7 +1,8 @@
 //! `deepagents serve` driven over the thread-centric ("v2") streaming protocol by the official
 //! JS SDK's own clients: `client.threads.stream(…)` and the `StreamController` that
 //! `@langchain/react` 1.1's `useStream` wraps (tests/fixtures/protocol_v2_check.mjs, where
-//! each check is described), on Node.
+//! each check is described), on Node: a message streamed, an approval given, a subagent's
+//! work under its namespace, threads reopened as after a reload.
 
 use std::path::Path;
 
@@ -20,7 +21,7 @@ fn the_js_sdks_v2_stream_client_sends_streams_approves_and_sees_the_end() {
     let script = json!({
         "turns": [{"text": "Default answer."}],
         "conversations": [
-            {"when_task_contains": "hello there", "turns": [{"text": "Hello from the scripted model."}]},
+            {"when_task_contains": "hello there", "turns": [{"text": "Hello from the scripted model."}, {"text": "Hello again."}]},
             {"when_task_contains": "delegate the notes", "turns": [
                 {"tool_calls": [{"id": "t1", "name": "task", "args": {"subagent_type": "general-purpose", "description": "take notes: the plan"}}]},
                 {"text": "The helper took notes."}
@@ -28,7 +29,8 @@ fn the_js_sdks_v2_stream_client_sends_streams_approves_and_sees_the_end() {
             {"when_task_contains": "take notes:", "turns": [{"text": "Notes taken."}]},
             {"when_task_contains": "write the file", "turns": [
                 {"text": "Writing it.", "tool_calls": [{"id": "w1", "name": "write_file", "args": {"file_path": "/sdk.md", "content": "from the sdk\n"}}]},
-                {"text": "Written."}
+                {"text": "Written."},
+                {"text": "Also done."}
             ]}
         ]
     });
