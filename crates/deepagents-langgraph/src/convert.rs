@@ -220,18 +220,15 @@ pub fn interrupts(pending: &[PendingAction], id: &str) -> Value {
         .iter()
         .map(|action| {
             // The v1 HITL schema knows approve, edit and reject; `respond` is listed only for
-            // a question that takes nothing else (`ask_user`), where it is the only answer.
-            let v1: Vec<&str> = action
+            // a call that cannot be approved — a question such as `ask_user`, answered
+            // instead of run — where it is the answer.
+            let approvable = action.allowed.contains(&DecisionKind::Approve);
+            let allowed: Vec<&str> = action
                 .allowed
                 .iter()
-                .filter(|k| !matches!(k, DecisionKind::Respond))
+                .filter(|k| !(approvable && matches!(k, DecisionKind::Respond)))
                 .map(kind)
                 .collect();
-            let allowed = if v1.is_empty() {
-                action.allowed.iter().map(kind).collect()
-            } else {
-                v1
-            };
             json!({"action_name": action.name, "allowed_decisions": allowed})
         })
         .collect();
@@ -863,7 +860,7 @@ mod tests {
     #[test]
     fn interrupts_have_a_description_and_only_v1_decisions_unless_answering_is_all() {
         let mut question = action("q", "ask_user");
-        question.allowed = vec![DecisionKind::Respond];
+        question.allowed = vec![DecisionKind::Respond, DecisionKind::Reject];
         let mut mixed = action("m", "execute");
         mixed.allowed.push(DecisionKind::Respond);
         mixed.description = Some("Runs a shell command".into());
@@ -881,7 +878,10 @@ mod tests {
             configs[1]["allowed_decisions"],
             json!(["approve", "edit", "reject"])
         );
-        assert_eq!(configs[2]["allowed_decisions"], json!(["respond"]));
+        assert_eq!(
+            configs[2]["allowed_decisions"],
+            json!(["respond", "reject"])
+        );
     }
 
     #[test]
