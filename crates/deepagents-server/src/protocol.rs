@@ -83,7 +83,10 @@ impl Tapes {
     /// a client that saw them is not confused by new events with old numbers.
     pub fn clear(&self, storage: &str) {
         if let Some(tape) = lock(&self.threads).get(storage) {
-            lock(&tape.inner).events.clear();
+            let mut inner = lock(&tape.inner);
+            inner.events.clear();
+            inner.tree.clear();
+            inner.client_ids.clear();
         }
     }
 
@@ -149,9 +152,17 @@ pub struct Tape {
 
 impl Default for Tape {
     fn default() -> Self {
+        // Numbering starts from the clock (a thousand numbers a millisecond, within the
+        // integers JavaScript holds exactly), so it grows across tapes of one thread: after a
+        // restart or an idle tape's eviction, a client's `since` is behind the new tape's
+        // events (it gets them all) and no event id it has seen comes again.
+        let base = crate::time::now_ms().saturating_mul(1000);
         Self {
-            inner: Mutex::new(TapeState::default()),
-            progress: watch::channel(0).0,
+            inner: Mutex::new(TapeState {
+                last_seq: base,
+                ..TapeState::default()
+            }),
+            progress: watch::channel(base).0,
         }
     }
 }
@@ -163,18 +174,20 @@ impl Tape {
             .is_none_or(|touched| touched.elapsed() > quiet)
     }
 
-    /// The `seq` of the latest event (0 before the first).
+    /// The `seq` of the latest event (below the first one's before there is any).
     pub fn last_seq(&self) -> u64 {
         lock(&self.inner).last_seq
     }
 
-    /// The events numbered after `after`, in order.
-    pub fn since(&self, after: u64) -> Vec<Arc<Recorded>> {
+    /// The events numbered after `after`, in order, and the number of the latest event on
+    /// the tape when they were read (to wait for what comes next, nothing missed between).
+    pub fn since(&self, after: u64) -> (Vec<Arc<Recorded>>, u64) {
         let inner = lock(&self.inner);
         // Numbers grow one by one: the first wanted is found by arithmetic, not a scan.
         let first = inner.events.front().map_or(0, |event| event.seq);
         let skip = usize::try_from((after + 1).saturating_sub(first)).unwrap_or(usize::MAX);
-        inner.events.iter().skip(skip).cloned().collect()
+        let events = inner.events.iter().skip(skip).cloned().collect();
+        (events, inner.last_seq)
     }
 
     /// Waits until an event numbered after `seen` is on the tape.
@@ -1005,10 +1018,11 @@ mod tests {
         first.finish(Outcome::Completed);
         let second = RunTape::start(Arc::clone(&tape), "r2", "agent", None, None);
         second.finish(Outcome::Failed("broke".into()));
-        let all = tape.since(0);
-        let seqs: Vec<u64> = all.iter().map(|event| event.seq).collect();
+        let (all, _) = tape.since(0);
+        let base = all[0].seq - 1;
+        let seqs: Vec<u64> = all.iter().map(|event| event.seq - base).collect();
         assert_eq!(seqs, [1, 2, 3, 4]);
-        let later = tape.since(2);
+        let (later, _) = tape.since(base + 2);
         assert_eq!(later.len(), 2);
         let last: Value = serde_json::from_str(&later[1].json).unwrap_or_default();
         assert_eq!(last["params"]["data"]["event"], "failed");
@@ -1016,7 +1030,11 @@ mod tests {
         // The same tape is found again; a cleared one keeps counting.
         assert!(Arc::ptr_eq(&tape, &tapes.tape("t:a")));
         tapes.clear("t:a");
-        assert!(tape.since(0).is_empty());
-        assert_eq!(tape.last_seq(), 4);
+        assert!(tape.since(0).0.is_empty());
+        assert_eq!(tape.last_seq(), base + 4);
+        // Another tape of the thread (after a restart, a millisecond or more later) numbers on
+        // from where this one was.
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(Tape::default().last_seq() >= base + 4);
     }
 }

@@ -167,13 +167,15 @@ async fn a_run_started_by_command_streams_its_lifecycle_messages_and_values_and_
     assert_eq!(answer["type"], "success", "{answer}");
     assert_eq!(answer["id"], 1);
     let run_id = answer["result"]["run_id"].as_str().unwrap().to_owned();
-    assert_eq!(answer["meta"]["applied_through_seq"], 0, "{answer}");
+    let applied = answer["meta"]["applied_through_seq"].as_u64().unwrap();
 
     let mut stream = Events::open(&app, "v2", json!({"channels": ALL})).await;
     let events = stream.until_root("completed").await;
-    // Numbered from 1 without gaps; the run named by its root lifecycle events' ids.
+    // Numbered on from what the command reported, without gaps; the run named by its root
+    // lifecycle events' ids.
+    let seq = |event: &Value| event["seq"].as_u64().unwrap();
     for (i, event) in events.iter().enumerate() {
-        assert_eq!(event["seq"], i + 1, "{events:#?}");
+        assert_eq!(seq(event), applied + 1 + i as u64, "{events:#?}");
     }
     assert!(is_root_lifecycle(&events[0], "running"), "{:#}", events[0]);
     assert_eq!(
@@ -247,7 +249,12 @@ async fn a_run_started_by_command_streams_its_lifecycle_messages_and_values_and_
 
     // A stream opened with `since` replays exactly what came after it.
     let cut = 3;
-    let mut resumed = Events::open(&app, "v2", json!({"channels": ALL, "since": cut})).await;
+    let mut resumed = Events::open(
+        &app,
+        "v2",
+        json!({"channels": ALL, "since": seq(&events[cut - 1])}),
+    )
+    .await;
     let replayed = resumed.until_root("completed").await;
     assert_eq!(replayed, events[cut..].to_vec());
 
@@ -259,13 +266,10 @@ async fn a_run_started_by_command_streams_its_lifecycle_messages_and_values_and_
     )
     .await;
     assert_eq!(answer["type"], "success", "{answer}");
-    assert_eq!(
-        answer["meta"]["applied_through_seq"],
-        events.len(),
-        "{answer}"
-    );
+    let last = seq(events.last().unwrap());
+    assert_eq!(answer["meta"]["applied_through_seq"], last, "{answer}");
     let second = stream.until_root("completed").await;
-    assert_eq!(second[0]["seq"], events.len() + 1);
+    assert_eq!(seq(&second[0]), last + 1);
     assert!(is_root_lifecycle(&second[0], "running"));
     let start = second
         .iter()
@@ -543,4 +547,69 @@ async fn commands_it_does_not_know_or_cannot_read_are_protocol_errors_never_500s
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
+}
+
+/// An event stream follows its thread until the client goes; a server that stops ends it,
+/// so the server can stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_event_stream_ends_when_the_server_stops() {
+    use std::io::{Read as _, Write as _};
+    let watch = StepWatch::new(Arc::new(InMemoryCheckpointer::new()));
+    let options = ServerOptions::new(
+        vec![Assistant::new("agent", super::agent(watch.clone()))],
+        Arc::new(InMemoryStore::new()),
+        watch,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(deepagents_server::serve(listener, options, async {
+        let _ = stopped.await;
+    }));
+    let (open_tx, open_rx) = std::sync::mpsc::channel();
+    let reader = tokio::task::spawn_blocking(move || {
+        let (status, body) =
+            super::request(address, "POST", "/threads", &json!({"thread_id": "s"}));
+        assert_eq!(status, 200, "{body}");
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let body = json!({"channels": ["lifecycle"]}).to_string();
+        write!(
+            stream,
+            "POST /threads/s/stream/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut seen = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while !String::from_utf8_lossy(&seen).contains(": connected") {
+            let read = stream
+                .read(&mut buffer)
+                .unwrap_or_else(|error| panic!("{error}: {}", String::from_utf8_lossy(&seen)));
+            assert!(read > 0, "closed early: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buffer[..read]);
+        }
+        open_tx.send(()).unwrap();
+        // Then nothing more, until the server stops and the stream ends.
+        loop {
+            match stream.read(&mut buffer) {
+                Ok(0) => return String::from_utf8_lossy(&seen).into_owned(),
+                Ok(read) => seen.extend_from_slice(&buffer[..read]),
+                Err(error) => panic!("the stream did not end: {error}"),
+            }
+        }
+    });
+    tokio::task::spawn_blocking(move || open_rx.recv().unwrap())
+        .await
+        .unwrap();
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("the server stops with a stream open")
+        .unwrap()
+        .unwrap();
+    let seen = reader.await.unwrap();
+    assert!(seen.contains("text/event-stream"), "{seen}");
 }

@@ -284,7 +284,19 @@ async fn input_respond(
     run_fields(params, &mut body);
     let record = super::create_run(shared, tenant, thread_id, body, false)
         .await
-        .map_err(|error| Refused::from_api(error, "no_such_interrupt"))?;
+        .map_err(|error| {
+            // A 409 is an interrupt that is not pending, or (after the wait) a run of the
+            // thread still going, which may answer it first.
+            let stale = !error.detail.contains("is busy");
+            Refused::from_api(
+                error,
+                if stale {
+                    "no_such_interrupt"
+                } else {
+                    "invalid_argument"
+                },
+            )
+        })?;
     Ok(json!({"run_id": record.run_id}))
 }
 
@@ -486,7 +498,10 @@ pub(super) async fn events(
                     if *closing.borrow() {
                         return None;
                     }
-                    let events = tape.since(after);
+                    let (events, last_seq) = tape.since(after);
+                    // Waiting is for events after all those on the tape now (a `since` from
+                    // before this tape's first number waits for its next event too).
+                    let waited_for = after.max(last_seq);
                     if let Some(last) = events.last() {
                         after = last.seq;
                         let mut text = String::new();
@@ -501,6 +516,7 @@ pub(super) async fn events(
                         }
                         return Some((Ok(Bytes::from(text)), (tape, after, closing)));
                     }
+                    after = waited_for;
                     tokio::select! {
                         () = tape.changed(after) => {}
                         // A comment now and then keeps proxies from closing a quiet stream and
