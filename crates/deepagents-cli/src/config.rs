@@ -86,6 +86,11 @@ pub struct ServerConfig {
     /// Origins whose web pages may call the server (`["*"]` any, `[]` none); `--cors` beats
     /// it. Unset: any origin on a loopback address without API keys, none otherwise.
     pub cors: Option<Vec<String>>,
+    /// Connections served at once (default 768); more wait until one closes.
+    pub max_connections: Option<usize>,
+    /// Seconds a client may take to send a request's headers before its connection is
+    /// closed (default 30).
+    pub header_timeout_secs: Option<u64>,
 }
 
 /// One `[[assistants]]` entry: an agent built as the flags build one, with these changes.

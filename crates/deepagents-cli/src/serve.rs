@@ -148,6 +148,18 @@ async fn start(args: ServeArgs) -> anyhow::Result<Started> {
     let mut options = deepagents_server::ServerOptions::new(assistants, store, watch);
     options.api_keys = api_keys;
     options.cors = cors;
+    if let Some(max) = config.server.max_connections {
+        if max == 0 {
+            bail!("max_connections of [server] must be at least 1");
+        }
+        options.connections.max_connections = max;
+    }
+    if let Some(secs) = config.server.header_timeout_secs {
+        if secs == 0 {
+            bail!("header_timeout_secs of [server] must be at least 1");
+        }
+        options.connections.header_read_timeout = std::time::Duration::from_secs(secs);
+    }
     options.cluster = cluster().await?;
     sessions.insert(0, session);
     Ok(Started {

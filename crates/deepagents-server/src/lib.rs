@@ -23,6 +23,7 @@ mod api;
 mod chat;
 #[cfg(feature = "cluster")]
 pub mod cluster;
+mod connections;
 mod cors;
 mod error;
 mod metrics;
@@ -38,6 +39,7 @@ use std::sync::Arc;
 use deepagents::Agent;
 use deepagents::backends::Store;
 
+pub use connections::ConnectionLimits;
 pub use cors::CorsOrigins;
 pub use deepagents_langgraph::{Step, StepWatch, Subscription};
 pub use error::ApiError;
@@ -89,6 +91,9 @@ pub struct ServerOptions {
     pub max_body_bytes: usize,
     /// Which web pages of other origins may call the server (default: none).
     pub cors: CorsOrigins,
+    /// How many connections at once, how long a request may take to arrive, how long a stop
+    /// waits for open connections.
+    pub connections: ConnectionLimits,
     /// The queue and event fan-out shared with other servers; `None`: this server runs
     /// every run it accepts.
     #[cfg(feature = "cluster")]
@@ -105,6 +110,7 @@ impl ServerOptions {
             api_keys: BTreeMap::new(),
             max_body_bytes: 16 * 1024 * 1024,
             cors: CorsOrigins::None,
+            connections: ConnectionLimits::default(),
             #[cfg(feature = "cluster")]
             cluster: None,
         }
@@ -177,13 +183,15 @@ fn build(options: ServerOptions) -> Result<(axum::Router, Arc<runs::Runs>), Serv
 }
 
 /// Serves `options` on `listener` until `shutdown` completes; then it stops taking requests
-/// and runs, cancels the runs still going (their threads keep every finished step) and
-/// returns once they have settled.
+/// and runs, cancels the runs still going (their threads keep every finished step), closes
+/// the connections still open after [`ConnectionLimits::shutdown_grace`] and returns once the
+/// runs have settled.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     options: ServerOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let limits = options.connections.clone();
     let (router, runs) =
         build(options).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let stopping = Arc::clone(&runs);
@@ -193,9 +201,7 @@ pub async fn serve(
         shutdown.await;
         stopping.stop_all();
     };
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    connections::serve(listener, router, &limits, shutdown).await;
     runs.settled().await;
     Ok(())
 }

@@ -12,6 +12,7 @@ use deepagents::models::ScriptedModel;
 use deepagents_server::{Assistant, ServerError, ServerOptions, StepWatch};
 use serde_json::json;
 
+mod connections;
 mod cors;
 mod events;
 mod routes;
