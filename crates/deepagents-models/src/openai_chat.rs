@@ -91,6 +91,7 @@ impl ChatWire {
             system.as_ref(),
             prefix.bytes(),
             &Tail {
+                tool_choice: tools.map(|_| "auto"),
                 tools,
                 temperature: settings.temperature.map(f64::from),
                 top_p: settings.top_p.map(f64::from),
@@ -117,6 +118,10 @@ struct Head<'a> {
 struct Tail<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<&'a RawValue>,
+    /// `"auto"` whenever tools go: the API's default, but some OpenAI-compatible servers
+    /// ignore the tools unless it is said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -86,6 +86,7 @@ impl ResponsesWire {
             None::<&Value>,
             prefix.bytes(),
             &Tail {
+                tool_choice: tools.map(|_| "auto"),
                 tools,
                 temperature: settings.temperature.map(f64::from),
                 top_p: settings.top_p.map(f64::from),
@@ -111,6 +112,9 @@ struct Head<'a> {
 struct Tail<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<&'a RawValue>,
+    /// `"auto"` whenever tools go, never without them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1428,3 +1428,43 @@ async fn cut_tool_call_arguments_go_back_as_valid_json_on_the_openai_wires() {
         );
     }
 }
+
+// --- Small local models ----------------------------------------------------------------------
+
+fn chat_ok() -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({"choices": [{"message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}))
+}
+
+#[tokio::test]
+async fn tool_choice_auto_goes_with_tools_and_never_without() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/responses"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"status": "completed", "output": []})),
+        )
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(chat_ok())
+        .mount(&server)
+        .await;
+    let without_tools = ModelRequest {
+        tools: Vec::new(),
+        ..ask("hi")
+    };
+    for spec in ["openai_compatible:local", "openai:gpt-5"] {
+        let model = model(spec, format!("{}/v1", server.uri()), 0);
+        model.generate(&ask("hi")).await.unwrap();
+        model.generate(&without_tools).await.unwrap();
+    }
+    let bodies = sent_bodies(&server).await;
+    assert_eq!(bodies.len(), 4);
+    for pair in bodies.chunks(2) {
+        assert_eq!(pair[0]["tool_choice"], "auto", "{}", pair[0]);
+        assert!(pair[0]["tools"].is_array());
+        assert!(pair[1].get("tool_choice").is_none(), "{}", pair[1]);
+        assert!(pair[1].get("tools").is_none(), "{}", pair[1]);
+    }
+}
