@@ -177,7 +177,7 @@ async fn run_start(
     if let Some(checkpoint) = fork_target(params) {
         body["checkpoint_id"] = checkpoint;
     }
-    let record = super::create_run(shared, tenant, thread_id, body, false)
+    let record = super::runs::create_run(shared, tenant, thread_id, body, false)
         .await
         .map_err(|error| Refused::from_api(error, "invalid_argument"))?;
     Ok(json!({"run_id": record.run_id}))
@@ -282,7 +282,7 @@ async fn input_respond(
     }
     let mut body = json!({"assistant_id": assistant_id, "command": command});
     run_fields(params, &mut body);
-    let record = super::create_run(shared, tenant, thread_id, body, false)
+    let record = super::runs::create_run(shared, tenant, thread_id, body, false)
         .await
         .map_err(|error| {
             // A 409 is an interrupt that is not pending, or (after the wait) a run of the
@@ -320,7 +320,7 @@ async fn state_get(
     params: &Value,
 ) -> Result<Value, Refused> {
     root_only(params)?;
-    let state = super::state_of(shared, tenant, thread_id, None)
+    let state = super::threads::state_of(shared, tenant, thread_id, None)
         .await
         .map_err(|error| Refused::from_api(error, "invalid_argument"))?;
     let mut values = state.get("values").cloned().unwrap_or_else(|| json!({}));
@@ -346,7 +346,7 @@ async fn list_checkpoints(
         "limit": field(params, "limit").cloned().unwrap_or(json!(10)),
         "before": field(params, "before").cloned(),
     });
-    let states = super::history_of(shared, tenant, thread_id, &query)
+    let states = super::threads::history_of(shared, tenant, thread_id, &query)
         .await
         .map_err(|error| Refused::from_api(error, "invalid_argument"))?;
     let checkpoints: Vec<Value> = states
@@ -382,7 +382,7 @@ async fn state_fork(
         "multitask_strategy": "enqueue",
     });
     run_fields(params, &mut body);
-    let record = super::create_run(shared, tenant, thread_id, body, false)
+    let record = super::runs::create_run(shared, tenant, thread_id, body, false)
         .await
         .map_err(|error| Refused::from_api(error, "invalid_argument"))?;
     Ok(json!({"run_id": record.run_id, "thread_id": thread_id}))

@@ -1,0 +1,298 @@
+//! The routes, payloads and status codes of the LangGraph Platform API, over [`Runs`] and
+//! [`Records`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use deepagents::backends::Store;
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, ApiResult};
+use crate::records::Records;
+use crate::runs::Runs;
+use crate::time::{now_ms, rfc3339};
+use crate::{Assistant, ServerOptions};
+
+mod assistants;
+mod events;
+mod runs;
+mod store;
+mod threads;
+
+/// What every handler shares.
+struct Shared {
+    assistants: Vec<Arc<Assistant>>,
+    store: Arc<dyn Store>,
+    watch: Arc<crate::StepWatch>,
+    runs: Arc<Runs>,
+    api_keys: BTreeMap<String, String>,
+    /// When the server was set up: its assistants' creation time (they are made with it).
+    started_at: String,
+}
+
+type AppState = Arc<Shared>;
+
+/// The tenant a request acts for.
+#[derive(Clone)]
+struct Tenant(String);
+
+impl Shared {
+    fn records(&self, tenant: &Tenant) -> Records {
+        Records::new(Arc::clone(&self.store), &tenant.0)
+    }
+
+    /// The assistant an `assistant_id` names: its id, graph id or name.
+    fn assistant(&self, id: &str) -> ApiResult<Arc<Assistant>> {
+        self.assistants
+            .iter()
+            .find(|a| a.id() == id || a.graph_id == id || a.name == id)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(format!("assistant `{id}`")))
+    }
+}
+
+/// The router and the runs it drives.
+pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
+    let assistants: Vec<Arc<Assistant>> = options.assistants.into_iter().map(Arc::new).collect();
+    #[cfg(feature = "cluster")]
+    let runs = match options.cluster {
+        Some(cluster) => Runs::clustered(
+            Arc::clone(&options.watch),
+            Arc::clone(&options.store),
+            assistants.clone(),
+            cluster,
+        ),
+        None => Runs::new(
+            Arc::clone(&options.watch),
+            Arc::clone(&options.store),
+            assistants.clone(),
+        ),
+    };
+    #[cfg(not(feature = "cluster"))]
+    let runs = Runs::new(
+        Arc::clone(&options.watch),
+        Arc::clone(&options.store),
+        assistants.clone(),
+    );
+    let max_body = options.max_body_bytes;
+    let shared = Arc::new(Shared {
+        assistants,
+        store: options.store,
+        watch: options.watch,
+        runs: Arc::clone(&runs),
+        api_keys: options.api_keys,
+        started_at: rfc3339(now_ms()),
+    });
+    let api = Router::new()
+        .route("/assistants/search", post(assistants::assistants_search))
+        .route("/assistants/count", post(assistants::assistants_count))
+        .route("/assistants/{assistant_id}", get(assistants::assistant_get))
+        .route(
+            "/assistants/{assistant_id}/schemas",
+            get(assistants::assistant_schemas),
+        )
+        .route(
+            "/assistants/{assistant_id}/graph",
+            get(assistants::assistant_graph),
+        )
+        .route(
+            "/assistants/{assistant_id}/subgraphs",
+            get(assistants::assistant_subgraphs),
+        )
+        .route(
+            "/assistants/{assistant_id}/subgraphs/{namespace}",
+            get(assistants::assistant_subgraphs),
+        )
+        .route("/threads", post(threads::thread_create))
+        .route("/threads/search", post(threads::threads_search))
+        .route("/threads/count", post(threads::threads_count))
+        .route(
+            "/threads/{thread_id}",
+            get(threads::thread_get)
+                .patch(threads::thread_patch)
+                .delete(threads::thread_delete),
+        )
+        .route(
+            "/threads/{thread_id}/state",
+            get(threads::state_get).post(threads::state_update),
+        )
+        .route(
+            "/threads/{thread_id}/state/checkpoint",
+            post(threads::state_at_body),
+        )
+        .route(
+            "/threads/{thread_id}/state/{checkpoint_id}",
+            get(threads::state_at),
+        )
+        .route(
+            "/threads/{thread_id}/history",
+            get(threads::history_get).post(threads::history),
+        )
+        .route(
+            "/threads/{thread_id}/runs",
+            get(runs::runs_list).post(runs::run_create),
+        )
+        .route("/threads/{thread_id}/runs/stream", post(runs::run_stream))
+        .route("/threads/{thread_id}/runs/wait", post(runs::run_wait))
+        .route("/threads/{thread_id}/commands", post(events::command))
+        .route("/threads/{thread_id}/stream/events", post(events::events))
+        .route(
+            "/threads/{thread_id}/runs/{run_id}",
+            get(runs::run_get).delete(runs::run_delete),
+        )
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/join",
+            get(runs::run_join),
+        )
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/stream",
+            get(runs::run_join_stream),
+        )
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/cancel",
+            post(runs::run_cancel),
+        )
+        .route("/runs", post(runs::stateless_create))
+        .route("/runs/stream", post(runs::stateless_stream))
+        .route("/runs/wait", post(runs::stateless_wait))
+        .route(
+            "/store/items",
+            get(store::store_get)
+                .put(store::store_put)
+                .delete(store::store_delete),
+        )
+        .route("/store/items/search", post(store::store_search))
+        .route("/store/namespaces", post(store::store_namespaces))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            authenticate,
+        ));
+    let router = Router::new()
+        .route("/", get(crate::chat::page))
+        .route("/chat.js", get(crate::chat::script))
+        .route("/chat.css", get(crate::chat::style))
+        .route("/ok", get(|| async { Json(json!({"ok": true})) }))
+        .route("/info", get(info))
+        .route("/metrics", get(metrics))
+        .merge(api)
+        .layer(DefaultBodyLimit::max(max_body))
+        .layer(middleware::from_fn(crate::error::log_refusals))
+        .with_state(shared);
+    (router, runs)
+}
+
+/// The tenant of the request's API key (`x-api-key` or `Authorization: Bearer`); without
+/// configured keys, tenant `default`.
+async fn authenticate(
+    State(shared): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let tenant = if shared.api_keys.is_empty() {
+        "default".to_owned()
+    } else {
+        let headers = request.headers();
+        let key = headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| {
+                headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+            })
+            .map(str::trim);
+        match key.and_then(|key| shared.api_keys.get(key)) {
+            Some(tenant) => tenant.clone(),
+            None => return Err(ApiError::unauthorized()),
+        }
+    };
+    request.extensions_mut().insert(Tenant(tenant));
+    Ok(next.run(request).await)
+}
+
+/// A JSON body that may be absent or empty (`{}` then).
+struct Body0(Value);
+
+impl<S: Send + Sync> axum::extract::FromRequest<S> for Body0 {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(request, state).await.map_err(|e| {
+            // Too large is the client's size, not its syntax: 413, as HTTP says.
+            let status = e.status();
+            ApiError {
+                status: if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    status
+                } else {
+                    StatusCode::UNPROCESSABLE_ENTITY
+                },
+                detail: if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    format!(
+                        "the body is too large: {e}; send less, or raise the server's body limit"
+                    )
+                } else {
+                    format!("cannot read the body: {e}")
+                },
+            }
+        })?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(json!({})));
+        }
+        match serde_json::from_slice(&bytes) {
+            Ok(value @ Value::Object(_)) => Ok(Self(value)),
+            Ok(_) => Err(ApiError::invalid("the body must be a JSON object")),
+            Err(e) => Err(ApiError::invalid(format!(
+                "the body is not valid JSON: {e}"
+            ))),
+        }
+    }
+}
+
+fn field<'a>(body: &'a Value, key: &str) -> Option<&'a Value> {
+    body.get(key).filter(|v| !v.is_null())
+}
+
+fn count(body: &Value, key: &str, default: usize) -> ApiResult<usize> {
+    match field(body, key) {
+        None => Ok(default),
+        Some(value) => value
+            .as_u64()
+            .map(|n| n as usize)
+            .ok_or_else(|| ApiError::invalid(format!("`{key}` must be a non-negative integer"))),
+    }
+}
+
+/// Whether `metadata` holds every key of `filter` with the same value.
+fn matches(metadata: &Value, filter: Option<&Value>) -> bool {
+    match filter.and_then(Value::as_object) {
+        None => true,
+        Some(filter) => filter.iter().all(|(k, v)| metadata.get(k) == Some(v)),
+    }
+}
+
+async fn info() -> Json<Value> {
+    Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "langgraph_py_version": null,
+        "flags": {"assistants": true, "crons": false, "langsmith": false, "langsmith_tracing_replicas": false},
+        "metadata": {"server": "deepagents-rs"},
+    }))
+}
+
+async fn metrics(State(shared): State<AppState>) -> Response {
+    let (active, queued) = shared.runs.counts().await;
+    let text = shared.runs.metrics.render(active, queued);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}

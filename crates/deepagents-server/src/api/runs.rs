@@ -1,0 +1,899 @@
+//! Runs: created (and started or queued), streamed, waited for, joined, cancelled, listed.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use deepagents::core::Checkpointer;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::threads::{checkpoint_id, create_thread, load, message_ids, update_state};
+use super::{AppState, Body0, Shared, Tenant, field, new_id};
+use crate::Assistant;
+use crate::error::{ApiError, ApiResult};
+use crate::records::{Records, RunRecord};
+use crate::runs::{Job, Live, Runs, storage_id};
+use crate::stream::FrameLog;
+use crate::time::{now_ms, rfc3339};
+use deepagents_langgraph::MODES;
+use deepagents_langgraph::convert;
+
+pub(super) fn run_json(record: &RunRecord) -> Value {
+    let mut value = serde_json::to_value(record).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut value {
+        map.remove("kwargs");
+        map.insert("kwargs".to_owned(), record.kwargs.clone());
+    }
+    value
+}
+
+/// The stream modes of a payload (default `values`), checked.
+pub(super) fn stream_modes(body: &Value) -> ApiResult<BTreeSet<String>> {
+    let modes: Vec<String> = match field(body, "stream_mode") {
+        None => vec!["values".to_owned()],
+        Some(Value::String(mode)) => vec![mode.clone()],
+        Some(Value::Array(modes)) => modes
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "`stream_mode` must be a string or a list of strings",
+            ));
+        }
+    };
+    for mode in &modes {
+        if !MODES.contains(&mode.as_str()) {
+            return Err(ApiError::invalid(format!(
+                "unknown stream mode `{mode}`; use one of {}",
+                MODES.join(", ")
+            )));
+        }
+    }
+    Ok(modes.into_iter().collect())
+}
+
+/// Run fields this server does not act on. Each is refused by name when it asks for
+/// something (a non-empty value), never silently ignored: a client relying on it would
+/// otherwise get a run that behaves differently from what it asked for.
+pub(super) const UNHONOURED: [(&str, &str); 4] = [
+    (
+        "interrupt_before",
+        "pauses come from the assistant's approval rules",
+    ),
+    (
+        "interrupt_after",
+        "pauses come from the assistant's approval rules",
+    ),
+    ("webhook", "poll the run or join its stream"),
+    ("after_seconds", "start the run when it is due"),
+];
+
+pub(super) fn refuse_unhonoured(body: &Value) -> ApiResult<()> {
+    for (name, instead) in UNHONOURED {
+        let asks = match field(body, name) {
+            None | Some(Value::Null) => false,
+            Some(Value::Array(items)) => !items.is_empty(),
+            Some(Value::String(text)) => !text.is_empty(),
+            Some(Value::Number(n)) => n.as_f64() != Some(0.0),
+            Some(_) => true,
+        };
+        if asks {
+            return Err(ApiError::invalid(format!(
+                "`{name}` is not supported by this server; {instead}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Records on the thread which assistant last ran on it (`graph_id`, `assistant_id` in its
+/// metadata), as LangGraph does: UIs list a graph's threads by searching that metadata.
+pub(super) async fn record_assistant(
+    records: &Records,
+    thread_id: &str,
+    assistant: &Assistant,
+) -> ApiResult<()> {
+    let Some(mut thread) = records.thread(thread_id).await? else {
+        return Ok(());
+    };
+    let Value::Object(metadata) = &mut thread.metadata else {
+        return Ok(());
+    };
+    let (graph_id, assistant_id) = (json!(assistant.graph_id), json!(assistant.id()));
+    // Written only when it changes, so a busy thread's status is not raced needlessly.
+    if metadata.get("graph_id") == Some(&graph_id)
+        && metadata.get("assistant_id") == Some(&assistant_id)
+    {
+        return Ok(());
+    }
+    metadata.insert("graph_id".to_owned(), graph_id);
+    metadata.insert("assistant_id".to_owned(), assistant_id);
+    records.put_thread(&thread).await
+}
+
+/// Creates a run from a payload and starts or queues it.
+pub(super) async fn create_run(
+    shared: &AppState,
+    tenant: &Tenant,
+    thread_id: &str,
+    body: Value,
+    stateless: bool,
+) -> ApiResult<RunRecord> {
+    let records = shared.records(tenant);
+    let assistant_id = field(&body, "assistant_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::invalid("`assistant_id` is missing"))?;
+    let assistant = shared.assistant(assistant_id)?;
+    if records.thread(thread_id).await?.is_none() {
+        if stateless || field(&body, "if_not_exists").and_then(Value::as_str) == Some("create") {
+            create_thread(shared, tenant, &json!({"thread_id": thread_id})).await?;
+        } else {
+            return Err(ApiError::not_found(format!(
+                "thread `{thread_id}` (send if_not_exists: create to make it)"
+            )));
+        }
+    }
+    refuse_unhonoured(&body)?;
+    let context = match field(&body, "context") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(map)) if map.is_empty() => None,
+        Some(context @ Value::Object(_)) => Some(context.clone()),
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "`context` must be an object of the values the run's tools read, not {other}"
+            )));
+        }
+    };
+    if !stateless {
+        record_assistant(&records, thread_id, &assistant).await?;
+    }
+    let (answers, input) = convert::input_messages(field(&body, "input").unwrap_or(&Value::Null))
+        .map_err(ApiError::invalid)?;
+    let resume = field(&body, "command")
+        .and_then(|command| field(command, "resume"))
+        .cloned();
+    let end_turn = match field(&body, "command").and_then(|command| field(command, "goto")) {
+        None | Some(Value::Null) => false,
+        Some(Value::String(node)) if node == "__end__" => true,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "command.goto may only be \"__end__\" (end the turn without running what waits): the agent has one loop; send resume or input to go on",
+            ));
+        }
+    };
+    let modes = stream_modes(&body)?;
+    // A resume is checked before anything changes (`command.update` included), so a refused
+    // one changes nothing: an interrupt that is not pending now is a 409, as is one named
+    // while another run of the thread is going (it may answer it first); decisions that
+    // cannot be used are a 422 (behind a running run, those that name no interrupt are
+    // checked when their turn comes: what will wait then is not known yet). `submit`
+    // checks again once no other run can start.
+    if let Some(resume) = &resume {
+        let busy = shared.runs.busy(&tenant.0, thread_id).await?;
+        match shared
+            .runs
+            .check_resume(&storage_id(&tenant.0, thread_id), resume)
+            .await
+        {
+            Err(error) if busy && error.status == StatusCode::UNPROCESSABLE_ENTITY => {}
+            other => other?,
+        }
+        if busy && let Some(interrupt) = convert::resume_interrupt(resume) {
+            return Err(crate::runs::busy_before_resume(thread_id, &interrupt));
+        }
+    }
+    // A run from an earlier checkpoint starts from there (edit, regenerate): the fork comes
+    // first, so an update and the input apply to the restored state.
+    if let Some(at) = fork_point(&body)? {
+        fork(shared, tenant, thread_id, at).await?;
+    }
+    if let Some(update) = field(&body, "command").and_then(|command| field(command, "update")) {
+        update_state(shared, &storage_id(&tenant.0, thread_id), update).await?;
+    }
+    let strategy = field(&body, "multitask_strategy")
+        .and_then(Value::as_str)
+        .unwrap_or("reject")
+        .to_owned();
+    if !matches!(
+        strategy.as_str(),
+        "reject" | "enqueue" | "interrupt" | "rollback"
+    ) {
+        return Err(ApiError::invalid(format!(
+            "unknown multitask_strategy `{strategy}`; use reject, enqueue, interrupt or rollback"
+        )));
+    }
+    if end_turn {
+        return end_thread_turn(shared, tenant, thread_id, &assistant, body, strategy).await;
+    }
+    // Tool messages in the input answer the calls that wait (a UI settling them when the
+    // user types instead of deciding), as LangGraph appends them: the turn ends with those
+    // results, then the run goes on from them and the user's message.
+    if !answers.is_empty() {
+        if resume.is_some() {
+            return Err(ApiError::invalid(
+                "send either tool messages answering the waiting calls or command.resume, not both",
+            ));
+        }
+        settle_calls(shared, tenant, thread_id, &answers).await?;
+    }
+    let at = rfc3339(now_ms());
+    let record = RunRecord {
+        run_id: new_id(),
+        thread_id: thread_id.to_owned(),
+        assistant_id: assistant.id(),
+        created_at: at.clone(),
+        updated_at: at,
+        status: "pending".to_owned(),
+        metadata: field(&body, "metadata")
+            .cloned()
+            .unwrap_or_else(|| json!({})),
+        multitask_strategy: strategy.clone(),
+        kwargs: body.clone(),
+        error: None,
+        values: None,
+        worker: None,
+        stop_reason: None,
+    };
+    records.put_run(&record).await?;
+    let keep = field(&body, "on_completion").and_then(Value::as_str) == Some("keep");
+    let job = Job {
+        tenant: tenant.0.clone(),
+        graph_id: assistant.graph_id.clone(),
+        record: record.clone(),
+        input,
+        resume,
+        modes,
+        subgraphs: field(&body, "stream_subgraphs")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        delete_thread_after: stateless && !keep,
+        context,
+    };
+    if let Err(error) = shared.runs.submit(job, &strategy).await {
+        let _ = records.delete_run(thread_id, &record.run_id).await;
+        return Err(error);
+    }
+    Ok(record)
+}
+
+/// The checkpoint a run starts from (`checkpoint: {checkpoint_id}` or `checkpoint_id`), when
+/// the payload names one.
+pub(super) fn fork_point(body: &Value) -> ApiResult<Option<u64>> {
+    let named = field(body, "checkpoint")
+        .filter(|checkpoint| !checkpoint.is_null())
+        .or_else(|| field(body, "checkpoint_id").filter(|id| !id.is_null()));
+    match named {
+        // `{}` or a checkpoint without an id names none (the SDK sends what it has).
+        Some(Value::Object(map)) if map.get("checkpoint_id").is_none_or(Value::is_null) => Ok(None),
+        Some(value) => checkpoint_id(value).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Starts the thread again from checkpoint `at` (edit, regenerate): its state becomes that
+/// checkpoint's, recorded as a branch from it, before the run adds its input. Naming the
+/// latest checkpoint (as UIs do on every submit) changes nothing.
+pub(super) async fn fork(
+    shared: &Shared,
+    tenant: &Tenant,
+    thread_id: &str,
+    at: u64,
+) -> ApiResult<()> {
+    if shared.runs.busy(&tenant.0, thread_id).await? {
+        // Behind a running run the latest checkpoint is still to come: only a fork needs the
+        // thread at rest, and it cannot be told from here; the run's strategy decides.
+        let latest = shared
+            .watch
+            .checkpoints(&storage_id(&tenant.0, thread_id))
+            .await?
+            .last()
+            .map_or(0, |checkpoint| checkpoint.id);
+        if latest == at {
+            return Ok(());
+        }
+        return Err(ApiError::conflict(format!(
+            "thread `{thread_id}` has a run going; start from checkpoint `{at}` once it ends"
+        )));
+    }
+    let restored =
+        convert::restore_checkpoint(shared.watch.as_ref(), &storage_id(&tenant.0, thread_id), at)
+            .await
+            .map_err(|error| match error {
+                convert::UpdateError::Invalid(detail) => ApiError {
+                    status: StatusCode::NOT_FOUND,
+                    detail,
+                },
+                convert::UpdateError::Checkpoint(error) => error.into(),
+            })?;
+    if let Some(new) = restored {
+        let records = shared.records(tenant);
+        if let Some(mut thread) = records.thread(thread_id).await? {
+            thread.forks.insert(new, at);
+            records.put_thread(&thread).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Ends the thread's paused turn with `answers` for its waiting calls (the rest marked not
+/// run), when no run of the thread is going.
+pub(super) async fn settle_calls(
+    shared: &Shared,
+    tenant: &Tenant,
+    thread_id: &str,
+    answers: &[convert::ToolAnswer],
+) -> ApiResult<Option<(u64, deepagents::core::Run)>> {
+    if shared.runs.busy(&tenant.0, thread_id).await? {
+        return Err(ApiError::conflict(format!(
+            "thread `{thread_id}` has a run going; settle its waiting calls once it has paused"
+        )));
+    }
+    convert::end_turn(
+        shared.watch.as_ref(),
+        &storage_id(&tenant.0, thread_id),
+        answers,
+    )
+    .await
+    .map_err(|error| match error {
+        convert::UpdateError::Invalid(message) => ApiError::invalid(message),
+        convert::UpdateError::Checkpoint(error) => error.into(),
+    })
+}
+
+/// A run of `command.goto: "__end__"` ("mark as resolved"): the paused turn ends without
+/// running what waits, at once, and the run is recorded as done; nothing is queued.
+pub(super) async fn end_thread_turn(
+    shared: &AppState,
+    tenant: &Tenant,
+    thread_id: &str,
+    assistant: &Assistant,
+    body: Value,
+    strategy: String,
+) -> ApiResult<RunRecord> {
+    let ended = settle_calls(shared, tenant, thread_id, &[]).await?;
+    let run = match ended {
+        Some((_, run)) => Some(run),
+        None => load(shared, tenant, thread_id, None).await?,
+    };
+    let records = shared.records(tenant);
+    let ids = match records.thread(thread_id).await? {
+        Some(thread) => message_ids(shared, tenant, &thread, None).await?,
+        None => convert::MessageIds::default(),
+    };
+    let values = run
+        .as_ref()
+        .map(|run| convert::values_named(run, &convert::interrupt_id(run), &ids));
+    let at = rfc3339(now_ms());
+    let record = RunRecord {
+        run_id: new_id(),
+        thread_id: thread_id.to_owned(),
+        assistant_id: assistant.id(),
+        created_at: at.clone(),
+        updated_at: at,
+        status: "success".to_owned(),
+        metadata: field(&body, "metadata")
+            .cloned()
+            .unwrap_or_else(|| json!({})),
+        multitask_strategy: strategy,
+        kwargs: body,
+        error: None,
+        values,
+        worker: None,
+        stop_reason: None,
+    };
+    records.put_run(&record).await?;
+    records.set_thread_status(thread_id, "idle").await?;
+    Ok(record)
+}
+
+pub(super) async fn run_create(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(thread_id): Path<String>,
+    Body0(body): Body0,
+) -> ApiResult<Response> {
+    let record = create_run(&shared, &tenant, &thread_id, body, false).await?;
+    let mut response = Json(run_json(&record)).into_response();
+    set_location(&mut response, &record, false);
+    Ok(response)
+}
+
+pub(super) async fn stateless_create(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Body0(body): Body0,
+) -> ApiResult<Json<Value>> {
+    let record = create_run(&shared, &tenant, &new_id(), body, true).await?;
+    Ok(Json(run_json(&record)))
+}
+
+pub(super) fn set_location(response: &mut Response, record: &RunRecord, stream: bool) {
+    let path = format!("/threads/{}/runs/{}", record.thread_id, record.run_id);
+    if let Ok(value) = HeaderValue::from_str(&path) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LOCATION, value);
+    }
+    if stream && let Ok(value) = HeaderValue::from_str(&format!("{path}/stream")) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+}
+
+/// Cancels a run when the client of its stream goes away (`on_disconnect: cancel`).
+pub(super) struct CancelOnDrop(Option<(Arc<Runs>, RunRecord)>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some((runs, record)) = self.0.take() {
+            tokio::spawn(async move {
+                let _ = runs.cancel(&record, "interrupt").await;
+            });
+        }
+    }
+}
+
+/// Where a stream's frames come from: the run's log in this process, or the cluster's
+/// copy of it when another server runs it (or may).
+pub(super) enum Source {
+    Local(Arc<Live>),
+    #[cfg(feature = "cluster")]
+    Remote(Box<Remote>),
+}
+
+/// A run's frames in the cluster's Redis stream.
+#[cfg(feature = "cluster")]
+pub(super) struct Remote {
+    runs: Arc<Runs>,
+    cluster: Arc<crate::cluster::Cluster>,
+    records: Records,
+    record: RunRecord,
+    /// The Redis entry read last.
+    after: String,
+    /// The end marker was read.
+    finished: bool,
+}
+
+impl Source {
+    /// The source of `record`'s frames.
+    fn of(shared: &Shared, tenant: &Tenant, record: &RunRecord) -> Self {
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = shared.runs.cluster() {
+            return Self::Remote(Box::new(Remote {
+                runs: Arc::clone(&shared.runs),
+                cluster: Arc::clone(cluster),
+                records: shared.records(tenant),
+                record: record.clone(),
+                after: "0".to_owned(),
+                finished: false,
+            }));
+        }
+        let _ = tenant;
+        match shared.runs.get(&record.run_id) {
+            Some(live) => Self::Local(live),
+            // A run this process does not run (it ended long ago): nothing more to stream.
+            None => {
+                let log = FrameLog::new();
+                log.end();
+                Self::Local(Live::ended_with(record.clone(), log))
+            }
+        }
+    }
+
+    /// The next frames from index `next` on; `None` once the run ended and all were sent.
+    /// An empty list when nothing came for a while (time for a heartbeat).
+    async fn next(&mut self, next: usize) -> Option<Vec<(usize, crate::stream::Frame)>> {
+        match self {
+            Self::Local(live) => loop {
+                let (frames, ended) = live.log.since(next);
+                if !frames.is_empty() {
+                    return Some(frames);
+                }
+                if ended {
+                    return None;
+                }
+                let waited = tokio::time::timeout(Duration::from_secs(15), live.log.changed(next));
+                if waited.await.is_err() {
+                    return Some(Vec::new());
+                }
+            },
+            #[cfg(feature = "cluster")]
+            Self::Remote(remote) => {
+                let Remote {
+                    runs,
+                    cluster,
+                    records,
+                    record,
+                    after,
+                    finished,
+                } = &mut **remote;
+                // A server shutting down ends its streams; the client reconnects elsewhere.
+                if *finished || runs.is_stopping() {
+                    return None;
+                }
+                // Polled: a blocking read would hold the shared connection.
+                let mut polls = 0u32;
+                let entries = loop {
+                    match cluster.read(&record.run_id, after).await {
+                        Ok(entries) if !entries.is_empty() => break entries,
+                        Ok(_) => {}
+                        Err(error) => {
+                            tracing::warn!(run_id = %record.run_id, %error, "cannot read the run's frames");
+                        }
+                    }
+                    polls += 1;
+                    if runs.is_stopping() {
+                        return None;
+                    }
+                    // Now and then: did the run end without frames (long ago, or before
+                    // they were kept)? And a heartbeat every 15 s.
+                    if polls.is_multiple_of(20) {
+                        let ended = records
+                            .run(&record.thread_id, &record.run_id)
+                            .await
+                            .ok()
+                            .flatten()
+                            .is_none_or(|now| now.ended());
+                        if ended
+                            && cluster
+                                .read(&record.run_id, after)
+                                .await
+                                .is_ok_and(|e| e.is_empty())
+                        {
+                            return None;
+                        }
+                    }
+                    if polls == 300 {
+                        return Some(Vec::new());
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                };
+                let mut frames = Vec::new();
+                for (id, index, frame) in entries {
+                    *after = id;
+                    match frame {
+                        Some(frame) if index >= next => frames.push((index, frame)),
+                        Some(_) => {}
+                        None if frames.is_empty() => return None,
+                        // The frames before the end go out first; the end comes next time.
+                        None => {
+                            *finished = true;
+                            break;
+                        }
+                    }
+                }
+                Some(frames)
+            }
+        }
+    }
+}
+
+/// A run's frames from `from` on as server-sent events, following it until it ends; only
+/// the frames of `modes` when given.
+pub(super) fn sse(
+    source: Source,
+    from: usize,
+    modes: Option<BTreeSet<String>>,
+    guard: CancelOnDrop,
+) -> Response {
+    let stream = futures::stream::unfold(
+        (source, from, guard),
+        move |(mut source, next, mut guard)| {
+            let modes = modes.clone();
+            async move {
+                let Some(frames) = source.next(next).await else {
+                    // The run ended on its own: nothing to cancel.
+                    drop(guard.0.take());
+                    return None;
+                };
+                let Some((last, _)) = frames.last() else {
+                    // A comment now and then keeps proxies from closing a quiet stream.
+                    return Some((
+                        Ok::<_, std::convert::Infallible>(Bytes::from_static(b": heartbeat\n\n")),
+                        (source, next, guard),
+                    ));
+                };
+                let after = last + 1;
+                let mut text = String::new();
+                for (id, frame) in &frames {
+                    let mode = frame.event.split(['|', '/']).next().unwrap_or_default();
+                    let wanted = modes.as_ref().is_none_or(|modes| {
+                        matches!(mode, "metadata" | "error")
+                            || modes.contains(mode)
+                            || (mode == "messages" && modes.contains("messages-tuple"))
+                    });
+                    if wanted {
+                        text.push_str(&format!(
+                            "event: {}\ndata: {}\nid: {id}\n\n",
+                            frame.event, frame.data
+                        ));
+                    }
+                }
+                Some((Ok(Bytes::from(text)), (source, after, guard)))
+            }
+        },
+    );
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+pub(super) async fn stream_run(
+    shared: AppState,
+    tenant: Tenant,
+    thread_id: String,
+    body: Value,
+    stateless: bool,
+) -> ApiResult<Response> {
+    let cancel = field(&body, "on_disconnect").and_then(Value::as_str) == Some("cancel");
+    let record = create_run(&shared, &tenant, &thread_id, body, stateless).await?;
+    let guard = CancelOnDrop(cancel.then(|| (Arc::clone(&shared.runs), record.clone())));
+    let mut response = sse(Source::of(&shared, &tenant, &record), 0, None, guard);
+    set_location(&mut response, &record, !stateless);
+    Ok(response)
+}
+
+pub(super) async fn run_stream(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(thread_id): Path<String>,
+    Body0(body): Body0,
+) -> ApiResult<Response> {
+    stream_run(shared, tenant, thread_id, body, false).await
+}
+
+pub(super) async fn stateless_stream(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Body0(body): Body0,
+) -> ApiResult<Response> {
+    stream_run(shared, tenant, new_id(), body, true).await
+}
+
+/// Waits until `record`'s run ended and gives its record then.
+pub(super) async fn ended(
+    shared: &Shared,
+    tenant: &Tenant,
+    record: &RunRecord,
+) -> ApiResult<RunRecord> {
+    if let Some(live) = shared.runs.get(&record.run_id) {
+        live.ended().await;
+    }
+    // Run elsewhere (another server of the cluster), or settled just now: its record says.
+    let records = shared.records(tenant);
+    loop {
+        match records.run(&record.thread_id, &record.run_id).await? {
+            Some(now) if now.ended() => return Ok(now),
+            Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            // Rolled back: it left nothing.
+            None => {
+                return Ok(RunRecord {
+                    status: "interrupted".to_owned(),
+                    ..record.clone()
+                });
+            }
+        }
+    }
+}
+
+/// What `wait` and `join` answer: the thread's values once the run ended, or its error.
+pub(super) async fn outcome(
+    shared: &Shared,
+    tenant: &Tenant,
+    record: &RunRecord,
+) -> ApiResult<Value> {
+    let record = ended(shared, tenant, record).await?;
+    if let Some(error) = record.error {
+        return Ok(json!({"__error__": error}));
+    }
+    if let Some(values) = record.values {
+        return Ok(values);
+    }
+    let thread = shared.records(tenant).thread(&record.thread_id).await?;
+    let ids = match &thread {
+        Some(thread) => message_ids(shared, tenant, thread, None).await?,
+        None => convert::MessageIds::default(),
+    };
+    Ok(match load(shared, tenant, &record.thread_id, None).await? {
+        Some(run) => convert::values_named(&run, &convert::interrupt_id(&run), &ids),
+        None => json!({}),
+    })
+}
+
+pub(super) async fn wait_run(
+    shared: AppState,
+    tenant: Tenant,
+    thread_id: String,
+    body: Value,
+    stateless: bool,
+) -> ApiResult<Response> {
+    let record = create_run(&shared, &tenant, &thread_id, body, stateless).await?;
+    let values = outcome(&shared, &tenant, &record).await?;
+    let mut response = Json(values).into_response();
+    set_location(&mut response, &record, false);
+    Ok(response)
+}
+
+pub(super) async fn run_wait(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(thread_id): Path<String>,
+    Body0(body): Body0,
+) -> ApiResult<Response> {
+    wait_run(shared, tenant, thread_id, body, false).await
+}
+
+pub(super) async fn stateless_wait(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Body0(body): Body0,
+) -> ApiResult<Response> {
+    wait_run(shared, tenant, new_id(), body, true).await
+}
+
+#[derive(Deserialize)]
+pub(super) struct ListQuery {
+    limit: Option<usize>,
+    offset: Option<usize>,
+    status: Option<String>,
+}
+
+pub(super) async fn runs_list(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(thread_id): Path<String>,
+    Query(query): Query<ListQuery>,
+) -> ApiResult<Json<Vec<Value>>> {
+    let records = shared.records(&tenant);
+    records.existing_thread(&thread_id).await?;
+    let runs = records.runs(&thread_id).await?;
+    Ok(Json(
+        runs.iter()
+            .map(|record| {
+                shared
+                    .runs
+                    .get(&record.run_id)
+                    .map_or_else(|| record.clone(), |live| live.snapshot())
+            })
+            .filter(|record| query.status.as_deref().is_none_or(|s| s == record.status))
+            .skip(query.offset.unwrap_or(0))
+            .take(query.limit.unwrap_or(10))
+            .map(|record| run_json(&record))
+            .collect(),
+    ))
+}
+
+/// The run, as this process knows it or as recorded; the record decides the tenant (a run
+/// of another tenant's thread is not found).
+pub(super) async fn find_run(
+    shared: &Shared,
+    tenant: &Tenant,
+    thread_id: &str,
+    run_id: &str,
+) -> ApiResult<RunRecord> {
+    let record = shared
+        .records(tenant)
+        .run(thread_id, run_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("run `{run_id}` of thread `{thread_id}`")))?;
+    Ok(match shared.runs.get(run_id) {
+        Some(live) if live.snapshot().thread_id == thread_id => live.snapshot(),
+        _ => record,
+    })
+}
+
+pub(super) async fn run_get(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path((thread_id, run_id)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let record = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    Ok(Json(run_json(&record)))
+}
+
+pub(super) async fn run_delete(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path((thread_id, run_id)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let record = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    if matches!(record.status.as_str(), "pending" | "running") {
+        return Err(ApiError::conflict(
+            "the run is still going; cancel it first",
+        ));
+    }
+    shared
+        .records(&tenant)
+        .delete_run(&thread_id, &run_id)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(super) async fn run_join(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path((thread_id, run_id)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let record = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    Ok(Json(outcome(&shared, &tenant, &record).await?))
+}
+
+pub(super) async fn run_join_stream(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path((thread_id, run_id)): Path<(String, String)>,
+    Query(query): Query<Vec<(String, String)>>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let record = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    let from = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map_or(0, |last| last + 1);
+    // `stream_mode` may repeat (one per mode) or list modes with commas.
+    let modes: BTreeSet<String> = query
+        .iter()
+        .filter(|(key, _)| key == "stream_mode")
+        .flat_map(|(_, value)| value.split(','))
+        .filter(|mode| !mode.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let modes = (!modes.is_empty()).then_some(modes);
+    let cancel = query
+        .iter()
+        .any(|(key, value)| key == "cancel_on_disconnect" && value.eq_ignore_ascii_case("true"));
+    let guard = CancelOnDrop(cancel.then(|| (Arc::clone(&shared.runs), record.clone())));
+    let mut response = sse(Source::of(&shared, &tenant, &record), from, modes, guard);
+    set_location(&mut response, &record, true);
+    Ok(response)
+}
+
+#[derive(Deserialize)]
+pub(super) struct CancelQuery {
+    wait: Option<String>,
+    action: Option<String>,
+}
+
+pub(super) async fn run_cancel(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path((thread_id, run_id)): Path<(String, String)>,
+    Query(query): Query<CancelQuery>,
+) -> ApiResult<StatusCode> {
+    let record = find_run(&shared, &tenant, &thread_id, &run_id).await?;
+    let action = query.action.as_deref().unwrap_or("interrupt");
+    if !matches!(action, "interrupt" | "rollback") {
+        return Err(ApiError::invalid(format!(
+            "unknown cancel action `{action}`; use interrupt or rollback"
+        )));
+    }
+    let wait = matches!(query.wait.as_deref(), Some("1" | "true" | "True"));
+    let reached = shared.runs.cancel(&record, action).await?;
+    if !reached && !record.ended() {
+        // Recorded as going but run by no one (a server that stopped): settle it.
+        let mut record = record;
+        record.status = "interrupted".to_owned();
+        record.updated_at = rfc3339(now_ms());
+        shared.records(&tenant).put_run(&record).await?;
+    } else if wait {
+        ended(&shared, &tenant, &record).await?;
+    }
+    Ok(if wait {
+        StatusCode::NO_CONTENT
+    } else {
+        StatusCode::ACCEPTED
+    })
+}
