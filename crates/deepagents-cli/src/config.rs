@@ -371,6 +371,14 @@ impl Config {
                     .or(built_in.map(|p| p.max_output_tokens))
                     .unwrap_or(FALLBACK_OUTPUT_TOKENS),
             });
+            // The profile only informs context management; a limit the file names is also
+            // sent with every request (an assumed one is not: vLLM refuses a request whose
+            // prompt plus cap exceeds its window).
+            if options.max_output_tokens.is_none() {
+                options.max_output_tokens = limits
+                    .max_output_tokens
+                    .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+            }
         }
     }
 }

@@ -526,3 +526,32 @@ fn the_prompt_tells_the_model_where_it_works() {
     );
     assert!(system.contains(std::env::consts::OS), "{system}");
 }
+
+#[test]
+fn max_output_tokens_from_the_config_file_reaches_chat_completions_servers() {
+    let server = stub("ok", 200);
+    let sent = |config: &str| {
+        server.bodies.lock().unwrap().clear();
+        let home = Home::new(Some(&format!(
+            "model = \"vllm:tiny\"\n[providers.vllm]\nbase_url = {}\n{config}",
+            quoted(&server.url)
+        )));
+        let output = home.command().arg("hello").output().unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        let bodies = server.bodies.lock().unwrap();
+        bodies
+            .iter()
+            .rfind(|b| b["messages"].is_array())
+            .unwrap()
+            .clone()
+    };
+    let body = sent("[models.\"vllm:tiny\"]\nmax_output_tokens = 777\n");
+    // Under the name llama.cpp, vLLM and Ollama read.
+    assert_eq!(body["max_tokens"], 777, "{body}");
+    assert!(body.get("max_completion_tokens").is_none(), "{body}");
+    // A window alone sends no cap: the assumed output limit is not the user's.
+    let body = sent("[models.\"vllm:tiny\"]\ncontext_window = 8192\n");
+    assert!(body.get("max_tokens").is_none(), "{body}");
+    let body = sent("");
+    assert!(body.get("max_tokens").is_none(), "{body}");
+}

@@ -197,6 +197,8 @@ fn request_overhead() {
             extra_headers: Vec::new(),
             reasoning: None,
             modalities: deepagents_core::model::InputModalities::ALL,
+            max_output_tokens: None,
+            legacy_max_tokens: false,
         };
         let body = serde_json::to_vec(&wire.request(&request, false).unwrap().1).unwrap();
         let n = 2000;

@@ -38,6 +38,14 @@ pub struct ChatWire {
     pub reasoning: Option<crate::provider::ReasoningEffort>,
     /// What the model reads besides text; other content becomes a note.
     pub modalities: InputModalities,
+    /// Cap on one answer's tokens for requests whose settings name none (the configured
+    /// output limit); unset sends none and leaves the server's default.
+    pub max_output_tokens: Option<u32>,
+    /// Send the cap as `max_tokens`, the name llama.cpp's server, vLLM, Ollama, LM Studio,
+    /// OpenRouter, DeepSeek and most other servers of this API read, instead of OpenAI's
+    /// `max_completion_tokens` (which OpenAI's reasoning models require; `max_tokens` is
+    /// deprecated there).
+    pub legacy_max_tokens: bool,
 }
 
 impl ChatWire {
@@ -78,6 +86,7 @@ impl ChatWire {
             serde_json::value::to_raw_value(&tools)
         })?;
         let settings = &request.settings;
+        let limit = settings.max_output_tokens.or(self.max_output_tokens);
         let system = request
             .system_prompt
             .as_deref()
@@ -95,7 +104,8 @@ impl ChatWire {
                 tools,
                 temperature: settings.temperature.map(f64::from),
                 top_p: settings.top_p.map(f64::from),
-                max_completion_tokens: settings.max_output_tokens,
+                max_completion_tokens: limit.filter(|_| !self.legacy_max_tokens),
+                max_tokens: limit.filter(|_| self.legacy_max_tokens),
                 stop: &settings.stop_sequences,
                 reasoning_effort: self.reasoning.map(|effort| effort.as_str()),
                 stream: stream.then_some(true),
@@ -128,6 +138,8 @@ struct Tail<'a> {
     top_p: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
     stop: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]

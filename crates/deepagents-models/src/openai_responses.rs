@@ -35,6 +35,9 @@ pub struct ResponsesWire {
     pub reasoning: Option<crate::provider::ReasoningEffort>,
     /// What the model reads besides text; other content becomes a note.
     pub modalities: InputModalities,
+    /// Cap on one answer's tokens for requests whose settings name none (the configured
+    /// output limit); unset sends none.
+    pub max_output_tokens: Option<u32>,
 }
 
 impl ResponsesWire {
@@ -90,7 +93,7 @@ impl ResponsesWire {
                 tools,
                 temperature: settings.temperature.map(f64::from),
                 top_p: settings.top_p.map(f64::from),
-                max_output_tokens: settings.max_output_tokens,
+                max_output_tokens: settings.max_output_tokens.or(self.max_output_tokens),
                 include: reasoning.as_ref().map(|_| ["reasoning.encrypted_content"]),
                 reasoning,
                 stream: stream.then_some(true),

@@ -151,6 +151,13 @@ mod with_providers {
         pub disable_prompt_caching: bool,
         /// Ask for reasoning (thinking) at this effort; unset leaves the provider's default.
         pub reasoning: Option<ReasoningEffort>,
+        /// Cap on one answer's tokens, sent with every request whose settings name none
+        /// (`max_completion_tokens`, `max_tokens`, `max_output_tokens` or `maxOutputTokens`,
+        /// as the API calls it). Unset sends none except to Anthropic, which requires one and
+        /// gets the profile's. A profile's output limit is not sent by itself: the built-in
+        /// figures are ceilings, and vLLM refuses a request whose prompt plus cap exceeds its
+        /// window.
+        pub max_output_tokens: Option<u32>,
     }
 
     /// The wire format a provider speaks.
@@ -441,6 +448,7 @@ mod with_providers {
                     model,
                     reasoning: options.reasoning,
                     modalities,
+                    max_output_tokens: options.max_output_tokens,
                 },
                 key,
                 config,
@@ -464,6 +472,9 @@ mod with_providers {
                         extra_headers,
                         reasoning: options.reasoning,
                         modalities,
+                        max_output_tokens: options.max_output_tokens,
+                        // Only OpenAI itself takes the newer name.
+                        legacy_max_tokens: provider.name != "openai_chat",
                     },
                     key,
                     config,
@@ -481,7 +492,10 @@ mod with_providers {
                         .trim_end_matches("/v1")
                         .to_owned(),
                     model,
-                    default_max_tokens: profile.map_or(8_192, |p| p.max_output_tokens.min(32_000)),
+                    default_max_tokens: options.max_output_tokens.map_or_else(
+                        || profile.map_or(8_192, |p| p.max_output_tokens.min(32_000)),
+                        u64::from,
+                    ),
                     prompt_caching: !options.disable_prompt_caching,
                     reasoning: options.reasoning,
                     modalities,
@@ -502,6 +516,7 @@ mod with_providers {
                     model,
                     reasoning: options.reasoning,
                     modalities,
+                    max_output_tokens: options.max_output_tokens,
                 },
                 key,
                 config,

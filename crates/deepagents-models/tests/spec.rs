@@ -125,6 +125,8 @@ mod providers {
                 extra_headers: vec![],
                 reasoning: None,
                 modalities: deepagents_core::model::InputModalities::ALL,
+                max_output_tokens: None,
+                legacy_max_tokens: false,
             },
             Some(Secret::new("sk-very-secret")),
             config.clone(),

@@ -22,6 +22,8 @@ fn chat() -> ChatWire {
         extra_headers: vec![],
         reasoning: None,
         modalities: deepagents_core::model::InputModalities::ALL,
+        max_output_tokens: None,
+        legacy_max_tokens: false,
     }
 }
 
@@ -32,6 +34,7 @@ fn responses() -> ResponsesWire {
         model: "gpt-4o".into(),
         reasoning: None,
         modalities: deepagents_core::model::InputModalities::ALL,
+        max_output_tokens: None,
     }
 }
 
@@ -52,6 +55,7 @@ fn gemini() -> GeminiWire {
         model: "gemini-2.5-flash".into(),
         reasoning: None,
         modalities: deepagents_core::model::InputModalities::ALL,
+        max_output_tokens: None,
     }
 }
 

@@ -566,6 +566,7 @@ fn keys_never_show_in_debug_output() {
                 model: "gemini-2.5-flash".into(),
                 reasoning: None,
                 modalities: deepagents_core::model::InputModalities::ALL,
+                max_output_tokens: None,
             },
             Arc::clone(&transport),
         ),
@@ -576,6 +577,7 @@ fn keys_never_show_in_debug_output() {
                 model: "gpt-4o".into(),
                 reasoning: None,
                 modalities: deepagents_core::model::InputModalities::ALL,
+                max_output_tokens: None,
             },
             transport,
         ),
@@ -1176,6 +1178,7 @@ fn gemini_declares_a_tool_without_arguments_without_parameters() {
         model: "gemini-2.5-flash".into(),
         reasoning: None,
         modalities: deepagents_core::model::InputModalities::ALL,
+        max_output_tokens: None,
     };
     let (_, body) = wire.request(&request, false).unwrap();
     let declarations = &body["tools"][0]["functionDeclarations"];
@@ -1210,6 +1213,8 @@ fn wires_reuse_encoded_messages_and_send_what_a_fresh_encoding_sends() {
                 extra_headers: Vec::new(),
                 reasoning: None,
                 modalities: InputModalities::ALL,
+                max_output_tokens: None,
+                legacy_max_tokens: false,
             }),
             false,
         ),
@@ -1220,6 +1225,7 @@ fn wires_reuse_encoded_messages_and_send_what_a_fresh_encoding_sends() {
                 model: "gpt-5".into(),
                 reasoning: Some(ReasoningEffort::Low),
                 modalities: InputModalities::ALL,
+                max_output_tokens: None,
             }),
             false,
         ),
@@ -1241,6 +1247,7 @@ fn wires_reuse_encoded_messages_and_send_what_a_fresh_encoding_sends() {
                 model: "gemini-2.5-flash".into(),
                 reasoning: Some(ReasoningEffort::Low),
                 modalities: InputModalities::ALL,
+                max_output_tokens: None,
             }),
             true,
         ),
@@ -1466,5 +1473,94 @@ async fn tool_choice_auto_goes_with_tools_and_never_without() {
         assert!(pair[0]["tools"].is_array());
         assert!(pair[1].get("tool_choice").is_none(), "{}", pair[1]);
         assert!(pair[1].get("tools").is_none(), "{}", pair[1]);
+    }
+}
+
+#[tokio::test]
+async fn the_configured_output_limit_reaches_every_wire_under_its_name() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/responses"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"status": "completed", "output": []})),
+        )
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(chat_ok())
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}})))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "ok"}]}, "finishReason": "STOP"}]})))
+        .mount(&server)
+        .await;
+    let specs = [
+        ("openai_chat:gpt-4o", "/max_completion_tokens"),
+        ("openai_compatible:local", "/max_tokens"),
+        ("ollama:llama3.2", "/max_tokens"),
+        ("vllm:local", "/max_tokens"),
+        ("llamacpp:local", "/max_tokens"),
+        ("openai:gpt-5", "/max_output_tokens"),
+        ("anthropic:claude-sonnet-4-5", "/max_tokens"),
+        (
+            "google_genai:gemini-2.5-flash",
+            "/generationConfig/maxOutputTokens",
+        ),
+    ];
+    for (spec, _) in specs {
+        let with_limit = |limit| {
+            from_spec_with(
+                spec,
+                &ModelOptions {
+                    base_url: Some(format!("{}/v1", server.uri())),
+                    api_key: Some(Secret::new(TEST_KEY)),
+                    http: Some(fast_config()),
+                    max_retries: Some(0),
+                    max_output_tokens: limit,
+                    ..ModelOptions::default()
+                },
+            )
+            .unwrap()
+        };
+        with_limit(Some(1234)).generate(&ask("hi")).await.unwrap();
+        // A request's own setting beats the configured one.
+        let mut own = ask("hi");
+        own.settings.max_output_tokens = Some(99);
+        with_limit(Some(1234)).generate(&own).await.unwrap();
+        with_limit(None).generate(&ask("hi")).await.unwrap();
+    }
+    let bodies = sent_bodies(&server).await;
+    for ((spec, pointer), sent) in specs.iter().zip(bodies.chunks(3)) {
+        assert_eq!(
+            sent[0].pointer(pointer),
+            Some(&json!(1234)),
+            "{spec}: {}",
+            sent[0]
+        );
+        assert_eq!(
+            sent[1].pointer(pointer),
+            Some(&json!(99)),
+            "{spec}: {}",
+            sent[1]
+        );
+        for other in [
+            "/max_tokens",
+            "/max_completion_tokens",
+            "/max_output_tokens",
+        ] {
+            if other != *pointer {
+                assert!(sent[0].pointer(other).is_none(), "{spec}: {}", sent[0]);
+            }
+        }
+        if !spec.starts_with("anthropic") {
+            // Unset, nothing is sent and the server's default holds.
+            assert!(sent[2].pointer(pointer).is_none(), "{spec}: {}", sent[2]);
+        }
     }
 }

@@ -126,6 +126,8 @@ fn main() {
                 extra_headers: Vec::new(),
                 reasoning: None,
                 modalities: deepagents::core::model::InputModalities::ALL,
+                max_output_tokens: None,
+                legacy_max_tokens: false,
             },
             encoded: Default::default(),
             encode: std::env::var("STEP_ENCODE").map_or(true, |v| v != "0"),

@@ -44,6 +44,9 @@ pub struct GeminiWire {
     pub reasoning: Option<crate::provider::ReasoningEffort>,
     /// What the model reads besides text; other content becomes a note.
     pub modalities: InputModalities,
+    /// Cap on one answer's tokens for requests whose settings name none (the configured
+    /// output limit); unset sends none.
+    pub max_output_tokens: Option<u32>,
 }
 
 impl GeminiWire {
@@ -82,7 +85,7 @@ impl GeminiWire {
         let config = GenerationConfig {
             temperature: settings.temperature.map(f64::from),
             top_p: settings.top_p.map(f64::from),
-            max_output_tokens: settings.max_output_tokens,
+            max_output_tokens: settings.max_output_tokens.or(self.max_output_tokens),
             stop_sequences: &settings.stop_sequences,
             thinking_config: self.reasoning.map(
                 |effort| json!({"thinkingBudget": effort.budget_tokens(), "includeThoughts": true}),
