@@ -1,14 +1,16 @@
 //! One server's connection: starting it (a child process, a streamable HTTP endpoint or a
 //! legacy SSE one), our
 //! side of the protocol (tool list changes, progress, elicitation; sampling is not offered, so
-//! rmcp refuses it), and the
-//! one restart a crashed server gets.
+//! rmcp refuses it), and
+//! what happens when it breaks: an HTTP connection is re-established within a budget, a
+//! crashed stdio server restarted once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use deepagents_core::{EventKind, EventSink};
 use rmcp::model::{
@@ -304,10 +306,12 @@ pub(crate) async fn open(
                 http = http.auth_header(token.clone());
             }
             let transport = StreamableHttpClientTransport::with_client(http_client(config)?, http);
-            handler
-                .serve(transport)
-                .await
-                .map_err(|e| format!("the MCP handshake with {url} failed: {e}"))?
+            handler.serve(transport).await.map_err(|e| {
+                format!(
+                    "the MCP handshake with {url} failed: {}",
+                    handshake_error(&e)
+                )
+            })?
         }
         Transport::Sse {
             url,
@@ -322,10 +326,12 @@ pub(crate) async fn open(
                 headers.insert(reqwest::header::AUTHORIZATION, value);
             }
             let transport = LegacySse::connect(http_client(config)?, url, headers).await?;
-            handler
-                .serve(transport)
-                .await
-                .map_err(|e| format!("the MCP handshake with {url} failed: {e}"))?
+            handler.serve(transport).await.map_err(|e| {
+                format!(
+                    "the MCP handshake with {url} failed: {}",
+                    handshake_error(&e)
+                )
+            })?
         }
     };
     let tools = list_tools(&service, config).await?;
@@ -334,6 +340,52 @@ pub(crate) async fn open(
         tools,
         group,
     })
+}
+
+/// What went wrong, for people and the model: from the transport's own error on (rmcp's
+/// wrapper names the transport's Rust type), with its causes (`connection refused`).
+pub(crate) fn plain_error(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    let mut start = error;
+    while let Some(e) = current {
+        if let Some(transport) = e.downcast_ref::<rmcp::transport::DynamicTransportError>() {
+            start = transport.error.as_ref();
+            // The HTTP client's error does not name its causes as its source.
+            if let Some(
+                rmcp::transport::streamable_http_client::StreamableHttpError::Client(client),
+            ) = start.downcast_ref::<rmcp::transport::streamable_http_client::StreamableHttpError<
+                reqwest::Error,
+            >>() {
+                start = client;
+            }
+            break;
+        }
+        current = e.source();
+    }
+    let mut parts: Vec<String> = Vec::new();
+    let mut current = Some(start);
+    while let Some(e) = current {
+        let text = e.to_string();
+        if !parts.iter().any(|part| part.contains(&text)) {
+            parts.push(text);
+        }
+        current = e.source();
+    }
+    parts.join(": ")
+}
+
+/// Why a handshake failed, without the transport's Rust type.
+fn handshake_error(error: &rmcp::service::ClientInitializeError) -> String {
+    match error {
+        rmcp::service::ClientInitializeError::TransportError { error, context } => {
+            let during = match context.strip_prefix("send ") {
+                Some(what) => format!("while sending the {what}"),
+                None => context.to_string(),
+            };
+            format!("{} ({during})", plain_error(error))
+        }
+        other => plain_error(other),
+    }
 }
 
 fn http_client(config: &ServerConfig) -> Result<reqwest::Client, String> {
@@ -382,7 +434,30 @@ pub(crate) async fn list_tools(
         .collect())
 }
 
-/// A server's connection, which a crash replaces once.
+/// Reconnection attempts an HTTP server gets each time its connection breaks, before it is
+/// given up on for the session. A success ends the count: the next break starts afresh.
+pub(crate) const RECONNECT_ATTEMPTS: u32 = 5;
+/// The pause before the second attempt; it doubles for each later one, up to
+/// [`BACKOFF_CAP`], and each pause is shortened by a random part of up to half (jitter, so
+/// clients that lost the same server do not come back in step).
+const BACKOFF_BASE: Duration = Duration::from_millis(250);
+const BACKOFF_CAP: Duration = Duration::from_secs(8);
+
+/// The pause after `failed` failed attempts (at least 1).
+fn backoff(failed: u32) -> Duration {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let full = BACKOFF_BASE
+        .saturating_mul(1 << failed.saturating_sub(1).min(16))
+        .min(BACKOFF_CAP);
+    // Each `RandomState` is keyed afresh: random enough for jitter, without a dependency.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(failed);
+    let fraction = (hasher.finish() % 1000) as f64 / 1000.0;
+    full.mul_f64(1.0 - fraction / 2.0)
+}
+
+/// A server's connection, replaced when it breaks: an HTTP server's is re-established (a new
+/// session) within [`RECONNECT_ATTEMPTS`]; a stdio server that dies is started again once.
 pub(crate) struct Live {
     pub(crate) config: ServerConfig,
     root: std::path::PathBuf,
@@ -399,7 +474,10 @@ pub(crate) struct Live {
 pub(crate) struct LiveState {
     /// `None` once it stopped for good.
     pub(crate) service: Option<Arc<Service>>,
+    /// A stdio server was started again (it gets one restart).
     restarted: bool,
+    /// Why the server was given up on, for the calls after that.
+    given_up: Option<String>,
     /// Its tools as last listed, and the count of changes they reflect.
     pub(crate) tools: Vec<Value>,
     pub(crate) seen: u64,
@@ -427,6 +505,7 @@ impl Live {
             state: tokio::sync::Mutex::new(LiveState {
                 service: Some(Arc::new(service)),
                 restarted: false,
+                given_up: None,
                 tools: tools.clone(),
                 seen: 0,
             }),
@@ -434,6 +513,12 @@ impl Live {
             stopped: AtomicBool::new(false),
         });
         Ok((live, tools))
+    }
+
+    /// Whether the server is reached over HTTP (streamable or legacy SSE), where a broken
+    /// connection is re-established rather than the server restarted.
+    pub(crate) fn is_http(&self) -> bool {
+        !matches!(self.config.transport, Transport::Stdio { .. })
     }
 
     /// Kills the stdio server's process group (whatever it started goes with it); the server
@@ -456,45 +541,75 @@ impl Live {
         drop(old);
     }
 
-    pub(crate) async fn current(&self) -> Option<Arc<Service>> {
-        self.state.lock().await.service.clone()
+    /// The connection to send on, or what the model is told when there is none.
+    pub(crate) async fn current(&self) -> Result<Arc<Service>, String> {
+        let state = self.state.lock().await;
+        match (&state.service, &state.given_up) {
+            (Some(service), _) => Ok(Arc::clone(service)),
+            (None, Some(why)) => Err(why.clone()),
+            (None, None) => Err(self.unavailable("has stopped")),
+        }
     }
 
-    /// After `broken` stopped answering: starts the server again, once per session. Says
-    /// what became of it, for the model.
-    pub(crate) async fn recover(&self, broken: &Arc<Service>) -> String {
+    fn unavailable(&self, what: &str) -> String {
         let name = &self.config.name;
+        format!(
+            "the MCP server {name} {what}; its tools are unavailable for the rest of the session (check the server with `deepagents mcp tools {name}`)"
+        )
+    }
+
+    /// After `broken` stopped answering (`why`): connects again — an HTTP server within its
+    /// reconnection budget, a stdio server started once per session. The connection to use
+    /// now, or what the model is told when there is none.
+    pub(crate) async fn recover(
+        &self,
+        broken: &Arc<Service>,
+        why: &str,
+    ) -> Result<Arc<Service>, String> {
         let mut state = self.state.lock().await;
         match &state.service {
             // Another call already dealt with it.
-            Some(current) if !Arc::ptr_eq(current, broken) => {
-                return format!(
-                    "the MCP server {name} stopped during this call and was restarted; call again if repeating it is safe"
-                );
-            }
+            Some(current) if !Arc::ptr_eq(current, broken) => return Ok(Arc::clone(current)),
             None => {
-                return format!(
-                    "the MCP server {name} has stopped; its tools are unavailable for the rest of the session"
-                );
+                return Err(state
+                    .given_up
+                    .clone()
+                    .unwrap_or_else(|| self.unavailable("has stopped")));
             }
             Some(_) => {}
         }
         if self.stopped.load(Ordering::Acquire) {
             state.service = None;
-            return format!(
-                "the MCP server {name} was stopped; its tools are unavailable for the rest of the session"
-            );
+            return Err(self.unavailable("was stopped"));
+        }
+        if self.is_http() {
+            return self.reconnect(&mut state, why).await;
         }
         if state.restarted {
             state.service = None;
             self.set_group(None);
-            return format!(
-                "the MCP server {name} stopped again; its tools are unavailable for the rest of the session"
-            );
+            let message = self.unavailable(&format!("stopped again ({why})"));
+            tracing::warn!(server = %self.config.name, "{message}");
+            state.given_up = Some(message.clone());
+            return Err(message);
         }
         state.restarted = true;
         // What is left of the old server goes before the new one starts.
         self.set_group(None);
+        let failed = match self.open_again(&mut state).await {
+            Ok(service) => return Ok(service),
+            Err(failed) => failed,
+        };
+        state.service = None;
+        self.set_group(None);
+        let message = self.unavailable(&format!("stopped and could not be restarted ({failed})"));
+        tracing::warn!(server = %self.config.name, "{message}");
+        state.given_up = Some(message.clone());
+        Err(message)
+    }
+
+    /// Opens a new connection in place of the old one, within the server's startup_timeout.
+    async fn open_again(&self, state: &mut LiveState) -> Result<Arc<Service>, String> {
         let started = tokio::time::timeout(
             self.config.startup_timeout,
             open(
@@ -507,33 +622,59 @@ impl Live {
         .await;
         match started {
             Ok(Ok(opened)) => {
-                state.service = Some(Arc::new(opened.service));
+                let service = Arc::new(opened.service);
+                state.service = Some(Arc::clone(&service));
                 self.set_group(opened.group);
                 state.tools = opened.tools;
                 // Stopped while it restarted: the new server goes too.
                 if self.stopped.load(Ordering::Acquire) {
                     self.set_group(None);
                     state.service = None;
+                    return Err("it was stopped".to_owned());
                 }
-                format!(
-                    "the MCP server {name} stopped during this call and was restarted; call again if repeating it is safe"
-                )
+                Ok(service)
             }
-            Ok(Err(why)) => {
-                state.service = None;
-                self.set_group(None);
-                format!(
-                    "the MCP server {name} stopped and could not be restarted ({why}); its tools are unavailable"
-                )
+            Ok(Err(why)) => Err(why),
+            Err(_) => Err(format!(
+                "no answer within its startup_timeout of {} s",
+                self.config.startup_timeout.as_secs_f64()
+            )),
+        }
+    }
+
+    /// An HTTP server's connection broke: a new session, tried up to [`RECONNECT_ATTEMPTS`]
+    /// times with growing pauses; the server is given up on when none succeeds. Calls wait
+    /// for the outcome (they need `state`), so none is sent on the broken connection.
+    async fn reconnect(&self, state: &mut LiveState, why: &str) -> Result<Arc<Service>, String> {
+        let name = &self.config.name;
+        tracing::info!(server = %name, "the connection broke ({why}); reconnecting");
+        let mut last = why.to_owned();
+        for attempt in 1..=RECONNECT_ATTEMPTS {
+            if attempt > 1 {
+                tokio::time::sleep(backoff(attempt - 1)).await;
             }
-            Err(_) => {
+            if self.stopped.load(Ordering::Acquire) {
                 state.service = None;
-                self.set_group(None);
-                format!(
-                    "the MCP server {name} stopped and did not come back within its startup_timeout; its tools are unavailable"
-                )
+                return Err(self.unavailable("was stopped"));
+            }
+            match self.open_again(state).await {
+                Ok(service) => {
+                    tracing::info!(server = %name, attempt, "reconnected");
+                    return Ok(service);
+                }
+                Err(failed) => {
+                    tracing::warn!(server = %name, attempt, "reconnecting failed: {failed}");
+                    last = failed;
+                }
             }
         }
+        state.service = None;
+        let message = self.unavailable(&format!(
+            "could not be reached again after {RECONNECT_ATTEMPTS} attempts (last error: {last})"
+        ));
+        tracing::error!(server = %name, "{message}");
+        state.given_up = Some(message.clone());
+        Err(message)
     }
 }
 
@@ -544,6 +685,21 @@ mod tests {
     fn report(token: u32, progress: f64) -> ProgressNotificationParam {
         serde_json::from_value(serde_json::json!({"progressToken": token, "progress": progress}))
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn reconnection_pauses_grow_to_a_cap_with_jitter() {
+        for failed in 1..=12 {
+            let full = BACKOFF_BASE
+                .saturating_mul(1 << (failed - 1).min(16))
+                .min(BACKOFF_CAP);
+            let pause = backoff(failed);
+            assert!(pause <= full && pause >= full / 2, "{failed}: {pause:?}");
+        }
+        assert!(backoff(20) <= BACKOFF_CAP);
+        // The pauses before giving up stay short enough for a call to wait through.
+        let total: Duration = (1..RECONNECT_ATTEMPTS).map(backoff).sum();
+        assert!(total < Duration::from_secs(4), "{total:?}");
     }
 
     #[test]

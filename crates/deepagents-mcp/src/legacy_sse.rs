@@ -209,10 +209,18 @@ impl rmcp::transport::Transport<RoleClient> for LegacySse {
             if response.status().is_success() {
                 Ok(())
             } else {
-                Err(std::io::Error::other(format!(
-                    "the server answered {} to a message",
-                    response.status()
-                )))
+                // The status, for telling a failed call from a broken connection.
+                let retry_after = response
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|value| value.to_str().ok())
+                    .map(str::to_owned);
+                Err(std::io::Error::other(
+                    rmcp::transport::streamable_http_client::HttpStatusError::new(
+                        response.status().as_u16(),
+                        retry_after,
+                    ),
+                ))
             }
         }
     }

@@ -104,11 +104,14 @@ async fn call(
 ) -> Result<ToolOutput, ToolError> {
     let server = live.config.name.as_str();
     let timeout = live.config.call_timeout;
-    let Some(service) = live.current().await else {
-        return Err(ToolError::RespondToModel(format!(
-            "the MCP server {server} has stopped; its tools are unavailable for the rest of the session"
-        )));
-    };
+    let mut service = live.current().await.map_err(ToolError::RespondToModel)?;
+    // A connection that closed while idle is replaced before the call, not refused.
+    if service.is_closed() {
+        service = live
+            .recover(&service, "the connection was closed")
+            .await
+            .map_err(ToolError::RespondToModel)?;
+    }
     let arguments = match args {
         Value::Object(map) => map,
         Value::Null => serde_json::Map::new(),
@@ -208,26 +211,133 @@ async fn call(
     })
 }
 
-/// The error for a call that got no answer: when the connection broke, the server is
-/// restarted (once) and the model told.
+/// The error for a call that got no answer. An HTTP error status is a failed call (the
+/// connection stays); a broken connection is replaced — an HTTP server's re-established, a
+/// stdio server restarted once — and the model told whether the server is back.
 async fn failure(
     live: &Live,
     service: &Arc<Service>,
     tool: &str,
     error: rmcp::ServiceError,
 ) -> ToolError {
+    let server = live.config.name.as_str();
+    if !service.is_closed()
+        && let Some(failed) = http_failure(&error)
+    {
+        return ToolError::RespondToModel(failed.message(server, tool));
+    }
     if service.is_closed()
         || matches!(
             error,
             rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)
         )
     {
-        return ToolError::RespondToModel(live.recover(service).await);
+        let why = match &error {
+            rmcp::ServiceError::TransportClosed => {
+                "the connection closed before the answer".to_owned()
+            }
+            other => crate::connection::plain_error(other),
+        };
+        return ToolError::RespondToModel(match live.recover(service, &why).await {
+            Ok(_) if live.is_http() => format!(
+                "the connection to the MCP server {server} broke during {tool} ({why}) and was re-established; {tool} may or may not have run: call it again if repeating it is safe"
+            ),
+            Ok(_) => format!(
+                "the MCP server {server} stopped during this call and was restarted; call again if repeating it is safe"
+            ),
+            Err(message) => message,
+        });
     }
-    ToolError::RespondToModel(format!(
-        "the MCP server {} failed on {tool}: {error}",
-        live.config.name
-    ))
+    ToolError::RespondToModel(format!("the MCP server {server} failed on {tool}: {error}"))
+}
+
+/// An HTTP error status a server answered a call with.
+#[derive(Debug, PartialEq)]
+struct HttpFailure {
+    status: u16,
+    /// The `Retry-After` header, as sent.
+    retry_after: Option<String>,
+    /// What the server said, when known.
+    detail: Option<String>,
+}
+
+impl HttpFailure {
+    fn message(&self, server: &str, tool: &str) -> String {
+        let status = self.status;
+        let detail = self
+            .detail
+            .as_deref()
+            .map(|detail| format!(" ({detail})"))
+            .unwrap_or_default();
+        match status {
+            401 | 403 => format!(
+                "the MCP server {server} refused {tool} with HTTP {status}{detail}: the client is not authorized; calling again will not help — its token (`headers` or `bearer_token_env_var` in .mcp.json) needs checking"
+            ),
+            429 => format!(
+                "the MCP server {server} answered {tool} with HTTP 429 (too many requests){}; wait before calling it again",
+                self.retry_after
+                    .as_deref()
+                    .map(|after| format!(", retry after {after}"))
+                    .unwrap_or_default()
+            ),
+            500.. => format!(
+                "the MCP server {server} failed on {tool} with HTTP {status}{detail}, an error on the server's side; {tool} may or may not have run: try again shortly if repeating it is safe, or do without it"
+            ),
+            _ => format!(
+                "the MCP server {server} rejected {tool} with HTTP {status}{detail}; check the arguments, or do without it"
+            ),
+        }
+    }
+}
+
+/// The HTTP error status behind a failed send, from the streamable HTTP client (429 and 5xx
+/// as metadata, other statuses in the text of an unexpected response) or our legacy SSE
+/// transport.
+fn http_failure(error: &rmcp::ServiceError) -> Option<HttpFailure> {
+    use rmcp::transport::streamable_http_client::{HttpStatusError, StreamableHttpError};
+    let rmcp::ServiceError::TransportSend(sent) = error else {
+        return None;
+    };
+    let inner: &(dyn std::error::Error + 'static) = sent.error.as_ref();
+    let from_status = |status: &HttpStatusError| HttpFailure {
+        status: status.status,
+        retry_after: status.retry_after.clone(),
+        detail: None,
+    };
+    if let Some(http) = inner.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+        return match http {
+            StreamableHttpError::HttpStatus(status) => Some(from_status(status)),
+            StreamableHttpError::AuthRequired(_) => Some(HttpFailure {
+                status: 401,
+                retry_after: None,
+                detail: None,
+            }),
+            StreamableHttpError::InsufficientScope(_) => Some(HttpFailure {
+                status: 403,
+                retry_after: None,
+                detail: Some("insufficient scope".to_owned()),
+            }),
+            // `HTTP 400 Bad Request: the body`.
+            StreamableHttpError::UnexpectedServerResponse(text) => {
+                let rest = text.strip_prefix("HTTP ")?;
+                let status: u16 = rest.get(..3)?.parse().ok()?;
+                (400..600).contains(&status).then(|| HttpFailure {
+                    status,
+                    retry_after: None,
+                    detail: rest
+                        .split_once(": ")
+                        .map(|(_, body)| body.trim().chars().take(300).collect::<String>())
+                        .filter(|body| !body.is_empty()),
+                })
+            }
+            _ => None,
+        };
+    }
+    inner
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::get_ref)
+        .and_then(|error| error.downcast_ref::<HttpStatusError>())
+        .map(from_status)
 }
 
 /// One MCP content item as a block the model can use.

@@ -3,6 +3,7 @@
 //! reference servers from npm (`reference`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+mod flaky;
 mod reference;
 mod stop;
 
