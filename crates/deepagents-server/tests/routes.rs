@@ -566,3 +566,187 @@ async fn store_items_are_written_only_where_they_can_be_read_back() {
     assert_eq!(status, StatusCode::OK, "{item}");
     assert_eq!(item["value"], json!({"x": 1}));
 }
+
+/// Payloads are typed: a field of the wrong shape or an unknown value is a 422 that names the
+/// field and says what it should be; fields the server does not know, and `null`s, are fine.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_field_of_the_wrong_shape_is_refused_by_name() {
+    let app = app();
+    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
+    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let runs = format!("/threads/{id}/runs");
+    for (path, body, says) in [
+        (
+            runs.as_str(),
+            json!({"assistant_id": "agent", "multitask_strategy": "bogus"}),
+            vec![
+                "multitask_strategy",
+                "reject",
+                "enqueue",
+                "interrupt",
+                "rollback",
+                "bogus",
+            ],
+        ),
+        (
+            runs.as_str(),
+            json!({"assistant_id": "agent", "stream_mode": 5}),
+            vec!["`stream_mode` must be a string or a list of strings"],
+        ),
+        (
+            runs.as_str(),
+            json!({"assistant_id": "agent", "stream_mode": ["values", 5]}),
+            vec!["`stream_mode` must be a string or a list of strings"],
+        ),
+        (
+            runs.as_str(),
+            json!({"assistant_id": "agent", "stream_mode": "telepathy"}),
+            vec!["unknown stream mode `telepathy`"],
+        ),
+        (
+            runs.as_str(),
+            json!({"assistant_id": "agent", "if_not_exists": "maybe"}),
+            vec!["if_not_exists", "create"],
+        ),
+        (
+            runs.as_str(),
+            json!({"assistant_id": "agent", "on_disconnect": 1}),
+            vec!["`on_disconnect` must be a string"],
+        ),
+        (
+            runs.as_str(),
+            json!({"assistant_id": "agent", "checkpoint": true}),
+            vec!["`checkpoint` must be a checkpoint id"],
+        ),
+        (
+            runs.as_str(),
+            json!({"assistant_id": "agent", "command": {"goto": "tools"}}),
+            vec!["command.goto may only be"],
+        ),
+        (
+            runs.as_str(),
+            json!({"assistant_id": 5}),
+            vec!["`assistant_id` must be a string"],
+        ),
+        (
+            runs.as_str(),
+            json!({"input": {}}),
+            vec!["`assistant_id` is missing"],
+        ),
+        (
+            "/threads",
+            json!({"thread_id": 5}),
+            vec!["`thread_id` must be a string"],
+        ),
+        (
+            "/threads",
+            json!({"metadata": [1]}),
+            vec!["`metadata` must be an object"],
+        ),
+        (
+            "/threads",
+            json!({"if_exists": "overwrite"}),
+            vec!["if_exists", "do_nothing"],
+        ),
+        (
+            "/threads/search",
+            json!({"limit": "ten"}),
+            vec!["`limit` must be a non-negative integer"],
+        ),
+        (
+            "/threads/search",
+            json!({"offset": -1}),
+            vec!["`offset` must be a non-negative integer"],
+        ),
+        (
+            "/threads/search",
+            json!({"status": "sleeping"}),
+            vec!["status", "idle", "busy"],
+        ),
+        (
+            "/threads/search",
+            json!({"sort_order": "up"}),
+            vec!["sort_order", "asc"],
+        ),
+        (
+            "/assistants/search",
+            json!({"graph_id": 1}),
+            vec!["`graph_id` must be a string"],
+        ),
+        (
+            "/store/items/search",
+            json!({"namespace_prefix": ["a", 1]}),
+            vec!["`namespace_prefix` must be a list of strings"],
+        ),
+        (
+            "/store/namespaces",
+            json!({"max_depth": "deep"}),
+            vec!["`max_depth` must be a non-negative integer"],
+        ),
+    ] {
+        let (status, answer) = call(&app, "POST", path, body.clone()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {answer}");
+        let detail = answer["detail"].as_str().unwrap();
+        for text in says {
+            assert!(detail.contains(text), "{body}: {detail} lacks {text}");
+        }
+    }
+    // Query strings too: a cancel action or a run status that does not exist.
+    let (status, run) = call(
+        &app,
+        "POST",
+        &format!("/threads/{id}/runs/wait"),
+        json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "hi"}]}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    let (_, listed) = call(&app, "GET", &runs, Value::Null).await;
+    let run_id = listed[0]["run_id"].as_str().unwrap().to_owned();
+    let (status, answer) = call(
+        &app,
+        "POST",
+        &format!("{runs}/{run_id}/cancel?action=explode"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    let detail = answer["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("action") && detail.contains("rollback"),
+        "{detail}"
+    );
+    let (status, answer) = call(&app, "GET", &format!("{runs}?status=done"), Value::Null).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert!(
+        answer["detail"].as_str().unwrap().contains("status"),
+        "{answer}"
+    );
+    let (status, listed) = call(
+        &app,
+        "GET",
+        &format!("{runs}?status=success&limit=5"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    // Unknown fields and nulls are accepted.
+    let (status, answer) = call(
+        &app,
+        "POST",
+        &format!("/threads/{id}/runs/wait"),
+        json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "again"}]},
+               "some_new_field": {"x": 1}, "stream_mode": null, "metadata": null,
+               "checkpoint": null, "multitask_strategy": null, "feedback_keys": null}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let (status, found) = call(
+        &app,
+        "POST",
+        "/threads/search",
+        json!({"limit": null, "sort_by": "created_at", "sort_order": "asc", "values": {}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{found}");
+}

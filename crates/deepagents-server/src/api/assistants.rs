@@ -6,9 +6,11 @@ use axum::Json;
 use axum::extract::{Path, State};
 use serde_json::{Value, json};
 
-use super::{AppState, Body0, Shared, count, field, matches};
+use super::request::{Count, Object, Typed, count_or};
+use super::{AppState, Shared, matches};
 use crate::Assistant;
 use crate::error::ApiResult;
+use serde::Deserialize;
 
 pub(super) fn assistant_json(assistant: &Assistant, at: &str) -> Value {
     json!({
@@ -25,23 +27,37 @@ pub(super) fn assistant_json(assistant: &Assistant, at: &str) -> Value {
     })
 }
 
-pub(super) fn assistants_matching<'a>(shared: &'a Shared, body: &Value) -> Vec<&'a Arc<Assistant>> {
+/// The payload of `POST /assistants/search` and `/assistants/count`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct AssistantSearch {
+    graph_id: Option<String>,
+    name: Option<String>,
+    metadata: Option<Object>,
+    limit: Option<Count>,
+    offset: Option<Count>,
+}
+
+pub(super) fn assistants_matching<'a>(
+    shared: &'a Shared,
+    search: &AssistantSearch,
+) -> Vec<&'a Arc<Assistant>> {
     shared
         .assistants
         .iter()
-        .filter(|a| field(body, "graph_id").is_none_or(|g| g.as_str() == Some(&a.graph_id)))
-        .filter(|a| field(body, "name").is_none_or(|n| n.as_str() == Some(&a.name)))
-        .filter(|_| matches(&json!({"created_by": "system"}), field(body, "metadata")))
+        .filter(|a| search.graph_id.as_ref().is_none_or(|g| *g == a.graph_id))
+        .filter(|a| search.name.as_ref().is_none_or(|n| *n == a.name))
+        .filter(|_| matches(&json!({"created_by": "system"}), search.metadata.as_ref()))
         .collect()
 }
 
 pub(super) async fn assistants_search(
     State(shared): State<AppState>,
-    Body0(body): Body0,
+    Typed(search): Typed<AssistantSearch>,
 ) -> ApiResult<Json<Vec<Value>>> {
-    let (limit, offset) = (count(&body, "limit", 10)?, count(&body, "offset", 0)?);
+    let (limit, offset) = (count_or(search.limit, 10), count_or(search.offset, 0));
     Ok(Json(
-        assistants_matching(&shared, &body)
+        assistants_matching(&shared, &search)
             .into_iter()
             .skip(offset)
             .take(limit)
@@ -52,9 +68,9 @@ pub(super) async fn assistants_search(
 
 pub(super) async fn assistants_count(
     State(shared): State<AppState>,
-    Body0(body): Body0,
+    Typed(search): Typed<AssistantSearch>,
 ) -> Json<usize> {
-    Json(assistants_matching(&shared, &body).len())
+    Json(assistants_matching(&shared, &search).len())
 }
 
 pub(super) async fn assistant_get(

@@ -346,6 +346,8 @@ async fn list_checkpoints(
         "limit": field(params, "limit").cloned().unwrap_or(json!(10)),
         "before": field(params, "before").cloned(),
     });
+    let query = super::request::parse(&query)
+        .map_err(|error| Refused::from_api(error, "invalid_argument"))?;
     let states = super::threads::history_of(shared, tenant, thread_id, &query)
         .await
         .map_err(|error| Refused::from_api(error, "invalid_argument"))?;

@@ -22,6 +22,7 @@ use crate::{Assistant, ServerOptions};
 
 mod assistants;
 mod events;
+mod request;
 mod runs;
 mod store;
 mod threads;
@@ -260,22 +261,9 @@ fn field<'a>(body: &'a Value, key: &str) -> Option<&'a Value> {
     body.get(key).filter(|v| !v.is_null())
 }
 
-fn count(body: &Value, key: &str, default: usize) -> ApiResult<usize> {
-    match field(body, key) {
-        None => Ok(default),
-        Some(value) => value
-            .as_u64()
-            .map(|n| n as usize)
-            .ok_or_else(|| ApiError::invalid(format!("`{key}` must be a non-negative integer"))),
-    }
-}
-
 /// Whether `metadata` holds every key of `filter` with the same value.
-fn matches(metadata: &Value, filter: Option<&Value>) -> bool {
-    match filter.and_then(Value::as_object) {
-        None => true,
-        Some(filter) => filter.iter().all(|(k, v)| metadata.get(k) == Some(v)),
-    }
+fn matches(metadata: &Value, filter: Option<&request::Object>) -> bool {
+    filter.is_none_or(|filter| filter.0.iter().all(|(k, v)| metadata.get(k) == Some(v)))
 }
 
 async fn info() -> Json<Value> {

@@ -13,8 +13,9 @@ use deepagents::core::Checkpointer;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::threads::{checkpoint_id, create_thread, load, message_ids, update_state};
-use super::{AppState, Body0, Shared, Tenant, field, new_id};
+use super::request::{CheckpointRef, Count, TypedQuery, api_enum, checked, count_or, parse};
+use super::threads::{ThreadCreate, create_thread, load, message_ids, update_state};
+use super::{AppState, Body0, Shared, Tenant, new_id};
 use crate::Assistant;
 use crate::error::{ApiError, ApiResult};
 use crate::records::{Records, RunRecord};
@@ -33,22 +34,31 @@ pub(super) fn run_json(record: &RunRecord) -> Value {
     value
 }
 
+/// `stream_mode`: one mode or a list of them.
+#[derive(Clone)]
+pub(super) struct StreamModes(pub(super) Vec<String>);
+
+impl<'de> Deserialize<'de> for StreamModes {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        checked(deserializer, |value| match value {
+            Value::String(mode) => Ok(Self(vec![mode])),
+            Value::Array(modes) if modes.iter().all(Value::is_string) => Ok(Self(
+                modes
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect(),
+            )),
+            other => Err(format!(
+                "must be a string or a list of strings, not {other}"
+            )),
+        })
+    }
+}
+
 /// The stream modes of a payload (default `values`), checked.
-pub(super) fn stream_modes(body: &Value) -> ApiResult<BTreeSet<String>> {
-    let modes: Vec<String> = match field(body, "stream_mode") {
-        None => vec!["values".to_owned()],
-        Some(Value::String(mode)) => vec![mode.clone()],
-        Some(Value::Array(modes)) => modes
-            .iter()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect(),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "`stream_mode` must be a string or a list of strings",
-            ));
-        }
-    };
+pub(super) fn stream_modes(modes: Option<&StreamModes>) -> ApiResult<BTreeSet<String>> {
+    let modes = modes.map_or_else(|| vec!["values".to_owned()], |modes| modes.0.clone());
     for mode in &modes {
         if !MODES.contains(&mode.as_str()) {
             return Err(ApiError::invalid(format!(
@@ -58,6 +68,106 @@ pub(super) fn stream_modes(body: &Value) -> ApiResult<BTreeSet<String>> {
         }
     }
     Ok(modes.into_iter().collect())
+}
+
+api_enum! {
+    /// What a run does when another run of its thread is going.
+    MultitaskStrategy { Reject = "reject", Enqueue = "enqueue", Interrupt = "interrupt", Rollback = "rollback" }
+}
+
+api_enum! {
+    /// What a run does when its thread does not exist.
+    IfNotExists { Reject = "reject", Create = "create" }
+}
+
+api_enum! {
+    /// What becomes of a stateless run's thread when it ends.
+    OnCompletion { Delete = "delete", Keep = "keep" }
+}
+
+api_enum! {
+    /// What becomes of a streamed run when its client goes away.
+    OnDisconnect { Continue = "continue", Cancel = "cancel" }
+}
+
+api_enum! {
+    /// How a cancelled run ends: stopped where it is, or undone.
+    CancelAction { Interrupt = "interrupt", Rollback = "rollback" }
+}
+
+api_enum! {
+    /// A run's status, as runs are listed by.
+    RunStatus {
+        Pending = "pending",
+        Running = "running",
+        Error = "error",
+        Success = "success",
+        Timeout = "timeout",
+        Interrupted = "interrupted",
+    }
+}
+
+/// `command.goto`: only `"__end__"` (end the turn without running what waits).
+#[derive(Clone, Copy)]
+pub(super) struct GotoEnd;
+
+impl<'de> Deserialize<'de> for GotoEnd {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        checked(deserializer, |value| {
+            match value {
+            Value::String(node) if node == "__end__" => Ok(Self),
+            _ => Err("command.goto may only be \"__end__\" (end the turn without running what waits): the agent has one loop; send resume or input to go on".to_owned()),
+        }
+        })
+    }
+}
+
+/// A run's `command`: a resume, a state update, or the end of the turn.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct RunCommand {
+    resume: Option<Value>,
+    update: Option<Value>,
+    goto: Option<GotoEnd>,
+}
+
+/// A run's `context`: the values its tools read, an object.
+#[derive(Clone)]
+pub(super) struct Context(Value);
+
+impl<'de> Deserialize<'de> for Context {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        checked(deserializer, |value| match value {
+            context @ Value::Object(_) => Ok(Self(context)),
+            other => Err(format!(
+                "must be an object of the values the run's tools read, not {other}"
+            )),
+        })
+    }
+}
+
+/// The payload of a run (`POST /threads/{id}/runs`, `/runs/stream`, `/runs/wait`, the
+/// stateless ones).
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct RunCreate {
+    assistant_id: Option<String>,
+    input: Option<Value>,
+    command: Option<RunCommand>,
+    metadata: Option<Value>,
+    context: Option<Context>,
+    stream_mode: Option<StreamModes>,
+    stream_subgraphs: bool,
+    multitask_strategy: Option<MultitaskStrategy>,
+    if_not_exists: Option<IfNotExists>,
+    on_completion: Option<OnCompletion>,
+    pub(super) on_disconnect: Option<OnDisconnect>,
+    checkpoint: Option<CheckpointRef>,
+    checkpoint_id: Option<CheckpointRef>,
+    interrupt_before: Option<Value>,
+    interrupt_after: Option<Value>,
+    webhook: Option<Value>,
+    after_seconds: Option<Value>,
 }
 
 /// Run fields this server does not act on. Each is refused by name when it asks for
@@ -76,9 +186,15 @@ pub(super) const UNHONOURED: [(&str, &str); 4] = [
     ("after_seconds", "start the run when it is due"),
 ];
 
-pub(super) fn refuse_unhonoured(body: &Value) -> ApiResult<()> {
-    for (name, instead) in UNHONOURED {
-        let asks = match field(body, name) {
+pub(super) fn refuse_unhonoured(request: &RunCreate) -> ApiResult<()> {
+    let given = [
+        &request.interrupt_before,
+        &request.interrupt_after,
+        &request.webhook,
+        &request.after_seconds,
+    ];
+    for ((name, instead), value) in UNHONOURED.into_iter().zip(given) {
+        let asks = match value {
             None | Some(Value::Null) => false,
             Some(Value::Array(items)) => !items.is_empty(),
             Some(Value::String(text)) => !text.is_empty(),
@@ -128,48 +244,39 @@ pub(super) async fn create_run(
     stateless: bool,
 ) -> ApiResult<RunRecord> {
     let records = shared.records(tenant);
-    let assistant_id = field(&body, "assistant_id")
-        .and_then(Value::as_str)
+    let request: RunCreate = parse(&body)?;
+    let assistant_id = request
+        .assistant_id
+        .as_deref()
         .ok_or_else(|| ApiError::invalid("`assistant_id` is missing"))?;
     let assistant = shared.assistant(assistant_id)?;
     if records.thread(thread_id).await?.is_none() {
-        if stateless || field(&body, "if_not_exists").and_then(Value::as_str) == Some("create") {
-            create_thread(shared, tenant, &json!({"thread_id": thread_id})).await?;
+        if stateless || request.if_not_exists == Some(IfNotExists::Create) {
+            let thread = ThreadCreate {
+                thread_id: Some(thread_id.to_owned()),
+                ..ThreadCreate::default()
+            };
+            create_thread(shared, tenant, &thread).await?;
         } else {
             return Err(ApiError::not_found(format!(
                 "thread `{thread_id}` (send if_not_exists: create to make it)"
             )));
         }
     }
-    refuse_unhonoured(&body)?;
-    let context = match field(&body, "context") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(map)) if map.is_empty() => None,
-        Some(context @ Value::Object(_)) => Some(context.clone()),
-        Some(other) => {
-            return Err(ApiError::invalid(format!(
-                "`context` must be an object of the values the run's tools read, not {other}"
-            )));
-        }
+    refuse_unhonoured(&request)?;
+    let context = match &request.context {
+        Some(Context(Value::Object(map))) if map.is_empty() => None,
+        other => other.as_ref().map(|context| context.0.clone()),
     };
     if !stateless {
         record_assistant(&records, thread_id, &assistant).await?;
     }
-    let (answers, input) = convert::input_messages(field(&body, "input").unwrap_or(&Value::Null))
+    let (answers, input) = convert::input_messages(request.input.as_ref().unwrap_or(&Value::Null))
         .map_err(ApiError::invalid)?;
-    let resume = field(&body, "command")
-        .and_then(|command| field(command, "resume"))
-        .cloned();
-    let end_turn = match field(&body, "command").and_then(|command| field(command, "goto")) {
-        None | Some(Value::Null) => false,
-        Some(Value::String(node)) if node == "__end__" => true,
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "command.goto may only be \"__end__\" (end the turn without running what waits): the agent has one loop; send resume or input to go on",
-            ));
-        }
-    };
-    let modes = stream_modes(&body)?;
+    let command = request.command.unwrap_or_default();
+    let resume = command.resume;
+    let end_turn = command.goto.is_some();
+    let modes = stream_modes(request.stream_mode.as_ref())?;
     // A resume is checked before anything changes (`command.update` included), so a refused
     // one changes nothing: an interrupt that is not pending now is a 409, as is one named
     // while another run of the thread is going (it may answer it first); decisions that
@@ -192,26 +299,23 @@ pub(super) async fn create_run(
     }
     // A run from an earlier checkpoint starts from there (edit, regenerate): the fork comes
     // first, so an update and the input apply to the restored state.
-    if let Some(at) = fork_point(&body)? {
+    let fork_point = request
+        .checkpoint
+        .and_then(|checkpoint| checkpoint.0)
+        .or_else(|| request.checkpoint_id.and_then(|checkpoint| checkpoint.0));
+    if let Some(at) = fork_point {
         fork(shared, tenant, thread_id, at).await?;
     }
-    if let Some(update) = field(&body, "command").and_then(|command| field(command, "update")) {
+    if let Some(update) = &command.update {
         update_state(shared, &storage_id(&tenant.0, thread_id), update).await?;
     }
-    let strategy = field(&body, "multitask_strategy")
-        .and_then(Value::as_str)
-        .unwrap_or("reject")
-        .to_owned();
-    if !matches!(
-        strategy.as_str(),
-        "reject" | "enqueue" | "interrupt" | "rollback"
-    ) {
-        return Err(ApiError::invalid(format!(
-            "unknown multitask_strategy `{strategy}`; use reject, enqueue, interrupt or rollback"
-        )));
-    }
+    let strategy = request.multitask_strategy.unwrap_or_default();
+    let metadata = request.metadata.unwrap_or_else(|| json!({}));
     if end_turn {
-        return end_thread_turn(shared, tenant, thread_id, &assistant, body, strategy).await;
+        return end_thread_turn(
+            shared, tenant, thread_id, &assistant, body, metadata, strategy,
+        )
+        .await;
     }
     // Tool messages in the input answer the calls that wait (a UI settling them when the
     // user types instead of deciding), as LangGraph appends them: the turn ends with those
@@ -232,10 +336,8 @@ pub(super) async fn create_run(
         created_at: at.clone(),
         updated_at: at,
         status: "pending".to_owned(),
-        metadata: field(&body, "metadata")
-            .cloned()
-            .unwrap_or_else(|| json!({})),
-        multitask_strategy: strategy.clone(),
+        metadata,
+        multitask_strategy: strategy.as_str().to_owned(),
         kwargs: body.clone(),
         error: None,
         values: None,
@@ -243,7 +345,7 @@ pub(super) async fn create_run(
         stop_reason: None,
     };
     records.put_run(&record).await?;
-    let keep = field(&body, "on_completion").and_then(Value::as_str) == Some("keep");
+    let keep = request.on_completion == Some(OnCompletion::Keep);
     let job = Job {
         tenant: tenant.0.clone(),
         graph_id: assistant.graph_id.clone(),
@@ -251,31 +353,17 @@ pub(super) async fn create_run(
         input,
         resume,
         modes,
-        subgraphs: field(&body, "stream_subgraphs")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
+        subgraphs: request.stream_subgraphs,
         delete_thread_after: stateless && !keep,
         context,
     };
-    if let Err(error) = shared.runs.submit(job, &strategy).await {
-        let _ = records.delete_run(thread_id, &record.run_id).await;
+    if let Err(error) = shared.runs.submit(job, strategy.as_str()).await {
+        if let Err(cleanup) = records.delete_run(thread_id, &record.run_id).await {
+            tracing::warn!(run_id = %record.run_id, %cleanup, "cannot delete the record of a run that was refused");
+        }
         return Err(error);
     }
     Ok(record)
-}
-
-/// The checkpoint a run starts from (`checkpoint: {checkpoint_id}` or `checkpoint_id`), when
-/// the payload names one.
-pub(super) fn fork_point(body: &Value) -> ApiResult<Option<u64>> {
-    let named = field(body, "checkpoint")
-        .filter(|checkpoint| !checkpoint.is_null())
-        .or_else(|| field(body, "checkpoint_id").filter(|id| !id.is_null()));
-    match named {
-        // `{}` or a checkpoint without an id names none (the SDK sends what it has).
-        Some(Value::Object(map)) if map.get("checkpoint_id").is_none_or(Value::is_null) => Ok(None),
-        Some(value) => checkpoint_id(value).map(Some),
-        None => Ok(None),
-    }
 }
 
 /// Starts the thread again from checkpoint `at` (edit, regenerate): its state becomes that
@@ -356,7 +444,8 @@ pub(super) async fn end_thread_turn(
     thread_id: &str,
     assistant: &Assistant,
     body: Value,
-    strategy: String,
+    metadata: Value,
+    strategy: MultitaskStrategy,
 ) -> ApiResult<RunRecord> {
     let ended = settle_calls(shared, tenant, thread_id, &[]).await?;
     let run = match ended {
@@ -379,10 +468,8 @@ pub(super) async fn end_thread_turn(
         created_at: at.clone(),
         updated_at: at,
         status: "success".to_owned(),
-        metadata: field(&body, "metadata")
-            .cloned()
-            .unwrap_or_else(|| json!({})),
-        multitask_strategy: strategy,
+        metadata,
+        multitask_strategy: strategy.as_str().to_owned(),
         kwargs: body,
         error: None,
         values,
@@ -434,7 +521,9 @@ impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if let Some((runs, record)) = self.0.take() {
             tokio::spawn(async move {
-                let _ = runs.cancel(&record, "interrupt").await;
+                if let Err(error) = runs.cancel(&record, CancelAction::Interrupt.as_str()).await {
+                    tracing::warn!(run_id = %record.run_id, %error, "cannot cancel the run whose client went away");
+                }
             });
         }
     }
@@ -637,7 +726,8 @@ pub(super) async fn stream_run(
     body: Value,
     stateless: bool,
 ) -> ApiResult<Response> {
-    let cancel = field(&body, "on_disconnect").and_then(Value::as_str) == Some("cancel");
+    let request: RunCreate = parse(&body)?;
+    let cancel = request.on_disconnect == Some(OnDisconnect::Cancel);
     let record = create_run(&shared, &tenant, &thread_id, body, stateless).await?;
     let guard = CancelOnDrop(cancel.then(|| (Arc::clone(&shared.runs), record.clone())));
     let mut response = sse(Source::of(&shared, &tenant, &record), 0, None, guard);
@@ -743,18 +833,19 @@ pub(super) async fn stateless_wait(
     wait_run(shared, tenant, new_id(), body, true).await
 }
 
+/// The query of `GET /threads/{id}/runs`.
 #[derive(Deserialize)]
 pub(super) struct ListQuery {
-    limit: Option<usize>,
-    offset: Option<usize>,
-    status: Option<String>,
+    limit: Option<Count>,
+    offset: Option<Count>,
+    status: Option<RunStatus>,
 }
 
 pub(super) async fn runs_list(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
     Path(thread_id): Path<String>,
-    Query(query): Query<ListQuery>,
+    TypedQuery(query): TypedQuery<ListQuery>,
 ) -> ApiResult<Json<Vec<Value>>> {
     let records = shared.records(&tenant);
     records.existing_thread(&thread_id).await?;
@@ -767,9 +858,13 @@ pub(super) async fn runs_list(
                     .get(&record.run_id)
                     .map_or_else(|| record.clone(), |live| live.snapshot())
             })
-            .filter(|record| query.status.as_deref().is_none_or(|s| s == record.status))
-            .skip(query.offset.unwrap_or(0))
-            .take(query.limit.unwrap_or(10))
+            .filter(|record| {
+                query
+                    .status
+                    .is_none_or(|status| status.as_str() == record.status)
+            })
+            .skip(count_or(query.offset, 0))
+            .take(count_or(query.limit, 10))
             .map(|record| run_json(&record))
             .collect(),
     ))
@@ -861,27 +956,23 @@ pub(super) async fn run_join_stream(
     Ok(response)
 }
 
+/// The query of `POST /threads/{id}/runs/{run_id}/cancel`.
 #[derive(Deserialize)]
 pub(super) struct CancelQuery {
     wait: Option<String>,
-    action: Option<String>,
+    action: Option<CancelAction>,
 }
 
 pub(super) async fn run_cancel(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
     Path((thread_id, run_id)): Path<(String, String)>,
-    Query(query): Query<CancelQuery>,
+    TypedQuery(query): TypedQuery<CancelQuery>,
 ) -> ApiResult<StatusCode> {
     let record = find_run(&shared, &tenant, &thread_id, &run_id).await?;
-    let action = query.action.as_deref().unwrap_or("interrupt");
-    if !matches!(action, "interrupt" | "rollback") {
-        return Err(ApiError::invalid(format!(
-            "unknown cancel action `{action}`; use interrupt or rollback"
-        )));
-    }
+    let action = query.action.unwrap_or_default();
     let wait = matches!(query.wait.as_deref(), Some("1" | "true" | "True"));
-    let reached = shared.runs.cancel(&record, action).await?;
+    let reached = shared.runs.cancel(&record, action.as_str()).await?;
     if !reached && !record.ended() {
         // Recorded as going but run by no one (a server that stopped): settle it.
         let mut record = record;

@@ -2,13 +2,14 @@
 
 use std::collections::BTreeSet;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{AppState, Body0, Shared, Tenant, count, field, matches};
+use super::request::{Count, Namespace, Object, Typed, TypedQuery, count_or};
+use super::{AppState, Shared, Tenant, matches};
 use crate::error::{ApiError, ApiResult};
 use crate::time::rfc3339;
 
@@ -18,22 +19,43 @@ pub(super) fn store_ns(tenant: &Tenant, namespace: &[String]) -> Vec<String> {
     full
 }
 
-pub(super) fn namespace_of(body: &Value, key: &str) -> ApiResult<Vec<String>> {
-    match field(body, key) {
-        Some(Value::Array(labels)) => labels
-            .iter()
-            .map(|label| {
-                label
-                    .as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| ApiError::invalid(format!("`{key}` must be a list of strings")))
-            })
-            .collect(),
-        None => Ok(Vec::new()),
-        Some(_) => Err(ApiError::invalid(format!(
-            "`{key}` must be a list of strings"
-        ))),
-    }
+/// The payload of `PUT /store/items`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct ItemPut {
+    namespace: Namespace,
+    key: Option<String>,
+    value: Option<Value>,
+}
+
+/// The payload of `DELETE /store/items`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct ItemDelete {
+    namespace: Namespace,
+    key: Option<String>,
+}
+
+/// The payload of `POST /store/items/search`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct ItemSearch {
+    namespace_prefix: Namespace,
+    filter: Option<Object>,
+    query: Option<String>,
+    limit: Option<Count>,
+    offset: Option<Count>,
+}
+
+/// The payload of `POST /store/namespaces`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct NamespaceSearch {
+    prefix: Namespace,
+    suffix: Namespace,
+    max_depth: Option<Count>,
+    limit: Option<Count>,
+    offset: Option<Count>,
 }
 
 pub(super) fn item_json(item: &deepagents::backends::store::StoreItem) -> Value {
@@ -49,9 +71,9 @@ pub(super) fn item_json(item: &deepagents::backends::store::StoreItem) -> Value 
 pub(super) async fn store_put(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
-    Body0(body): Body0,
+    Typed(put): Typed<ItemPut>,
 ) -> ApiResult<StatusCode> {
-    let namespace = namespace_of(&body, "namespace")?;
+    let namespace = put.namespace.0;
     if namespace.is_empty() {
         return Err(ApiError::invalid("`namespace` needs at least one label"));
     }
@@ -65,15 +87,15 @@ pub(super) async fn store_put(
             "namespace label `{label}` cannot be empty or hold a dot (reads join labels with dots); use another separator"
         )));
     }
-    let key = field(&body, "key")
-        .and_then(Value::as_str)
+    let key = put
+        .key
         .ok_or_else(|| ApiError::invalid("`key` is missing"))?;
-    let value = field(&body, "value")
-        .cloned()
+    let value = put
+        .value
         .ok_or_else(|| ApiError::invalid("`value` is missing"))?;
     shared
         .store
-        .put(&store_ns(&tenant, &namespace), key, value)
+        .put(&store_ns(&tenant, &namespace), &key, value)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -87,7 +109,7 @@ pub(super) struct ItemQuery {
 pub(super) async fn store_get(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
-    Query(query): Query<ItemQuery>,
+    TypedQuery(query): TypedQuery<ItemQuery>,
 ) -> ApiResult<Json<Value>> {
     let namespace: Vec<String> = query
         .namespace
@@ -109,15 +131,14 @@ pub(super) async fn store_get(
 pub(super) async fn store_delete(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
-    Body0(body): Body0,
+    Typed(delete): Typed<ItemDelete>,
 ) -> ApiResult<StatusCode> {
-    let namespace = namespace_of(&body, "namespace")?;
-    let key = field(&body, "key")
-        .and_then(Value::as_str)
+    let key = delete
+        .key
         .ok_or_else(|| ApiError::invalid("`key` is missing"))?;
     shared
         .store
-        .delete(&store_ns(&tenant, &namespace), key)
+        .delete(&store_ns(&tenant, &delete.namespace.0), &key)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -134,18 +155,15 @@ pub(super) async fn items_under(
 pub(super) async fn store_search(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
-    Body0(body): Body0,
+    Typed(search): Typed<ItemSearch>,
 ) -> ApiResult<Json<Value>> {
-    let prefix = namespace_of(&body, "namespace_prefix")?;
-    let (limit, offset) = (count(&body, "limit", 10)?, count(&body, "offset", 0)?);
+    let (limit, offset) = (count_or(search.limit, 10), count_or(search.offset, 0));
     // No embeddings: a query matches items whose value contains it as text.
-    let query = field(&body, "query")
-        .and_then(Value::as_str)
-        .map(str::to_lowercase);
-    let items: Vec<Value> = items_under(&shared, &tenant, &prefix)
+    let query = search.query.as_deref().map(str::to_lowercase);
+    let items: Vec<Value> = items_under(&shared, &tenant, &search.namespace_prefix.0)
         .await?
         .iter()
-        .filter(|item| matches(&item.value, field(&body, "filter")))
+        .filter(|item| matches(&item.value, search.filter.as_ref()))
         .filter(|item| {
             query
                 .as_ref()
@@ -161,15 +179,12 @@ pub(super) async fn store_search(
 pub(super) async fn store_namespaces(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
-    Body0(body): Body0,
+    Typed(search): Typed<NamespaceSearch>,
 ) -> ApiResult<Json<Value>> {
-    let prefix = namespace_of(&body, "prefix")?;
-    let suffix = namespace_of(&body, "suffix")?;
-    let max_depth = field(&body, "max_depth")
-        .and_then(Value::as_u64)
-        .map(|d| d as usize);
-    let (limit, offset) = (count(&body, "limit", 100)?, count(&body, "offset", 0)?);
-    let namespaces: BTreeSet<Vec<String>> = items_under(&shared, &tenant, &prefix)
+    let suffix = search.suffix.0;
+    let max_depth = search.max_depth.map(|depth| depth.0);
+    let (limit, offset) = (count_or(search.limit, 100), count_or(search.offset, 0));
+    let namespaces: BTreeSet<Vec<String>> = items_under(&shared, &tenant, &search.prefix.0)
         .await?
         .into_iter()
         .map(|item| item.namespace.into_iter().skip(2).collect::<Vec<_>>())

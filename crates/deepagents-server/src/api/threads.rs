@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -11,7 +11,8 @@ use deepagents::core::{Checkpointer, Run};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{AppState, Body0, Shared, Tenant, count, field, matches, new_id};
+use super::request::{CheckpointRef, Count, Object, Typed, TypedQuery, api_enum, count_or};
+use super::{AppState, Shared, Tenant, matches, new_id};
 use crate::error::{ApiError, ApiResult};
 use crate::records::ThreadRecord;
 use crate::runs::storage_id;
@@ -90,31 +91,106 @@ pub(super) async fn load(
         .await?)
 }
 
+api_enum! {
+    /// What creating a thread that exists does.
+    IfExists { Raise = "raise", DoNothing = "do_nothing" }
+}
+
+api_enum! {
+    /// A thread's status, as threads are searched by.
+    ThreadStatus { Idle = "idle", Busy = "busy", Interrupted = "interrupted", Error = "error" }
+}
+
+api_enum! {
+    /// What threads are sorted by.
+    ThreadSortBy {
+        UpdatedAt = "updated_at",
+        ThreadId = "thread_id",
+        CreatedAt = "created_at",
+        Status = "status",
+    }
+}
+
+api_enum! {
+    /// Which way a listing is sorted.
+    SortOrder { Desc = "desc", Asc = "asc" }
+}
+
+/// The payload of `POST /threads`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct ThreadCreate {
+    pub(super) thread_id: Option<String>,
+    pub(super) metadata: Option<Object>,
+    pub(super) if_exists: Option<IfExists>,
+}
+
+/// The payload of `PATCH /threads/{id}`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct ThreadPatch {
+    metadata: Option<Object>,
+}
+
+/// The payload of `POST /threads/search` and `/threads/count`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct ThreadSearch {
+    ids: Option<Vec<String>>,
+    status: Option<ThreadStatus>,
+    metadata: Option<Object>,
+    sort_by: Option<ThreadSortBy>,
+    sort_order: Option<SortOrder>,
+    limit: Option<Count>,
+    offset: Option<Count>,
+}
+
+/// The payload of `POST /threads/{id}/state/checkpoint`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct StateAt {
+    checkpoint: Option<CheckpointRef>,
+}
+
+/// The payload of `POST /threads/{id}/state`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct StateUpdate {
+    values: Option<Value>,
+}
+
+/// The payload of `POST /threads/{id}/history` (and the query of its `GET`).
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct HistoryRequest {
+    limit: Option<Count>,
+    before: Option<CheckpointRef>,
+    metadata: Option<Object>,
+}
+
 pub(super) async fn create_thread(
     shared: &Shared,
     tenant: &Tenant,
-    body: &Value,
+    request: &ThreadCreate,
 ) -> ApiResult<ThreadRecord> {
     let records = shared.records(tenant);
-    let thread_id = match field(body, "thread_id") {
-        Some(Value::String(id)) => id.clone(),
-        Some(_) => return Err(ApiError::invalid("`thread_id` must be a string")),
-        None => new_id(),
-    };
+    let thread_id = request.thread_id.clone().unwrap_or_else(new_id);
     deepagents::core::validate_thread_id(&storage_id(&tenant.0, &thread_id))?;
     if let Some(existing) = records.thread(&thread_id).await? {
-        return match field(body, "if_exists").and_then(Value::as_str) {
-            Some("do_nothing") => Ok(existing),
-            _ => Err(ApiError::conflict(format!(
+        return match request.if_exists.unwrap_or_default() {
+            IfExists::DoNothing => Ok(existing),
+            IfExists::Raise => Err(ApiError::conflict(format!(
                 "thread `{thread_id}` exists; send if_exists: do_nothing to get it instead"
             ))),
         };
     }
-    let metadata = match field(body, "metadata") {
-        Some(Value::Object(map)) => Value::Object(map.clone()),
-        Some(_) => return Err(ApiError::invalid("`metadata` must be an object")),
-        None => json!({}),
-    };
+    let metadata = Value::Object(
+        request
+            .metadata
+            .clone()
+            .map(|metadata| metadata.0)
+            .unwrap_or_default(),
+    );
     let at = rfc3339(now_ms());
     let record = ThreadRecord {
         thread_id,
@@ -131,9 +207,9 @@ pub(super) async fn create_thread(
 pub(super) async fn thread_create(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
-    Body0(body): Body0,
+    Typed(request): Typed<ThreadCreate>,
 ) -> ApiResult<Json<Value>> {
-    let record = create_thread(&shared, &tenant, &body).await?;
+    let record = create_thread(&shared, &tenant, &request).await?;
     Ok(Json(thread_view(&shared, &tenant, &record).await?))
 }
 
@@ -150,14 +226,12 @@ pub(super) async fn thread_patch(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
-    Body0(body): Body0,
+    Typed(patch): Typed<ThreadPatch>,
 ) -> ApiResult<Json<Value>> {
     let records = shared.records(&tenant);
     let mut record = records.existing_thread(&id).await?;
-    if let (Some(Value::Object(update)), Value::Object(metadata)) =
-        (field(&body, "metadata"), &mut record.metadata)
-    {
-        metadata.extend(update.clone());
+    if let (Some(update), Value::Object(metadata)) = (patch.metadata, &mut record.metadata) {
+        metadata.extend(update.0);
     }
     record.updated_at = rfc3339(now_ms());
     records.put_thread(&record).await?;
@@ -192,35 +266,33 @@ pub(super) async fn thread_delete(
 pub(super) async fn filtered_threads(
     shared: &Shared,
     tenant: &Tenant,
-    body: &Value,
+    search: &ThreadSearch,
 ) -> ApiResult<Vec<ThreadRecord>> {
-    let ids: Option<BTreeSet<&str>> = field(body, "ids")
-        .and_then(Value::as_array)
-        .map(|ids| ids.iter().filter_map(Value::as_str).collect());
-    let status = field(body, "status").and_then(Value::as_str);
+    let ids: Option<BTreeSet<&str>> = search
+        .ids
+        .as_ref()
+        .map(|ids| ids.iter().map(String::as_str).collect());
+    let status = search.status.map(ThreadStatus::as_str);
     let mut threads: Vec<ThreadRecord> = shared
         .records(tenant)
         .threads()
         .await?
         .into_iter()
-        .filter(|t| matches(&t.metadata, field(body, "metadata")))
+        .filter(|t| matches(&t.metadata, search.metadata.as_ref()))
         .filter(|t| status.is_none_or(|s| s == t.status))
         .filter(|t| {
             ids.as_ref()
                 .is_none_or(|ids| ids.contains(t.thread_id.as_str()))
         })
         .collect();
-    let sort_by = field(body, "sort_by")
-        .and_then(Value::as_str)
-        .unwrap_or("updated_at");
-    let key = |t: &ThreadRecord| match sort_by {
-        "thread_id" => t.thread_id.clone(),
-        "created_at" => t.created_at.clone(),
-        "status" => t.status.clone(),
-        _ => t.updated_at.clone(),
+    let key = |t: &ThreadRecord| match search.sort_by.unwrap_or_default() {
+        ThreadSortBy::ThreadId => t.thread_id.clone(),
+        ThreadSortBy::CreatedAt => t.created_at.clone(),
+        ThreadSortBy::Status => t.status.clone(),
+        ThreadSortBy::UpdatedAt => t.updated_at.clone(),
     };
     threads.sort_by_key(|t| (key(t), t.thread_id.clone()));
-    if field(body, "sort_order").and_then(Value::as_str) != Some("asc") {
+    if search.sort_order.unwrap_or_default() != SortOrder::Asc {
         threads.reverse();
     }
     Ok(threads)
@@ -229,10 +301,10 @@ pub(super) async fn filtered_threads(
 pub(super) async fn threads_search(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
-    Body0(body): Body0,
+    Typed(search): Typed<ThreadSearch>,
 ) -> ApiResult<Response> {
-    let (limit, offset) = (count(&body, "limit", 10)?, count(&body, "offset", 0)?);
-    let threads = filtered_threads(&shared, &tenant, &body).await?;
+    let (limit, offset) = (count_or(search.limit, 10), count_or(search.offset, 0));
+    let threads = filtered_threads(&shared, &tenant, &search).await?;
     let total = threads.len();
     let mut page = Vec::new();
     for record in threads.iter().skip(offset).take(limit) {
@@ -253,9 +325,11 @@ pub(super) async fn threads_search(
 pub(super) async fn threads_count(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
-    Body0(body): Body0,
+    Typed(search): Typed<ThreadSearch>,
 ) -> ApiResult<Json<usize>> {
-    Ok(Json(filtered_threads(&shared, &tenant, &body).await?.len()))
+    Ok(Json(
+        filtered_threads(&shared, &tenant, &search).await?.len(),
+    ))
 }
 
 // ---- state ----
@@ -394,19 +468,6 @@ pub(super) async fn state_of(
     ))
 }
 
-pub(super) fn checkpoint_id(value: &Value) -> ApiResult<u64> {
-    let id = value
-        .get("checkpoint_id")
-        .or_else(|| value.pointer("/configurable/checkpoint_id"))
-        .unwrap_or(value);
-    match id {
-        Value::String(s) => s.parse().ok(),
-        Value::Number(n) => n.as_u64(),
-        _ => None,
-    }
-    .ok_or_else(|| ApiError::invalid(format!("not a checkpoint id: {id}")))
-}
-
 pub(super) async fn state_get(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
@@ -420,19 +481,22 @@ pub(super) async fn state_at(
     Extension(tenant): Extension<Tenant>,
     Path((id, checkpoint)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    let at = checkpoint_id(&Value::String(checkpoint))?;
-    Ok(Json(state_of(&shared, &tenant, &id, Some(at)).await?))
+    let at = CheckpointRef::of(&Value::String(checkpoint))
+        .map_err(|error| ApiError::invalid(format!("the checkpoint id {error}")))?;
+    Ok(Json(state_of(&shared, &tenant, &id, at.0).await?))
 }
 
 pub(super) async fn state_at_body(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
-    Body0(body): Body0,
+    Typed(request): Typed<StateAt>,
 ) -> ApiResult<Json<Value>> {
-    let checkpoint =
-        field(&body, "checkpoint").ok_or_else(|| ApiError::invalid("`checkpoint` is missing"))?;
-    let at = checkpoint_id(checkpoint)?;
+    let at = request
+        .checkpoint
+        .ok_or_else(|| ApiError::invalid("`checkpoint` is missing"))?
+        .0
+        .ok_or_else(|| ApiError::invalid("`checkpoint` names no `checkpoint_id`"))?;
     Ok(Json(state_of(&shared, &tenant, &id, Some(at)).await?))
 }
 
@@ -440,7 +504,7 @@ pub(super) async fn state_update(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
-    Body0(body): Body0,
+    Typed(update): Typed<StateUpdate>,
 ) -> ApiResult<Json<Value>> {
     shared.records(&tenant).existing_thread(&id).await?;
     let storage = storage_id(&tenant.0, &id);
@@ -449,7 +513,7 @@ pub(super) async fn state_update(
             "thread `{id}` has a run going; update its state when it ends"
         )));
     }
-    let values = field(&body, "values").cloned().unwrap_or(Value::Null);
+    let values = update.values.unwrap_or(Value::Null);
     let checkpoint = update_state(&shared, &storage, &values).await?;
     Ok(Json(
         json!({"checkpoint": checkpoint_json(&id, Some(checkpoint))}),
@@ -471,11 +535,12 @@ pub(super) async fn history_of(
     shared: &Shared,
     tenant: &Tenant,
     id: &str,
-    body: &Value,
+    request: &HistoryRequest,
 ) -> ApiResult<Vec<Value>> {
     let thread = shared.records(tenant).existing_thread(id).await?;
-    let limit = count(body, "limit", 10)?;
-    let before = field(body, "before").map(checkpoint_id).transpose()?;
+    let limit = count_or(request.limit, 10);
+    let before = request.before.and_then(|before| before.0);
+    let filter = request.metadata.as_ref();
     let checkpoints = shared.watch.checkpoints(&storage_id(&tenant.0, id)).await?;
     let mut states = Vec::new();
     for (position, info) in checkpoints.iter().enumerate().rev() {
@@ -499,14 +564,14 @@ pub(super) async fn history_of(
             parent,
             info.created_at_ms,
         );
-        if matches(&state["metadata"], field(body, "metadata")) {
+        if matches(&state["metadata"], filter) {
             states.push(state);
         }
     }
     // The input checkpoint closes a history that has any, as LangGraph's does.
     if !checkpoints.is_empty() && states.len() < limit && before.is_none_or(|before| before > 0) {
         let start = start_state_json(id, &thread.created_at);
-        if matches(&start["metadata"], field(body, "metadata")) {
+        if matches(&start["metadata"], filter) {
             states.push(start);
         }
     }
@@ -517,23 +582,16 @@ pub(super) async fn history(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
-    Body0(body): Body0,
+    Typed(request): Typed<HistoryRequest>,
 ) -> ApiResult<Json<Vec<Value>>> {
-    Ok(Json(history_of(&shared, &tenant, &id, &body).await?))
-}
-
-#[derive(Deserialize)]
-pub(super) struct HistoryQuery {
-    limit: Option<usize>,
-    before: Option<String>,
+    Ok(Json(history_of(&shared, &tenant, &id, &request).await?))
 }
 
 pub(super) async fn history_get(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
     Path(id): Path<String>,
-    Query(query): Query<HistoryQuery>,
+    TypedQuery(request): TypedQuery<HistoryRequest>,
 ) -> ApiResult<Json<Vec<Value>>> {
-    let body = json!({"limit": query.limit, "before": query.before});
-    Ok(Json(history_of(&shared, &tenant, &id, &body).await?))
+    Ok(Json(history_of(&shared, &tenant, &id, &request).await?))
 }
