@@ -1059,3 +1059,41 @@ mod core_only {
         assert_eq!(h.ls("/").await.unwrap(), [("/a.txt".to_owned(), false)]);
     }
 }
+
+/// Keys and namespace components every store can hold: a NUL, an empty key or one longer
+/// than an index row are refused alike, as invalid input, never as a storage failure; values
+/// holding NUL are kept.
+pub(crate) async fn refuse_unstorable_addresses(store: &dyn Store) {
+    let ns = vec!["users".to_owned()];
+    for key in [
+        "",
+        "a\0b",
+        &"k".repeat(deepagents_backends::store::MAX_KEY_LEN + 1),
+    ] {
+        let error = store.put(&ns, key, json!(1)).await.unwrap_err();
+        assert!(matches!(error, StoreError::InvalidKey { .. }), "{error}");
+        let error = store.get(&ns, key).await.unwrap_err();
+        assert!(matches!(error, StoreError::InvalidKey { .. }), "{error}");
+    }
+    let long = vec!["x".repeat(deepagents_backends::store::MAX_KEY_LEN + 1)];
+    let error = store.put(&long, "k", json!(1)).await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::InvalidNamespace { .. }),
+        "{error}"
+    );
+    let longest = "k".repeat(deepagents_backends::store::MAX_KEY_LEN);
+    store
+        .put(&ns, &longest, json!("nul \u{0} inside"))
+        .await
+        .unwrap();
+    let item = store.get(&ns, &longest).await.unwrap().unwrap();
+    assert_eq!(item.value, json!("nul \u{0} inside"));
+}
+
+#[tokio::test]
+async fn stores_refuse_keys_they_could_not_hold() {
+    refuse_unstorable_addresses(&InMemoryStore::new()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = SqliteStore::open(dir.path().join("data.db")).await.unwrap();
+    refuse_unstorable_addresses(&sqlite).await;
+}

@@ -342,3 +342,12 @@ async fn a_load_waits_for_an_append_that_is_still_committing() {
         "the load sees the append"
     );
 }
+
+#[tokio::test]
+async fn postgres_refuses_keys_it_could_not_hold_and_keeps_nul_in_values() {
+    let Some(url) = server_url() else { return };
+    let store = PostgresStore::connect_in_schema(&url, &fresh_schema("keys"))
+        .await
+        .unwrap();
+    crate::memory_backends::refuse_unstorable_addresses(&store).await;
+}

@@ -911,3 +911,64 @@ fn serve_allows_browser_pages_by_default_only_on_loopback_without_keys() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("scheme://host[:port]"), "{stderr}");
 }
+
+/// A run's payload may hold U+0000 (in its input, its metadata): the cluster takes it as the
+/// embedded server does; thread ids and store keys that no store can hold are a 422, never a
+/// 500.
+#[test]
+fn a_cluster_takes_nul_in_payloads_and_refuses_unstorable_keys() {
+    let (Some(database), Some(redis)) = (
+        deepagents_test_support::postgres_url(),
+        deepagents_test_support::redis_url(),
+    ) else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let cluster = deepagents_test_support::unique_name("nul-cluster");
+    let envs = [
+        ("DEEPAGENTS_DATABASE_URL", database.as_str()),
+        ("DEEPAGENTS_REDIS_URL", redis.as_str()),
+        ("DEEPAGENTS_CLUSTER", cluster.as_str()),
+    ];
+    let server = Server::start_with(data.path(), data.path(), script(), &[], &envs);
+    let (status, _, body) = server.request(
+        "POST",
+        "/threads",
+        &[],
+        Some(&json!({"metadata": {"note": "a\u{0}b"}})),
+    );
+    assert_eq!(status, 200, "{body}");
+    let thread: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let id = thread["thread_id"].as_str().unwrap();
+    let (status, _, body) = server.request(
+        "POST",
+        &format!("/threads/{id}/runs/wait"),
+        &[],
+        Some(
+            &json!({"assistant_id": "agent", "metadata": {"tag": "x\u{0}y"},
+                     "input": {"messages": [{"role": "user", "content": "nul \u{0} inside"}]}}),
+        ),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("nul \\u0000 inside"), "{body}");
+    let long_key = "k".repeat(5000);
+    for (key, namespace) in [
+        ("a\u{0}b", json!(["users"])),
+        (long_key.as_str(), json!(["users"])),
+    ] {
+        let (status, _, body) = server.request(
+            "PUT",
+            "/store/items",
+            &[],
+            Some(&json!({"namespace": namespace, "key": key, "value": {"x": 1}})),
+        );
+        assert_eq!(status, 422, "{body}");
+    }
+    let (status, _, body) = server.request(
+        "POST",
+        "/threads",
+        &[],
+        Some(&json!({"thread_id": "bad\u{0}id"})),
+    );
+    assert_eq!(status, 422, "{body}");
+}

@@ -95,8 +95,22 @@ impl Cluster {
                 started BOOLEAN NOT NULL DEFAULT FALSE,
                 attempt INTEGER NOT NULL DEFAULT 0,
                 cancel TEXT,
-                job JSONB NOT NULL
+                job TEXT NOT NULL
             )",
+        )
+        .execute(&mut *tx)
+        .await?;
+        // The job is JSON text, not JSONB: JSONB refuses the escape of U+0000, which a run's
+        // input may hold (the embedded server takes it). Queues made as JSONB are converted.
+        sqlx::query(
+            "DO $$ BEGIN
+                IF (SELECT data_type FROM information_schema.columns
+                    WHERE table_schema = current_schema()
+                      AND table_name = 'deepagents_server_queue' AND column_name = 'job') = 'jsonb'
+                THEN
+                    ALTER TABLE deepagents_server_queue ALTER COLUMN job TYPE TEXT USING job::text;
+                END IF;
+            END $$",
         )
         .execute(&mut *tx)
         .await?;
@@ -129,7 +143,7 @@ impl Cluster {
             .bind(run_id)
             .bind(tenant)
             .bind(thread_id)
-            .bind(job)
+            .bind(job.to_string())
             .bind(&self.name)
             .execute(&self.pool)
             .await?;
@@ -171,7 +185,7 @@ impl Cluster {
             .bind(run_id)
             .bind(tenant)
             .bind(thread_id)
-            .bind(job)
+            .bind(job.to_string())
             .bind(&self.name)
             .execute(&mut *tx)
             .await?;
@@ -252,7 +266,8 @@ impl Cluster {
             tenant: row.try_get("tenant")?,
             started: row.try_get("started")?,
             attempt: row.try_get("attempt")?,
-            job: row.try_get("job")?,
+            job: serde_json::from_str(&row.try_get::<String, _>("job")?)
+                .map_err(|error| ClusterError::Database(sqlx::Error::Decode(Box::new(error))))?,
             cancel: row.try_get("cancel")?,
         }))
     }

@@ -62,7 +62,8 @@ impl ApiError {
 impl From<deepagents::backends::store::StoreError> for ApiError {
     fn from(error: deepagents::backends::store::StoreError) -> Self {
         match error {
-            deepagents::backends::store::StoreError::InvalidNamespace { .. } => {
+            deepagents::backends::store::StoreError::InvalidNamespace { .. }
+            | deepagents::backends::store::StoreError::InvalidKey { .. } => {
                 Self::invalid(error.to_string())
             }
             other => Self::internal(other),

@@ -6,7 +6,7 @@ use std::sync::{PoisonError, RwLock};
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{SearchQuery, Store, StoreError, StoreItem, validate_namespace};
+use super::{SearchQuery, Store, StoreError, StoreItem, validate_item, validate_namespace};
 use crate::memory::now_ms;
 
 /// A [`Store`] in process memory; cheap to create, gone when dropped.
@@ -25,13 +25,13 @@ impl InMemoryStore {
 #[async_trait]
 impl Store for InMemoryStore {
     async fn get(&self, namespace: &[String], key: &str) -> Result<Option<StoreItem>, StoreError> {
-        validate_namespace(namespace)?;
+        validate_item(namespace, key)?;
         let items = self.items.read().unwrap_or_else(PoisonError::into_inner);
         Ok(items.get(&(namespace.to_vec(), key.to_owned())).cloned())
     }
 
     async fn put(&self, namespace: &[String], key: &str, value: Value) -> Result<(), StoreError> {
-        validate_namespace(namespace)?;
+        validate_item(namespace, key)?;
         let now = now_ms();
         let mut items = self.items.write().unwrap_or_else(PoisonError::into_inner);
         let created_at_ms = items
@@ -51,7 +51,7 @@ impl Store for InMemoryStore {
     }
 
     async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError> {
-        validate_namespace(namespace)?;
+        validate_item(namespace, key)?;
         let mut items = self.items.write().unwrap_or_else(PoisonError::into_inner);
         Ok(items
             .remove(&(namespace.to_vec(), key.to_owned()))

@@ -70,9 +70,45 @@ pub enum StoreError {
         /// What is wrong.
         reason: String,
     },
+    /// A key is empty, too long, or holds a NUL character.
+    #[error("invalid key {key:?}: {reason}")]
+    InvalidKey {
+        /// The key as given.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The storage itself failed.
     #[error("store error: {0}")]
     Storage(String),
+}
+
+/// The longest key and namespace component accepted, in bytes: what every store can index
+/// (PostgreSQL's index rows hold about 2.7 KB).
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// Checks an item's address: its namespace (see [`validate_namespace`]) and its key, which
+/// must be non-empty, at most [`MAX_KEY_LEN`] bytes and free of NUL (which SQL text cannot
+/// hold), so every store takes the same keys.
+pub fn validate_item(namespace: &[String], key: &str) -> Result<(), StoreError> {
+    validate_namespace(namespace)?;
+    let refuse = |reason: String| StoreError::InvalidKey {
+        key: key.chars().take(64).collect(),
+        reason,
+    };
+    if key.is_empty() {
+        return Err(refuse("a key must not be empty".to_owned()));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(refuse(format!(
+            "it is {} bytes long; use at most {MAX_KEY_LEN}",
+            key.len()
+        )));
+    }
+    if key.contains('\0') {
+        return Err(refuse("it holds a NUL character".to_owned()));
+    }
+    Ok(())
 }
 
 /// Checks a namespace: at least one component; each non-empty and made only of letters,
@@ -90,6 +126,12 @@ pub fn validate_namespace(namespace: &[String]) -> Result<(), StoreError> {
     for component in namespace {
         if component.is_empty() {
             return Err(refuse("components must not be empty".to_owned()));
+        }
+        if component.len() > MAX_KEY_LEN {
+            return Err(refuse(format!(
+                "a component is {} bytes long; use at most {MAX_KEY_LEN}",
+                component.len()
+            )));
         }
         if let Some(bad) = component
             .chars()

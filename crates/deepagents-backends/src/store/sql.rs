@@ -12,7 +12,7 @@ use deepagents_core::{CheckpointError, CheckpointInfo, Run, RunDelta, ThreadInfo
 use serde_json::Value;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
-use super::{SearchQuery, StoreError, StoreItem, validate_namespace};
+use super::{SearchQuery, StoreError, StoreItem, validate_item, validate_namespace};
 use crate::memory::now_ms;
 
 /// Stored JSON from this length on is compressed, when that makes it shorter: a snapshot, or a
@@ -187,7 +187,7 @@ where
         namespace: &[String],
         key: &str,
     ) -> Result<Option<StoreItem>, StoreError> {
-        validate_namespace(namespace)?;
+        validate_item(namespace, key)?;
         let row = sqlx::query("SELECT * FROM store_items WHERE namespace = $1 AND key = $2")
             .bind(encode(namespace))
             .bind(key)
@@ -204,7 +204,7 @@ where
         key: &str,
         value: Value,
     ) -> Result<(), StoreError> {
-        validate_namespace(namespace)?;
+        validate_item(namespace, key)?;
         sqlx::query(
             "INSERT INTO store_items (namespace, key, value, created_at_ms, updated_at_ms)
              VALUES ($1, $2, $3, $4, $4)
@@ -222,7 +222,7 @@ where
 
     /// Removes the item at `key`; returns whether it existed.
     pub(super) async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError> {
-        validate_namespace(namespace)?;
+        validate_item(namespace, key)?;
         let done = sqlx::query("DELETE FROM store_items WHERE namespace = $1 AND key = $2")
             .bind(encode(namespace))
             .bind(key)
