@@ -107,10 +107,12 @@ async fn call(
     let mut service = live.current().await.map_err(ToolError::RespondToModel)?;
     // A connection that closed while idle is replaced before the call, not refused.
     if service.is_closed() {
-        service = live
-            .recover(&service, "the connection was closed")
-            .await
-            .map_err(ToolError::RespondToModel)?;
+        service = unless_cancelled(&ctx, server, tool, async {
+            live.recover(&service, "the connection was closed")
+                .await
+                .map_err(ToolError::RespondToModel)
+        })
+        .await??;
     }
     let arguments = match args {
         Value::Object(map) => map,
@@ -130,7 +132,13 @@ async fn call(
         .await
     {
         Ok(handle) => handle,
-        Err(e) => return Err(failure(live, &service, tool, e).await),
+        Err(e) => {
+            return Err(
+                unless_cancelled(&ctx, server, tool, failure(live, &service, tool, e))
+                    .await
+                    .unwrap_or_else(|cancelled| cancelled),
+            );
+        }
     };
     let mut guard = CallGuard {
         live,
@@ -171,7 +179,16 @@ async fn call(
                         "the MCP server {server} answered {tool} with something other than a tool result"
                     )));
                 }
-                Err(e) => return Err(failure(live, &service, tool, e).await),
+                Err(e) => {
+                    return Err(unless_cancelled(
+                        &ctx,
+                        server,
+                        tool,
+                        failure(live, &service, tool, e),
+                    )
+                    .await
+                    .unwrap_or_else(|cancelled| cancelled));
+                }
             }
         }
     };
@@ -209,6 +226,22 @@ async fn call(
         Some(structured) => output.with_artifact(structured),
         None => output,
     })
+}
+
+/// `work` (reconnecting, restarting a server), or the error for a run cancelled meanwhile:
+/// dropping the work leaves the old connection in place for the next call to replace.
+async fn unless_cancelled<T>(
+    ctx: &ToolContext,
+    server: &str,
+    tool: &str,
+    work: impl Future<Output = T>,
+) -> Result<T, ToolError> {
+    tokio::select! {
+        done = work => Ok(done),
+        () = ctx.run.cancel.cancelled() => Err(ToolError::RespondToModel(format!(
+            "the run was cancelled while {tool} waited for the MCP server {server} to come back"
+        ))),
+    }
 }
 
 /// The error for a call that got no answer. An HTTP error status is a failed call (the

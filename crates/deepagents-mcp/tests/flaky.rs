@@ -33,6 +33,8 @@ struct Script {
     calls: usize,
     /// `initialize` requests received (one per session).
     sessions: usize,
+    /// New sessions get no answer.
+    hang_initialize: bool,
 }
 
 struct Flaky {
@@ -124,6 +126,11 @@ async fn serve(mut socket: TcpStream, script: Arc<Mutex<Script>>) {
     let mut session = None;
     let result = match message["method"].as_str().unwrap_or_default() {
         "initialize" => {
+            let hang = script.lock().unwrap().hang_initialize;
+            if hang {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                return;
+            }
             let mut script = script.lock().unwrap();
             script.sessions += 1;
             session = Some(format!("session-{}", script.sessions));
@@ -223,9 +230,14 @@ fn failed(outcome: Result<ToolOutput, ToolError>) -> String {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn transient_http_failures_fail_calls_but_keep_the_server() {
-    let server = Flaky::start().await;
+/// Connects to `server`: the connections (kept for the session) and its `ping` tool.
+async fn ping_tool(
+    server: &Flaky,
+    root: &Path,
+) -> (
+    deepagents_mcp::Connections,
+    Arc<deepagents_core::DynamicTool>,
+) {
     let servers = config::parse(
         &json!({"mcpServers": {"flaky": {"type": "http", "url": server.url, "timeout": 10, "startup_timeout": 5}}})
             .to_string(),
@@ -233,8 +245,7 @@ async fn transient_http_failures_fail_calls_but_keep_the_server() {
         &|_| None,
     )
     .unwrap();
-    let root = tempfile::tempdir().unwrap();
-    let connections = connect(&servers, &ConnectOptions::new(root.path())).await;
+    let connections = connect(&servers, &ConnectOptions::new(root)).await;
     assert!(
         connections.failures.is_empty(),
         "{:?}",
@@ -246,6 +257,14 @@ async fn transient_http_failures_fail_calls_but_keep_the_server() {
         .find(|t| t.spec().name == "flaky__ping")
         .unwrap()
         .clone();
+    (connections, ping)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn transient_http_failures_fail_calls_but_keep_the_server() {
+    let server = Flaky::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let (_connections, ping) = ping_tool(&server, root.path()).await;
     assert_eq!(server.sessions(), 1);
 
     // Two server errors: failed calls naming the status, on the same session.
@@ -307,4 +326,33 @@ async fn transient_http_failures_fail_calls_but_keep_the_server() {
     let later = failed(ping.call(json!({}), cx()).await);
     assert_eq!(later, given_up);
     assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_run_stops_waiting_for_a_reconnection() {
+    let server = Flaky::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let (_connections, ping) = ping_tool(&server, root.path()).await;
+    // The connection drops and new sessions get no answer: the call waits for the
+    // reconnection until the run is cancelled.
+    server.plan(&[Act::Drop]);
+    server.script.lock().unwrap().hang_initialize = true;
+    let run = cx();
+    let cancel = run.run.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cancel.cancel();
+    });
+    let started = Instant::now();
+    let message = failed(ping.call(json!({}), run).await);
+    assert!(
+        message.contains("cancelled") && message.contains("to come back"),
+        "{message}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // The server answers again: the next call is sent, not refused.
+    server.script.lock().unwrap().hang_initialize = false;
+    let answered = ping.call(json!({}), cx()).await.unwrap();
+    assert_eq!(super::text_of(&answered), "pong");
+    assert_eq!(server.calls(), 2);
 }
