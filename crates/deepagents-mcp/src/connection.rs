@@ -122,7 +122,7 @@ impl ProgressRoutes {
     }
 }
 
-/// Our side of a connection, shared by the connection that replaces it after a crash.
+/// Our side of a connection, shared by the connection that replaces it when it breaks.
 #[derive(Clone)]
 pub(crate) struct Handler {
     server: Arc<str>,
