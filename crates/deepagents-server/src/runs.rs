@@ -574,7 +574,15 @@ impl Runs {
     ) {
         let record = live.snapshot();
         let mut steps = self.watch.subscribe(storage);
-        let before = self.watch.load(storage, None).await.ok().flatten();
+        // The thread as it was before the run: what a rollback restores. A thread that cannot
+        // be read fails the run; taken as empty, a rollback would delete it.
+        let (before, unreadable) = match self.watch.load(storage, None).await {
+            Ok(before) => (before, None),
+            Err(error) => {
+                tracing::warn!(%storage, %error, "cannot load the thread before its run; the run fails");
+                (None, Some(error))
+            }
+        };
         {
             let mut record = lock(&live.record);
             record.status = "running".to_owned();
@@ -613,10 +621,14 @@ impl Runs {
         let mut clock = crate::metrics::CallClock::default();
         // A resume refused before anything ran leaves the thread as it was.
         let mut refused = false;
-        let outcome = match self
-            .start(storage, live, job, assistant, before.as_ref())
-            .await
-        {
+        let started = match unreadable {
+            Some(error) => Err(RunError::Checkpoint(error)),
+            None => {
+                self.start(storage, live, job, assistant, before.as_ref())
+                    .await
+            }
+        };
+        let outcome = match started {
             Ok(mut stream) => {
                 while let Some(event) = stream.next().await {
                     self.metrics.observe(&event, &mut clock);

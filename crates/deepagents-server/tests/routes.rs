@@ -750,3 +750,109 @@ async fn a_field_of_the_wrong_shape_is_refused_by_name() {
     .await;
     assert_eq!(status, StatusCode::OK, "{found}");
 }
+
+/// A checkpointer whose next `fail` loads fail (a storage hiccup), over an in-memory one.
+struct Flaky {
+    inner: deepagents::core::InMemoryCheckpointer,
+    fail: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl deepagents::core::Checkpointer for Flaky {
+    async fn append(
+        &self,
+        thread_id: &str,
+        delta: &deepagents::core::RunDelta,
+        run: &deepagents::core::Run,
+    ) -> Result<u64, deepagents::core::CheckpointError> {
+        self.inner.append(thread_id, delta, run).await
+    }
+
+    async fn load(
+        &self,
+        thread_id: &str,
+        at: Option<u64>,
+    ) -> Result<Option<deepagents::core::Run>, deepagents::core::CheckpointError> {
+        use std::sync::atomic::Ordering;
+        if self
+            .fail
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(deepagents::core::CheckpointError::Storage(
+                "the disk hiccupped".to_owned(),
+            ));
+        }
+        self.inner.load(thread_id, at).await
+    }
+
+    async fn checkpoints(
+        &self,
+        thread_id: &str,
+    ) -> Result<Vec<deepagents::core::CheckpointInfo>, deepagents::core::CheckpointError> {
+        self.inner.checkpoints(thread_id).await
+    }
+
+    async fn threads(
+        &self,
+    ) -> Result<Vec<deepagents::core::ThreadInfo>, deepagents::core::CheckpointError> {
+        self.inner.threads().await
+    }
+
+    async fn try_lease(
+        &self,
+        thread_id: &str,
+    ) -> Result<deepagents::core::ThreadLease, deepagents::core::CheckpointError> {
+        self.inner.try_lease(thread_id).await
+    }
+
+    async fn delete_thread(
+        &self,
+        thread_id: &str,
+    ) -> Result<bool, deepagents::core::CheckpointError> {
+        self.inner.delete_thread(thread_id).await
+    }
+}
+
+/// The thread as it was before a run is what a rollback restores: when it cannot be read,
+/// the run fails (taken as empty, a rollback would delete the thread) and says why.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_thread_cannot_be_read_first_fails() {
+    let flaky = Arc::new(Flaky {
+        inner: InMemoryCheckpointer::new(),
+        fail: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let watch = StepWatch::new(flaky.clone());
+    let options = ServerOptions::new(
+        vec![Assistant::new("agent", super::agent(watch.clone()))],
+        Arc::new(InMemoryStore::new()),
+        watch,
+    );
+    let app = deepagents_server::router(options).unwrap();
+    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
+    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    // The next load is the run's own, of the thread before it.
+    flaky.fail.store(1, std::sync::atomic::Ordering::SeqCst);
+    let (status, answer) = call(
+        &app,
+        "POST",
+        &format!("/threads/{id}/runs/wait"),
+        json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "hi"}]}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(flaky.fail.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert!(
+        answer["__error__"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("the disk hiccupped")),
+        "{answer}"
+    );
+    let (_, runs) = call(&app, "GET", &format!("/threads/{id}/runs"), Value::Null).await;
+    assert_eq!(runs[0]["status"], "error", "{runs}");
+    // Nothing ran: the thread is as it was, and says the run failed.
+    let (_, state) = call(&app, "GET", &format!("/threads/{id}/state"), Value::Null).await;
+    assert!(state["checkpoint"].is_null(), "{state}");
+    let (_, thread) = call(&app, "GET", &format!("/threads/{id}"), Value::Null).await;
+    assert_eq!(thread["status"], "error", "{thread}");
+}

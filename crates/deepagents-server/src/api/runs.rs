@@ -26,7 +26,10 @@ use deepagents_langgraph::MODES;
 use deepagents_langgraph::convert;
 
 pub(super) fn run_json(record: &RunRecord) -> Value {
-    let mut value = serde_json::to_value(record).unwrap_or(Value::Null);
+    let mut value = serde_json::to_value(record).unwrap_or_else(|error| {
+        tracing::warn!(run_id = %record.run_id, %error, "cannot show a run's record");
+        Value::Null
+    });
     if let Value::Object(map) = &mut value {
         map.remove("kwargs");
         map.insert("kwargs".to_owned(), record.kwargs.clone());
@@ -624,12 +627,14 @@ impl Source {
                     // Now and then: did the run end without frames (long ago, or before
                     // they were kept)? And a heartbeat every 15 s.
                     if polls.is_multiple_of(20) {
-                        let ended = records
-                            .run(&record.thread_id, &record.run_id)
-                            .await
-                            .ok()
-                            .flatten()
-                            .is_none_or(|now| now.ended());
+                        // A record that cannot be read says nothing: keep polling.
+                        let ended = match records.run(&record.thread_id, &record.run_id).await {
+                            Ok(now) => now.is_none_or(|now| now.ended()),
+                            Err(error) => {
+                                tracing::warn!(run_id = %record.run_id, %error, "cannot read the record of a streamed run");
+                                false
+                            }
+                        };
                         if ended
                             && cluster
                                 .read(&record.run_id, after)
