@@ -361,7 +361,9 @@ impl Config {
             && (limits.context_window.is_some() || limits.max_output_tokens.is_some())
         {
             let built_in = options.profile.or_else(|| models::profile_for(model));
-            options.profile = Some(ModelProfile {
+            // An output limit alone makes no window up: a local server may still say it.
+            let window_known = limits.context_window.is_some() || built_in.is_some();
+            options.profile = window_known.then(|| ModelProfile {
                 max_input_tokens: limits
                     .context_window
                     .or(built_in.map(|p| p.max_input_tokens))

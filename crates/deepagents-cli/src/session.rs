@@ -81,9 +81,11 @@ pub async fn prepare_watched(
 ) -> anyhow::Result<Session> {
     let config = config::load(args.config.as_deref())?;
     let (spec, model) = load_model(args, &config)?;
-    let window = args
-        .max_input_tokens
-        .or_else(|| model.profile().map(|p| p.max_input_tokens));
+    // A local server may say its window (asked once, here, so the agent's thresholds use it).
+    let window = match args.max_input_tokens {
+        Some(window) => Some(window),
+        None => model.resolve_profile().await.map(|p| p.max_input_tokens),
+    };
     let mut builder = limited(Agent::builder(model), args, &config);
     let agent_dirs = agents::sources(args.root.as_deref(), &args.agent_dirs);
     let virtual_mode = args.virtual_mode.or(config.virtual_mode).unwrap_or(true);

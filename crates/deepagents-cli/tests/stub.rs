@@ -37,6 +37,17 @@ fn answer_one(
 ) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut length = 0;
+    let mut request_line = String::new();
+    reader.read_line(&mut request_line)?;
+    if request_line.starts_with("GET ") {
+        // Questions such as a local server's window (`/v1/models`, `/props`) go unanswered.
+        let mut stream = stream;
+        write!(
+            stream,
+            "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )?;
+        return stream.flush();
+    }
     loop {
         let mut line = String::new();
         reader.read_line(&mut line)?;

@@ -265,6 +265,14 @@ pub trait Model: Send + Sync {
         None
     }
 
+    /// The model's limits, asking its server when they are not known up front (a local
+    /// server may say its context window). Asked once; the answer is kept and
+    /// [`profile`](Model::profile) returns it from then on, so call this before building an
+    /// agent whose thresholds should use it.
+    async fn resolve_profile(&self) -> Option<ModelProfile> {
+        self.profile()
+    }
+
     /// The kinds of content besides text the model reads, when known. Providers already
     /// replace the others with notes; callers may use this to avoid producing them.
     fn input_modalities(&self) -> Option<InputModalities> {

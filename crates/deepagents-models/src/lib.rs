@@ -15,6 +15,8 @@ pub mod cassette;
 #[cfg(feature = "providers")]
 mod convert;
 #[cfg(feature = "providers")]
+mod discovery;
+#[cfg(feature = "providers")]
 pub mod encoded;
 #[cfg(feature = "providers")]
 pub mod gemini;

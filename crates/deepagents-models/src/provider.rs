@@ -133,6 +133,10 @@ pub struct HttpModel<W: Wire> {
     wait: bool,
     /// What the wire encoded for recent requests.
     encoded: Mutex<EncodeCache>,
+    /// How to ask the server for the window when no profile is known.
+    discovery: Option<crate::discovery::Discovery>,
+    /// What the server said, once asked.
+    discovered: tokio::sync::OnceCell<Option<ModelProfile>>,
 }
 
 impl<W: Wire> fmt::Debug for HttpModel<W> {
@@ -167,7 +171,15 @@ impl<W: Wire> HttpModel<W> {
             profile,
             wait,
             encoded: Mutex::default(),
+            discovery: None,
+            discovered: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// Asks the server for the window on [`Model::resolve_profile`] when no profile is known.
+    pub(crate) fn with_discovery(mut self, discovery: Option<crate::discovery::Discovery>) -> Self {
+        self.discovery = discovery;
+        self
     }
 
     async fn pause(&self, attempt: u32) {
@@ -215,6 +227,15 @@ impl<W: Wire> Model for HttpModel<W> {
 
     fn profile(&self) -> Option<ModelProfile> {
         self.profile
+            .or_else(|| self.discovered.get().copied().flatten())
+    }
+
+    async fn resolve_profile(&self) -> Option<ModelProfile> {
+        if self.profile.is_some() {
+            return self.profile;
+        }
+        let discovery = self.discovery.as_ref()?;
+        *self.discovered.get_or_init(|| discovery.profile()).await
     }
 
     fn input_modalities(&self) -> Option<InputModalities> {

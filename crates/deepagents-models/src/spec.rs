@@ -119,6 +119,7 @@ mod with_providers {
     use super::{ScriptedModel, SpecError};
     use crate::anthropic::AnthropicWire;
     use crate::cassette::{Cassette, RecordingTransport, ReplayTransport};
+    use crate::discovery::{Discovery, Server};
     use crate::gemini::GeminiWire;
     use crate::http::{HttpConfig, ReqwestTransport, Secret, Transport};
     use crate::openai_chat::ChatWire;
@@ -391,7 +392,7 @@ mod with_providers {
             )?);
         }
         Ok(build(
-            provider, spec, model, base_url, key, config, transport, options, true,
+            provider, spec, model, base_url, key, config, transport, options, true, local,
         ))
     }
 
@@ -414,8 +415,25 @@ mod with_providers {
         transport: Arc<dyn Transport>,
         options: &ModelOptions,
         wait: bool,
+        local: bool,
     ) -> Arc<dyn Model> {
         let profile = options.profile.or_else(|| profile_for(model));
+        // Local servers say their window; asked only when nothing else does (not in replays).
+        let server = match provider.name {
+            "ollama" => Some(Server::Ollama),
+            "openai_compatible" | "vllm" | "llamacpp" => Some(Server::OpenAiCompatible),
+            _ => None,
+        };
+        let discovery = server
+            .filter(|_| profile.is_none() && wait)
+            .map(|server| Discovery {
+                server,
+                base_url: base_url.clone(),
+                model: model.to_owned(),
+                key: key.clone(),
+                local,
+                max_output_tokens: options.max_output_tokens,
+            });
         let modalities = options
             .modalities
             .unwrap_or_else(|| modalities_for(provider.name, model));
@@ -427,16 +445,12 @@ mod with_providers {
             transport: Arc<dyn Transport>,
             profile: Option<ModelProfile>,
             wait: bool,
+            discovery: Option<Discovery>,
         ) -> Arc<dyn Model> {
-            Arc::new(HttpModel::new(
-                spec.to_owned(),
-                wire,
-                key,
-                config,
-                transport,
-                profile,
-                wait,
-            ))
+            Arc::new(
+                HttpModel::new(spec.to_owned(), wire, key, config, transport, profile, wait)
+                    .with_discovery(discovery),
+            )
         }
         let model = model.to_owned();
         match provider.api {
@@ -455,6 +469,7 @@ mod with_providers {
                 transport,
                 profile,
                 wait,
+                discovery,
             ),
             Api::Chat => {
                 let extra_headers = if provider.name == "openrouter" {
@@ -481,6 +496,7 @@ mod with_providers {
                     transport,
                     profile,
                     wait,
+                    discovery,
                 )
             }
             Api::Anthropic => make(
@@ -505,6 +521,7 @@ mod with_providers {
                 transport,
                 profile,
                 wait,
+                discovery,
             ),
             Api::Gemini => make(
                 spec,
@@ -523,6 +540,7 @@ mod with_providers {
                 transport,
                 profile,
                 wait,
+                discovery,
             ),
         }
     }
@@ -547,7 +565,7 @@ mod with_providers {
         let transport: Arc<dyn Transport> = Arc::new(ReplayTransport::new(path.clone(), cassette));
         let id = format!("replay:{}", path.display());
         let model = build(
-            provider, &spec, model, base_url, None, config, transport, options, false,
+            provider, &spec, model, base_url, None, config, transport, options, false, false,
         );
         Ok(Arc::new(Renamed { id, inner: model }))
     }
@@ -565,6 +583,9 @@ mod with_providers {
         }
         fn profile(&self) -> Option<ModelProfile> {
             self.inner.profile()
+        }
+        async fn resolve_profile(&self) -> Option<ModelProfile> {
+            self.inner.resolve_profile().await
         }
         fn input_modalities(&self) -> Option<InputModalities> {
             self.inner.input_modalities()

@@ -1564,3 +1564,155 @@ async fn the_configured_output_limit_reaches_every_wire_under_its_name() {
         }
     }
 }
+
+fn local(spec: &str, server: &MockServer) -> std::sync::Arc<dyn deepagents_core::Model> {
+    from_spec_with(
+        spec,
+        &ModelOptions {
+            base_url: Some(format!("{}/v1", server.uri())),
+            http: Some(fast_config()),
+            max_retries: Some(0),
+            ..ModelOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+/// The window `spec` resolves to against `server`, asked twice; the server is asked once.
+async fn discovered(spec: &str, server: &MockServer) -> Option<u64> {
+    let model = local(spec, server);
+    assert_eq!(model.profile(), None);
+    let window = model.resolve_profile().await.map(|p| p.max_input_tokens);
+    let asked = server.received_requests().await.unwrap().len();
+    assert_eq!(
+        model.resolve_profile().await.map(|p| p.max_input_tokens),
+        window
+    );
+    assert_eq!(server.received_requests().await.unwrap().len(), asked);
+    // From then on it is the model's profile.
+    assert_eq!(model.profile().map(|p| p.max_input_tokens), window);
+    window
+}
+
+#[tokio::test]
+async fn vllm_says_its_window_as_max_model_len_on_the_model_entry() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/v1/models"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"object": "list", "data": [
+                {"id": "other", "object": "model", "max_model_len": 32768},
+                {"id": "small", "object": "model", "max_model_len": 8192},
+            ]})),
+        )
+        .expect(1)
+        .mount(&server)
+        .await;
+    assert_eq!(
+        discovered("openai_compatible:small", &server).await,
+        Some(8192)
+    );
+}
+
+#[tokio::test]
+async fn llama_cpp_says_its_window_in_props() {
+    let server = MockServer::start().await;
+    // llama.cpp lists the model without max_model_len (n_ctx_train is not the window).
+    Mock::given(method("GET"))
+        .and(path("/v1/models"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"object": "list", "data": [
+                {"id": "model.gguf", "object": "model", "meta": {"n_ctx_train": 131072}},
+            ]})),
+        )
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/props"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(
+            json!({"default_generation_settings": {"n_ctx": 8192}, "total_slots": 1}),
+        ))
+        .expect(1)
+        .mount(&server)
+        .await;
+    assert_eq!(
+        discovered("openai_compatible:model.gguf", &server).await,
+        Some(8192)
+    );
+}
+
+#[tokio::test]
+async fn ollama_says_its_window_in_api_show() {
+    use wiremock::matchers::body_partial_json;
+
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/api/show"))
+        .and(body_partial_json(json!({"model": "tinyllama:1.1b"})))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "parameters": "stop \"</s>\"",
+            "model_info": {"general.architecture": "llama", "llama.context_length": 2048},
+        })))
+        .expect(1)
+        .mount(&server)
+        .await;
+    assert_eq!(
+        discovered("ollama:tinyllama:1.1b", &server).await,
+        Some(2048)
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_does_not_say_or_a_known_window_leaves_the_profile_as_it_was() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(404))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/api/show"))
+        .respond_with(ResponseTemplate::new(200).set_body_string("not json"))
+        .mount(&server)
+        .await;
+    assert_eq!(discovered("openai_compatible:mystery", &server).await, None);
+    assert_eq!(discovered("ollama:mystery", &server).await, None);
+    server.reset().await;
+    // A known model, a configured window, or a hosted provider: nobody is asked.
+    let known = local("ollama:qwen3:8b", &server);
+    assert_eq!(
+        known.resolve_profile().await.map(|p| p.max_input_tokens),
+        Some(131_072)
+    );
+    let configured = from_spec_with(
+        "openai_compatible:mystery",
+        &ModelOptions {
+            base_url: Some(format!("{}/v1", server.uri())),
+            profile: Some(deepagents_core::ModelProfile {
+                max_input_tokens: 4096,
+                max_output_tokens: 1024,
+            }),
+            ..ModelOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        configured
+            .resolve_profile()
+            .await
+            .map(|p| p.max_input_tokens),
+        Some(4096)
+    );
+    let hosted = model("openai_chat:mystery", format!("{}/v1", server.uri()), 0);
+    assert_eq!(hosted.resolve_profile().await, None);
+    assert!(server.received_requests().await.unwrap().is_empty());
+    // An unreachable server fails fast and quietly.
+    let gone = from_spec_with(
+        "openai_compatible:mystery",
+        &ModelOptions {
+            base_url: Some("http://127.0.0.1:1/v1".into()),
+            ..ModelOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(gone.resolve_profile().await, None);
+}
