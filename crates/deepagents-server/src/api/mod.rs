@@ -24,6 +24,7 @@ mod assistants;
 mod events;
 mod request;
 mod runs;
+mod sse;
 mod store;
 mod threads;
 

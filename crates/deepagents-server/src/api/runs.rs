@@ -4,7 +4,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -14,13 +13,13 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::request::{CheckpointRef, Count, TypedQuery, api_enum, checked, count_or, parse};
+use super::sse::{CancelOnDrop, Source, sse};
 use super::threads::{ThreadCreate, create_thread, load, message_ids, update_state};
 use super::{AppState, Body0, Shared, Tenant, new_id};
 use crate::Assistant;
 use crate::error::{ApiError, ApiResult};
 use crate::records::{Records, RunRecord};
-use crate::runs::{Job, Live, Runs, storage_id};
-use crate::stream::FrameLog;
+use crate::runs::{Job, storage_id};
 use crate::time::{now_ms, rfc3339};
 use deepagents_langgraph::MODES;
 use deepagents_langgraph::convert;
@@ -515,213 +514,6 @@ pub(super) fn set_location(response: &mut Response, record: &RunRecord, stream: 
     if stream && let Ok(value) = HeaderValue::from_str(&format!("{path}/stream")) {
         response.headers_mut().insert(header::LOCATION, value);
     }
-}
-
-/// Cancels a run when the client of its stream goes away (`on_disconnect: cancel`).
-pub(super) struct CancelOnDrop(Option<(Arc<Runs>, RunRecord)>);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if let Some((runs, record)) = self.0.take() {
-            tokio::spawn(async move {
-                if let Err(error) = runs.cancel(&record, CancelAction::Interrupt.as_str()).await {
-                    tracing::warn!(run_id = %record.run_id, %error, "cannot cancel the run whose client went away");
-                }
-            });
-        }
-    }
-}
-
-/// Where a stream's frames come from: the run's log in this process, or the cluster's
-/// copy of it when another server runs it (or may).
-pub(super) enum Source {
-    Local(Arc<Live>),
-    #[cfg(feature = "cluster")]
-    Remote(Box<Remote>),
-}
-
-/// A run's frames in the cluster's Redis stream.
-#[cfg(feature = "cluster")]
-pub(super) struct Remote {
-    runs: Arc<Runs>,
-    cluster: Arc<crate::cluster::Cluster>,
-    records: Records,
-    record: RunRecord,
-    /// The Redis entry read last.
-    after: String,
-    /// The end marker was read.
-    finished: bool,
-}
-
-impl Source {
-    /// The source of `record`'s frames.
-    fn of(shared: &Shared, tenant: &Tenant, record: &RunRecord) -> Self {
-        #[cfg(feature = "cluster")]
-        if let Some(cluster) = shared.runs.cluster() {
-            return Self::Remote(Box::new(Remote {
-                runs: Arc::clone(&shared.runs),
-                cluster: Arc::clone(cluster),
-                records: shared.records(tenant),
-                record: record.clone(),
-                after: "0".to_owned(),
-                finished: false,
-            }));
-        }
-        let _ = tenant;
-        match shared.runs.get(&record.run_id) {
-            Some(live) => Self::Local(live),
-            // A run this process does not run (it ended long ago): nothing more to stream.
-            None => {
-                let log = FrameLog::new();
-                log.end();
-                Self::Local(Live::ended_with(record.clone(), log))
-            }
-        }
-    }
-
-    /// The next frames from index `next` on; `None` once the run ended and all were sent.
-    /// An empty list when nothing came for a while (time for a heartbeat).
-    async fn next(&mut self, next: usize) -> Option<Vec<(usize, crate::stream::Frame)>> {
-        match self {
-            Self::Local(live) => loop {
-                let (frames, ended) = live.log.since(next);
-                if !frames.is_empty() {
-                    return Some(frames);
-                }
-                if ended {
-                    return None;
-                }
-                let waited = tokio::time::timeout(Duration::from_secs(15), live.log.changed(next));
-                if waited.await.is_err() {
-                    return Some(Vec::new());
-                }
-            },
-            #[cfg(feature = "cluster")]
-            Self::Remote(remote) => {
-                let Remote {
-                    runs,
-                    cluster,
-                    records,
-                    record,
-                    after,
-                    finished,
-                } = &mut **remote;
-                // A server shutting down ends its streams; the client reconnects elsewhere.
-                if *finished || runs.is_stopping() {
-                    return None;
-                }
-                // Polled: a blocking read would hold the shared connection.
-                let mut polls = 0u32;
-                let entries = loop {
-                    match cluster.read(&record.run_id, after).await {
-                        Ok(entries) if !entries.is_empty() => break entries,
-                        Ok(_) => {}
-                        Err(error) => {
-                            tracing::warn!(run_id = %record.run_id, %error, "cannot read the run's frames");
-                        }
-                    }
-                    polls += 1;
-                    if runs.is_stopping() {
-                        return None;
-                    }
-                    // Now and then: did the run end without frames (long ago, or before
-                    // they were kept)? And a heartbeat every 15 s.
-                    if polls.is_multiple_of(20) {
-                        // A record that cannot be read says nothing: keep polling.
-                        let ended = match records.run(&record.thread_id, &record.run_id).await {
-                            Ok(now) => now.is_none_or(|now| now.ended()),
-                            Err(error) => {
-                                tracing::warn!(run_id = %record.run_id, %error, "cannot read the record of a streamed run");
-                                false
-                            }
-                        };
-                        if ended
-                            && cluster
-                                .read(&record.run_id, after)
-                                .await
-                                .is_ok_and(|e| e.is_empty())
-                        {
-                            return None;
-                        }
-                    }
-                    if polls == 300 {
-                        return Some(Vec::new());
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                };
-                let mut frames = Vec::new();
-                for (id, index, frame) in entries {
-                    *after = id;
-                    match frame {
-                        Some(frame) if index >= next => frames.push((index, frame)),
-                        Some(_) => {}
-                        None if frames.is_empty() => return None,
-                        // The frames before the end go out first; the end comes next time.
-                        None => {
-                            *finished = true;
-                            break;
-                        }
-                    }
-                }
-                Some(frames)
-            }
-        }
-    }
-}
-
-/// A run's frames from `from` on as server-sent events, following it until it ends; only
-/// the frames of `modes` when given.
-pub(super) fn sse(
-    source: Source,
-    from: usize,
-    modes: Option<BTreeSet<String>>,
-    guard: CancelOnDrop,
-) -> Response {
-    let stream = futures::stream::unfold(
-        (source, from, guard),
-        move |(mut source, next, mut guard)| {
-            let modes = modes.clone();
-            async move {
-                let Some(frames) = source.next(next).await else {
-                    // The run ended on its own: nothing to cancel.
-                    drop(guard.0.take());
-                    return None;
-                };
-                let Some((last, _)) = frames.last() else {
-                    // A comment now and then keeps proxies from closing a quiet stream.
-                    return Some((
-                        Ok::<_, std::convert::Infallible>(Bytes::from_static(b": heartbeat\n\n")),
-                        (source, next, guard),
-                    ));
-                };
-                let after = last + 1;
-                let mut text = String::new();
-                for (id, frame) in &frames {
-                    let mode = frame.event.split(['|', '/']).next().unwrap_or_default();
-                    let wanted = modes.as_ref().is_none_or(|modes| {
-                        matches!(mode, "metadata" | "error")
-                            || modes.contains(mode)
-                            || (mode == "messages" && modes.contains("messages-tuple"))
-                    });
-                    if wanted {
-                        text.push_str(&format!(
-                            "event: {}\ndata: {}\nid: {id}\n\n",
-                            frame.event, frame.data
-                        ));
-                    }
-                }
-                Some((Ok(Bytes::from(text)), (source, after, guard)))
-            }
-        },
-    );
-    let mut response = Response::new(Body::from_stream(stream));
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
 }
 
 pub(super) async fn stream_run(
