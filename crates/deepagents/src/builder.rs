@@ -742,8 +742,14 @@ impl AgentBuilder {
         if self.todos {
             built_ins.push(Arc::new(TodoListMiddleware));
         }
+        let known_window = self
+            .context_window
+            .or_else(|| self.model.profile().map(|p| p.max_input_tokens));
         if self.file_tools {
-            built_ins.push(Arc::new(FilesystemMiddleware::new(Arc::clone(&backend))));
+            built_ins.push(Arc::new(
+                FilesystemMiddleware::new(Arc::clone(&backend))
+                    .with_context_window(known_window.unwrap_or(FALLBACK_CONTEXT_TOKENS)),
+            ));
         }
         if !self.skills.is_empty() {
             built_ins.push(Arc::new(SkillsMiddleware::new(
@@ -787,9 +793,6 @@ impl AgentBuilder {
                 threshold,
             )));
         }
-        let known_window = self
-            .context_window
-            .or_else(|| self.model.profile().map(|p| p.max_input_tokens));
         if self.file_tools {
             let window = known_window.unwrap_or(FALLBACK_CONTEXT_TOKENS);
             built_ins.push(Arc::new(ShortenOldEditsMiddleware::new(window)));

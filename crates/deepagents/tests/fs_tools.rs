@@ -1256,3 +1256,38 @@ async fn binary_files_suggest_a_command_only_with_a_shell() {
     assert!(t[1].contains("cannot be shown as text"), "{}", t[1]);
     assert!(t[1].contains("through execute"), "{}", t[1]);
 }
+
+/// A small model's `read_file` page holds a quarter of its window, so one default read cannot
+/// fill it; large windows keep the 80,000-character page.
+#[tokio::test]
+async fn read_file_pages_fit_a_small_window() {
+    // 500 lines of about 100 characters: 50,000 characters, ≈ 12,500 tokens in one page.
+    let body: String = (1..=500)
+        .map(|i| format!("{i:>5} {}\n", "lorem ipsum ".repeat(8)))
+        .collect();
+    let read = |window: Option<u64>| {
+        let body = body.clone();
+        async move {
+            let mut fixture = Fixture::new(Kind::State);
+            fixture.seed("/log.txt", body.as_bytes());
+            let (output, _fixture) = fixture
+                .run_with(
+                    vec![json!([{"name": "read_file", "args": {"file_path": "/log.txt"}}])],
+                    |b| match window {
+                        Some(tokens) => b.context_window(tokens),
+                        None => b,
+                    },
+                )
+                .await;
+            texts(&output)[0].clone()
+        }
+    };
+    let small = read(Some(8_192)).await;
+    assert!(small.len() <= 8_192 + 250, "page of {} bytes", small.len());
+    assert!(small.contains("Continue with offset="), "{small}");
+    // A quarter of the window at most, at four characters a token.
+    assert!((small.len() as u64).div_ceil(4) <= 8_192 / 4 + 100);
+    let large = read(None).await;
+    assert!(large.len() > 50_000, "page of {} bytes", large.len());
+    assert!(!large.contains("Continue with offset="), "{large}");
+}

@@ -30,6 +30,8 @@ programs; use the file tools to read and edit files.";
 pub struct FilesystemMiddleware {
     backend: Arc<dyn Backend>,
     shell_paths: Option<String>,
+    /// `read_file`'s page cap in characters.
+    page_chars: usize,
 }
 
 impl FilesystemMiddleware {
@@ -39,7 +41,18 @@ impl FilesystemMiddleware {
         Self {
             backend,
             shell_paths,
+            page_chars: crate::tools::filesystem::page_chars(
+                crate::context::FALLBACK_CONTEXT_TOKENS,
+            ),
         }
+    }
+
+    /// Sizes `read_file`'s pages for a model whose window holds `tokens`: a quarter of it, at
+    /// most 80,000 characters (what larger windows get).
+    #[must_use]
+    pub fn with_context_window(mut self, tokens: u64) -> Self {
+        self.page_chars = crate::tools::filesystem::page_chars(tokens);
+        self
     }
 }
 
@@ -146,7 +159,7 @@ impl Middleware for FilesystemMiddleware {
         let b = || Arc::clone(&self.backend);
         let mut tools: Vec<Arc<dyn DynTool>> = vec![
             Arc::new(TypedTool::new(Ls(b()))),
-            Arc::new(TypedTool::new(ReadFile(b()))),
+            Arc::new(TypedTool::new(ReadFile(b(), self.page_chars))),
             Arc::new(TypedTool::new(WriteFile(b()))),
             Arc::new(TypedTool::new(EditFile(b()))),
             Arc::new(TypedTool::new(Delete(b()))),

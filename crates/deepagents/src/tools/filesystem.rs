@@ -18,6 +18,18 @@ use super::output::{OUTPUT_CAP, capped_lines, truncate_chars};
 pub(crate) const DEFAULT_READ_LIMIT: usize = 500;
 /// Lines longer than this continue on rows `N.1`, `N.2`, …
 pub(crate) const LINE_ROW_CHARS: usize = 5_000;
+/// The smallest page cap in characters, however small the window.
+const MIN_PAGE_CHARS: usize = 2_000;
+
+/// The characters one `read_file` page may hold for a model whose window holds
+/// `window_tokens`: a quarter of the window (at four characters a token, as context
+/// accounting estimates), at most [`OUTPUT_CAP`] — so only windows under 80,000 tokens get
+/// smaller pages, and one default read cannot fill a small model's window.
+pub(crate) fn page_chars(window_tokens: u64) -> usize {
+    usize::try_from(window_tokens)
+        .unwrap_or(usize::MAX)
+        .clamp(MIN_PAGE_CHARS, OUTPUT_CAP)
+}
 
 /// The context a backend call runs with, derived from the tool's.
 pub(crate) fn backend_context(ctx: &ToolContext) -> BackendContext {
@@ -93,8 +105,8 @@ impl Tool for Ls {
     }
 }
 
-/// `read_file`.
-pub(crate) struct ReadFile(pub(crate) Arc<dyn Backend>);
+/// `read_file`, with its page cap in characters ([`page_chars`]).
+pub(crate) struct ReadFile(pub(crate) Arc<dyn Backend>, pub(crate) usize);
 
 /// Arguments of `read_file`.
 #[derive(Deserialize, JsonSchema)]
@@ -121,9 +133,10 @@ impl Tool for ReadFile {
     }
 
     fn description(&self) -> String {
+        let cap = self.1;
         format!(
             "Read a file. Text comes back as numbered lines (`N<TAB>text`), {DEFAULT_READ_LIMIT} \
-             lines from `offset` (0-based) unless `limit` says otherwise, at most {OUTPUT_CAP} \
+             lines from `offset` (0-based) unless `limit` says otherwise, at most {cap} \
              characters per call; lines over {LINE_ROW_CHARS} characters continue on rows `N.1`, \
              `N.2`. A note gives the `offset` (and inside a long line the `row`) to continue \
              from; paging that way reaches every character. Images and PDFs come back as \
@@ -159,7 +172,7 @@ impl Tool for ReadFile {
                         "offset {offset} is past the end of {path}, which has {total_lines} lines; use an offset below {total_lines}."
                     )));
                 }
-                numbered(&path, &lines, offset, args.row, total_lines).map(ToolOutput::text)
+                numbered(&path, &lines, offset, args.row, total_lines, self.1).map(ToolOutput::text)
             }
         }
     }
@@ -208,7 +221,7 @@ fn rows(line: &str) -> impl Iterator<Item = &str> {
 }
 
 /// Numbered rows of a page, starting at continuation row `first_row` of the first line, capped
-/// at [`OUTPUT_CAP`], with a note giving the exact position to continue from: paging by the
+/// at `cap` characters, with a note giving the exact position to continue from: paging by the
 /// notes reaches every character of the file.
 fn numbered(
     path: &VPath,
@@ -216,6 +229,7 @@ fn numbered(
     offset: usize,
     first_row: usize,
     total_lines: usize,
+    cap: usize,
 ) -> Result<String, ToolError> {
     if first_row > 0 {
         let available = lines.first().map_or(1, |line| rows(line).count());
@@ -245,7 +259,7 @@ fn numbered(
             };
             let entry = format!("{label:>width$}\t{chunk}\n");
             // A row is far smaller than the cap, so every page shows at least one.
-            if !out.is_empty() && out.len() + entry.len() > OUTPUT_CAP {
+            if !out.is_empty() && out.len() + entry.len() > cap {
                 resume = Some((offset + i, row));
                 break 'lines;
             }
