@@ -212,7 +212,7 @@ fn a_signal_stops_a_run(sandbox: &str, signal: &str, code: i32) {
     }
     let cgroup = pids_cgroup(child.id());
     send(child.id(), signal);
-    let status = exits_within(&mut child, Duration::from_secs(8), &log);
+    let status = exits_within(&mut child, Duration::from_secs(20), &log);
     let shown = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(status.code(), Some(code), "{status:?}; stderr:\n{shown}");
     all_gone(&mark, &log);
@@ -361,7 +361,7 @@ fn sigterm_stops_sandbox_run_and_removes_the_command_s_cgroup() {
         .map(|dir| command_cgroups(dir, pid))
         .unwrap_or_default();
     send(pid, "TERM");
-    let status = exits_within(&mut child, Duration::from_secs(8), &log);
+    let status = exits_within(&mut child, Duration::from_secs(20), &log);
     assert_eq!(
         status.code(),
         Some(143),
@@ -468,7 +468,7 @@ fn sigterm_stops_serve_s_runs_kills_their_commands_keeps_their_threads_and_exits
         );
     }
     send(child.id(), "TERM");
-    let status = exits_within(&mut child, Duration::from_secs(8), &log);
+    let status = exits_within(&mut child, Duration::from_secs(20), &log);
     let shown = std::fs::read_to_string(&log).unwrap_or_default();
     // A server stopped by SIGTERM stopped cleanly.
     assert!(status.success(), "{status:?}; stderr:\n{shown}");
@@ -645,7 +645,7 @@ fn sigterm_stops_the_tui_s_turn_keeps_the_thread_and_puts_the_terminal_back() {
         .trim()
         .to_owned()
     };
-    let dead = wait_until(Duration::from_secs(8), || {
+    let dead = wait_until(Duration::from_secs(20), || {
         status_of()
             .strip_prefix("1:")
             .is_some_and(|code| !code.is_empty())
