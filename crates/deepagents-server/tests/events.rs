@@ -613,3 +613,68 @@ async fn an_open_event_stream_ends_when_the_server_stops() {
     let seen = reader.await.unwrap();
     assert!(seen.contains("text/event-stream"), "{seen}");
 }
+
+/// Command params and stream bodies are typed: a field of the wrong shape is refused, named.
+#[tokio::test(flavor = "multi_thread")]
+async fn params_of_the_wrong_shape_are_refused_by_name() {
+    let app = app_with(chatty);
+    for (params, says) in [
+        (
+            json!({"assistant_id": "agent", "multitask_strategy": "bogus"}),
+            "`multitask_strategy` must be one of",
+        ),
+        (
+            json!({"assistant_id": "agent", "multitaskStrategy": 3}),
+            "`multitaskStrategy` must be a string",
+        ),
+        (
+            json!({"assistant_id": 7}),
+            "`assistant_id` must be a string",
+        ),
+    ] {
+        let body = json!({"id": 1, "method": "run.start", "params": params});
+        let (status, answer) = command(&app, "typed", body).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        assert_eq!(answer["error"], "invalid_argument", "{answer}");
+        let message = answer["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message} lacks {says}");
+    }
+    let body = json!({"id": 2, "method": "state.get", "params": {"keys": "messages"}});
+    let (_, answer) = command(&app, "typed", body).await;
+    assert_eq!(answer["error"], "invalid_argument", "{answer}");
+    assert!(
+        answer["message"].as_str().unwrap().contains("`keys`"),
+        "{answer}"
+    );
+    for (filter, says) in [
+        (
+            json!({"channels": 5}),
+            "`channels` must be a non-empty list",
+        ),
+        (json!({}), "`channels` must be a non-empty list"),
+        (
+            json!({"channels": ["values"], "namespaces": "root"}),
+            "`namespaces` must be a list of namespaces",
+        ),
+        (
+            json!({"channels": ["values"], "since": "later"}),
+            "`since` must be a non-negative integer",
+        ),
+    ] {
+        let response = app
+            .clone()
+            .oneshot(post("/threads/typed/stream/events", &filter))
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{filter}"
+        );
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains(says), "{filter}: {text} lacks {says}");
+    }
+}

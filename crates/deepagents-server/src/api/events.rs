@@ -15,10 +15,13 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{AppState, Tenant, field};
+use super::request::{Count, Namespace, checked, parse};
+use super::runs::MultitaskStrategy;
+use super::{AppState, Tenant};
 use crate::error::{ApiError, ApiResult};
 use crate::protocol::{CHANNELS, Filter};
 use crate::runs::storage_id;
+use serde::Deserialize;
 
 /// How long `input.respond` waits for the run that paused to let go of its thread (it
 /// announces the interrupt a moment before it has saved its status and ended).
@@ -130,22 +133,89 @@ pub(super) async fn command(
     Json(answer).into_response()
 }
 
-/// `config.configurable.checkpoint_id` of a command's params: the checkpoint a run forks
-/// from (the SDK's `forkFrom`).
-fn fork_target(params: &Value) -> Option<Value> {
-    params
-        .pointer("/config/configurable/checkpoint_id")
-        .filter(|id| !id.is_null())
-        .cloned()
+/// A command's params as a `T`; a field of the wrong shape is `invalid_argument`, named.
+fn params<T: serde::de::DeserializeOwned>(params: &Value) -> Result<T, Refused> {
+    parse(params).map_err(|error| Refused::invalid(error.detail))
 }
 
-/// Copies the run fields a command may carry (`metadata`, `context`) into a v1 run payload.
-fn run_fields(params: &Value, body: &mut Value) {
-    for key in ["metadata", "context"] {
-        if let Some(value) = field(params, key) {
-            body[key] = value.clone();
+/// The run fields a command may carry, copied into the v1 run payload it becomes.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct RunFields {
+    metadata: Option<Value>,
+    context: Option<Value>,
+    /// `config.configurable.checkpoint_id`: the checkpoint a run forks from (the SDK's
+    /// `forkFrom`).
+    config: Option<Value>,
+}
+
+impl RunFields {
+    /// The checkpoint the run forks from, when named.
+    fn fork_target(&self) -> Option<Value> {
+        self.config
+            .as_ref()?
+            .pointer("/configurable/checkpoint_id")
+            .filter(|id| !id.is_null())
+            .cloned()
+    }
+
+    /// Copies `metadata` and `context` into a v1 run payload.
+    fn copy_into(&self, body: &mut Value) {
+        for (key, value) in [("metadata", &self.metadata), ("context", &self.context)] {
+            if let Some(value) = value {
+                body[key] = value.clone();
+            }
         }
     }
+}
+
+/// The params of `run.start`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct RunStart {
+    assistant_id: Option<String>,
+    multitask_strategy: Option<MultitaskStrategy>,
+    /// The SDK spells it both ways.
+    #[serde(rename = "multitaskStrategy")]
+    multitask_strategy_camel: Option<MultitaskStrategy>,
+    input: Option<Value>,
+}
+
+/// The params of `input.respond`: one response, or several under `responses`; with the
+/// command's `update` and `goto`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Respond {
+    responses: Option<Value>,
+    update: Option<Value>,
+    goto: Option<Value>,
+}
+
+/// One response of `input.respond`: the interrupt it answers and the answer.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct Response1 {
+    interrupt_id: Option<String>,
+    response: Option<Value>,
+    /// Checked only: this server's interrupts are all the root's.
+    #[allow(dead_code)]
+    namespace: Option<Namespace>,
+}
+
+/// The params of `state.get` and `state.listCheckpoints`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct StateParams {
+    namespace: Option<Value>,
+    keys: Option<Vec<String>>,
+}
+
+/// The params of `state.fork`.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct StateFork {
+    checkpoint_id: Option<Value>,
+    input: Option<Value>,
 }
 
 /// `run.start`: a run with `input` on the thread, made when it does not exist yet. A run
@@ -156,25 +226,25 @@ async fn run_start(
     thread_id: &str,
     params: &Value,
 ) -> Result<Value, Refused> {
-    let assistant_id = field(params, "assistant_id")
-        .and_then(Value::as_str)
+    let (start, fields): (RunStart, RunFields) = (self::params(params)?, self::params(params)?);
+    let assistant_id = start
+        .assistant_id
         .filter(|id| !id.is_empty())
         .ok_or_else(|| {
             Refused::invalid("run.start needs `assistant_id`: the graph id or assistant id to run")
         })?;
-    // The SDK spells it both ways.
-    let strategy = field(params, "multitask_strategy")
-        .or_else(|| field(params, "multitaskStrategy"))
-        .and_then(Value::as_str)
-        .unwrap_or("enqueue");
+    let strategy = start
+        .multitask_strategy
+        .or(start.multitask_strategy_camel)
+        .unwrap_or(MultitaskStrategy::Enqueue);
     let mut body = json!({
         "assistant_id": assistant_id,
-        "input": field(params, "input").cloned().unwrap_or(Value::Null),
+        "input": start.input.unwrap_or(Value::Null),
         "if_not_exists": "create",
-        "multitask_strategy": strategy,
+        "multitask_strategy": strategy.as_str(),
     });
-    run_fields(params, &mut body);
-    if let Some(checkpoint) = fork_target(params) {
+    fields.copy_into(&mut body);
+    if let Some(checkpoint) = fields.fork_target() {
         body["checkpoint_id"] = checkpoint;
     }
     let record = super::runs::create_run(shared, tenant, thread_id, body, false)
@@ -223,38 +293,26 @@ async fn input_respond(
     thread_id: &str,
     params: &Value,
 ) -> Result<Value, Refused> {
-    let entries: Vec<&Value> = match field(params, "responses") {
-        Some(Value::Array(entries)) if !entries.is_empty() => entries.iter().collect(),
+    let respond: Respond = self::params(params)?;
+    let entries: Vec<Response1> = match respond.responses {
+        Some(Value::Array(entries)) if !entries.is_empty() => {
+            entries.iter().map(self::params).collect::<Result<_, _>>()?
+        }
         Some(_) => {
             return Err(Refused::invalid(
                 "`responses` must be a non-empty list of {interrupt_id, response, namespace}",
             ));
         }
-        None => vec![params],
+        None => vec![self::params(params)?],
     };
     let mut answers = serde_json::Map::new();
     for entry in entries {
-        let id = field(entry, "interrupt_id")
-            .and_then(Value::as_str)
-            .ok_or_else(|| {
-                Refused::invalid(
-                    "input.respond needs `interrupt_id`: the id of the input.requested event answered",
-                )
-            })?;
-        let namespace_ok = match field(entry, "namespace") {
-            None => true,
-            Some(Value::Array(segments)) => segments.iter().all(Value::is_string),
-            Some(_) => false,
-        };
-        if !namespace_ok {
-            return Err(Refused::invalid(
-                "`namespace` must be a list of strings ([] for the root)",
-            ));
-        }
-        answers.insert(
-            id.to_owned(),
-            field(entry, "response").cloned().unwrap_or(Value::Null),
-        );
+        let id = entry.interrupt_id.ok_or_else(|| {
+            Refused::invalid(
+                "input.respond needs `interrupt_id`: the id of the input.requested event answered",
+            )
+        })?;
+        answers.insert(id, entry.response.unwrap_or(Value::Null));
     }
     if answers.len() > 1 {
         return Err(Refused::invalid(
@@ -275,13 +333,13 @@ async fn input_respond(
     }
     let assistant_id = thread_assistant(shared, tenant, thread_id).await?;
     let mut command = json!({"resume": Value::Object(answers)});
-    for key in ["update", "goto"] {
-        if let Some(value) = field(params, key) {
-            command[key] = value.clone();
+    for (key, value) in [("update", respond.update), ("goto", respond.goto)] {
+        if let Some(value) = value {
+            command[key] = value;
         }
     }
     let mut body = json!({"assistant_id": assistant_id, "command": command});
-    run_fields(params, &mut body);
+    self::params::<RunFields>(params)?.copy_into(&mut body);
     let record = super::runs::create_run(shared, tenant, thread_id, body, false)
         .await
         .map_err(|error| {
@@ -301,8 +359,8 @@ async fn input_respond(
 }
 
 /// Subagents keep no checkpoints of their own: only the root namespace has state.
-fn root_only(params: &Value) -> Result<(), Refused> {
-    match field(params, "namespace") {
+fn root_only(params: &StateParams) -> Result<(), Refused> {
+    match &params.namespace {
         None => Ok(()),
         Some(Value::Array(segments)) if segments.is_empty() => Ok(()),
         Some(_) => Err(Refused(
@@ -319,13 +377,14 @@ async fn state_get(
     thread_id: &str,
     params: &Value,
 ) -> Result<Value, Refused> {
-    root_only(params)?;
+    let params: StateParams = self::params(params)?;
+    root_only(&params)?;
     let state = super::threads::state_of(shared, tenant, thread_id, None)
         .await
         .map_err(|error| Refused::from_api(error, "invalid_argument"))?;
     let mut values = state.get("values").cloned().unwrap_or_else(|| json!({}));
-    if let (Some(Value::Array(keys)), Value::Object(map)) = (field(params, "keys"), &mut values) {
-        map.retain(|key, _| keys.iter().any(|wanted| wanted.as_str() == Some(key)));
+    if let (Some(keys), Value::Object(map)) = (&params.keys, &mut values) {
+        map.retain(|key, _| keys.contains(key));
     }
     let mut result = json!({"values": values});
     if let Some(id) = state.pointer("/checkpoint/checkpoint_id") {
@@ -341,13 +400,9 @@ async fn list_checkpoints(
     thread_id: &str,
     params: &Value,
 ) -> Result<Value, Refused> {
-    root_only(params)?;
-    let query = json!({
-        "limit": field(params, "limit").cloned().unwrap_or(json!(10)),
-        "before": field(params, "before").cloned(),
-    });
-    let query = super::request::parse(&query)
-        .map_err(|error| Refused::from_api(error, "invalid_argument"))?;
+    root_only(&self::params(params)?)?;
+    // `limit` (default 10) and `before`, as the v1 history takes them.
+    let query = self::params(params)?;
     let states = super::threads::history_of(shared, tenant, thread_id, &query)
         .await
         .map_err(|error| Refused::from_api(error, "invalid_argument"))?;
@@ -373,93 +428,120 @@ async fn state_fork(
     thread_id: &str,
     params: &Value,
 ) -> Result<Value, Refused> {
-    let checkpoint = field(params, "checkpoint_id")
-        .cloned()
+    let (fork, fields): (StateFork, RunFields) = (self::params(params)?, self::params(params)?);
+    let checkpoint = fork
+        .checkpoint_id
         .ok_or_else(|| Refused::invalid("state.fork needs `checkpoint_id`"))?;
     let assistant_id = thread_assistant(shared, tenant, thread_id).await?;
     let mut body = json!({
         "assistant_id": assistant_id,
-        "input": field(params, "input").cloned().unwrap_or(Value::Null),
+        "input": fork.input.unwrap_or(Value::Null),
         "checkpoint_id": checkpoint,
-        "multitask_strategy": "enqueue",
+        "multitask_strategy": MultitaskStrategy::Enqueue.as_str(),
     });
-    run_fields(params, &mut body);
+    fields.copy_into(&mut body);
     let record = super::runs::create_run(shared, tenant, thread_id, body, false)
         .await
         .map_err(|error| Refused::from_api(error, "invalid_argument"))?;
     Ok(json!({"run_id": record.run_id, "thread_id": thread_id}))
 }
 
-/// The filter of an event stream's body (`EventStreamRequest`), checked; with `since`.
-fn read_filter(body: &Value) -> ApiResult<(Filter, u64)> {
-    let allowed = || format!("{} or custom:NAME", CHANNELS.join(", "));
-    let channels: Vec<String> = match field(body, "channels") {
-        Some(Value::Array(channels)) if !channels.is_empty() => channels
-            .iter()
-            .map(|channel| match channel.as_str() {
-                Some(name)
-                    if CHANNELS.contains(&name)
-                        || name.strip_prefix("custom:").is_some_and(|n| !n.is_empty()) =>
-                {
-                    Ok(name.to_owned())
+/// The channels an event stream asks for: a non-empty list of channel names.
+struct Channels(Vec<String>);
+
+/// The channels this server streams, as an error message lists them.
+fn allowed_channels() -> String {
+    format!("{} or custom:NAME", CHANNELS.join(", "))
+}
+
+impl<'de> Deserialize<'de> for Channels {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        checked(deserializer, |value| {
+            let list = match value {
+                Value::Array(list) if !list.is_empty() => list,
+                _ => {
+                    return Err(format!(
+                        "must be a non-empty list of channel names ({})",
+                        allowed_channels()
+                    ));
                 }
-                _ => Err(ApiError::invalid(format!(
-                    "unknown channel {channel}; use {}",
-                    allowed()
-                ))),
-            })
-            .collect::<ApiResult<_>>()?,
-        _ => {
-            return Err(ApiError::invalid(format!(
-                "`channels` must be a non-empty list of channel names ({})",
-                allowed()
-            )));
-        }
-    };
-    let namespaces = match field(body, "namespaces") {
-        None => None,
-        Some(Value::Array(list)) => Some(
+            };
             list.iter()
-                .map(|namespace| {
-                    namespace
-                        .as_array()
-                        .and_then(|segments| {
-                            segments
-                                .iter()
-                                .map(|s| s.as_str().map(str::to_owned))
-                                .collect::<Option<Vec<_>>>()
-                        })
-                        .ok_or_else(|| {
-                            ApiError::invalid(
-                                "`namespaces` must be a list of namespaces, each a list of strings ([] for the root)",
-                            )
-                        })
+                .map(|channel| match channel.as_str() {
+                    Some(name)
+                        if CHANNELS.contains(&name)
+                            || name.strip_prefix("custom:").is_some_and(|n| !n.is_empty()) =>
+                    {
+                        Ok(name.to_owned())
+                    }
+                    _ => Err(format!(
+                        "unknown channel {channel}; use {}",
+                        allowed_channels()
+                    )),
                 })
-                .collect::<ApiResult<Vec<_>>>()?,
-        ),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "`namespaces` must be a list of namespaces, each a list of strings ([] for the root)",
-            ));
-        }
-    };
-    let number = |key: &str| -> ApiResult<Option<u64>> {
-        match field(body, key) {
-            None => Ok(None),
-            Some(value) => value.as_u64().map(Some).ok_or_else(|| {
-                ApiError::invalid(format!("`{key}` must be a non-negative integer"))
-            }),
-        }
-    };
-    let depth = number("depth")?.map(|depth| usize::try_from(depth).unwrap_or(usize::MAX));
-    let since = number("since")?.unwrap_or(0);
+                .collect::<Result<_, _>>()
+                .map(Self)
+        })
+    }
+}
+
+/// Namespace prefixes: a list of namespaces, each a list of strings.
+struct Namespaces(Vec<Vec<String>>);
+
+impl<'de> Deserialize<'de> for Namespaces {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        checked(deserializer, |value| {
+            value
+                .as_array()
+                .and_then(|list| {
+                    list.iter()
+                        .map(|namespace| {
+                            namespace.as_array().and_then(|segments| {
+                                segments
+                                    .iter()
+                                    .map(|s| s.as_str().map(str::to_owned))
+                                    .collect::<Option<Vec<_>>>()
+                            })
+                        })
+                        .collect::<Option<Vec<_>>>()
+                })
+                .map(Self)
+                .ok_or_else(|| {
+                    "must be a list of namespaces, each a list of strings ([] for the root)"
+                        .to_owned()
+                })
+        })
+    }
+}
+
+/// The body of an event stream (`EventStreamRequest`).
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct EventStreamRequest {
+    channels: Option<Channels>,
+    namespaces: Option<Namespaces>,
+    depth: Option<Count>,
+    since: Option<Count>,
+}
+
+/// The filter of an event stream's body, checked; with `since`.
+fn read_filter(body: &Value) -> ApiResult<(Filter, u64)> {
+    let request: EventStreamRequest = parse(body)?;
+    let channels = request.channels.ok_or_else(|| {
+        ApiError::invalid(format!(
+            "`channels` must be a non-empty list of channel names ({})",
+            allowed_channels()
+        ))
+    })?;
     Ok((
         Filter {
-            channels,
-            namespaces,
-            depth,
+            channels: channels.0,
+            namespaces: request.namespaces.map(|namespaces| namespaces.0),
+            depth: request.depth.map(|depth| depth.0),
         },
-        since,
+        request
+            .since
+            .map_or(0, |since| u64::try_from(since.0).unwrap_or(u64::MAX)),
     ))
 }
 

@@ -258,10 +258,6 @@ impl<S: Send + Sync> axum::extract::FromRequest<S> for Body0 {
     }
 }
 
-fn field<'a>(body: &'a Value, key: &str) -> Option<&'a Value> {
-    body.get(key).filter(|v| !v.is_null())
-}
-
 /// Whether `metadata` holds every key of `filter` with the same value.
 fn matches(metadata: &Value, filter: Option<&request::Object>) -> bool {
     filter.is_none_or(|filter| filter.0.iter().all(|(k, v)| metadata.get(k) == Some(v)))
