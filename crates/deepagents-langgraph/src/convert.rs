@@ -367,6 +367,24 @@ fn decision(item: &Value, action: &PendingAction) -> Result<Decision, String> {
                 .ok_or_else(|| {
                     format!("the edit of `{}` has no `edited_action.args`", action.name)
                 })?;
+            // The call's arguments are an object; anything else would reach the tool as
+            // arguments it cannot read, after the human thought it fixed them.
+            if !arguments.is_object() {
+                return Err(format!(
+                    "the edit of `{}` has `edited_action.args` {arguments}, not an object of arguments",
+                    action.name
+                ));
+            }
+            // An edit changes what the call does, not which tool it calls: that would skip the
+            // approval rules of the other tool.
+            if let Some(name) = item.pointer("/edited_action/name").and_then(Value::as_str)
+                && name != action.name
+            {
+                return Err(format!(
+                    "the edit of `{}` names tool `{name}`; an edit may change the arguments, not the tool (reject the call instead)",
+                    action.name
+                ));
+            }
             Decision::Edit { arguments }
         }
         Some("reject") => Decision::Reject {
@@ -842,6 +860,42 @@ fn decode_data(mime: &str, data: &str) -> Result<ContentBlock, String> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_malformed_edit_is_refused_naming_what_is_wrong() {
+        let run = paused(1, &[action("c1", "execute")]);
+        for (edit, expected) in [
+            (
+                json!({"type": "edit", "edited_action": {"name": "execute", "args": "rm -rf /"}}),
+                "not an object",
+            ),
+            (
+                json!({"type": "edit", "edited_action": {"name": "write_file", "args": {}}}),
+                "not the tool",
+            ),
+            (
+                json!({"type": "edit", "edited_action": {"name": "execute"}}),
+                "no `edited_action.args`",
+            ),
+        ] {
+            let error = resume(&json!({"decisions": [edit]}), Some(&run)).unwrap_err();
+            assert!(
+                matches!(&error, RunError::InvalidDecision(m) if m.contains(expected)),
+                "{error}"
+            );
+        }
+        let ok = resume(
+            &json!({"decisions": [{"type": "edit", "edited_action": {"name": "execute", "args": {"command": "ls -a"}}}]}),
+            Some(&run),
+        )
+        .unwrap();
+        assert_eq!(
+            ok.decisions,
+            vec![Decision::Edit {
+                arguments: json!({"command": "ls -a"})
+            }]
+        );
+    }
 
     #[test]
     fn messages_made_after_a_fork_are_named_apart_and_earlier_ones_keep_their_ids() {
