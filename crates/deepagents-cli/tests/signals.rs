@@ -582,7 +582,7 @@ fn sigterm_stops_the_tui_s_turn_keeps_the_thread_and_puts_the_terminal_back() {
     let data = work.path().join("data");
     let name = deepagents_test_support::unique_name("tui-signal");
     let line = format!(
-        "cd {dir} && env -u DEEPAGENTS_MODEL -u DEEPAGENTS_CONFIG DEEPAGENTS_DATA_DIR={data} HOME={dir} {bin} --backend shell --sandbox off --auto-approve --model {model} --thread {thread} -m 'wait for it' 2>{dir}/stderr.log",
+        "cd {dir} && env -u DEEPAGENTS_MODEL -u DEEPAGENTS_CONFIG DEEPAGENTS_DATA_DIR={data} HOME={dir} {bin} --backend shell --sandbox off --auto-approve --model {model} --thread {thread} -m 'wait for it' 2>{dir}/stderr.log; echo $? > {dir}/status",
         dir = work.path().display(),
         data = data.display(),
         bin = env!("CARGO_BIN_EXE_deepagents"),
@@ -629,30 +629,15 @@ fn sigterm_stops_the_tui_s_turn_keeps_the_thread_and_puts_the_terminal_back() {
         .map(|(pid, _)| pid)
         .unwrap_or_else(|| panic!("no TUI process: {:?}", processes_with(&thread)));
     send(tui, "TERM");
-    // tmux marks the pane dead when its terminal closes, which may come before it has reaped
-    // the process and read its status: wait for the status itself.
-    let status_of = || {
-        String::from_utf8_lossy(
-            &tmux(&[
-                "display-message",
-                "-p",
-                "-t",
-                &name,
-                "#{pane_dead}:#{pane_dead_status}",
-            ])
-            .stdout,
-        )
-        .trim()
-        .to_owned()
-    };
+    // The shell in the pane writes the exit status as it sees it (tmux's own record of a
+    // dead pane's status races with the pane's terminal closing).
+    let status_file = work.path().join("status");
     let dead = wait_until(Duration::from_secs(20), || {
-        status_of()
-            .strip_prefix("1:")
-            .is_some_and(|code| !code.is_empty())
+        std::fs::read_to_string(&status_file).is_ok_and(|status| status.ends_with('\n'))
     });
-    let status = status_of()
-        .strip_prefix("1:")
+    let status = std::fs::read_to_string(&status_file)
         .unwrap_or_default()
+        .trim()
         .to_owned();
     let shown = screen();
     tmux(&["kill-session", "-t", &name]);
