@@ -856,3 +856,51 @@ async fn a_run_whose_thread_cannot_be_read_first_fails() {
     let (_, thread) = call(&app, "GET", &format!("/threads/{id}"), Value::Null).await;
     assert_eq!(thread["status"], "error", "{thread}");
 }
+
+/// The largest offsets and event ids a client can send are answered, not wrapped around.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_largest_offsets_and_event_ids_do_not_wrap_around() {
+    let app = app();
+    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
+    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let request = Request::builder()
+        .method("POST")
+        .uri("/threads/search")
+        .header("content-type", "application/json")
+        .body(Body::from(
+            json!({"offset": u64::MAX, "limit": 10}).to_string(),
+        ))
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.headers().get("x-pagination-next").is_none());
+    let (status, run) = call(
+        &app,
+        "POST",
+        &format!("/threads/{id}/runs/wait"),
+        json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": "hi"}]}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    let (_, runs) = call(&app, "GET", &format!("/threads/{id}/runs"), Value::Null).await;
+    let run_id = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let request = Request::builder()
+        .uri(format!("/threads/{id}/runs/{run_id}/stream"))
+        .header("last-event-id", u64::MAX.to_string())
+        .body(Body::empty())
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        axum::body::to_bytes(response.into_body(), 1 << 20),
+    )
+    .await
+    .expect("the stream of an ended run ends")
+    .unwrap();
+    // Nothing after the last id: no frame is sent twice.
+    assert!(
+        !String::from_utf8_lossy(&body).contains("event: values"),
+        "{body:?}"
+    );
+}

@@ -734,7 +734,7 @@ pub(super) async fn run_join_stream(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<usize>().ok())
-        .map_or(0, |last| last + 1);
+        .map_or(0, |last| last.saturating_add(1));
     // `stream_mode` may repeat (one per mode) or list modes with commas.
     let modes: BTreeSet<String> = query
         .iter()

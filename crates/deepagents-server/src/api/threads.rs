@@ -311,8 +311,10 @@ pub(super) async fn threads_search(
         page.push(thread_view(&shared, &tenant, record).await?);
     }
     let mut response = Json(page).into_response();
-    if offset + limit < total
-        && let Ok(next) = HeaderValue::from_str(&(offset + limit).to_string())
+    // Saturating: a client may send any offset and limit, up to the largest integer.
+    let next = offset.saturating_add(limit);
+    if next < total
+        && let Ok(next) = HeaderValue::from_str(&next.to_string())
     {
         response.headers_mut().insert("X-Pagination-Next", next);
     }
