@@ -70,15 +70,7 @@ fn artifacts() -> PathBuf {
 
 #[test]
 fn the_chat_page_chats_approves_reopens_fits_a_phone_asks_for_the_key_and_stops_runs() {
-    let Some(modules) = deepagents_test_support::test_env(
-        "DEEPAGENTS_TEST_WEB",
-        "a node_modules with playwright-core (scripts/test installs it)",
-    ) else {
-        return;
-    };
-    let Some(chromium) =
-        deepagents_test_support::test_env("DEEPAGENTS_TEST_CHROMIUM", "a Chromium executable")
-    else {
+    let Some((modules, chromium)) = deepagents_test_support::browser() else {
         return;
     };
     let (main_data, keyed_data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

@@ -12,10 +12,7 @@ use crate::server::Server;
 
 #[test]
 fn the_js_sdks_v2_stream_client_sends_streams_approves_and_sees_the_end() {
-    let Some(modules) = deepagents_test_support::test_env(
-        "DEEPAGENTS_TEST_WEB",
-        "a node_modules with @langchain/langgraph-sdk (scripts/test installs it)",
-    ) else {
+    let Some(modules) = deepagents_test_support::web_node_modules() else {
         return;
     };
     let script = json!({

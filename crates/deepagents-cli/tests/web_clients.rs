@@ -72,15 +72,7 @@ enum Backend {
 /// Starts a server with `script` on `backend`, `write_file` waiting for approval, then runs
 /// the driver's `flows` against it; fails with the driver's report when a flow fails.
 fn drive(script: Value, backend: Backend, flows: &[&str]) {
-    let Some(modules) = deepagents_test_support::test_env(
-        "DEEPAGENTS_TEST_WEB",
-        "a node_modules with playwright-core, esbuild, react, react-dom and @langchain/langgraph-sdk (scripts/test installs them)",
-    ) else {
-        return;
-    };
-    let Some(chromium) =
-        deepagents_test_support::test_env("DEEPAGENTS_TEST_CHROMIUM", "a Chromium executable")
-    else {
+    let Some((modules, chromium)) = deepagents_test_support::browser() else {
         return;
     };
     let data = tempfile::tempdir().unwrap();

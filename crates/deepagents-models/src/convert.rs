@@ -23,14 +23,15 @@ pub fn parse_arguments(text: &str) -> Value {
 /// malformed (kept as the model's raw text) go back as a valid object holding that text —
 /// servers that parse the history (llama.cpp's, vLLM's) refuse invalid JSON there, and the
 /// whole conversation would become unsendable.
-pub fn arguments_text(call: &ToolCall) -> String {
+/// Well-formed text goes back byte for byte, as the model wrote it.
+pub fn arguments_text(call: &ToolCall) -> Cow<'_, str> {
     match &call.arguments {
         Value::String(raw)
             if serde_json::from_str::<Value>(raw).is_ok_and(|value| value.is_object()) =>
         {
-            raw.clone()
+            Cow::Borrowed(raw)
         }
-        _ => arguments_object(call).to_string(),
+        _ => Cow::Owned(arguments_object(call).to_string()),
     }
 }
 

@@ -207,15 +207,7 @@ impl<'a> ChatCall<'a> {
             kind: "function",
             function: ChatFunction {
                 name: &call.name,
-                arguments: match &call.arguments {
-                    // Well-formed text goes back byte for byte, as the model wrote it.
-                    Value::String(raw)
-                        if serde_json::from_str::<Value>(raw).is_ok_and(|v| v.is_object()) =>
-                    {
-                        Cow::Borrowed(raw)
-                    }
-                    _ => Cow::Owned(arguments_text(call)),
-                },
+                arguments: arguments_text(call),
             },
         }
     }

@@ -53,6 +53,21 @@ impl ThreadRecord {
         forks.reverse();
         deepagents_langgraph::convert::MessageIds::new(forks)
     }
+
+    /// How the messages of the thread's latest state are named, its checkpoints read from
+    /// `checkpointer` (under the storage id `storage`) only when the thread was ever forked.
+    pub async fn head_message_ids(
+        &self,
+        checkpointer: &dyn deepagents::core::Checkpointer,
+        storage: &str,
+    ) -> Result<deepagents_langgraph::convert::MessageIds, deepagents::core::CheckpointError> {
+        if self.forks.is_empty() {
+            return Ok(deepagents_langgraph::convert::MessageIds::default());
+        }
+        let checkpoints = checkpointer.checkpoints(storage).await?;
+        let head = checkpoints.last().map_or(0, |latest| latest.id);
+        Ok(self.message_ids(&checkpoints, head))
+    }
 }
 
 /// A run as the API shows it.

@@ -785,20 +785,18 @@ impl Runs {
         storage: &str,
         thread_id: &str,
     ) -> convert::MessageIds {
-        let thread = match records.thread(thread_id).await {
-            Ok(Some(thread)) if !thread.forks.is_empty() => thread,
-            _ => return convert::MessageIds::default(),
+        let named = match records.thread(thread_id).await {
+            Ok(Some(thread)) => thread
+                .head_message_ids(self.watch.as_ref(), storage)
+                .await
+                .map_err(|error| error.to_string()),
+            Ok(None) => Ok(convert::MessageIds::default()),
+            Err(error) => Err(error.to_string()),
         };
-        match self.watch.checkpoints(storage).await {
-            Ok(checkpoints) => {
-                let head = checkpoints.last().map_or(0, |latest| latest.id);
-                thread.message_ids(&checkpoints, head)
-            }
-            Err(error) => {
-                tracing::warn!(%error, "cannot read the thread's checkpoints; messages named by position");
-                convert::MessageIds::default()
-            }
-        }
+        named.unwrap_or_else(|error| {
+            tracing::warn!(%error, "cannot read the thread's forks; messages named by position");
+            convert::MessageIds::default()
+        })
     }
 
     /// The run's input is in its thread: a later attempt continues rather than repeats it.

@@ -11,14 +11,24 @@ use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
 fn app() -> axum::Router {
-    let store = Arc::new(InMemoryStore::new());
+    app_of(|watch| super::agent(watch))
+}
+
+/// The routes serving the agent `agent` builds over the server's watch, as assistant `agent`.
+fn app_of(agent: impl FnOnce(Arc<StepWatch>) -> deepagents::Agent) -> axum::Router {
     let watch = StepWatch::new(Arc::new(InMemoryCheckpointer::new()));
     let options = ServerOptions::new(
-        vec![Assistant::new("agent", super::agent(watch.clone()))],
-        store,
+        vec![Assistant::new("agent", agent(watch.clone()))],
+        Arc::new(InMemoryStore::new()),
         watch,
     );
     deepagents_server::router(options).unwrap()
+}
+
+/// A new thread's id.
+async fn new_thread(app: &axum::Router) -> String {
+    let (_, thread) = call(app, "POST", "/threads", json!({})).await;
+    thread["thread_id"].as_str().unwrap().to_owned()
 }
 
 async fn call(app: &axum::Router, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
@@ -86,8 +96,7 @@ async fn a_run_records_its_assistant_on_the_thread_so_a_graphs_threads_can_be_li
 #[tokio::test(flavor = "multi_thread")]
 async fn fields_the_server_does_not_act_on_are_refused_by_name() {
     let app = app();
-    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
-    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let id = new_thread(&app).await;
     for (field, value) in [
         ("webhook", json!("http://127.0.0.1:9/hook")),
         ("interrupt_before", json!(["tools"])),
@@ -120,16 +129,8 @@ async fn fields_the_server_does_not_act_on_are_refused_by_name() {
 /// new turn. Any other `goto` is refused by name.
 #[tokio::test(flavor = "multi_thread")]
 async fn goto_end_ends_a_paused_turn_without_running_what_waited() {
-    let store = Arc::new(InMemoryStore::new());
-    let watch = StepWatch::new(Arc::new(InMemoryCheckpointer::new()));
-    let options = ServerOptions::new(
-        vec![Assistant::new("agent", super::writer(watch.clone()))],
-        store,
-        watch,
-    );
-    let app = deepagents_server::router(options).unwrap();
-    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
-    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let app = app_of(|watch| super::writer(watch));
+    let id = new_thread(&app).await;
     let wait = format!("/threads/{id}/runs/wait");
     let (status, paused) = call(
         &app,
@@ -195,16 +196,8 @@ async fn goto_end_ends_a_paused_turn_without_running_what_waited() {
 /// from both; a tool message for a call that does not wait is refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn tool_messages_in_the_input_answer_the_waiting_calls() {
-    let store = Arc::new(InMemoryStore::new());
-    let watch = StepWatch::new(Arc::new(InMemoryCheckpointer::new()));
-    let options = ServerOptions::new(
-        vec![Assistant::new("agent", super::writer(watch.clone()))],
-        store,
-        watch,
-    );
-    let app = deepagents_server::router(options).unwrap();
-    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
-    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let app = app_of(|watch| super::writer(watch));
+    let id = new_thread(&app).await;
     let wait = format!("/threads/{id}/runs/wait");
     let (_, paused) = call(
         &app,
@@ -336,15 +329,8 @@ fn first_seen_parent(history: &[Value], content: &str) -> String {
 /// the first message can be edited, and naming the latest checkpoint changes nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_from_a_checkpoint_forks_the_thread_there() {
-    let watch = StepWatch::new(Arc::new(InMemoryCheckpointer::new()));
-    let options = ServerOptions::new(
-        vec![Assistant::new("agent", talker(watch.clone()))],
-        Arc::new(InMemoryStore::new()),
-        watch,
-    );
-    let app = deepagents_server::router(options).unwrap();
-    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
-    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let app = app_of(talker);
+    let id = new_thread(&app).await;
     let wait = format!("/threads/{id}/runs/wait");
     let say = |text: &str| json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": text}]}});
     let (_, values) = call(&app, "POST", &wait, say("one")).await;
@@ -456,8 +442,7 @@ async fn a_runs_context_reaches_its_tools() {
         watch,
     );
     let app = deepagents_server::router(options).unwrap();
-    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
-    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let id = new_thread(&app).await;
     let wait = format!("/threads/{id}/runs/wait");
     let (status, answer) = call(
         &app,
@@ -572,8 +557,7 @@ async fn store_items_are_written_only_where_they_can_be_read_back() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_field_of_the_wrong_shape_is_refused_by_name() {
     let app = app();
-    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
-    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let id = new_thread(&app).await;
     let runs = format!("/threads/{id}/runs");
     for (path, body, says) in [
         (
@@ -829,8 +813,7 @@ async fn a_run_whose_thread_cannot_be_read_first_fails() {
         watch,
     );
     let app = deepagents_server::router(options).unwrap();
-    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
-    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let id = new_thread(&app).await;
     // The next load is the run's own, of the thread before it.
     flaky.fail.store(1, std::sync::atomic::Ordering::SeqCst);
     let (status, answer) = call(
@@ -861,8 +844,7 @@ async fn a_run_whose_thread_cannot_be_read_first_fails() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_largest_offsets_and_event_ids_do_not_wrap_around() {
     let app = app();
-    let (_, thread) = call(&app, "POST", "/threads", json!({})).await;
-    let id = thread["thread_id"].as_str().unwrap().to_owned();
+    let id = new_thread(&app).await;
     let request = Request::builder()
         .method("POST")
         .uri("/threads/search")

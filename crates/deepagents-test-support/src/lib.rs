@@ -178,6 +178,22 @@ pub fn langgraph_python() -> Option<String> {
     )
 }
 
+/// The `node_modules` of the web-client tests (playwright-core, the LangGraph JS SDK, React,
+/// esbuild; pinned by `scripts/test`).
+pub fn web_node_modules() -> Option<String> {
+    test_env(
+        "DEEPAGENTS_TEST_WEB",
+        "a node_modules with playwright-core, esbuild, react, react-dom and @langchain/langgraph-sdk (scripts/test installs them)",
+    )
+}
+
+/// The web-client tests' `node_modules` and the Chromium that playwright-core drives.
+pub fn browser() -> Option<(String, String)> {
+    let modules = web_node_modules()?;
+    let chromium = test_env("DEEPAGENTS_TEST_CHROMIUM", "a Chromium executable")?;
+    Some((modules, chromium))
+}
+
 /// The `node_modules` holding the reference MCP servers from npm
 /// (`@modelcontextprotocol/server-everything`, `@modelcontextprotocol/server-filesystem`).
 pub fn mcp_node_modules() -> Option<std::path::PathBuf> {

@@ -18,7 +18,7 @@ use super::threads::{ThreadCreate, create_thread, load, message_ids, update_stat
 use super::{AppState, Body0, Shared, Tenant, new_id};
 use crate::Assistant;
 use crate::error::{ApiError, ApiResult};
-use crate::records::{Records, RunRecord};
+use crate::records::{Records, RunRecord, ThreadRecord};
 use crate::runs::{Job, storage_id};
 use crate::time::{now_ms, rfc3339};
 use deepagents_langgraph::MODES;
@@ -214,14 +214,11 @@ pub(super) fn refuse_unhonoured(request: &RunCreate) -> ApiResult<()> {
 
 /// Records on the thread which assistant last ran on it (`graph_id`, `assistant_id` in its
 /// metadata), as LangGraph does: UIs list a graph's threads by searching that metadata.
-pub(super) async fn record_assistant(
+async fn record_assistant(
     records: &Records,
-    thread_id: &str,
+    mut thread: ThreadRecord,
     assistant: &Assistant,
 ) -> ApiResult<()> {
-    let Some(mut thread) = records.thread(thread_id).await? else {
-        return Ok(());
-    };
     let Value::Object(metadata) = &mut thread.metadata else {
         return Ok(());
     };
@@ -252,26 +249,29 @@ pub(super) async fn create_run(
         .as_deref()
         .ok_or_else(|| ApiError::invalid("`assistant_id` is missing"))?;
     let assistant = shared.assistant(assistant_id)?;
-    if records.thread(thread_id).await?.is_none() {
-        if stateless || request.if_not_exists == Some(IfNotExists::Create) {
+    // Refused before anything is made: a refused run leaves no thread behind.
+    refuse_unhonoured(&request)?;
+    let thread = match records.thread(thread_id).await? {
+        Some(thread) => thread,
+        None if stateless || request.if_not_exists == Some(IfNotExists::Create) => {
             let thread = ThreadCreate {
                 thread_id: Some(thread_id.to_owned()),
                 ..ThreadCreate::default()
             };
-            create_thread(shared, tenant, &thread).await?;
-        } else {
+            create_thread(shared, tenant, &thread).await?
+        }
+        None => {
             return Err(ApiError::not_found(format!(
                 "thread `{thread_id}` (send if_not_exists: create to make it)"
             )));
         }
-    }
-    refuse_unhonoured(&request)?;
+    };
     let context = match &request.context {
         Some(Context(Value::Object(map))) if map.is_empty() => None,
         other => other.as_ref().map(|context| context.0.clone()),
     };
     if !stateless {
-        record_assistant(&records, thread_id, &assistant).await?;
+        record_assistant(&records, thread, &assistant).await?;
     }
     let (answers, input) = convert::input_messages(request.input.as_ref().unwrap_or(&Value::Null))
         .map_err(ApiError::invalid)?;
@@ -456,7 +456,7 @@ pub(super) async fn end_thread_turn(
     };
     let records = shared.records(tenant);
     let ids = match records.thread(thread_id).await? {
-        Some(thread) => message_ids(shared, tenant, &thread, None).await?,
+        Some(thread) => message_ids(shared, tenant, &thread).await?,
         None => convert::MessageIds::default(),
     };
     let values = run
@@ -590,7 +590,7 @@ pub(super) async fn outcome(
     }
     let thread = shared.records(tenant).thread(&record.thread_id).await?;
     let ids = match &thread {
-        Some(thread) => message_ids(shared, tenant, thread, None).await?,
+        Some(thread) => message_ids(shared, tenant, thread).await?,
         None => convert::MessageIds::default(),
     };
     Ok(match load(shared, tenant, &record.thread_id, None).await? {

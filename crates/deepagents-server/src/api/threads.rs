@@ -26,27 +26,23 @@ pub(super) async fn thread_view(
     record: &ThreadRecord,
 ) -> ApiResult<Value> {
     let run = load(shared, tenant, &record.thread_id, None).await?;
-    let ids = message_ids(shared, tenant, record, None).await?;
+    let ids = message_ids(shared, tenant, record).await?;
     Ok(thread_json(record, run.as_ref(), &ids))
 }
 
-/// How the messages of a thread's state at checkpoint `at` (default: the latest) are named:
-/// by position, with the forks on the way to that state (see [`convert::MessageIds`]).
+/// How the messages of `thread`'s latest state are named (see
+/// [`ThreadRecord::head_message_ids`]).
 pub(super) async fn message_ids(
     shared: &Shared,
     tenant: &Tenant,
     thread: &ThreadRecord,
-    at: Option<u64>,
 ) -> ApiResult<convert::MessageIds> {
-    if thread.forks.is_empty() {
-        return Ok(convert::MessageIds::default());
-    }
-    let checkpoints = shared
-        .watch
-        .checkpoints(&storage_id(&tenant.0, &thread.thread_id))
-        .await?;
-    let at = at.unwrap_or_else(|| checkpoints.last().map_or(0, |latest| latest.id));
-    Ok(thread.message_ids(&checkpoints, at))
+    Ok(thread
+        .head_message_ids(
+            shared.watch.as_ref(),
+            &storage_id(&tenant.0, &thread.thread_id),
+        )
+        .await?)
 }
 
 /// A thread as the API shows it, with its current values and interrupts.
