@@ -170,6 +170,9 @@ pub struct ControlDelta {
     /// New [`Control::in_flight`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_flight: Option<Vec<String>>,
+    /// New [`Control::input_key`], stored with the input or decisions it names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_key: Option<String>,
 }
 
 impl ControlDelta {
@@ -180,6 +183,7 @@ impl ControlDelta {
             decisions: Some(control.decisions.clone()),
             paused_subagents: Some(control.paused_subagents.clone()),
             in_flight: Some(control.in_flight.clone()),
+            input_key: control.input_key.clone(),
         }
     }
 
@@ -201,6 +205,9 @@ impl ControlDelta {
         }
         if let Some(in_flight) = &self.in_flight {
             control.in_flight.clone_from(in_flight);
+        }
+        if let Some(key) = &self.input_key {
+            control.input_key = Some(key.clone());
         }
     }
 }
@@ -495,6 +502,8 @@ pub struct Checkpointing {
     pub thread_id: String,
     /// How many of the run's messages the store already holds.
     pub persisted_messages: usize,
+    /// The [`Control::input_key`] the store already holds.
+    pub persisted_input_key: Option<String>,
     lease: Arc<ThreadLease>,
     /// Child threads whose runs are over; removed once this thread's next checkpoint holds
     /// their results.
@@ -524,6 +533,7 @@ impl Checkpointing {
             checkpointer,
             thread_id: lease.thread_id().to_owned(),
             persisted_messages,
+            persisted_input_key: None,
             lease: Arc::new(lease),
             finished_children: Arc::default(),
             parent_finished: None,
@@ -543,6 +553,7 @@ impl Checkpointing {
             checkpointer: Arc::clone(&self.checkpointer),
             thread_id: format!("{}{CHILD_THREAD_SEPARATOR}{call_id}", self.thread_id),
             persisted_messages: 0,
+            persisted_input_key: None,
             lease: Arc::clone(&self.lease),
             finished_children: Arc::default(),
             parent_finished: Some(Arc::clone(&self.finished_children)),

@@ -57,6 +57,11 @@ pub struct Control {
     /// The ids of the calls of a step that started but has not finished.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub in_flight: Vec<String>,
+    /// The key of the request whose input or decisions the run took last (see
+    /// `Thread::with_input_key`): the same request delivered again, after a crash, continues
+    /// the run instead of adding them twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_key: Option<String>,
 }
 
 impl Control {

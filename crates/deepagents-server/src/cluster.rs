@@ -4,7 +4,9 @@
 //! from the last checkpoint (the journal settles what was in flight: nothing lost, no
 //! mutating call run twice). Each run's frames go to a Redis stream, so a client joins it
 //! on any server and resumes after the last frame it saw; cancellation is a mark on the
-//! queued run that its server's heartbeat reads.
+//! queued run that its server's heartbeat reads. Each server holds an advisory lock on a
+//! connection of its own while it lives: PostgreSQL drops it the moment the server's
+//! process dies, so its runs are taken over at once rather than when their leases run out.
 
 use std::time::Duration;
 
@@ -20,6 +22,8 @@ pub const LEASE: Duration = Duration::from_secs(10);
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
 /// How long a run's frames stay in Redis after it ended.
 const FRAMES_TTL_SECS: i64 = 3600;
+/// The first key of the servers' liveness locks (`pg_advisory_lock(LIVENESS, key)`).
+const LIVENESS: i32 = 7_460_294;
 
 /// The shared queue and event fan-out.
 pub struct Cluster {
@@ -30,6 +34,11 @@ pub struct Cluster {
     name: String,
     /// This server's name in the queue.
     pub worker: String,
+    /// The second key of this server's liveness lock, recorded with the runs it holds.
+    liveness_key: i32,
+    /// The connection holding the liveness lock; `None` while it is being made again.
+    liveness: tokio::sync::Mutex<Option<sqlx::PgConnection>>,
+    database_url: String,
 }
 
 /// A run this server claimed.
@@ -38,8 +47,9 @@ pub struct Claimed {
     pub run_id: String,
     /// Its tenant.
     pub tenant: String,
-    /// Whether an earlier attempt already added its input to the thread.
-    pub started: bool,
+    /// Whether the server that took it in queued it whole; `false` when it stopped before,
+    /// so its record may be missing.
+    pub admitted: bool,
     /// 1 for the first attempt.
     pub attempt: i32,
     /// How to run it (see `runs::QueuedJob`).
@@ -57,6 +67,26 @@ pub enum ClusterError {
     /// Redis failed.
     #[error("the event fan-out (Redis) failed: {0}")]
     Redis(#[from] redis::RedisError),
+}
+
+/// Inserts a run taken in (`$1` run, `$2` tenant, `$3` thread, `$4` job, `$5` cluster,
+/// `$6` the intake's lease in milliseconds, `$7` the liveness key of the server taking it in).
+fn intake_sql() -> String {
+    format!(
+        "INSERT INTO deepagents_server_queue (run_id, cluster, tenant, thread_id, status, job, lease_until, worker_key) VALUES ($1, $5, $2, $3, 'intake', $4, {NOW_MS} + $6, $7)"
+    )
+}
+
+/// A connection of its own holding this server's liveness lock.
+async fn hold_liveness(database_url: &str, key: i32) -> Result<sqlx::PgConnection, sqlx::Error> {
+    use sqlx::Connection as _;
+    let mut connection = sqlx::PgConnection::connect(database_url).await?;
+    sqlx::query("SELECT pg_advisory_lock($1, $2)")
+        .bind(LIVENESS)
+        .bind(key)
+        .execute(&mut connection)
+        .await?;
+    Ok(connection)
 }
 
 fn frames_key(run_id: &str) -> String {
@@ -92,7 +122,6 @@ impl Cluster {
                 status TEXT NOT NULL,
                 worker TEXT,
                 lease_until BIGINT NOT NULL DEFAULT 0,
-                started BOOLEAN NOT NULL DEFAULT FALSE,
                 attempt INTEGER NOT NULL DEFAULT 0,
                 cancel TEXT,
                 job TEXT NOT NULL
@@ -115,6 +144,11 @@ impl Cluster {
         .execute(&mut *tx)
         .await?;
         sqlx::query(
+            "ALTER TABLE deepagents_server_queue ADD COLUMN IF NOT EXISTS worker_key INTEGER",
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
             "CREATE INDEX IF NOT EXISTS deepagents_server_queue_thread ON deepagents_server_queue (cluster, tenant, thread_id, seq)",
         )
         .execute(&mut *tx)
@@ -123,15 +157,46 @@ impl Cluster {
         let connection = redis::Client::open(redis_url)?
             .get_multiplexed_async_connection()
             .await?;
+        let id = uuid::Uuid::new_v4();
+        // Non-negative, so it reads back the same from `pg_locks.objid` (an unsigned oid).
+        let liveness_key = (id.as_u128() as u32 & 0x7fff_ffff) as i32;
+        let liveness = hold_liveness(database_url, liveness_key).await?;
         Ok(Self {
             pool,
             connection,
             name: name.to_owned(),
-            worker: format!("{}-{}", std::process::id(), uuid::Uuid::new_v4()),
+            worker: format!("{}-{id}", std::process::id()),
+            liveness_key,
+            liveness: tokio::sync::Mutex::new(Some(liveness)),
+            database_url: database_url.to_owned(),
         })
     }
 
-    /// Queues a run.
+    /// Keeps this server's liveness lock held, making its connection again when it drops
+    /// (until then, the server's runs may be taken over: their heartbeats then stop them).
+    pub async fn keep_alive(&self) {
+        loop {
+            tokio::time::sleep(HEARTBEAT).await;
+            let mut held = self.liveness.lock().await;
+            let alive = match held.as_mut() {
+                Some(connection) => sqlx::query("SELECT 1").execute(connection).await.is_ok(),
+                None => false,
+            };
+            if !alive {
+                *held = match hold_liveness(&self.database_url, self.liveness_key).await {
+                    Ok(connection) => Some(connection),
+                    Err(error) => {
+                        tracing::warn!(%error, "this server's liveness lock is lost; others may take its runs over");
+                        None
+                    }
+                };
+            }
+        }
+    }
+
+    /// Takes a run in: queued, but not claimed before [`admit`](Self::admit) unless the
+    /// server taking it in stops for a lease's length first (then its record may be
+    /// missing; see [`Claimed::admitted`]).
     pub async fn enqueue(
         &self,
         run_id: &str,
@@ -139,18 +204,21 @@ impl Cluster {
         thread_id: &str,
         job: &Value,
     ) -> Result<(), ClusterError> {
-        sqlx::query("INSERT INTO deepagents_server_queue (run_id, cluster, tenant, thread_id, status, job) VALUES ($1, $5, $2, $3, 'pending', $4)")
+        sqlx::query(&intake_sql())
             .bind(run_id)
             .bind(tenant)
             .bind(thread_id)
             .bind(job.to_string())
             .bind(&self.name)
+            .bind(LEASE.as_millis() as i64)
+            .bind(self.liveness_key)
             .execute(&self.pool)
             .await?;
         Ok(())
     }
 
-    /// Queues a run only when its thread has nothing queued or running and `ready` agrees.
+    /// Takes a run in, as [`enqueue`](Self::enqueue), only when its thread has nothing queued
+    /// or running and `ready` agrees.
     /// `ready` runs while the thread is locked against every other call of this for it, in
     /// every server of the cluster, so what it checks (the thread's pause) cannot be
     /// answered by another run so queued between the check and the queueing.
@@ -181,12 +249,14 @@ impl Cluster {
         if let Err(error) = ready.await {
             return Ok(Alone::Refused(error));
         }
-        sqlx::query("INSERT INTO deepagents_server_queue (run_id, cluster, tenant, thread_id, status, job) VALUES ($1, $5, $2, $3, 'pending', $4)")
+        sqlx::query(&intake_sql())
             .bind(run_id)
             .bind(tenant)
             .bind(thread_id)
             .bind(job.to_string())
             .bind(&self.name)
+            .bind(LEASE.as_millis() as i64)
+            .bind(self.liveness_key)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -233,14 +303,20 @@ impl Cluster {
         Ok(done.rows_affected() > 0)
     }
 
-    /// Claims the oldest run whose thread has nothing older queued: a pending one, or a
-    /// running one whose server stopped renewing its lease.
+    /// Claims the oldest run whose thread has nothing older queued: a pending one, or one
+    /// whose server, running it or taking it in, died (its liveness lock is gone) or stopped
+    /// renewing its lease.
     pub async fn claim(&self) -> Result<Option<Claimed>, ClusterError> {
         let sql = format!(
-            "WITH next AS (
-                SELECT q.run_id FROM deepagents_server_queue q
+            "WITH alive AS MATERIALIZED (
+                SELECT objid FROM pg_locks
+                WHERE locktype = 'advisory' AND classid = $5::oid AND objsubid = 2 AND granted),
+            next AS (
+                SELECT q.run_id, q.status AS was FROM deepagents_server_queue q
                 WHERE q.cluster = $3
-                  AND (q.status = 'pending' OR (q.status = 'running' AND q.lease_until < {NOW_MS}))
+                  AND (q.status = 'pending' OR (q.status IN ('running', 'intake') AND (
+                    q.lease_until < {NOW_MS}
+                    OR (q.worker_key IS NOT NULL AND q.worker_key::oid NOT IN (SELECT objid FROM alive)))))
                   AND NOT EXISTS (
                     SELECT 1 FROM deepagents_server_queue o
                     WHERE o.cluster = q.cluster AND o.tenant = q.tenant AND o.thread_id = q.thread_id AND o.seq < q.seq)
@@ -248,14 +324,16 @@ impl Cluster {
                 LIMIT 1
                 FOR UPDATE SKIP LOCKED)
             UPDATE deepagents_server_queue q
-            SET status = 'running', worker = $1, lease_until = {NOW_MS} + $2, attempt = q.attempt + 1
+            SET status = 'running', worker = $1, worker_key = $4, lease_until = {NOW_MS} + $2, attempt = q.attempt + 1
             FROM next WHERE q.run_id = next.run_id
-            RETURNING q.run_id, q.tenant, q.started, q.attempt, q.job, q.cancel"
+            RETURNING q.run_id, q.tenant, next.was, q.attempt, q.job, q.cancel"
         );
         let row = sqlx::query(&sql)
             .bind(&self.worker)
             .bind(LEASE.as_millis() as i64)
             .bind(&self.name)
+            .bind(self.liveness_key)
+            .bind(LIVENESS)
             .fetch_optional(&self.pool)
             .await?;
         let Some(row) = row else {
@@ -264,7 +342,7 @@ impl Cluster {
         Ok(Some(Claimed {
             run_id: row.try_get("run_id")?,
             tenant: row.try_get("tenant")?,
-            started: row.try_get("started")?,
+            admitted: row.try_get::<String, _>("was")? != "intake",
             attempt: row.try_get("attempt")?,
             job: serde_json::from_str(&row.try_get::<String, _>("job")?)
                 .map_err(|error| ClusterError::Database(sqlx::Error::Decode(Box::new(error))))?,
@@ -291,13 +369,17 @@ impl Cluster {
         })
     }
 
-    /// The run added its input to its thread: a later attempt continues it instead.
-    pub async fn mark_started(&self, run_id: &str) -> Result<(), ClusterError> {
-        sqlx::query("UPDATE deepagents_server_queue SET started = TRUE WHERE run_id = $1")
-            .bind(run_id)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+    /// The run taken in has its record: any server may claim it now. `false` when it is no
+    /// longer queued (a server dropped it, finding no record after the intake's lease ran
+    /// out): the caller should remove the record and refuse the run.
+    pub async fn admit(&self, run_id: &str) -> Result<bool, ClusterError> {
+        let done = sqlx::query(
+            "UPDATE deepagents_server_queue SET status = CASE WHEN status = 'intake' THEN 'pending' ELSE status END, lease_until = CASE WHEN status = 'intake' THEN 0 ELSE lease_until END WHERE run_id = $1",
+        )
+        .bind(run_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
     }
 
     /// Hands a run this server stopped back to the queue, for the next server to claim now.
@@ -322,7 +404,7 @@ impl Cluster {
 
     /// Runs queued and running, in the whole cluster.
     pub async fn depth(&self) -> Result<(i64, i64), ClusterError> {
-        let row = sqlx::query("SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'running') FROM deepagents_server_queue WHERE cluster = $1")
+        let row = sqlx::query("SELECT count(*) FILTER (WHERE status <> 'running'), count(*) FILTER (WHERE status = 'running') FROM deepagents_server_queue WHERE cluster = $1")
         .bind(&self.name)
             .fetch_one(&self.pool)
             .await?;

@@ -49,6 +49,15 @@ impl ApiError {
         }
     }
 
+    /// A 503: the server could not take the request in now; sending it again may work.
+    #[cfg(feature = "cluster")]
+    pub fn unavailable(detail: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            detail: detail.into(),
+        }
+    }
+
     /// A 401: no or an unknown API key.
     pub fn unauthorized() -> Self {
         Self {

@@ -203,6 +203,10 @@ impl Runs {
         assistants: Vec<Arc<Assistant>>,
         cluster: Arc<crate::cluster::Cluster>,
     ) -> Arc<Self> {
+        tokio::spawn({
+            let cluster = Arc::clone(&cluster);
+            async move { cluster.keep_alive().await }
+        });
         let runs = Self::with(watch, store, assistants, Some(cluster));
         tokio::spawn(Arc::clone(&runs).dispatch());
         runs
@@ -218,6 +222,16 @@ impl Runs {
     #[cfg(feature = "cluster")]
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether this server is stopping and handing its runs to the rest of its cluster:
+    /// its streams and waits end so their clients reconnect elsewhere.
+    pub fn hands_runs_back(&self) -> bool {
+        #[cfg(feature = "cluster")]
+        if self.cluster.is_some() {
+            return self.is_stopping();
+        }
+        false
     }
 
     /// Run `run_id`, while this process knows it.
@@ -348,9 +362,14 @@ impl Runs {
     /// resume that names an interrupt never waits behind another run, whatever the
     /// strategy (that run may answer the interrupt first): it starts on a thread at rest,
     /// checked against it once no other run can start, or is refused with a 409.
+    ///
+    /// The run's record is saved here: a refused run leaves none, and in a cluster the run is
+    /// taken in before its record is saved and admitted after, so a server stopping between
+    /// the two loses nothing (see [`Cluster::enqueue`](crate::cluster::Cluster::enqueue)).
     pub async fn submit(self: &Arc<Self>, job: Job, strategy: &str) -> ApiResult<()> {
         let record = job.record.clone();
         let tenant = job.tenant.clone();
+        let records = self.records(&tenant);
         let busy_error = || {
             ApiError::conflict(format!(
                 "thread `{}` is busy with a run; wait for it, cancel it, or send multitask_strategy enqueue, interrupt or rollback",
@@ -377,10 +396,7 @@ impl Runs {
                     .await
                     .map_err(ApiError::internal)?;
                 return match outcome {
-                    crate::cluster::Alone::Queued => {
-                        self.queued.notify_one();
-                        Ok(())
-                    }
+                    crate::cluster::Alone::Queued => self.admit(cluster, &records, &record).await,
                     crate::cluster::Alone::Busy => Err(named_busy(interrupt)),
                     crate::cluster::Alone::Refused(error) => Err(error),
                 };
@@ -404,33 +420,40 @@ impl Runs {
                 .enqueue(&record.run_id, &tenant, &record.thread_id, &job)
                 .await
                 .map_err(ApiError::internal)?;
-            self.queued.notify_one();
-            return Ok(());
+            return self.admit(cluster, &records, &record).await;
         }
+        // Saved before the run can start, which saves it again as it goes; removed when the
+        // run is refused.
+        records.put_run(&record).await?;
         let live = Live::new(record.clone(), FrameLog::new());
-        let to_start = {
+        let placed = {
             let mut lines = lock(&self.lines);
             let line = lines.entry(storage.clone()).or_default();
             if line.active.is_some() || !line.queue.is_empty() {
-                if let Some(interrupt) = &named {
-                    return Err(named_busy(interrupt));
-                }
-                match strategy {
-                    "enqueue" => line.queue.push_back((live.clone(), job)),
-                    "interrupt" | "rollback" => {
+                match (&named, strategy) {
+                    (Some(interrupt), _) => Err(named_busy(interrupt)),
+                    (None, "enqueue") => {
+                        line.queue.push_back((live.clone(), job));
+                        Ok(None)
+                    }
+                    (None, "interrupt" | "rollback") => {
                         if let Some(active) = &line.active {
                             active.stop(strategy);
                         }
                         line.queue.push_front((live.clone(), job));
+                        Ok(None)
                     }
-                    _ => return Err(busy_error()),
+                    (None, _) => Err(busy_error()),
                 }
-                None
             } else {
                 // The thread is this run's now: no other run of it starts here until it ends.
                 line.active = Some(live.clone());
-                Some(job)
+                Ok(Some(job))
             }
+        };
+        let to_start = match placed {
+            Ok(to_start) => to_start,
+            Err(error) => return Err(self.refused(&records, &record, error).await),
         };
         if let Some(job) = to_start {
             // So the resume is checked against the thread it will start from: of two
@@ -439,7 +462,7 @@ impl Runs {
                 && let Err(error) = self.check_resume(&storage, resume).await
             {
                 self.next(&storage);
-                return Err(error);
+                return Err(self.refused(&records, &record, error).await);
             }
             tokio::spawn(
                 Arc::clone(self)
@@ -449,6 +472,51 @@ impl Runs {
         }
         lock(&self.live).insert(record.run_id, live);
         Ok(())
+    }
+
+    /// Removes the record of a run refused after it was saved; `error` says why.
+    async fn refused(&self, records: &Records, record: &RunRecord, error: ApiError) -> ApiError {
+        if let Err(cleanup) = records.delete_run(&record.thread_id, &record.run_id).await {
+            tracing::warn!(run_id = %record.run_id, %cleanup, "cannot delete the record of a run that was refused");
+        }
+        error
+    }
+
+    /// Saves the record of a run taken in by the cluster's queue, then lets any server claim
+    /// it. A record that cannot be saved takes the run out of the queue again.
+    #[cfg(feature = "cluster")]
+    async fn admit(
+        &self,
+        cluster: &crate::cluster::Cluster,
+        records: &Records,
+        record: &RunRecord,
+    ) -> ApiResult<()> {
+        if let Err(error) = records.put_run(record).await {
+            if let Err(cleanup) = cluster.finish(&record.run_id).await {
+                tracing::warn!(run_id = %record.run_id, %cleanup, "a run without a record stays queued until its intake lease runs out");
+            }
+            return Err(error);
+        }
+        match cluster.admit(&record.run_id).await {
+            Ok(true) => {
+                self.queued.notify_one();
+                Ok(())
+            }
+            Ok(false) => Err(self
+                .refused(
+                    records,
+                    record,
+                    ApiError::unavailable(
+                        "the run was dropped from the queue before it was recorded (this server was too slow to take it in); send it again",
+                    ),
+                )
+                .await),
+            // Recorded and queued: once the intake's lease runs out, a server claims it.
+            Err(error) => {
+                tracing::warn!(run_id = %record.run_id, %error, "a run taken in starts once its intake lease runs out");
+                Ok(())
+            }
+        }
     }
 
     fn records(&self, tenant: &str) -> Records {
@@ -617,7 +685,6 @@ impl Runs {
         )
         .with_ids(ids)
         .with_input(record.kwargs.get("input"));
-        let mut first_step = true;
         let mut clock = crate::metrics::CallClock::default();
         // A resume refused before anything ran leaves the thread as it was.
         let mut refused = false;
@@ -637,9 +704,6 @@ impl Runs {
                         protocol.step(&step);
                         if job.delete_thread_after {
                             live.keep_last(&step.run);
-                        }
-                        if std::mem::take(&mut first_step) {
-                            self.started(&record.run_id).await;
                         }
                     }
                     framer.event(&event);
@@ -799,19 +863,9 @@ impl Runs {
         })
     }
 
-    /// The run's input is in its thread: a later attempt continues rather than repeats it.
-    async fn started(&self, run_id: &str) {
-        #[cfg(feature = "cluster")]
-        if let Some(cluster) = &self.cluster
-            && let Err(error) = cluster.mark_started(run_id).await
-        {
-            tracing::warn!(%run_id, %error, "a crash now would add the run's input twice");
-        }
-        let _ = run_id;
-    }
-
     /// Starts the run on its thread: the decisions of a resume, else the input, else a
-    /// continuation of what the thread left unfinished.
+    /// continuation of what the thread left unfinished. Input and decisions are keyed by the
+    /// run's id: a run taken over after its server stopped continues what it added.
     async fn start(
         &self,
         storage: &str,
@@ -836,8 +890,12 @@ impl Runs {
             })
             // A run of this thread elsewhere (the CLI on the same database, a server whose
             // lease ran out but whose connection lingers) ends before this one starts.
-            .with_lease_wait(Duration::from_secs(30));
+            .with_lease_wait(Duration::from_secs(30))
+            .with_input_key(job.record.run_id.clone());
+        let taken =
+            before.is_some_and(|run| run.control.input_key.as_deref() == Some(&job.record.run_id));
         match (&job.resume, &job.input) {
+            (Some(_), _) if taken => thread.stream_resume().await.map_err(RunError::Checkpoint),
             (Some(resume), _) => {
                 let resume = convert::resume(resume, before)?;
                 // Recorded for the pause they were read for, checked again under the
@@ -901,15 +959,30 @@ impl Runs {
         claimed: crate::cluster::Claimed,
     ) {
         let run_id = claimed.run_id.clone();
-        let Ok(mut job) = serde_json::from_value::<Job>(claimed.job) else {
+        let Ok(job) = serde_json::from_value::<Job>(claimed.job) else {
             tracing::warn!(%run_id, "a queued run that cannot be read is dropped");
             let _ = cluster.finish(&run_id).await;
             return;
         };
-        // A run another server started continues from its thread's last checkpoint.
-        if claimed.started {
-            job.input = None;
-            job.resume = None;
+        // Its server stopped while taking it in: it runs if its record was saved, else the
+        // client was refused and it is dropped.
+        if !claimed.admitted {
+            match self
+                .records(&claimed.tenant)
+                .run(&job.record.thread_id, &run_id)
+                .await
+            {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    tracing::info!(%run_id, "a run whose server stopped before recording it is dropped");
+                    let _ = cluster.finish(&run_id).await;
+                    return;
+                }
+                // Run rather than lose it: the run saves its record as it starts.
+                Err(error) => {
+                    tracing::warn!(%run_id, %error, "cannot read the record of a run taken over; running it")
+                }
+            }
         }
         let base = cluster.frame_count(&run_id).await.unwrap_or(0);
         let (publisher, mut published) = tokio::sync::mpsc::unbounded_channel();

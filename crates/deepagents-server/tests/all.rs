@@ -88,10 +88,31 @@ fn request(
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
     (
         head.split_whitespace().nth(1).unwrap().parse().unwrap(),
-        body.to_owned(),
+        if chunked {
+            dechunk(body)
+        } else {
+            body.to_owned()
+        },
     )
+}
+
+/// The body of a chunked response (waits answer so: their headers go out first).
+fn dechunk(mut rest: &str) -> String {
+    let mut body = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        body.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+    body
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -91,6 +91,9 @@ pub async fn reload(checkpointing: &mut Checkpointing) -> Result<Run, Checkpoint
             .await?;
     }
     checkpointing.persisted_messages = run.state.messages.len();
+    checkpointing
+        .persisted_input_key
+        .clone_from(&run.control.input_key);
     Ok(run)
 }
 
@@ -291,7 +294,9 @@ impl Journal {
         };
         let progress = Progress::of(run);
         let new_messages = run.state.messages.len() > target.persisted_messages;
+        let new_key = run.control.input_key != target.persisted_input_key;
         if !new_messages
+            && !new_key
             && self.rewritten_from.is_none()
             && !self.todos
             && self.files.is_empty()
@@ -305,7 +310,13 @@ impl Journal {
         let start = replace_from
             .unwrap_or(target.persisted_messages)
             .min(run.state.messages.len());
-        let touched = self.control;
+        let mut touched = self.control;
+        if new_key {
+            // The key is stored with what its request brought: the input is in the new
+            // messages, decisions in the control.
+            touched.pending = true;
+            touched.decisions = true;
+        }
         let control = &run.control;
         let delta = RunDelta {
             schema: CHECKPOINT_SCHEMA,
@@ -334,6 +345,10 @@ impl Journal {
                     .paused_subagents
                     .then(|| control.paused_subagents.clone()),
                 in_flight: touched.in_flight.then(|| control.in_flight.clone()),
+                input_key: control
+                    .input_key
+                    .clone()
+                    .filter(|key| target.persisted_input_key.as_ref() != Some(key)),
             },
             steps: (run.steps != self.saved_progress.steps).then_some(run.steps),
             usage: (run.usage != self.saved_progress.usage).then_some(run.usage),
@@ -348,6 +363,9 @@ impl Journal {
             .map_err(RunError::Checkpoint)?;
         self.events.emit(EventKind::Checkpointed { checkpoint });
         target.persisted_messages = run.state.messages.len();
+        target
+            .persisted_input_key
+            .clone_from(&run.control.input_key);
         // The results of finished subagent runs are stored now; their child threads can go.
         for child in target.take_finished_children() {
             if let Err(error) = target.checkpointer.delete_thread(&child).await {

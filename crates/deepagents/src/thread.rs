@@ -40,6 +40,7 @@ pub struct Thread {
     id: String,
     options: RunOptions,
     lease_wait: Duration,
+    input_key: Option<String>,
 }
 
 impl std::fmt::Debug for Thread {
@@ -68,6 +69,7 @@ impl Thread {
             id,
             options: RunOptions::default(),
             lease_wait: Duration::ZERO,
+            input_key: None,
         }
     }
 
@@ -92,18 +94,44 @@ impl Thread {
         self
     }
 
-    /// Loads the thread (appending `input` as user input, if any) under its checkpointing.
+    /// Makes the runs of this handle take their input or decisions once per `key`: a run
+    /// started again with a key the thread already took (the same request delivered twice,
+    /// as a queue does after a crash) continues the thread from its latest checkpoint instead
+    /// of adding the input again or deciding a pause twice. The key is stored with the first
+    /// checkpoint that holds what the run took, so a crash before it leaves nothing taken.
+    /// Use a key per request, such as its id.
+    pub fn with_input_key(mut self, key: impl Into<String>) -> Self {
+        self.input_key = Some(key.into());
+        self
+    }
+
+    /// Whether `run` already took this handle's input or decisions (see
+    /// [`with_input_key`](Self::with_input_key)).
+    fn took_input(&self, run: &Run) -> bool {
+        self.input_key.is_some() && run.control.input_key == self.input_key
+    }
+
+    /// Loads the thread (appending `input` as user input, if any and not taken already)
+    /// under its checkpointing.
     async fn open(
         &self,
         input: Option<Vec<ContentBlock>>,
     ) -> Result<(Run, RunOptions), CheckpointError> {
-        let (run, checkpoint) = crate::journal::open_thread_with(
+        let (mut run, checkpoint) = crate::journal::open_thread_with(
             Arc::clone(&self.checkpointer),
             &self.id,
-            input,
+            None,
             self.lease_wait,
         )
         .await?;
+        if let Some(input) = input
+            && !self.took_input(&run)
+        {
+            run.push_user_input(input);
+            if self.input_key.is_some() {
+                run.control.input_key.clone_from(&self.input_key);
+            }
+        }
         let options = RunOptions {
             checkpoint: Some(checkpoint),
             ..self.options.clone()
@@ -181,12 +209,20 @@ impl Thread {
         decisions: Vec<Decision>,
     ) -> Result<(Run, RunOptions), RunFailure> {
         let (mut run, options) = self.open(None).await.map_err(not_loaded)?;
+        if self.took_input(&run) {
+            return Ok((run, options));
+        }
         let decided = match pause {
             Some(pause) => crate::approval::decide_pause(&mut run, pause, decisions),
             None => crate::approval::decide(&mut run, decisions),
         };
         match decided {
-            Ok(()) => Ok((run, options)),
+            Ok(()) => {
+                if self.input_key.is_some() {
+                    run.control.input_key.clone_from(&self.input_key);
+                }
+                Ok((run, options))
+            }
             Err(error) => Err(RunFailure {
                 error,
                 run: Box::new(run),

@@ -117,6 +117,9 @@ on_every_checkpointer!(an_edit_survives_a_restart);
 on_every_checkpointer!(one_run_writes_a_thread_at_a_time);
 on_every_checkpointer!(subagent_resumes_after_crash);
 on_every_checkpointer!(crashes_in_nested_parallel_subagents);
+on_every_checkpointer!(redelivered_request_taken_once);
+on_every_checkpointer!(crash_cut_request_one_input);
+on_every_checkpointer!(redelivered_decisions_continue);
 
 // ---- the scenarios ------------------------------------------------------------------------
 
@@ -347,6 +350,10 @@ fn write_then_done() -> serde_json::Value {
 
 /// An agent whose `write_file` asks first, with a `count` tool counting its calls.
 fn approving_agent(count: &Arc<AtomicUsize>) -> Agent {
+    approving_builder(count).build().unwrap()
+}
+
+fn approving_builder(count: &Arc<AtomicUsize>) -> deepagents::AgentBuilder {
     let count = count.clone();
     let counter = DynamicTool::new(
         "count",
@@ -364,8 +371,6 @@ fn approving_agent(count: &Arc<AtomicUsize>) -> Agent {
     Agent::builder(scripted(write_then_done()))
         .dyn_tool(Arc::new(counter))
         .interrupt_on("write_file", InterruptConfig::default())
-        .build()
-        .unwrap()
 }
 
 /// Pauses thread `t` before its write, in one "process"; returns the run a new process loads.
@@ -933,5 +938,157 @@ async fn a_thread_takes_images_with_a_message() {
     assert!(
         matches!(&content[1], deepagents::ContentBlock::Data { mime_type, .. } if mime_type == "image/png"),
         "{content:?}"
+    );
+}
+
+// ---- requests delivered more than once (a queue retrying after a crash) -----------------
+
+fn user_messages(run: &Run) -> usize {
+    run.state
+        .messages
+        .iter()
+        .filter(|m| matches!(m, Message::User { .. }))
+        .count()
+}
+
+/// The same request, delivered twice with its key, adds its input once and calls the model
+/// once; a new request adds its own.
+async fn redelivered_request_taken_once(open: impl AsyncFn() -> Store) {
+    let agent = |store: Store| {
+        Agent::builder(scripted(
+            json!([{"text": "first answer"}, {"text": "second answer"}]),
+        ))
+        .checkpointer(store)
+        .build()
+        .unwrap()
+    };
+    let first = agent(open().await)
+        .thread("t")
+        .unwrap()
+        .with_input_key("request-1")
+        .invoke("hello")
+        .await
+        .unwrap();
+    assert_eq!(first.text, "first answer");
+    // A new process, as a server taking over the run would be.
+    let again = agent(open().await)
+        .thread("t")
+        .unwrap()
+        .with_input_key("request-1")
+        .invoke("hello")
+        .await
+        .unwrap();
+    assert_eq!(
+        user_messages(&again.run),
+        1,
+        "{:?}",
+        again.run.state.messages
+    );
+    assert_eq!(again.text, "first answer", "the model was not called again");
+    let stored = open().await.load("t", None).await.unwrap().unwrap();
+    assert_eq!(stored.state.messages.len(), 2);
+    assert_eq!(stored.control.input_key.as_deref(), Some("request-1"));
+
+    let next = agent(open().await)
+        .thread("t")
+        .unwrap()
+        .with_input_key("request-2")
+        .invoke("and now?")
+        .await
+        .unwrap();
+    assert_eq!(user_messages(&next.run), 2);
+    assert_eq!(next.text, "second answer");
+}
+
+/// A process stopped after storing the request's input and the model's calls: delivered
+/// again, the request does not add its input a second time; the run settles the calls and
+/// goes on.
+async fn crash_cut_request_one_input(open: impl AsyncFn() -> Store) {
+    let mut run = Run::from_task("write it");
+    run.control.input_key = Some("request-1".into());
+    run.state
+        .messages
+        .push(Message::Assistant(AssistantMessage {
+            content: vec![],
+            tool_calls: vec![ToolCall {
+                id: "w".into(),
+                name: "write_file".into(),
+                arguments: json!({"file_path": "/x.txt", "content": "x"}),
+            }],
+        }));
+    run.control.in_flight = vec!["w".into()];
+    run.steps = 1;
+    open()
+        .await
+        .append("t", &RunDelta::full(&run), &run)
+        .await
+        .unwrap();
+
+    // The script answers by turn: the stored conversation already holds the first.
+    let output = Agent::builder(scripted(json!([{"text": "unused"}, {"text": "done"}])))
+        .checkpointer(open().await)
+        .build()
+        .unwrap()
+        .thread("t")
+        .unwrap()
+        .with_input_key("request-1")
+        .invoke("write it")
+        .await
+        .unwrap();
+    assert_eq!(output.text, "done");
+    assert_eq!(
+        user_messages(&output.run),
+        1,
+        "{:?}",
+        output.run.state.messages
+    );
+    assert_eq!(tool_results(&output.run.state.messages).len(), 1);
+}
+
+/// Decisions delivered again for a pause their first delivery answered continue the thread
+/// rather than fail as stale: the step they approved ran once.
+async fn redelivered_decisions_continue(open: impl AsyncFn() -> Store) {
+    let count = Arc::new(AtomicUsize::new(0));
+    let paused = pause(&open, &count).await;
+    let pause_id = deepagents::pause_id(&paused).unwrap();
+    let agent = async || {
+        approving_builder(&count)
+            .checkpointer(open().await)
+            .build()
+            .unwrap()
+    };
+    let first = agent()
+        .await
+        .thread("t")
+        .unwrap()
+        .with_input_key("decision-1")
+        .decide_pause(&pause_id, vec![Decision::Approve])
+        .await
+        .unwrap();
+    assert_eq!(first.text, "done");
+    let again = agent()
+        .await
+        .thread("t")
+        .unwrap()
+        .with_input_key("decision-1")
+        .decide_pause(&pause_id, vec![Decision::Approve])
+        .await
+        .unwrap();
+    assert_eq!(again.text, "done");
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        1,
+        "the approved step ran once"
+    );
+    let stale = agent()
+        .await
+        .thread("t")
+        .unwrap()
+        .with_input_key("decision-2")
+        .decide_pause(&pause_id, vec![Decision::Approve])
+        .await;
+    assert!(
+        matches!(stale, Err(ref failure) if matches!(failure.error, RunError::StalePause { .. })),
+        "another request for the same pause is still stale"
     );
 }

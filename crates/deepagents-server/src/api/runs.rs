@@ -346,7 +346,6 @@ pub(super) async fn create_run(
         worker: None,
         stop_reason: None,
     };
-    records.put_run(&record).await?;
     let keep = request.on_completion == Some(OnCompletion::Keep);
     let job = Job {
         tenant: tenant.0.clone(),
@@ -359,12 +358,7 @@ pub(super) async fn create_run(
         delete_thread_after: stateless && !keep,
         context,
     };
-    if let Err(error) = shared.runs.submit(job, strategy.as_str()).await {
-        if let Err(cleanup) = records.delete_run(thread_id, &record.run_id).await {
-            tracing::warn!(run_id = %record.run_id, %cleanup, "cannot delete the record of a run that was refused");
-        }
-        return Err(error);
-    }
+    shared.runs.submit(job, strategy.as_str()).await?;
     Ok(record)
 }
 
@@ -607,10 +601,68 @@ pub(super) async fn wait_run(
     stateless: bool,
 ) -> ApiResult<Response> {
     let record = create_run(&shared, &tenant, &thread_id, body, stateless).await?;
-    let values = outcome(&shared, &tenant, &record).await?;
-    let mut response = Json(values).into_response();
+    // A stateless run's thread is gone once it ends: there is nothing to rejoin.
+    Ok(waiting(shared, tenant, record, !stateless))
+}
+
+/// A response that answers with the run's [`outcome`] once it ends. Its headers go out at
+/// once, with the run's join address in `Location` (`rejoinable`); until the outcome, a
+/// newline now and then (JSON allows leading whitespace) keeps proxies from closing it. A
+/// server of a cluster stopping meanwhile cuts the body, so the SDK reconnects to
+/// `Location` (another server) instead of failing; errors met after the headers are given
+/// as the body `{"__error__": …}`, as a failed run's are.
+fn waiting(shared: AppState, tenant: Tenant, record: RunRecord, rejoinable: bool) -> Response {
+    /// How often a waiting response sends a newline.
+    const KEEPALIVE: Duration = Duration::from_secs(10);
+    /// How often it looks whether the server is stopping.
+    const POLL: Duration = Duration::from_millis(200);
+    let runs = Arc::clone(&shared.runs);
+    let pending = {
+        let record = record.clone();
+        Box::pin(async move { outcome(&shared, &tenant, &record).await })
+    };
+    let body = futures::stream::unfold(Some(pending), move |state| {
+        let runs = Arc::clone(&runs);
+        async move {
+            let mut pending = state?;
+            let mut quiet = Duration::ZERO;
+            loop {
+                tokio::select! {
+                    result = &mut pending => {
+                        let value = result.unwrap_or_else(|error| {
+                            tracing::warn!(status = %error.status, detail = %error.detail, "a waited run's outcome cannot be read");
+                            json!({"__error__": {"error": "outcome", "message": error.detail}})
+                        });
+                        return Some((Ok(axum::body::Bytes::from(value.to_string())), None));
+                    }
+                    () = tokio::time::sleep(POLL) => {
+                        if runs.hands_runs_back() {
+                            return Some((Err(super::sse::Reconnect), None));
+                        }
+                        quiet += POLL;
+                        if quiet >= KEEPALIVE {
+                            return Some((Ok(axum::body::Bytes::from_static(b"\n")), Some(pending)));
+                        }
+                    }
+                }
+            }
+        }
+    });
+    let mut response = Response::new(axum::body::Body::from_stream(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     set_location(&mut response, &record, false);
-    Ok(response)
+    if rejoinable
+        && let Ok(value) = HeaderValue::from_str(&format!(
+            "/threads/{}/runs/{}/join",
+            record.thread_id, record.run_id
+        ))
+    {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response
 }
 
 pub(super) async fn run_wait(
@@ -717,9 +769,9 @@ pub(super) async fn run_join(
     State(shared): State<AppState>,
     Extension(tenant): Extension<Tenant>,
     Path((thread_id, run_id)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Response> {
     let record = find_run(&shared, &tenant, &thread_id, &run_id).await?;
-    Ok(Json(outcome(&shared, &tenant, &record).await?))
+    Ok(waiting(shared, tenant, record, true))
 }
 
 pub(super) async fn run_join_stream(

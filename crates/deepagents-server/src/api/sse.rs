@@ -80,21 +80,21 @@ impl Source {
         }
     }
 
-    /// The next frames from index `next` on; `None` once the run ended and all were sent.
-    /// An empty list when nothing came for a while (time for a heartbeat).
-    async fn next(&mut self, next: usize) -> Option<Vec<(usize, crate::stream::Frame)>> {
+    /// The next frames from index `next` on. An empty list when nothing came for a while
+    /// (time for a heartbeat).
+    async fn next(&mut self, next: usize) -> Next {
         match self {
             Self::Local(live) => loop {
                 let (frames, ended) = live.log.since(next);
                 if !frames.is_empty() {
-                    return Some(frames);
+                    return Next::Frames(frames);
                 }
                 if ended {
-                    return None;
+                    return Next::Ended;
                 }
                 let waited = tokio::time::timeout(Duration::from_secs(15), live.log.changed(next));
                 if waited.await.is_err() {
-                    return Some(Vec::new());
+                    return Next::Frames(Vec::new());
                 }
             },
             #[cfg(feature = "cluster")]
@@ -107,9 +107,11 @@ impl Source {
                     after,
                     finished,
                 } = &mut **remote;
-                // A server shutting down ends its streams; the client reconnects elsewhere.
-                if *finished || runs.is_stopping() {
-                    return None;
+                if *finished {
+                    return Next::Ended;
+                }
+                if runs.is_stopping() {
+                    return Next::Stopping;
                 }
                 // Polled: a blocking read would hold the shared connection.
                 let mut polls = 0u32;
@@ -123,7 +125,7 @@ impl Source {
                     }
                     polls += 1;
                     if runs.is_stopping() {
-                        return None;
+                        return Next::Stopping;
                     }
                     // Now and then: did the run end without frames (long ago, or before
                     // they were kept)? And a heartbeat every 15 s.
@@ -142,11 +144,11 @@ impl Source {
                                 .await
                                 .is_ok_and(|e| e.is_empty())
                         {
-                            return None;
+                            return Next::Ended;
                         }
                     }
                     if polls == 300 {
-                        return Some(Vec::new());
+                        return Next::Frames(Vec::new());
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 };
@@ -156,7 +158,7 @@ impl Source {
                     match frame {
                         Some(frame) if index >= next => frames.push((index, frame)),
                         Some(_) => {}
-                        None if frames.is_empty() => return None,
+                        None if frames.is_empty() => return Next::Ended,
                         // The frames before the end go out first; the end comes next time.
                         None => {
                             *finished = true;
@@ -164,11 +166,29 @@ impl Source {
                         }
                     }
                 }
-                Some(frames)
+                Next::Frames(frames)
             }
         }
     }
 }
+
+/// What a stream's source has next.
+enum Next {
+    /// Frames (none: nothing came for a while).
+    Frames(Vec<(usize, crate::stream::Frame)>),
+    /// The run ended and every frame was sent.
+    Ended,
+    /// This server is stopping while the run goes on elsewhere.
+    #[cfg(feature = "cluster")]
+    Stopping,
+}
+
+/// Cuts a stream short, so the client's SDK reconnects (to the `Location` the stream was
+/// sent with, resuming after the last event id) instead of taking the stream's end for the
+/// run's: a stream that ends cleanly tells it the run is over.
+#[derive(Debug, thiserror::Error)]
+#[error("this server is stopping while the run goes on; reconnect to continue the stream")]
+pub(super) struct Reconnect;
 
 /// A run's frames from `from` on as server-sent events, following it until it ends; only
 /// the frames of `modes` when given.
@@ -183,15 +203,24 @@ pub(super) fn sse(
         move |(mut source, next, mut guard)| {
             let modes = modes.clone();
             async move {
-                let Some(frames) = source.next(next).await else {
-                    // The run ended on its own: nothing to cancel.
-                    drop(guard.0.take());
-                    return None;
+                let frames = match source.next(next).await {
+                    Next::Frames(frames) => frames,
+                    Next::Ended => {
+                        // The run ended on its own: nothing to cancel.
+                        drop(guard.0.take());
+                        return None;
+                    }
+                    #[cfg(feature = "cluster")]
+                    Next::Stopping => {
+                        // The run goes on elsewhere: the client reconnects, nothing to cancel.
+                        drop(guard.0.take());
+                        return Some((Err(Reconnect), (source, next, guard)));
+                    }
                 };
                 let Some((last, _)) = frames.last() else {
                     // A comment now and then keeps proxies from closing a quiet stream.
                     return Some((
-                        Ok::<_, std::convert::Infallible>(Bytes::from_static(b": heartbeat\n\n")),
+                        Ok::<_, Reconnect>(Bytes::from_static(b": heartbeat\n\n")),
                         (source, next, guard),
                     ));
                 };
