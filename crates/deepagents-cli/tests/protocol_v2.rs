@@ -45,16 +45,23 @@ fn the_js_sdks_v2_stream_client_sends_streams_approves_and_sees_the_end() {
         &[],
     );
     let check = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/protocol_v2_check.mjs");
-    let output = std::process::Command::new("node")
-        .arg(check)
-        .arg(format!("http://{}", server.address))
-        .env("DEEPAGENTS_TEST_WEB", modules)
-        .output()
-        .expect("node runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains("protocol v2 check passed"),
-        "the v2 protocol check failed:\n{stdout}\n{stderr}"
-    );
+    // Over the SDK's SSE transport, then over its WebSocket one (Node 20 has WebSocket
+    // behind a flag).
+    for transport in ["sse", "websocket"] {
+        let output = std::process::Command::new("node")
+            .arg("--experimental-websocket")
+            .arg(&check)
+            .arg(format!("http://{}", server.address))
+            .arg(transport)
+            .env("DEEPAGENTS_TEST_WEB", &modules)
+            .output()
+            .expect("node runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success()
+                && stdout.contains(&format!("protocol v2 check passed ({transport})")),
+            "the v2 protocol check over {transport} failed:\n{stdout}\n{stderr}"
+        );
+    }
 }

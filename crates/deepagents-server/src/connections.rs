@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -44,8 +43,10 @@ pub(crate) async fn serve(
     limits: &ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-    let graceful = GracefulShutdown::new();
+    let capacity = limits.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+    let slots = Arc::new(Semaphore::new(capacity));
+    // Told to every connection at the stop: each finishes its request and closes.
+    let (stopping, stop) = tokio::sync::watch::channel(false);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
@@ -73,15 +74,37 @@ pub(crate) async fn serve(
             () = &mut shutdown => break,
         };
         let service = TowerToHyperService::new(router.clone());
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        // With upgrades: a WebSocket takes the connection over (its protocol closes it at a
+        // stop).
+        let connection = http
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades();
+        let mut stop = stop.clone();
         tokio::spawn(async move {
+            tokio::pin!(connection);
+            let stopped = async move {
+                while !*stop.borrow_and_update() {
+                    if stop.changed().await.is_err() {
+                        return;
+                    }
+                }
+            };
             // A client that goes away or times out ends its connection; nothing to report.
-            let _ = connection.await;
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = stopped => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
             drop(slot);
         });
     }
     drop(listener);
-    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+    let _ = stopping.send(true);
+    // Every slot back: every connection closed.
+    let closed = slots.acquire_many(u32::try_from(capacity).unwrap_or(u32::MAX));
+    if tokio::time::timeout(limits.shutdown_grace, closed)
         .await
         .is_err()
     {

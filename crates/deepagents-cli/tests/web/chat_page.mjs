@@ -168,7 +168,7 @@ await guarded.locator('details.tool.is-running[data-call="s1"]').waitFor();
 await guarded.locator('#stop').click();
 await guarded.locator('#status', { hasText: 'Stopped.' }).waitFor();
 await guarded.locator('#stop').waitFor({ state: 'hidden' });
-await resultShows(guarded, 's1', 'cancelled');
+await resultShows(guarded, 's1', 'stopped before it finished');
 await shot(guarded, 'desktop-stopped.png');
 // Cancelled on the server, not only on the page: the run the page stopped ended so.
 const cancel = keyed.seen.requests.find((request) => request.startsWith('POST ') && request.endsWith('/cancel'));

@@ -65,44 +65,63 @@ pub(super) async fn command(
     body: Bytes,
 ) -> Response {
     let command: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    match answer(&shared, &tenant, &thread_id, &command, Transport::Http).await {
+        Ok(answer) => Json(answer).into_response(),
+        Err(answer) => (StatusCode::BAD_REQUEST, Json(answer)).into_response(),
+    }
+}
+
+/// How a command came, for the subscription commands only a socket can take.
+#[derive(Clone, Copy, PartialEq)]
+enum Transport {
+    Http,
+    Socket,
+}
+
+/// The answer to one protocol command (`{id, method, params}`); `Err` when it is not a
+/// command at all. Subscriptions are answered by the socket that holds them.
+async fn answer(
+    shared: &AppState,
+    tenant: &Tenant,
+    thread_id: &str,
+    command: &Value,
+    transport: Transport,
+) -> Result<Value, Value> {
     let (Some(id), Some(method)) = (
         command.get("id").and_then(Value::as_u64),
         command.get("method").and_then(Value::as_str),
     ) else {
-        let answer = error_response(
+        return Err(error_response(
             command.get("id"),
             "invalid_argument",
             "a protocol command is a JSON object with an integer `id`, a string `method` and `params`",
-        );
-        return (StatusCode::BAD_REQUEST, Json(answer)).into_response();
+        ));
     };
     let params = match command.get("params") {
         None | Some(Value::Null) => json!({}),
         Some(params @ Value::Object(_)) => params.clone(),
         Some(_) => {
-            let answer = error_response(
+            return Ok(error_response(
                 Some(&json!(id)),
                 "invalid_argument",
                 "`params` must be an object",
-            );
-            return Json(answer).into_response();
+            ));
         }
     };
-    let tape = shared
-        .runs
-        .protocol
-        .tape(&storage_id(&tenant.0, &thread_id));
+    let tape = shared.runs.protocol.tape(&storage_id(&tenant.0, thread_id));
     // What the client has seen when its command applies: events numbered after this come
     // from what the command started.
     let applied = tape.last_seq();
     let outcome = match method {
-        "run.start" => run_start(&shared, &tenant, &thread_id, &params).await,
-        "input.respond" => input_respond(&shared, &tenant, &thread_id, &params).await,
+        "run.start" => run_start(shared, tenant, thread_id, &params).await,
+        "input.respond" => input_respond(shared, tenant, thread_id, &params).await,
         "agent.getTree" => Ok(json!({"tree": tape.tree()})),
-        "state.get" => state_get(&shared, &tenant, &thread_id, &params).await,
-        "state.listCheckpoints" => list_checkpoints(&shared, &tenant, &thread_id, &params).await,
-        "state.fork" => state_fork(&shared, &tenant, &thread_id, &params).await,
-        "subscription.subscribe" | "subscription.unsubscribe" | "subscription.reconnect" => {
+        "state.get" => state_get(shared, tenant, thread_id, &params).await,
+        "state.listCheckpoints" => list_checkpoints(shared, tenant, thread_id, &params).await,
+        "state.fork" => state_fork(shared, tenant, thread_id, &params).await,
+        "subscription.subscribe" | "subscription.unsubscribe" | "subscription.reconnect"
+            if transport == Transport::Http =>
+        {
             Err(Refused(
                 "not_supported",
                 format!(
@@ -110,6 +129,10 @@ pub(super) async fn command(
                 ),
             ))
         }
+        "subscription.reconnect" => Err(Refused(
+            "not_supported",
+            "send subscription.subscribe again on the new socket: its buffered events are replayed".to_owned(),
+        )),
         "input.inject" => Err(Refused(
             "not_supported",
             "messages cannot be injected into a running run here; send run.start with the message, which waits for the running one (multitask_strategy enqueue)".to_owned(),
@@ -117,20 +140,165 @@ pub(super) async fn command(
         other => Err(Refused(
             "unknown_command",
             format!(
-                "unknown protocol command `{other}`; this server knows run.start, input.respond, agent.getTree, state.get, state.listCheckpoints and state.fork"
+                "unknown protocol command `{other}`; this server knows run.start, input.respond, agent.getTree, state.get, state.listCheckpoints, state.fork, and over a WebSocket subscription.subscribe and subscription.unsubscribe"
             ),
         )),
     };
-    let answer = match outcome {
-        Ok(result) => json!({
-            "type": "success",
-            "id": id,
-            "result": result,
-            "meta": {"applied_through_seq": applied},
-        }),
+    Ok(match outcome {
+        Ok(result) => success(id, result, applied),
         Err(Refused(code, message)) => error_response(Some(&json!(id)), code, &message),
-    };
-    Json(answer).into_response()
+    })
+}
+
+/// The protocol's success response.
+fn success(id: u64, result: Value, applied: u64) -> Value {
+    json!({
+        "type": "success",
+        "id": id,
+        "result": result,
+        "meta": {"applied_through_seq": applied},
+    })
+}
+
+/// `GET /threads/{thread_id}/stream/events` upgraded to a WebSocket: the protocol over one
+/// socket, as the JS SDK's `websocket` transport speaks it. Commands come in as text
+/// messages and are answered on it; `subscription.subscribe` (a filter, as the body of
+/// the SSE stream) sends the thread's buffered events that match it, then the live ones, until
+/// `subscription.unsubscribe`. A client given the same event by two subscriptions keeps one
+/// (by `event_id`). The server stopping closes the socket with 1012 (restart), so clients
+/// reconnect and subscribe again.
+pub(super) async fn socket(
+    State(shared): State<AppState>,
+    Extension(tenant): Extension<Tenant>,
+    Path(thread_id): Path<String>,
+    upgrade: axum::extract::ws::WebSocketUpgrade,
+) -> Response {
+    upgrade.on_upgrade(move |socket| serve_socket(shared, tenant, thread_id, socket))
+}
+
+async fn serve_socket(
+    shared: AppState,
+    tenant: Tenant,
+    thread_id: String,
+    socket: axum::extract::ws::WebSocket,
+) {
+    use axum::extract::ws::{CloseFrame, Message};
+    use futures::{SinkExt as _, StreamExt as _};
+    let (mut sink, mut incoming) = socket.split();
+    let (outgoing, mut to_send) = tokio::sync::mpsc::channel::<Message>(256);
+    let writer = tokio::spawn(async move {
+        while let Some(message) = to_send.recv().await {
+            if sink.send(message).await.is_err() {
+                return;
+            }
+        }
+    });
+    let tape = shared
+        .runs
+        .protocol
+        .tape(&storage_id(&tenant.0, &thread_id));
+    let mut closing = shared.runs.protocol.closing();
+    let mut subscriptions: std::collections::HashMap<String, tokio::task::JoinHandle<()>> =
+        std::collections::HashMap::new();
+    let mut next_subscription = 0u64;
+    loop {
+        let message = tokio::select! {
+            message = incoming.next() => message,
+            _ = closing.changed() => {
+                let _ = outgoing
+                    .send(Message::Close(Some(CloseFrame {
+                        code: 1012,
+                        reason: "the server is stopping; reconnect".into(),
+                    })))
+                    .await;
+                break;
+            }
+        };
+        let text = match message {
+            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+            Some(Ok(_)) => continue,
+        };
+        let command: Value = serde_json::from_str(text.as_str()).unwrap_or(Value::Null);
+        let id = command.get("id").and_then(Value::as_u64);
+        let method = command.get("method").and_then(Value::as_str);
+        let params = command.get("params").cloned().unwrap_or_else(|| json!({}));
+        let reply = match (id, method) {
+            (Some(id), Some("subscription.subscribe")) => match read_filter(&params) {
+                Ok((filter, since)) => {
+                    next_subscription += 1;
+                    let name = format!("sub-{next_subscription}");
+                    let applied = tape.last_seq();
+                    subscriptions.insert(
+                        name.clone(),
+                        tokio::spawn(forward(
+                            std::sync::Arc::clone(&tape),
+                            filter,
+                            since,
+                            outgoing.clone(),
+                        )),
+                    );
+                    success(id, json!({"subscription_id": name}), applied)
+                }
+                Err(error) => error_response(Some(&json!(id)), "invalid_argument", &error.detail),
+            },
+            (Some(id), Some("subscription.unsubscribe")) => {
+                let name = params
+                    .get("subscription_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                match subscriptions.remove(name) {
+                    Some(task) => {
+                        task.abort();
+                        success(id, json!({}), tape.last_seq())
+                    }
+                    None => error_response(
+                        Some(&json!(id)),
+                        "no_such_subscription",
+                        &format!("no subscription `{name}` on this socket"),
+                    ),
+                }
+            }
+            _ => answer(&shared, &tenant, &thread_id, &command, Transport::Socket)
+                .await
+                .unwrap_or_else(|refused| refused),
+        };
+        if outgoing
+            .send(Message::Text(reply.to_string().into()))
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+    for (_, task) in subscriptions {
+        task.abort();
+    }
+    drop(outgoing);
+    let _ = writer.await;
+}
+
+/// Sends the events of `tape` numbered after `since` that `filter` wants, then the live ones,
+/// to a socket, until it is gone.
+async fn forward(
+    tape: std::sync::Arc<crate::protocol::Tape>,
+    filter: Filter,
+    mut after: u64,
+    outgoing: tokio::sync::mpsc::Sender<axum::extract::ws::Message>,
+) {
+    loop {
+        let (events, last_seq) = tape.since(after);
+        for event in events.iter().filter(|event| filter.wants(event)) {
+            let message = axum::extract::ws::Message::Text(event.json.clone().into());
+            if outgoing.send(message).await.is_err() {
+                return;
+            }
+        }
+        after = events.last().map_or(after.max(last_seq), |last| last.seq);
+        if events.is_empty() {
+            tape.changed(after).await;
+        }
+    }
 }
 
 /// A command's params as a `T`; a field of the wrong shape is `invalid_argument`, named.

@@ -144,7 +144,10 @@ pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
         .route("/threads/{thread_id}/runs/stream", post(runs::run_stream))
         .route("/threads/{thread_id}/runs/wait", post(runs::run_wait))
         .route("/threads/{thread_id}/commands", post(events::command))
-        .route("/threads/{thread_id}/stream/events", post(events::events))
+        .route(
+            "/threads/{thread_id}/stream/events",
+            post(events::events).get(events::socket),
+        )
         .route(
             "/threads/{thread_id}/runs/{run_id}",
             get(runs::run_get).delete(runs::run_delete),

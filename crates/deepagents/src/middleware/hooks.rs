@@ -404,27 +404,41 @@ async fn run_hook(hook: &HookCommand, dir: &Path, stdin: &str) -> Outcome {
         // A hook that does not read its input is fine: a broken pipe is not an error.
         let _ = pipe.write_all(stdin.as_bytes()).await;
     }
-    let group = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .and_then(rustix::process::Pid::from_raw);
-    match tokio::time::timeout(hook.timeout, child.wait_with_output()).await {
-        Err(_) => {
-            // The hook's shell and everything it started go: a leftover would hold its pipes.
-            if let Some(group) = group {
-                let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
-            }
-            Outcome::Failed(format!(
-                "timed out after {} s and was killed",
-                hook.timeout.as_secs_f64()
-            ))
-        }
+    let mut running = HookGroup(
+        child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .and_then(rustix::process::Pid::from_raw),
+    );
+    let waited = tokio::time::timeout(hook.timeout, child.wait_with_output()).await;
+    if matches!(waited, Ok(Ok(_))) {
+        // It exited and its output is closed: what it left running on purpose stays.
+        running.0 = None;
+    }
+    match waited {
+        Err(_) => Outcome::Failed(format!(
+            "timed out after {} s and was killed",
+            hook.timeout.as_secs_f64()
+        )),
         Ok(Err(e)) => Outcome::Failed(format!("waiting for it failed: {e}")),
         Ok(Ok(output)) => Outcome::Exited {
             code: output.status.code(),
             stdout: String::from_utf8_lossy(&output.stdout).trim().to_owned(),
             stderr: String::from_utf8_lossy(&output.stderr).trim().to_owned(),
         },
+    }
+}
+
+/// The process group of a hook still running: killed, shell and everything it started, when
+/// the hook times out or its run is cancelled (the future waiting on it dropped); a leftover
+/// would hold its pipes and go on acting for a run that ended.
+struct HookGroup(Option<rustix::process::Pid>);
+
+impl Drop for HookGroup {
+    fn drop(&mut self) {
+        if let Some(group) = self.0.take() {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
     }
 }
 
@@ -754,6 +768,39 @@ struct KeptGoing;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A hook abandoned mid-way (its run cancelled) leaves no process behind, not even one its
+    /// shell started in the background.
+    #[tokio::test]
+    async fn an_abandoned_hook_leaves_no_process() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let pid_file = dir.path().join("pid");
+        let hook = HookCommand {
+            command: format!("sleep 30 & echo $! > {}; wait", pid_file.display()),
+            timeout: Duration::from_secs(60),
+        };
+        let abandoned = tokio::time::timeout(
+            Duration::from_millis(500),
+            run_hook(&hook, dir.path(), "{}"),
+        );
+        assert!(abandoned.await.is_err(), "the hook should still run");
+        let pid = std::fs::read_to_string(&pid_file).unwrap_or_else(|e| panic!("{e}"));
+        let stat = format!("/proc/{}/stat", pid.trim());
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        // Gone, or a zombie waiting for a parent to reap it.
+        while std::fs::read_to_string(&stat).is_ok_and(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        }) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the hook's sleep is still running"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 
     #[test]
     fn claude_code_files_parse_and_bad_ones_say_where() {

@@ -87,7 +87,7 @@ impl Tool for Execute {
             result = running => result.map_err(to_model)?,
             () = ctx.run.cancel.cancelled() => {
                 return Err(ToolError::RespondToModel(
-                    "The run was cancelled while the command ran; it was stopped.".to_owned(),
+                    "The command was stopped before it finished: the run was interrupted (by the user, a time limit or the agent shutting down). It may have partly taken effect; check before running it again.".to_owned(),
                 ));
             }
         };
