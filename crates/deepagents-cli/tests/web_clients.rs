@@ -1,7 +1,9 @@
-//! `deepagents serve` driven by a LangGraph web client in a browser: a page on the official JS
-//! SDK's React `useStream` in the style of agent-chat-ui (tests/web/usestream), bundled with
-//! esbuild and served from another origin, driven in headless Chromium by playwright-core
-//! (tests/web/usestream.cjs, where each flow is described).
+//! `deepagents serve` driven by LangGraph web clients in a browser, each bundled with esbuild
+//! and served from another origin, driven in headless Chromium by playwright-core: a page on
+//! the official JS SDK's React `useStream` in the style of agent-chat-ui (tests/web/usestream,
+//! its flows described in tests/web/usestream.cjs), and one on `@langchain/react`'s v2
+//! `useStream`, which speaks the thread-centric protocol through the SDK it pins
+//! (tests/web/react_v2, flows in tests/web/react_v2.cjs).
 
 use std::path::Path;
 
@@ -29,6 +31,11 @@ fn script() -> Value {
             conversation("hello there", &[text("Hello from the scripted model."), text("Hello again.")]),
             conversation("list me", &[text("Listed.")]),
             conversation("approve the file", &[write_file("w_approve", "/approved.md", "approved\n"), text("Approved and written.")]),
+            conversation("reload me", &[
+                write_file("w_reload", "/reloaded.md", "before the reload\n"),
+                text("Written before the reload."),
+                text("Answered after the reload."),
+            ]),
             conversation("edit the file", &[write_file("w_edit", "/edited.md", "original\n"), text("Edited and written.")]),
             conversation("reject the file", &[write_file("w_reject", "/rejected.md", "rejected\n"), text("Understood, not written.")]),
             conversation("resolve the file", &[write_file("w_resolve", "/resolved.md", "resolved\n"), text("A new turn.")]),
@@ -70,8 +77,14 @@ enum Backend {
 }
 
 /// Starts a server with `script` on `backend`, `write_file` waiting for approval, then runs
-/// the driver's `flows` against it; fails with the driver's report when a flow fails.
+/// the flows of the `useStream` page's driver against it; fails with the driver's report when
+/// a flow fails.
 fn drive(script: Value, backend: Backend, flows: &[&str]) {
+    drive_page("usestream.cjs", script, backend, flows);
+}
+
+/// [`drive`] with the driver `driver` of tests/web.
+fn drive_page(driver: &str, script: Value, backend: Backend, flows: &[&str]) {
     let Some((modules, chromium)) = deepagents_test_support::browser() else {
         return;
     };
@@ -97,7 +110,9 @@ fn drive(script: Value, backend: Backend, flows: &[&str]) {
             &["--interrupt-on", "write_file"],
         ),
     };
-    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/web/usestream.cjs");
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/web")
+        .join(driver);
     let started = std::time::Instant::now();
     let output = std::process::Command::new("node")
         .arg(driver)
@@ -156,4 +171,14 @@ fn a_usestream_page_regenerates_and_edits_as_branches() {
 #[test]
 fn a_usestream_page_stops_a_run_and_rejoins_one_after_a_reload() {
     drive(slow_script(), Backend::Shell, &["stop", "rejoin"]);
+}
+
+#[test]
+fn a_langchain_react_v2_page_on_another_origin_streams_approves_and_reopens_a_thread() {
+    drive_page(
+        "react_v2.cjs",
+        script(),
+        Backend::State,
+        &["send_and_stream", "approve", "reload"],
+    );
 }

@@ -178,12 +178,12 @@ pub fn langgraph_python() -> Option<String> {
     )
 }
 
-/// The `node_modules` of the web-client tests (playwright-core, the LangGraph JS SDK, React,
-/// esbuild; pinned by `scripts/test`).
+/// The `node_modules` of the web-client tests (playwright-core, the LangGraph JS SDK,
+/// `@langchain/react`, React, esbuild; pinned by `scripts/test`).
 pub fn web_node_modules() -> Option<String> {
     test_env(
         "DEEPAGENTS_TEST_WEB",
-        "a node_modules with playwright-core, esbuild, react, react-dom and @langchain/langgraph-sdk (scripts/test installs them)",
+        "a node_modules with playwright-core, esbuild, react, react-dom, @langchain/langgraph-sdk and @langchain/react (scripts/test installs them)",
     )
 }
 
