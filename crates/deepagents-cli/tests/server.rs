@@ -15,6 +15,8 @@ pub(crate) struct Server {
     /// Where it listens (`127.0.0.1:PORT`).
     pub(crate) address: String,
     pid: u32,
+    /// What it logged so far.
+    log: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl Drop for Server {
@@ -98,16 +100,29 @@ impl Server {
             .and_then(|rest| rest.split_whitespace().next())
             .unwrap_or_else(|| panic!("no address in {line:?}"))
             .to_owned();
-        // Keep reading its log so it never blocks on a full pipe.
-        std::thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = stderr.read_to_string(&mut rest);
+        // Keep reading its log so it never blocks on a full pipe; kept for failure reports.
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        std::thread::spawn({
+            let log = std::sync::Arc::clone(&log);
+            move || {
+                let mut line = String::new();
+                while stderr.read_line(&mut line).is_ok_and(|read| read > 0) {
+                    log.lock().unwrap().push_str(&line);
+                    line.clear();
+                }
+            }
         });
         Self {
             child,
             address,
             pid,
+            log,
         }
+    }
+
+    /// What the server logged so far (its stderr), for failure reports.
+    pub(crate) fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
     }
 
     /// One HTTP/1.1 request; the status, the headers and the body.
@@ -582,6 +597,7 @@ fn two_servers_share_runs_and_one_finishes_what_a_killed_one_was_running() {
                 child: std::process::Command::new("true").spawn().unwrap(),
                 address,
                 pid: 0,
+                log: std::sync::Arc::default(),
             };
             server.request("GET", &path, &[("x-api-key", "k")], None)
         })
@@ -698,6 +714,10 @@ fn a_server_stopped_with_sigterm_hands_its_run_to_another_at_once() {
     loop {
         let run = get_json(&survivor, &format!("/threads/{tid}/runs/{run_id}"), &key);
         if run["status"] == "success" {
+            eprintln!(
+                "taken over and finished {:?} after the SIGTERM",
+                started.elapsed()
+            );
             break;
         }
         assert!(
@@ -713,44 +733,53 @@ fn a_server_stopped_with_sigterm_hands_its_run_to_another_at_once() {
         "Slept.",
         "{messages:?}"
     );
-    // Both were cut, not ended: the SDKs reconnect to `Location` (through a load balancer,
-    // another server) and the stream goes on after the last event id it saw.
+    // Each was cut, not ended: the SDKs reconnect to `Location` (through a load balancer,
+    // another server) and go on after the last event they saw. (Unless the other server
+    // finished the run before this one noticed its own stop: then it was answered whole.)
     let (head, body, ended) = streamed.join().unwrap();
-    assert!(
-        !ended,
-        "a stream of a run going on elsewhere was ended cleanly: {body}"
-    );
     let location = header(&head, "location").unwrap();
     assert_eq!(location, format!("/threads/{tid}/runs/{run_id}/stream"));
-    let last = body
-        .lines()
-        .rev()
-        .find_map(|line| line.strip_prefix("id: "))
-        .unwrap()
-        .to_owned();
-    let (_, rest, ended) = raw_get(
-        &survivor.address,
-        &location,
-        &[("x-api-key", "k"), ("last-event-id", &last)],
-    );
-    assert!(ended && rest.contains("Slept."), "{rest}");
-    let first = rest
-        .lines()
-        .find_map(|line| line.strip_prefix("id: "))
-        .unwrap();
-    assert_eq!(
-        first.parse::<usize>().unwrap(),
-        last.parse::<usize>().unwrap() + 1
-    );
+    if ended {
+        assert!(
+            body.contains("Slept."),
+            "ended without the run's end: {body}"
+        );
+    } else {
+        assert!(
+            body.contains("retry: "),
+            "no reconnect hint before the cut: {body}"
+        );
+        let last = body
+            .lines()
+            .rev()
+            .find_map(|line| line.strip_prefix("id: "))
+            .unwrap()
+            .to_owned();
+        let (_, rest, ended) = raw_get(
+            &survivor.address,
+            &location,
+            &[("x-api-key", "k"), ("last-event-id", &last)],
+        );
+        assert!(ended && rest.contains("Slept."), "{rest}");
+        let first = rest
+            .lines()
+            .find_map(|line| line.strip_prefix("id: "))
+            .unwrap();
+        assert_eq!(
+            first.parse::<usize>().unwrap(),
+            last.parse::<usize>().unwrap() + 1
+        );
+    }
     let (head, body, ended) = joined.join().unwrap();
-    assert!(
-        !ended,
-        "a join of a run going on elsewhere was answered: {body}"
-    );
     let location = header(&head, "location").unwrap();
     assert_eq!(location, format!("/threads/{tid}/runs/{run_id}/join"));
-    let (_, values, ended) = raw_get(&survivor.address, &location, &[("x-api-key", "k")]);
-    assert!(ended, "{values}");
+    let values = if ended {
+        body
+    } else {
+        let (_, values, ended) = raw_get(&survivor.address, &location, &[("x-api-key", "k")]);
+        assert!(ended, "{values}");
+        values
+    };
     let values: serde_json::Value = serde_json::from_str(values.trim()).unwrap();
     assert_eq!(
         values["messages"].as_array().unwrap().last().unwrap()["content"],
@@ -855,7 +884,11 @@ fn a_run_whose_server_stopped_while_taking_it_in_is_run_or_dropped() {
         if run["status"] == "success" {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "{run}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{run}\nthe server's log:\n{}",
+            server.log()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     loop {

@@ -199,8 +199,8 @@ pub(super) fn sse(
     guard: CancelOnDrop,
 ) -> Response {
     let stream = futures::stream::unfold(
-        (source, from, guard),
-        move |(mut source, next, mut guard)| {
+        (source, from, guard, false),
+        move |(mut source, next, mut guard, told)| {
             let modes = modes.clone();
             async move {
                 let frames = match source.next(next).await {
@@ -214,14 +214,26 @@ pub(super) fn sse(
                     Next::Stopping => {
                         // The run goes on elsewhere: the client reconnects, nothing to cancel.
                         drop(guard.0.take());
-                        return Some((Err(Reconnect), (source, next, guard)));
+                        if told {
+                            // A moment for the hint to be flushed: the connection is dropped
+                            // with whatever is still buffered when the body fails.
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            return Some((Err(Reconnect), (source, next, guard, told)));
+                        }
+                        // Said first, for clients that read it (EventSource waits `retry` ms).
+                        return Some((
+                            Ok(Bytes::from_static(
+                                b"retry: 1000\n: this server is stopping; reconnect to continue\n\n",
+                            )),
+                            (source, next, guard, true),
+                        ));
                     }
                 };
                 let Some((last, _)) = frames.last() else {
                     // A comment now and then keeps proxies from closing a quiet stream.
                     return Some((
                         Ok::<_, Reconnect>(Bytes::from_static(b": heartbeat\n\n")),
-                        (source, next, guard),
+                        (source, next, guard, told),
                     ));
                 };
                 let after = last + 1;
@@ -240,7 +252,7 @@ pub(super) fn sse(
                         ));
                     }
                 }
-                Some((Ok(Bytes::from(text)), (source, after, guard)))
+                Some((Ok(Bytes::from(text)), (source, after, guard, told)))
             }
         },
     );
