@@ -11,6 +11,7 @@ from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 from . import _native
 from ._backends import backend_spec, permission_spec, storage_index
 from ._messages import Command, message_from_wire, values_from_wire
+from ._models import SUPPORTED, chat_model_spec
 from ._tools import background_loop, schema_of, tool_definition
 
 _MODES = {"values": "values", "updates": "updates", "messages": "messages-tuple", "custom": "custom", "deepagents": "deepagents", "debug": "debug", "checkpoints": "checkpoints", "events": "events"}
@@ -51,8 +52,12 @@ def _model_spec(model: Any) -> Any:
         return model
     if isinstance(model, ScriptedModel):
         return {"script": model.script}
+    spec = chat_model_spec(model)
+    if spec is not None:
+        return spec
     raise TypeError(
-        f"model must be a 'provider:model' string (openai:…, anthropic:…, google_genai:…, ollama:…, scripted:PATH …) or a ScriptedModel, not {type(model).__name__}"
+        "model must be a 'provider:model' string (openai:…, anthropic:…, google_genai:…, ollama:…, scripted:PATH …), "
+        f"a LangChain chat model ({', '.join(SUPPORTED)}) or a ScriptedModel, not {type(model).__name__}"
     )
 
 
@@ -140,7 +145,9 @@ def create_deep_agent(
     general_purpose_subagent: bool | None = None,
 ) -> "DeepAgent":
     """A deep agent on the Rust harness. ``model`` is a ``provider:model`` spec (as the CLI
-    takes) or a :class:`ScriptedModel`; ``tools`` are plain or async functions (their schema
+    takes), a LangChain chat model object (``ChatOpenAI``, ``ChatAnthropic``,
+    ``ChatGoogleGenerativeAI``, ``ChatOllama``: its settings are read and the harness's own
+    client is built with them) or a :class:`ScriptedModel`; ``tools`` are plain or async functions (their schema
     comes from type hints and the docstring); ``subagents`` are dicts with ``name``,
     ``description``, ``system_prompt`` and optional ``tools``, ``model``, ``interrupt_on``,
     ``skills``, ``permissions``, ``response_format``. ``max_cost_usd`` and ``max_tokens``

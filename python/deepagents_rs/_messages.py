@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from typing import Any, Mapping
 
 _ROLES = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}
@@ -38,7 +39,40 @@ class Message(dict):  # type: ignore[type-arg]
         return ""
 
 
-def message_from_wire(value: Mapping[str, Any]) -> Message:
+_MISSING = object()
+_LANGCHAIN_ABSENT = False
+
+
+def _langchain_messages() -> Any:
+    """``langchain_core.messages`` when it can be imported, else ``None`` (looked for once;
+    a ``None`` in ``sys.modules`` hides it, as Python's import system has it)."""
+    global _LANGCHAIN_ABSENT
+    module = sys.modules.get("langchain_core.messages", _MISSING)
+    if module is not _MISSING:
+        return module
+    if _LANGCHAIN_ABSENT:
+        return None
+    try:
+        import langchain_core.messages as module  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        _LANGCHAIN_ABSENT = True
+        return None
+    return module
+
+
+def message_from_wire(value: Mapping[str, Any]) -> Any:
+    """A message from the native side as LangChain's reference returns it: a
+    ``langchain_core.messages`` object (``HumanMessage``, ``AIMessage``, ``ToolMessage``,
+    ``SystemMessage``, ``AIMessageChunk``) when ``langchain_core`` is importable, else a
+    :class:`Message` dict."""
+    lc = _langchain_messages()
+    if lc is not None:
+        try:
+            converted = _to_langchain(lc, value)
+        except (TypeError, ValueError):
+            converted = None
+        if converted is not None:
+            return converted
     message = Message(value)
     kind = message.get("type")
     if isinstance(kind, str):
@@ -46,9 +80,45 @@ def message_from_wire(value: Mapping[str, Any]) -> Message:
     return message
 
 
+def _to_langchain(lc: Any, value: Mapping[str, Any]) -> Any:
+    kind = value.get("type")
+    common: dict[str, Any] = {"content": value.get("content", "")}
+    for key in ("id", "name", "additional_kwargs", "response_metadata"):
+        if value.get(key) is not None:
+            common[key] = value[key]
+    if kind == "human":
+        return lc.HumanMessage(**common)
+    if kind == "system":
+        return lc.SystemMessage(**common)
+    if kind == "tool":
+        return lc.ToolMessage(tool_call_id=value.get("tool_call_id") or "", status=value.get("status") or "success", **common)
+    if kind == "ai":
+        calls, invalid = [], list(value.get("invalid_tool_calls") or [])
+        for call in value.get("tool_calls") or []:
+            args = call.get("args")
+            if isinstance(args, dict):
+                calls.append({"type": "tool_call", "id": call.get("id"), "name": call.get("name", ""), "args": args})
+            else:
+                invalid.append({"type": "invalid_tool_call", "id": call.get("id"), "name": call.get("name"), "args": args if isinstance(args, str) else json.dumps(args), "error": "the arguments are not an object"})
+        extra: dict[str, Any] = {}
+        if value.get("usage_metadata") is not None:
+            extra["usage_metadata"] = value["usage_metadata"]
+        return lc.AIMessage(tool_calls=calls, invalid_tool_calls=invalid, **extra, **common)
+    if kind == "AIMessageChunk":
+        chunks = [
+            {"type": "tool_call_chunk", "id": c.get("id"), "name": c.get("name"), "args": c.get("args"), "index": c.get("index")}
+            for c in value.get("tool_call_chunks") or []
+        ]
+        extra = {}
+        if value.get("usage_metadata") is not None:
+            extra["usage_metadata"] = value["usage_metadata"]
+        return lc.AIMessageChunk(tool_call_chunks=chunks, **extra, **common)
+    return None
+
+
 def values_from_wire(values: Any) -> Any:
-    """A state from the native side: messages as :class:`Message`, interrupts as
-    :class:`Interrupt`."""
+    """A state from the native side: messages as LangChain message objects (or
+    :class:`Message` dicts without ``langchain_core``), interrupts as :class:`Interrupt`."""
     if not isinstance(values, dict):
         return values
     out = dict(values)

@@ -20,6 +20,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::backend::PyBackend;
+use crate::model::{ModelObject, from_object};
 use crate::tool::PyTool;
 
 /// Everything `create_deep_agent` was given, as the Python side encodes it.
@@ -63,12 +64,14 @@ pub struct AgentConfig {
     spend_limits: Option<SpendLimits>,
 }
 
-/// A `provider:model` spec (the CLI's, `scripted:PATH` included) or a script inline.
+/// A `provider:model` spec (the CLI's, `scripted:PATH` included), a script inline, or a spec
+/// with the settings of a LangChain chat model object.
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum ModelConfig {
     Spec(String),
     Script { script: Value },
+    Object(ModelObject),
 }
 
 #[derive(Deserialize)]
@@ -264,6 +267,7 @@ fn model(config: &ModelConfig) -> Result<Arc<dyn Model>, String> {
         ModelConfig::Script { script } => ScriptedModel::from_json(&script.to_string())
             .map(|model| Arc::new(model) as Arc<dyn Model>)
             .map_err(|e| format!("ScriptedModel: {e}")),
+        ModelConfig::Object(object) => from_object(object),
     }
 }
 

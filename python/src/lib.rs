@@ -3,12 +3,14 @@
 //! The Python half (`deepagents_rs/`) turns `create_deep_agent`'s arguments into a JSON
 //! configuration plus the Python objects it refers to by index (tools, backends), and turns
 //! what comes back (frames of the stream modes, as JSON) into Python values. This half
-//! builds the agent ([`config`]), drives its runs on a Tokio runtime of its own with the GIL
+//! builds the agent ([`config`]; a LangChain chat model object's settings become a native
+//! client in [`model`]), drives its runs on a Tokio runtime of its own with the GIL
 //! released ([`run`]), and calls back into Python for tools ([`tool`]) and backends
 //! ([`backend`]), holding the GIL only while Python code runs.
 
 mod backend;
 mod config;
+mod model;
 mod run;
 mod tool;
 

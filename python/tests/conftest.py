@@ -20,10 +20,14 @@ import pytest
 
 class _Mock(BaseHTTPRequestHandler):
     """Answers each request with the next scripted turn, chosen by how many assistant
-    messages it carries; records every request."""
+    messages it carries (from ``by_model[model]`` when the request's model has turns of its
+    own, else from ``turns``); records every request and its headers."""
 
     turns: list[dict[str, Any]] = []
+    by_model: dict[str, list[dict[str, Any]]] = {}
     requests: list[dict[str, Any]] = []
+    headers_seen: list[dict[str, str]] = []
+    url = ""
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -31,8 +35,10 @@ class _Mock(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests.append(body)
+        type(self).headers_seen.append({k.lower(): v for k, v in self.headers.items()})
         turn = sum(1 for m in body["messages"] if m.get("role") == "assistant")
-        spec = self.turns[min(turn, len(self.turns) - 1)]
+        turns = self.by_model.get(body.get("model"), self.turns)
+        spec = turns[min(turn, len(turns) - 1)]
         message: dict[str, Any] = {"role": "assistant", "content": spec.get("text", "")}
         if "call" in spec:
             name, args = spec["call"]
@@ -60,11 +66,12 @@ class _Mock(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def openai_mock(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[_Mock]]:
-    handler = type("Handler", (_Mock,), {"turns": [], "requests": []})
+    handler = type("Handler", (_Mock,), {"turns": [], "by_model": {}, "requests": [], "headers_seen": []})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
-    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}/v1")
+    handler.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", handler.url)
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     try:
         yield handler

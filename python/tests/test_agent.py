@@ -42,7 +42,7 @@ def say(text: str) -> dict[str, Any]:
 
 
 def tool_results(result: dict[str, Any]) -> list[str]:
-    return [m.content for m in result["messages"] if m.role == "tool"]
+    return [m.content for m in result["messages"] if m.type == "tool"]
 
 
 # --- tools -------------------------------------------------------------------------------
@@ -57,12 +57,12 @@ def test_a_ten_line_script_with_a_python_tool_runs() -> None:
     agent = create_deep_agent(model=model, tools=[get_weather], system_prompt="Be brief.")
     result = agent.invoke({"messages": [{"role": "user", "content": "Weather in Paris?"}]})
     assert result["messages"][-1].content == "Sunny in Paris."
-    assert result["messages"][-1]["role"] == "assistant"
+    assert result["messages"][-1].type == "ai"
     assert tool_results(result) == ["Sunny in Paris"]
     call_message = result["messages"][1]
     assert call_message.tool_calls[0]["name"] == "get_weather"
     assert call_message.tool_calls[0]["args"] == {"city": "Paris"}
-    assert result["messages"][2]["tool_call_id"] == call_message.tool_calls[0]["id"]
+    assert result["messages"][2].tool_call_id == call_message.tool_calls[0]["id"]
 
 
 class Point(BaseModel):
@@ -136,7 +136,7 @@ def test_exceptions_become_error_results_and_the_run_goes_on() -> None:
 
     model = ScriptedModel([call("flaky", n=3), say("recovered")])
     result = create_deep_agent(model=model, tools=[flaky]).invoke({"messages": "go"})
-    tool = [m for m in result["messages"] if m.role == "tool"][0]
+    tool = [m for m in result["messages"] if m.type == "tool"][0]
     assert "ValueError: bad n 3" in tool.content
     assert tool.status == "error"
     assert result["messages"][-1].content == "recovered"
@@ -219,7 +219,7 @@ def test_filesystem_backend_writes_under_its_root_and_refuses_escapes(tmp_path: 
     ])
     result = create_deep_agent(model=model, backend=FilesystemBackend(root_dir=tmp_path, virtual_mode=True)).invoke({"messages": "go"})
     assert (tmp_path / "a" / "b.txt").read_text() == "disk"
-    results = [m for m in result["messages"] if m.role == "tool"]
+    results = [m for m in result["messages"] if m.type == "tool"]
     assert results[1].status == "error"
     assert "/a/b.txt" not in result["files"]
 
@@ -306,7 +306,7 @@ def test_a_python_backend_with_the_reference_method_names_serves_the_file_tools(
         say("done"),
     ])
     result = create_deep_agent(model=model, backend=backend).invoke({"messages": "go"})
-    outputs = [m for m in result["messages"] if m.role == "tool"]
+    outputs = [m for m in result["messages"] if m.type == "tool"]
     # The backend's own `cat -n` numbering is read through, not numbered twice.
     assert outputs[0].content.splitlines()[:2] == ["     1\talpha", "     2\tbeta"]
     assert backend.files["/new.txt"] == "one three"
@@ -623,7 +623,7 @@ def test_batch_runs_every_input_and_recursion_limit_bounds_a_run() -> None:
     with pytest.raises(AgentError) as raised:
         looping.invoke({"messages": "go"}, {"recursion_limit": 6})
     assert raised.value.kind == "turn_limit"
-    assert len([m for m in raised.value.values["messages"] if m.role == "assistant"]) == 3
+    assert len([m for m in raised.value.values["messages"] if m.type == "ai"]) == 3
     assert looping.invoke({"messages": "go"})["messages"][-1].content == "end"
 
 

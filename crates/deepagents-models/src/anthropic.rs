@@ -123,8 +123,14 @@ impl AnthropicWire {
             prefix.bytes(),
             &Tail {
                 tools,
-                temperature: settings.temperature.filter(|_| sampling).map(f64::from),
-                top_p: settings.top_p.filter(|_| sampling).map(f64::from),
+                temperature: settings
+                    .temperature
+                    .filter(|_| sampling)
+                    .map(crate::provider::sampling),
+                top_p: settings
+                    .top_p
+                    .filter(|_| sampling)
+                    .map(crate::provider::sampling),
                 stop_sequences: &settings.stop_sequences,
                 stream: stream.then_some(true),
             },

@@ -102,8 +102,8 @@ impl ChatWire {
             &Tail {
                 tool_choice: tools.map(|_| "auto"),
                 tools,
-                temperature: settings.temperature.map(f64::from),
-                top_p: settings.top_p.map(f64::from),
+                temperature: settings.temperature.map(crate::provider::sampling),
+                top_p: settings.top_p.map(crate::provider::sampling),
                 max_completion_tokens: limit.filter(|_| !self.legacy_max_tokens),
                 max_tokens: limit.filter(|_| self.legacy_max_tokens),
                 stop: &settings.stop_sequences,

@@ -91,8 +91,8 @@ impl ResponsesWire {
             &Tail {
                 tool_choice: tools.map(|_| "auto"),
                 tools,
-                temperature: settings.temperature.map(f64::from),
-                top_p: settings.top_p.map(f64::from),
+                temperature: settings.temperature.map(crate::provider::sampling),
+                top_p: settings.top_p.map(crate::provider::sampling),
                 max_output_tokens: settings.max_output_tokens.or(self.max_output_tokens),
                 include: reasoning.as_ref().map(|_| ["reasoning.encrypted_content"]),
                 reasoning,

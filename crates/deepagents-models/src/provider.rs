@@ -448,6 +448,13 @@ impl StreamJob {
     }
 }
 
+/// A sampling setting (`temperature`, `top_p`) as the JSON number it was written as: `0.2`
+/// kept in an `f32` widens to `0.20000000298023224`, which is what a plain `f64::from` would
+/// send.
+pub(crate) fn sampling(value: f32) -> f64 {
+    value.to_string().parse().unwrap_or(f64::from(value))
+}
+
 fn broke(provider: &str, error: &TransportError) -> ModelError {
     ModelError::Transient {
         message: format!("the {provider} stream broke before its completion marker: {error}"),

@@ -83,8 +83,8 @@ impl GeminiWire {
         })?;
         let settings = &request.settings;
         let config = GenerationConfig {
-            temperature: settings.temperature.map(f64::from),
-            top_p: settings.top_p.map(f64::from),
+            temperature: settings.temperature.map(crate::provider::sampling),
+            top_p: settings.top_p.map(crate::provider::sampling),
             max_output_tokens: settings.max_output_tokens.or(self.max_output_tokens),
             stop_sequences: &settings.stop_sequences,
             thinking_config: self.reasoning.map(
