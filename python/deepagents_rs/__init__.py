@@ -5,6 +5,7 @@ engineering, approvals, crash-safe threads, spend caps)."""
 from ._agent import (
     AgentError,
     DeepAgent,
+    GraphOutput,
     InvalidRequest,
     ScriptedModel,
     SpendCapExceeded,
@@ -36,6 +37,7 @@ __all__ = [
     "DeepAgent",
     "FilesystemBackend",
     "FilesystemPermission",
+    "GraphOutput",
     "InMemorySaver",
     "InMemoryStore",
     "Interrupt",

@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import json
+import uuid
 from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 
 from . import _native
@@ -213,6 +214,36 @@ class StateSnapshot:
     interrupts: tuple[Any, ...] = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class GraphOutput:
+    """What ``invoke(…, version="v2")`` returns, as LangGraph's: the state as ``value``
+    and the pending approvals as ``interrupts``."""
+
+    value: Any
+    interrupts: tuple[Any, ...] = ()
+
+    def __getitem__(self, key: str) -> Any:
+        """``result["messages"]``, ``result["__interrupt__"]``: the v1 way, still read."""
+        if key == "__interrupt__":
+            return self.interrupts
+        return self.value[key]
+
+    def __contains__(self, key: object) -> bool:
+        return bool(self.interrupts) if key == "__interrupt__" else key in self.value
+
+
+def _graph_output(values: dict[str, Any]) -> GraphOutput:
+    values = dict(values)
+    return GraphOutput(value=values, interrupts=tuple(values.pop("__interrupt__", None) or ()))
+
+
+def _version(version: str) -> bool:
+    """Whether ``version`` asks for LangGraph's v2 output (typed stream parts, GraphOutput)."""
+    if version not in ("v1", "v2"):
+        raise ValueError(f"version must be 'v1' or 'v2', not {version!r}")
+    return version == "v2"
+
+
 def _thread_id(config: Mapping[str, Any] | None) -> str | None:
     if not config:
         return None
@@ -273,7 +304,7 @@ class DeepAgent:
             values["structured_response"] = self._response_format.model_validate(structured)
         return values
 
-    def _outputs(self, frame: tuple[str, str], modes: Sequence[str], single: bool, subgraphs: bool) -> tuple[bool, Any]:
+    def _outputs(self, frame: tuple[str, str], modes: Sequence[str], single: bool, subgraphs: bool, v2: bool = False) -> tuple[bool, Any]:
         name, data = frame
         payload = json.loads(data)
         if name == "__end__":
@@ -296,21 +327,31 @@ class DeepAgent:
             payload = values_from_wire(payload)
         elif mode == "updates":
             payload = {node: values_from_wire(update) if node != "__interrupt__" else values_from_wire({"__interrupt__": update})["__interrupt__"] for node, update in payload.items()}
+        elif mode == "events" and isinstance(payload.get("data"), dict) and isinstance(payload["data"].get("chunk"), dict):
+            payload["data"]["chunk"] = message_from_wire(payload["data"]["chunk"])
         ns = tuple(namespace)
+        if v2:
+            if mode == "values" and isinstance(payload, dict):
+                interrupts = tuple(payload.pop("__interrupt__", None) or ())
+                return False, {"type": mode, "ns": ns, "data": payload, "interrupts": interrupts}
+            return False, {"type": mode, "ns": ns, "data": payload}
         if single:
             out: Any = (ns, payload) if subgraphs else payload
         else:
             out = (ns, mode, payload) if subgraphs else (mode, payload)
         return False, out
 
-    def invoke(self, input: Any, config: Mapping[str, Any] | None = None, *, context: Any = None) -> dict[str, Any]:
+    def invoke(self, input: Any, config: Mapping[str, Any] | None = None, *, context: Any = None, version: str = "v1") -> Any:
         """Runs until the answer or a pause. Returns the state: ``messages``, ``files``,
-        ``todos``, ``structured_response`` when asked for, ``__interrupt__`` when paused."""
+        ``todos``, ``structured_response`` when asked for, ``__interrupt__`` when paused;
+        with ``version="v2"``, a :class:`GraphOutput` (``value``, ``interrupts``)."""
+        v2 = _version(version)
         stream = self._start(input, config, [], False, context, background_loop())
         for frame in stream:
             done, value = self._outputs(frame, [], True, False)
             if done:
-                return self._result(value)
+                result = self._result(value)
+                return _graph_output(result) if v2 else result
         raise AgentError("crashed", "the run ended without a result")
 
     def stream(
@@ -321,17 +362,21 @@ class DeepAgent:
         stream_mode: str | Sequence[str] = "values",
         subgraphs: bool = False,
         context: Any = None,
+        version: str = "v1",
     ) -> Iterator[Any]:
         """Yields what each ``stream_mode`` produces: ``values`` (the state after each step),
         ``updates`` (``{node: changes}``), ``messages`` (``(chunk, metadata)`` as tokens
         arrive), ``deepagents`` (the harness's events). Several modes yield ``(mode, chunk)``;
-        ``subgraphs=True`` adds the namespace (subagents' chunks come with theirs)."""
+        ``subgraphs=True`` adds the namespace (subagents' chunks come with theirs).
+        ``version="v2"`` yields LangGraph's stream parts instead: ``{"type": mode, "ns":
+        namespace, "data": chunk}`` (``values`` parts with ``interrupts``)."""
+        v2 = _version(version)
         single = isinstance(stream_mode, str)
         modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
         native = self._start(input, config, modes, subgraphs, context, background_loop())
         try:
             for frame in native:
-                done, value = self._outputs(frame, modes, single, subgraphs)
+                done, value = self._outputs(frame, modes, single, subgraphs, v2)
                 if done:
                     return
                 yield value
@@ -349,8 +394,9 @@ class DeepAgent:
         configs = _configs(config, len(inputs))
         return list(await asyncio.gather(*(self.ainvoke(i, c, context=context) for i, c in zip(inputs, configs))))
 
-    async def ainvoke(self, input: Any, config: Mapping[str, Any] | None = None, *, context: Any = None) -> dict[str, Any]:
+    async def ainvoke(self, input: Any, config: Mapping[str, Any] | None = None, *, context: Any = None, version: str = "v1") -> Any:
         """:meth:`invoke` without blocking the event loop; async tools run on this loop."""
+        v2 = _version(version)
         loop = asyncio.get_running_loop()
         native = self._start(input, config, [], False, context, loop)
         try:
@@ -360,7 +406,8 @@ class DeepAgent:
                     raise AgentError("crashed", "the run ended without a result")
                 done, value = self._outputs(frame, [], True, False)
                 if done:
-                    return self._result(value)
+                    result = self._result(value)
+                    return _graph_output(result) if v2 else result
         finally:
             native.cancel()
 
@@ -372,8 +419,10 @@ class DeepAgent:
         stream_mode: str | Sequence[str] = "values",
         subgraphs: bool = False,
         context: Any = None,
+        version: str = "v1",
     ) -> AsyncIterator[Any]:
         """:meth:`stream` as an async iterator; async tools run on this loop."""
+        v2 = _version(version)
         loop = asyncio.get_running_loop()
         single = isinstance(stream_mode, str)
         modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
@@ -383,12 +432,35 @@ class DeepAgent:
                 frame = await loop.run_in_executor(None, _next, native)
                 if frame is None:
                     return
-                done, value = self._outputs(frame, modes, single, subgraphs)
+                done, value = self._outputs(frame, modes, single, subgraphs, v2)
                 if done:
                     return
                 yield value
         finally:
             native.cancel()
+
+    def stream_events(self, input: Any, config: Mapping[str, Any] | None = None, *, version: str = "v2", context: Any = None) -> Iterator[dict[str, Any]]:
+        """LangChain's event stream (``version="v1"`` or ``"v2"``, the same events here):
+        ``on_chain_start`` with the input, ``on_chat_model_stream`` with each
+        ``AIMessageChunk`` (``data["chunk"]``), ``on_tool_start``/``on_tool_end``, subagents'
+        events too, and ``on_chain_end`` with the final state as ``data["output"]``."""
+        events = _Events(self.name, input, version)
+        yield events.start()
+        for part in self.stream(input, config, stream_mode=["events", "values"], subgraphs=True, context=context, version="v2"):
+            event = events.of(part)
+            if event is not None:
+                yield event
+        yield events.end()
+
+    async def astream_events(self, input: Any, config: Mapping[str, Any] | None = None, *, version: str = "v2", context: Any = None) -> AsyncIterator[dict[str, Any]]:
+        """:meth:`stream_events` as an async iterator; async tools run on this loop."""
+        events = _Events(self.name, input, version)
+        yield events.start()
+        async for part in self.astream(input, config, stream_mode=["events", "values"], subgraphs=True, context=context, version="v2"):
+            event = events.of(part)
+            if event is not None:
+                yield event
+        yield events.end()
 
     def get_state(self, config: Mapping[str, Any]) -> StateSnapshot:
         """The thread's latest state (empty values for a thread that has none)."""
@@ -452,3 +524,39 @@ def _configs(config: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None, cou
 
 def _next(native: Any) -> Any:
     return next(native, None)
+
+
+class _Events:
+    """Stream parts of the ``events`` and ``values`` modes as LangChain's ``StreamEvent``
+    dicts (``event``, ``name``, ``run_id``, ``parent_ids``, ``tags``, ``metadata``,
+    ``data``), between the root run's start and end."""
+
+    def __init__(self, name: str, input: Any, version: str) -> None:
+        if version not in ("v1", "v2"):
+            raise ValueError(f"stream_events takes version 'v1' or 'v2', not {version!r}")
+        self.name = name
+        self.input = input
+        self.run_id = str(uuid.uuid4())
+        self.output: Any = None
+
+    def start(self) -> dict[str, Any]:
+        return {"event": "on_chain_start", "name": self.name, "run_id": self.run_id, "parent_ids": [], "tags": [], "metadata": {}, "data": {"input": self.input}}
+
+    def of(self, part: dict[str, Any]) -> dict[str, Any] | None:
+        if part["type"] == "values":
+            if not part["ns"]:
+                self.output = dict(part["data"])
+                if part["interrupts"]:
+                    self.output["__interrupt__"] = list(part["interrupts"])
+            return None
+        event = dict(part["data"])
+        event.setdefault("run_id", self.run_id)
+        event.setdefault("tags", [])
+        event.setdefault("metadata", {})
+        event["parent_ids"] = [self.run_id]
+        if part["ns"]:
+            event["metadata"] = dict(event["metadata"], checkpoint_ns="|".join(part["ns"]))
+        return event
+
+    def end(self) -> dict[str, Any]:
+        return {"event": "on_chain_end", "name": self.name, "run_id": self.run_id, "parent_ids": [], "tags": [], "metadata": {}, "data": {"input": self.input, "output": self.output}}

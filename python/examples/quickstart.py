@@ -9,7 +9,7 @@ def get_weather(city: str) -> str:
 
 
 model = ScriptedModel([{"tool_calls": [{"name": "get_weather", "args": {"city": "Paris"}}]},
-                       {"text": "Sunny in Paris."}])   # or "anthropic:claude-sonnet-4-5", …
+                       {"text": "Sunny in Paris."}])   # or "anthropic:claude-sonnet-4-5", ChatOpenAI(…), …
 agent = create_deep_agent(model=model, tools=[get_weather], system_prompt="Be brief.")
 result = agent.invoke({"messages": [{"role": "user", "content": "Weather in Paris?"}]})
 print(result["messages"][-1].content)

@@ -257,3 +257,60 @@ def test_without_langchain_core_installed_the_lookup_is_remembered(monkeypatch: 
     assert type(_messages.message_from_wire(wire)) is Message
     assert type(_messages.message_from_wire(wire)) is Message
     assert len(attempts) == 1
+
+
+# --- version="v2" and event streams ---------------------------------------------------------
+
+
+def _scripted(**kwargs: Any) -> Any:
+    from deepagents_rs import ScriptedModel
+
+    model = ScriptedModel([{"tool_calls": [{"name": "add", "args": {"a": 2, "b": 3}}]}, {"text": "5"}])
+    return create_deep_agent(model=model, tools=[add], **kwargs)
+
+
+def test_version_v2_returns_graph_output_and_stream_parts() -> None:
+    from deepagents_rs import GraphOutput
+
+    result = _scripted().invoke("add", version="v2")
+    assert isinstance(result, GraphOutput) and result.interrupts == ()
+    assert [type(m) for m in result.value["messages"]] == [HumanMessage, AIMessage, ToolMessage, AIMessage]
+
+    paused = _scripted(interrupt_on={"add": True}, checkpointer=InMemorySaver()).invoke("add", {"configurable": {"thread_id": "t"}}, version="v2")
+    assert "__interrupt__" not in paused.value and len(paused.interrupts) == 1
+    assert paused.interrupts[0].value["action_requests"][0]["name"] == "add"
+    assert paused["__interrupt__"] == paused.interrupts
+
+    parts = list(_scripted().stream("add", stream_mode=["values", "updates", "messages"], version="v2"))
+    assert {p["type"] for p in parts} == {"values", "updates", "messages"}
+    assert all(p["ns"] == () for p in parts)
+    values = [p for p in parts if p["type"] == "values"]
+    assert all(set(p) == {"type", "ns", "data", "interrupts"} and p["interrupts"] == () for p in values)
+    assert values[-1]["data"]["messages"][-1].content == "5"
+    chunk, metadata = next(p["data"] for p in parts if p["type"] == "messages")
+    assert type(chunk) is AIMessageChunk and metadata["langgraph_node"] == "model"
+    single = list(_scripted().stream("add", version="v2"))
+    assert all(p["type"] == "values" for p in single)
+    with pytest.raises(ValueError, match="version"):
+        _scripted().invoke("add", version="v3")
+
+
+def test_stream_events_and_astream_events_yield_langchain_events() -> None:
+    import asyncio
+
+    events = list(_scripted().stream_events("add", version="v2"))
+    names = [e["event"] for e in events]
+    assert names[0] == "on_chain_start" and names[-1] == "on_chain_end"
+    assert "on_tool_start" in names and names.index("on_tool_start") < names.index("on_tool_end")
+    streamed = [e["data"]["chunk"] for e in events if e["event"] == "on_chat_model_stream"]
+    assert streamed and all(type(c) is AIMessageChunk for c in streamed)
+    tool_end = next(e for e in events if e["event"] == "on_tool_end")
+    assert tool_end["name"] == "add" and tool_end["data"]["output"] == "5"
+    root = events[0]["run_id"]
+    assert all(e["parent_ids"] == [root] for e in events[1:-1])
+    assert events[-1]["data"]["output"]["messages"][-1].content == "5"
+
+    async def collect() -> list[str]:
+        return [e["event"] async for e in _scripted().astream_events("add", version="v2")]
+
+    assert asyncio.run(collect()) == names
