@@ -371,6 +371,10 @@ pub struct ServeArgs {
     /// Default: any origin on a loopback address without API keys, none otherwise.
     #[arg(long = "cors", value_name = "ORIGIN")]
     pub cors: Vec<String>,
+    /// In a cluster, how many runs this server drives at once (default: no limit); 0 serves
+    /// the API only and leaves the runs to the other servers.
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
 }
 
 /// `--max-cost`: a positive number of dollars.

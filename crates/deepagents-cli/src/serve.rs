@@ -160,7 +160,7 @@ async fn start(args: ServeArgs) -> anyhow::Result<Started> {
         }
         options.connections.header_read_timeout = std::time::Duration::from_secs(secs);
     }
-    options.cluster = cluster().await?;
+    options.cluster = cluster(args.jobs).await?;
     sessions.insert(0, session);
     Ok(Started {
         listener,
@@ -172,7 +172,9 @@ async fn start(args: ServeArgs) -> anyhow::Result<Started> {
 /// The cluster `DEEPAGENTS_DATABASE_URL` (PostgreSQL) and `DEEPAGENTS_REDIS_URL` name: runs
 /// queued in the database, their events fanned out through Redis, shared by every server
 /// started with the same two.
-async fn cluster() -> anyhow::Result<Option<Arc<deepagents_server::cluster::Cluster>>> {
+async fn cluster(
+    jobs: Option<usize>,
+) -> anyhow::Result<Option<Arc<deepagents_server::cluster::Cluster>>> {
     let database = std::env::var("DEEPAGENTS_DATABASE_URL")
         .ok()
         .filter(|url| !url.is_empty());
@@ -184,9 +186,13 @@ async fn cluster() -> anyhow::Result<Option<Arc<deepagents_server::cluster::Clus
             // Servers of one deployment share runs; another deployment on the same database
             // names itself otherwise.
             let name = std::env::var("DEEPAGENTS_CLUSTER").unwrap_or_else(|_| "default".to_owned());
-            let cluster = deepagents_server::cluster::Cluster::connect(&database, &redis, &name)
-                .await
-                .context("cannot join the cluster")?;
+            let mut cluster =
+                deepagents_server::cluster::Cluster::connect(&database, &redis, &name)
+                    .await
+                    .context("cannot join the cluster")?;
+            if let Some(jobs) = jobs {
+                cluster = cluster.with_jobs(jobs);
+            }
             eprintln!(
                 "deepagents serve: sharing runs with other servers (PostgreSQL queue, Redis events)"
             );
@@ -194,6 +200,9 @@ async fn cluster() -> anyhow::Result<Option<Arc<deepagents_server::cluster::Clus
         }
         (_, Some(_)) => bail!(
             "DEEPAGENTS_REDIS_URL is set, but a cluster also needs DEEPAGENTS_DATABASE_URL=postgres://… (the queue and the threads live there)"
+        ),
+        _ if jobs.is_some() => bail!(
+            "--jobs limits the runs a server of a cluster drives; set DEEPAGENTS_DATABASE_URL and DEEPAGENTS_REDIS_URL to join one (an embedded server runs every run it accepts)"
         ),
         _ => Ok(None),
     }

@@ -22,6 +22,8 @@ pub const LEASE: Duration = Duration::from_secs(10);
 pub const HEARTBEAT: Duration = Duration::from_millis(500);
 /// How long a run's frames stay in Redis after it ended.
 const FRAMES_TTL_SECS: i64 = 3600;
+/// How long a thread's shared protocol events stay in Redis after its latest one.
+const TAPE_TTL_SECS: i64 = 3600;
 /// The first key of the servers' liveness locks (`pg_advisory_lock(LIVENESS, key)`).
 const LIVENESS: i32 = 7_460_294;
 
@@ -39,6 +41,8 @@ pub struct Cluster {
     /// The connection holding the liveness lock; `None` while it is being made again.
     liveness: tokio::sync::Mutex<Option<sqlx::PgConnection>>,
     database_url: String,
+    /// How many runs this server drives at once; `None`: no limit.
+    jobs: Option<usize>,
 }
 
 /// A run this server claimed.
@@ -169,7 +173,20 @@ impl Cluster {
             liveness_key,
             liveness: tokio::sync::Mutex::new(Some(liveness)),
             database_url: database_url.to_owned(),
+            jobs: None,
         })
+    }
+
+    /// Drives at most `jobs` runs at once on this server; 0 serves the API only, leaving
+    /// every run to the other servers.
+    pub fn with_jobs(mut self, jobs: usize) -> Self {
+        self.jobs = Some(jobs);
+        self
+    }
+
+    /// How many runs this server drives at once; `None`: no limit.
+    pub fn jobs(&self) -> Option<usize> {
+        self.jobs
     }
 
     /// Keeps this server's liveness lock held, making its connection again when it drops
@@ -487,6 +504,111 @@ impl Cluster {
             }
         }
         Ok(frames)
+    }
+}
+
+/// The Redis stream of thread `storage`'s protocol events (the shared "v2" tape).
+fn tape_key(storage: &str) -> String {
+    format!("deepagents:tape:{storage}")
+}
+
+/// The Redis key of thread `storage`'s agent tree (`agent.getTree`).
+fn tree_key(storage: &str) -> String {
+    format!("deepagents:tree:{storage}")
+}
+
+/// The protocol events of every thread, shared: the server running a thread's run adds them,
+/// any server's event streams read them, so a v2 client sees the thread's runs wherever they
+/// run. (One run of a thread at a time, so one writer at a time numbers its events.)
+impl Cluster {
+    /// Adds `event` to thread `storage`'s shared tape (the latest `max` kept).
+    pub async fn publish_event(
+        &self,
+        storage: &str,
+        event: &crate::protocol::Recorded,
+        max: usize,
+    ) -> Result<(), ClusterError> {
+        let mut connection = self.connection.clone();
+        let key = tape_key(storage);
+        let seq = event.seq.to_string();
+        let namespace = serde_json::to_string(&event.namespace).unwrap_or_default();
+        let _: String = connection
+            .xadd_maxlen(
+                &key,
+                redis::streams::StreamMaxlen::Approx(max),
+                "*",
+                &[
+                    ("s", seq.as_str()),
+                    ("m", event.method),
+                    ("n", namespace.as_str()),
+                    ("j", event.json.as_str()),
+                ],
+            )
+            .await?;
+        let _: bool = connection.expire(&key, TAPE_TTL_SECS).await?;
+        Ok(())
+    }
+
+    /// The `seq` of the latest event on thread `storage`'s shared tape.
+    pub async fn last_event_seq(&self, storage: &str) -> Result<Option<u64>, ClusterError> {
+        let mut connection = self.connection.clone();
+        let reply: redis::streams::StreamRangeReply = connection
+            .xrevrange_count(tape_key(storage), "+", "-", 1)
+            .await?;
+        Ok(reply
+            .ids
+            .first()
+            .and_then(|entry| entry.get::<String>("s"))
+            .and_then(|seq| seq.parse().ok()))
+    }
+
+    /// The events of thread `storage`'s shared tape after Redis entry `after` (`0` for all),
+    /// without waiting; each with its Redis entry id.
+    pub async fn read_events(
+        &self,
+        storage: &str,
+        after: &str,
+    ) -> Result<Vec<(String, crate::protocol::Recorded)>, ClusterError> {
+        let mut connection = self.connection.clone();
+        let reply: redis::streams::StreamReadReply = connection
+            .xread_options(
+                &[tape_key(storage)],
+                &[after],
+                &redis::streams::StreamReadOptions::default().count(500),
+            )
+            .await?;
+        let mut events = Vec::new();
+        for key in reply.keys {
+            for entry in key.ids {
+                let field = |name: &str| entry.get::<String>(name).unwrap_or_default();
+                let recorded = crate::protocol::Recorded::restored(
+                    field("s").parse().unwrap_or_default(),
+                    &field("m"),
+                    serde_json::from_str(&field("n")).unwrap_or_default(),
+                    field("j"),
+                );
+                if let Some(recorded) = recorded {
+                    events.push((entry.id.clone(), recorded));
+                }
+            }
+        }
+        Ok(events)
+    }
+
+    /// Stores thread `storage`'s agent tree, as its latest run left it.
+    pub async fn publish_tree(&self, storage: &str, tree: &Value) -> Result<(), ClusterError> {
+        let mut connection = self.connection.clone();
+        let _: () = connection
+            .set_ex(tree_key(storage), tree.to_string(), TAPE_TTL_SECS as u64)
+            .await?;
+        Ok(())
+    }
+
+    /// Thread `storage`'s agent tree, when a run stored one.
+    pub async fn tree(&self, storage: &str) -> Result<Option<Value>, ClusterError> {
+        let mut connection = self.connection.clone();
+        let tree: Option<String> = connection.get(tree_key(storage)).await?;
+        Ok(tree.and_then(|tree| serde_json::from_str(&tree).ok()))
     }
 }
 

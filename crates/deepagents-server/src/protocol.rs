@@ -53,6 +53,10 @@ pub struct Tapes {
     threads: Mutex<HashMap<String, Arc<Tape>>>,
     /// Set when the server stops: event streams end so it can.
     closed: watch::Sender<bool>,
+    /// The cluster whose Redis holds every thread's events, when there is one: runs add
+    /// theirs there too, and event streams read them from there.
+    #[cfg(feature = "cluster")]
+    shared: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
 }
 
 impl Default for Tapes {
@@ -60,11 +64,25 @@ impl Default for Tapes {
         Self {
             threads: Mutex::new(HashMap::new()),
             closed: watch::channel(false).0,
+            #[cfg(feature = "cluster")]
+            shared: std::sync::OnceLock::new(),
         }
     }
 }
 
 impl Tapes {
+    /// Shares every thread's events through `cluster` from now on.
+    #[cfg(feature = "cluster")]
+    pub fn share(&self, cluster: Arc<crate::cluster::Cluster>) {
+        let _ = self.shared.set(cluster);
+    }
+
+    /// The cluster the events are shared through, when they are.
+    #[cfg(feature = "cluster")]
+    pub fn shared(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.shared.get()
+    }
+
     /// The tape of thread `storage`, made empty when it has none.
     pub fn tape(&self, storage: &str) -> Arc<Tape> {
         let mut threads = lock(&self.threads);
@@ -74,9 +92,60 @@ impl Tapes {
         // Tapes of idle threads nobody follows go, so a long-lived server does not keep every
         // thread's events; a stream or a run holding one keeps it.
         threads.retain(|_, tape| Arc::strong_count(tape) > 1 || !tape.idle_for(KEEP_IDLE));
-        let tape = Arc::new(Tape::default());
+        #[allow(unused_mut)]
+        let mut tape = Tape::default();
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = self.shared.get() {
+            tape.mirror = Mirror::start(Arc::clone(cluster), storage);
+        }
+        let tape = Arc::new(tape);
         threads.insert(storage.to_owned(), Arc::clone(&tape));
         tape
+    }
+
+    /// Where a client follows thread `storage`'s events from: this server's tape, or in a
+    /// cluster the shared one.
+    pub fn follower(&self, storage: &str) -> Follower {
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = self.shared.get() {
+            return Follower::Shared {
+                cluster: Arc::clone(cluster),
+                storage: storage.to_owned(),
+                after_entry: "0".to_owned(),
+            };
+        }
+        Follower::Local(self.tape(storage))
+    }
+
+    /// The `seq` of thread `storage`'s latest event, wherever it was added (0 before any in
+    /// a cluster: this server's own numbering says nothing of the others').
+    pub async fn last_seq(&self, storage: &str) -> u64 {
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = self.shared.get() {
+            return match cluster.last_event_seq(storage).await {
+                Ok(shared) => shared.unwrap_or(0),
+                Err(error) => {
+                    tracing::warn!(%storage, %error, "cannot read the thread's shared events");
+                    0
+                }
+            };
+        }
+        self.tape(storage).last_seq()
+    }
+
+    /// Thread `storage`'s agent tree, as its latest run left it, wherever it ran.
+    pub async fn tree(&self, storage: &str) -> Value {
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = self.shared.get() {
+            match cluster.tree(storage).await {
+                Ok(Some(tree)) => return tree,
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(%storage, %error, "cannot read the thread's shared agent tree")
+                }
+            }
+        }
+        self.tape(storage).tree()
     }
 
     /// Forgets the events of thread `storage` (it was deleted); its numbering goes on, so
@@ -114,6 +183,29 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// An event read back from the cluster's copy of a tape; `None` for a method this server
+    /// does not send.
+    #[cfg(feature = "cluster")]
+    pub fn restored(seq: u64, method: &str, namespace: Vec<String>, json: String) -> Option<Self> {
+        const METHODS: [&str; 8] = [
+            "lifecycle",
+            "messages",
+            "tools",
+            "values",
+            "updates",
+            "checkpoints",
+            "input.requested",
+            "input.answered",
+        ];
+        let method = METHODS.into_iter().find(|known| *known == method)?;
+        Some(Self {
+            seq,
+            method,
+            namespace,
+            json,
+        })
+    }
+
     /// The channel a filter names it by.
     pub fn channel(&self) -> &'static str {
         match self.method {
@@ -148,6 +240,9 @@ pub struct Tape {
     inner: Mutex<TapeState>,
     /// The latest `seq`, for followers to wait on.
     progress: watch::Sender<u64>,
+    /// Where the events also go in a cluster.
+    #[cfg(feature = "cluster")]
+    mirror: Option<Mirror>,
 }
 
 impl Default for Tape {
@@ -163,6 +258,8 @@ impl Default for Tape {
                 ..TapeState::default()
             }),
             progress: watch::channel(base).0,
+            #[cfg(feature = "cluster")]
+            mirror: None,
         }
     }
 }
@@ -177,6 +274,29 @@ impl Tape {
     /// The `seq` of the latest event (below the first one's before there is any).
     pub fn last_seq(&self) -> u64 {
         lock(&self.inner).last_seq
+    }
+
+    /// Numbers the next events after `seq` at least: a run continues the numbering of the
+    /// thread's shared tape, whichever server added its latest events. Local events left from
+    /// before a jump are dropped, so local numbers stay consecutive.
+    #[cfg(feature = "cluster")]
+    pub fn continue_after(&self, seq: u64) {
+        let mut inner = lock(&self.inner);
+        if seq > inner.last_seq {
+            inner.events.clear();
+            inner.last_seq = seq;
+        }
+    }
+
+    /// Waits (at most `limit`) until every event added so far is in the shared tape, so the
+    /// next run, on any server, numbers its events after them.
+    #[cfg(feature = "cluster")]
+    pub async fn flushed(&self, limit: Duration) {
+        if let Some(mirror) = &self.mirror {
+            let last = self.last_seq();
+            let mut published = mirror.published.subscribe();
+            let _ = tokio::time::timeout(limit, published.wait_for(|seq| *seq >= last)).await;
+        }
     }
 
     /// The events numbered after `after`, in order, and the number of the latest event on
@@ -244,6 +364,10 @@ impl Tape {
         }
         inner.last_seq = seq;
         inner.touched = Some(Instant::now());
+        #[cfg(feature = "cluster")]
+        if let (Some(mirror), Some(event)) = (&self.mirror, inner.events.back()) {
+            mirror.send(Mirrored::Event(Arc::clone(event)));
+        }
         drop(inner);
         self.progress.send_replace(seq);
     }
@@ -256,6 +380,125 @@ impl Tape {
                 graph_name: graph_name.to_owned(),
             },
         );
+        #[cfg(feature = "cluster")]
+        if let Some(mirror) = &self.mirror {
+            mirror.send(Mirrored::Tree(self.tree()));
+        }
+    }
+}
+
+/// What a tape sends to the cluster, in order.
+#[cfg(feature = "cluster")]
+enum Mirrored {
+    Event(Arc<Recorded>),
+    Tree(Value),
+}
+
+/// A tape's copy in the cluster's Redis, written in order by a task of its own.
+#[cfg(feature = "cluster")]
+struct Mirror {
+    sender: tokio::sync::mpsc::UnboundedSender<Mirrored>,
+    /// The `seq` of the latest event written.
+    published: Arc<watch::Sender<u64>>,
+}
+
+#[cfg(feature = "cluster")]
+impl Mirror {
+    /// The copy of thread `storage`'s tape; `None` outside a runtime.
+    fn start(cluster: Arc<crate::cluster::Cluster>, storage: &str) -> Option<Self> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let (sender, mut received) = tokio::sync::mpsc::unbounded_channel();
+        let published = Arc::new(watch::channel(0).0);
+        let storage = storage.to_owned();
+        let written = Arc::clone(&published);
+        // Ends when the tape, and with it the sender, is gone.
+        runtime.spawn(async move {
+            while let Some(item) = received.recv().await {
+                let result = match &item {
+                    Mirrored::Event(event) => {
+                        let result = cluster.publish_event(&storage, event, MAX_EVENTS).await;
+                        written.send_replace(event.seq);
+                        result
+                    }
+                    Mirrored::Tree(tree) => cluster.publish_tree(&storage, tree).await,
+                };
+                if let Err(error) = result {
+                    tracing::warn!(%storage, %error, "a protocol event was not shared with the cluster");
+                }
+            }
+        });
+        Some(Self { sender, published })
+    }
+
+    fn send(&self, item: Mirrored) {
+        let _ = self.sender.send(item);
+    }
+}
+
+/// Where a client follows a thread's events from ([`Tapes::follower`]).
+pub enum Follower {
+    /// This server's tape.
+    Local(Arc<Tape>),
+    /// The cluster's shared tape in Redis, read from after entry `after_entry`.
+    #[cfg(feature = "cluster")]
+    Shared {
+        /// The cluster.
+        cluster: Arc<crate::cluster::Cluster>,
+        /// The thread.
+        storage: String,
+        /// The Redis entry read last.
+        after_entry: String,
+    },
+}
+
+impl Follower {
+    /// The events numbered after `after`, in order, once there is one; none when `quiet`
+    /// passed without any (time for a heartbeat).
+    pub async fn next(&mut self, after: u64, quiet: Duration) -> Vec<Arc<Recorded>> {
+        match self {
+            Self::Local(tape) => {
+                let (events, last_seq) = tape.since(after);
+                if !events.is_empty() {
+                    return events;
+                }
+                // Waiting is for events after all those on the tape now (a `since` from
+                // before this tape's first number waits for its next event too).
+                let _ = tokio::time::timeout(quiet, tape.changed(after.max(last_seq))).await;
+                tape.since(after).0
+            }
+            #[cfg(feature = "cluster")]
+            Self::Shared {
+                cluster,
+                storage,
+                after_entry,
+            } => {
+                let started = Instant::now();
+                loop {
+                    // Polled: a blocking read would hold the shared connection.
+                    match cluster.read_events(storage, after_entry).await {
+                        Ok(entries) => {
+                            let mut events = Vec::new();
+                            for (entry, event) in entries {
+                                *after_entry = entry;
+                                if event.seq > after {
+                                    events.push(Arc::new(event));
+                                }
+                            }
+                            if !events.is_empty() {
+                                return events;
+                            }
+                        }
+                        Err(error) => {
+                            tracing::warn!(%storage, %error, "cannot read the thread's shared events")
+                        }
+                    }
+                    if started.elapsed() >= quiet {
+                        return Vec::new();
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
     }
 }
 

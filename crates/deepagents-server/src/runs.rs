@@ -207,7 +207,8 @@ impl Runs {
             let cluster = Arc::clone(&cluster);
             async move { cluster.keep_alive().await }
         });
-        let runs = Self::with(watch, store, assistants, Some(cluster));
+        let runs = Self::with(watch, store, assistants, Some(Arc::clone(&cluster)));
+        runs.protocol.share(cluster);
         tokio::spawn(Arc::clone(&runs).dispatch());
         runs
     }
@@ -676,8 +677,21 @@ impl Runs {
             before.as_ref(),
         )
         .with_ids(ids.clone());
+        let tape = self.protocol.tape(storage);
+        // In a cluster the thread's events are numbered across servers: this run's follow
+        // the latest, wherever the run before it ran.
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = self.protocol.shared() {
+            match cluster.last_event_seq(storage).await {
+                Ok(Some(seq)) => tape.continue_after(seq),
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the thread's shared events; numbering on")
+                }
+            }
+        }
         let mut protocol = crate::protocol::RunTape::start(
-            self.protocol.tape(storage),
+            Arc::clone(&tape),
             &record.run_id,
             &assistant.graph_id,
             before.as_ref(),
@@ -729,6 +743,8 @@ impl Runs {
         drop(steps);
         if live.is_handed_back() {
             tracing::info!("run handed back to the queue");
+            #[cfg(feature = "cluster")]
+            tape.flushed(Duration::from_secs(5)).await;
             return;
         }
         let action = lock(&live.cancel_action).clone();
@@ -839,6 +855,9 @@ impl Runs {
         // After the run's status is saved: a client that reads the thread once it sees the
         // end finds it settled.
         protocol.finish(ending);
+        // The thread's next run, on whichever server, numbers its events after these.
+        #[cfg(feature = "cluster")]
+        tape.flushed(Duration::from_secs(5)).await;
     }
 
     /// How the messages the run adds are named: by position, with the thread's forks (a
@@ -939,10 +958,30 @@ impl Runs {
         let Some(cluster) = self.cluster.clone() else {
             return;
         };
+        if cluster.jobs() == Some(0) {
+            tracing::info!("serving the API only: other servers of the cluster run the runs");
+            return;
+        }
+        let jobs = cluster
+            .jobs()
+            .map(|jobs| Arc::new(tokio::sync::Semaphore::new(jobs)));
         while !self.stopping.load(std::sync::atomic::Ordering::Acquire) {
+            // A free slot before a claim: a run claimed here is not left waiting for one.
+            let slot = match &jobs {
+                Some(jobs) => match Arc::clone(jobs).acquire_owned().await {
+                    Ok(slot) => Some(slot),
+                    Err(_) => return,
+                },
+                None => None,
+            };
             match cluster.claim().await {
                 Ok(Some(claimed)) => {
-                    tokio::spawn(Arc::clone(&self).drive_claimed(Arc::clone(&cluster), claimed));
+                    let runs = Arc::clone(&self);
+                    let cluster = Arc::clone(&cluster);
+                    tokio::spawn(async move {
+                        runs.drive_claimed(cluster, claimed).await;
+                        drop(slot);
+                    });
                     continue;
                 }
                 Ok(None) => {}

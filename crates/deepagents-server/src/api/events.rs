@@ -108,14 +108,14 @@ async fn answer(
             ));
         }
     };
-    let tape = shared.runs.protocol.tape(&storage_id(&tenant.0, thread_id));
+    let storage = storage_id(&tenant.0, thread_id);
     // What the client has seen when its command applies: events numbered after this come
     // from what the command started.
-    let applied = tape.last_seq();
+    let applied = shared.runs.protocol.last_seq(&storage).await;
     let outcome = match method {
         "run.start" => run_start(shared, tenant, thread_id, &params).await,
         "input.respond" => input_respond(shared, tenant, thread_id, &params).await,
-        "agent.getTree" => Ok(json!({"tree": tape.tree()})),
+        "agent.getTree" => Ok(json!({"tree": shared.runs.protocol.tree(&storage).await})),
         "state.get" => state_get(shared, tenant, thread_id, &params).await,
         "state.listCheckpoints" => list_checkpoints(shared, tenant, thread_id, &params).await,
         "state.fork" => state_fork(shared, tenant, thread_id, &params).await,
@@ -193,10 +193,7 @@ async fn serve_socket(
             }
         }
     });
-    let tape = shared
-        .runs
-        .protocol
-        .tape(&storage_id(&tenant.0, &thread_id));
+    let storage = storage_id(&tenant.0, &thread_id);
     let mut closing = shared.runs.protocol.closing();
     let mut subscriptions: std::collections::HashMap<String, tokio::task::JoinHandle<()>> =
         std::collections::HashMap::new();
@@ -228,11 +225,11 @@ async fn serve_socket(
                 Ok((filter, since)) => {
                     next_subscription += 1;
                     let name = format!("sub-{next_subscription}");
-                    let applied = tape.last_seq();
+                    let applied = shared.runs.protocol.last_seq(&storage).await;
                     subscriptions.insert(
                         name.clone(),
                         tokio::spawn(forward(
-                            std::sync::Arc::clone(&tape),
+                            shared.runs.protocol.follower(&storage),
                             filter,
                             since,
                             outgoing.clone(),
@@ -250,7 +247,7 @@ async fn serve_socket(
                 match subscriptions.remove(name) {
                     Some(task) => {
                         task.abort();
-                        success(id, json!({}), tape.last_seq())
+                        success(id, json!({}), shared.runs.protocol.last_seq(&storage).await)
                     }
                     None => error_response(
                         Some(&json!(id)),
@@ -278,25 +275,27 @@ async fn serve_socket(
     let _ = writer.await;
 }
 
-/// Sends the events of `tape` numbered after `since` that `filter` wants, then the live ones,
+/// Sends the thread's events numbered after `since` that `filter` wants, then the live ones,
 /// to a socket, until it is gone.
 async fn forward(
-    tape: std::sync::Arc<crate::protocol::Tape>,
+    mut follower: crate::protocol::Follower,
     filter: Filter,
     mut after: u64,
     outgoing: tokio::sync::mpsc::Sender<axum::extract::ws::Message>,
 ) {
     loop {
-        let (events, last_seq) = tape.since(after);
-        for event in events.iter().filter(|event| filter.wants(event)) {
-            let message = axum::extract::ws::Message::Text(event.json.clone().into());
-            if outgoing.send(message).await.is_err() {
-                return;
-            }
+        let events = follower.next(after, Duration::from_secs(15)).await;
+        if outgoing.is_closed() {
+            return;
         }
-        after = events.last().map_or(after.max(last_seq), |last| last.seq);
-        if events.is_empty() {
-            tape.changed(after).await;
+        for event in &events {
+            after = event.seq;
+            if filter.wants(event) {
+                let message = axum::extract::ws::Message::Text(event.json.clone().into());
+                if outgoing.send(message).await.is_err() {
+                    return;
+                }
+            }
         }
     }
 }
@@ -731,10 +730,10 @@ pub(super) async fn events(
     };
     let (filter, since) = read_filter(&body)?;
     shared.records(&tenant).existing_thread(&thread_id).await?;
-    let tape = shared
+    let follower = shared
         .runs
         .protocol
-        .tape(&storage_id(&tenant.0, &thread_id));
+        .follower(&storage_id(&tenant.0, &thread_id));
     let closing = shared.runs.protocol.closing();
     // A comment first, so the client has the response (and knows the stream is open)
     // before any event comes.
@@ -742,44 +741,38 @@ pub(super) async fn events(
         Ok::<_, std::convert::Infallible>(Bytes::from_static(b": connected\n\n"))
     });
     let following = futures::stream::unfold(
-        (tape, since, closing),
-        move |(tape, mut after, mut closing)| {
+        (follower, since, closing),
+        move |(mut follower, mut after, mut closing)| {
             let filter = filter.clone();
             async move {
                 loop {
                     if *closing.borrow() {
                         return None;
                     }
-                    let (events, last_seq) = tape.since(after);
-                    // Waiting is for events after all those on the tape now (a `since` from
-                    // before this tape's first number waits for its next event too).
-                    let waited_for = after.max(last_seq);
-                    if let Some(last) = events.last() {
-                        after = last.seq;
-                        let mut text = String::new();
-                        for event in events.iter().filter(|event| filter.wants(event)) {
+                    let events = tokio::select! {
+                        events = follower.next(after, Duration::from_secs(15)) => events,
+                        _ = closing.changed() => return None,
+                    };
+                    // A comment now and then keeps proxies from closing a quiet stream and
+                    // tells the client the connection is alive.
+                    if events.is_empty() {
+                        return Some((
+                            Ok(Bytes::from_static(b": heartbeat\n\n")),
+                            (follower, after, closing),
+                        ));
+                    }
+                    let mut text = String::new();
+                    for event in &events {
+                        after = event.seq;
+                        if filter.wants(event) {
                             text.push_str(&format!(
                                 "event: {}\ndata: {}\nid: {}\n\n",
                                 event.method, event.json, event.seq
                             ));
                         }
-                        if text.is_empty() {
-                            continue;
-                        }
-                        return Some((Ok(Bytes::from(text)), (tape, after, closing)));
                     }
-                    after = waited_for;
-                    tokio::select! {
-                        () = tape.changed(after) => {}
-                        // A comment now and then keeps proxies from closing a quiet stream and
-                        // tells the client the connection is alive.
-                        () = tokio::time::sleep(Duration::from_secs(15)) => {
-                            return Some((
-                                Ok(Bytes::from_static(b": heartbeat\n\n")),
-                                (tape, after, closing),
-                            ));
-                        }
-                        _ = closing.changed() => return None,
+                    if !text.is_empty() {
+                        return Some((Ok(Bytes::from(text)), (follower, after, closing)));
                     }
                 }
             }
