@@ -381,12 +381,14 @@ async fn an_interrupt_is_an_input_event_and_input_respond_continues_the_run() {
         assert_eq!(refused["type"], "error", "{refused}");
         assert_eq!(refused["error"], "no_such_interrupt", "{refused}");
         assert_eq!(refused["id"], 7);
-        let (_, answer) = command(
-            &app,
-            "hitl",
-            json!({"id": 2, "method": "input.respond", "params": {"namespace": [], "interrupt_id": interrupt, "response": {"decisions": [{"type": "approve"}]}}}),
-        )
-        .await;
+        // The first pause is answered by input.respond; the second by run.start with the
+        // answer as its input, which the reference server also takes as a resume.
+        let resume = if expected == "/one.md" {
+            json!({"id": 2, "method": "input.respond", "params": {"namespace": [], "interrupt_id": interrupt, "response": {"decisions": [{"type": "approve"}]}}})
+        } else {
+            json!({"id": 2, "method": "run.start", "params": {"assistant_id": "agent", "input": {"decisions": [{"type": "approve"}]}}})
+        };
+        let (_, answer) = command(&app, "hitl", resume).await;
         assert_eq!(answer["type"], "success", "{answer}");
         // The resumed run says which interrupt it answers, then runs the approved call.
         let running = stream.next().await;

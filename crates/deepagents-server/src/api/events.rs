@@ -5,6 +5,7 @@
 //! filtered as its body asks. Runs started here are the same runs as the v1 routes' (one
 //! queue per thread, the same records and checkpoints).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Extension;
@@ -195,8 +196,13 @@ async fn serve_socket(
     });
     let storage = storage_id(&tenant.0, &thread_id);
     let mut closing = shared.runs.protocol.closing();
-    let mut subscriptions: std::collections::HashMap<String, tokio::task::JoinHandle<()>> =
-        std::collections::HashMap::new();
+    // One forwarder sends the socket's events in the order of the tape, each once if any
+    // subscription wants it: forwarders of their own would interleave the subscriptions'
+    // events out of order, and the SDK takes an end seen before the values it follows as
+    // the end of what it follows.
+    let subscriptions: Subscriptions = Arc::default();
+    let sent_through = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut forwarder: Option<tokio::task::JoinHandle<()>> = None;
     let mut next_subscription = 0u64;
     loop {
         let message = tokio::select! {
@@ -226,15 +232,20 @@ async fn serve_socket(
                     next_subscription += 1;
                     let name = format!("sub-{next_subscription}");
                     let applied = shared.runs.protocol.last_seq(&storage).await;
-                    subscriptions.insert(
-                        name.clone(),
-                        tokio::spawn(forward(
-                            shared.runs.protocol.follower(&storage),
-                            filter,
-                            since,
-                            outgoing.clone(),
-                        )),
-                    );
+                    lock(&subscriptions).insert(name.clone(), (filter, since));
+                    // Started again from where the new subscription's replay begins; what
+                    // was sent already comes again, and the client keeps one of each.
+                    if let Some(task) = forwarder.take() {
+                        task.abort();
+                    }
+                    let from = since.min(sent_through.load(std::sync::atomic::Ordering::Acquire));
+                    forwarder = Some(tokio::spawn(forward(
+                        shared.runs.protocol.follower(&storage),
+                        Arc::clone(&subscriptions),
+                        from,
+                        outgoing.clone(),
+                        Arc::clone(&sent_through),
+                    )));
                     success(id, json!({"subscription_id": name}), applied)
                 }
                 Err(error) => error_response(Some(&json!(id)), "invalid_argument", &error.detail),
@@ -244,9 +255,9 @@ async fn serve_socket(
                     .get("subscription_id")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                match subscriptions.remove(name) {
-                    Some(task) => {
-                        task.abort();
+                let removed = lock(&subscriptions).remove(name);
+                match removed {
+                    Some(_) => {
                         success(id, json!({}), shared.runs.protocol.last_seq(&storage).await)
                     }
                     None => error_response(
@@ -268,20 +279,31 @@ async fn serve_socket(
             break;
         }
     }
-    for (_, task) in subscriptions {
+    if let Some(task) = forwarder {
         task.abort();
     }
     drop(outgoing);
     let _ = writer.await;
 }
 
-/// Sends the thread's events numbered after `since` that `filter` wants, then the live ones,
-/// to a socket, until it is gone.
+/// A socket's subscriptions: each one's filter and the `seq` its replay starts after.
+type Subscriptions = Arc<std::sync::Mutex<std::collections::BTreeMap<String, (Filter, u64)>>>;
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sends the thread's events numbered after `after` that a subscription wants, in order,
+/// then the live ones, to a socket, until it is gone; `sent_through` is the latest `seq` it
+/// passed.
 async fn forward(
     mut follower: crate::protocol::Follower,
-    filter: Filter,
+    subscriptions: Subscriptions,
     mut after: u64,
     outgoing: tokio::sync::mpsc::Sender<axum::extract::ws::Message>,
+    sent_through: Arc<std::sync::atomic::AtomicU64>,
 ) {
     loop {
         let events = follower.next(after, Duration::from_secs(15)).await;
@@ -290,12 +312,16 @@ async fn forward(
         }
         for event in &events {
             after = event.seq;
-            if filter.wants(event) {
+            let wanted = lock(&subscriptions)
+                .values()
+                .any(|(filter, since)| event.seq > *since && filter.wants(event));
+            if wanted {
                 let message = axum::extract::ws::Message::Text(event.json.clone().into());
                 if outgoing.send(message).await.is_err() {
                     return;
                 }
             }
+            sent_through.fetch_max(event.seq, std::sync::atomic::Ordering::AcqRel);
         }
     }
 }
@@ -406,10 +432,20 @@ async fn run_start(
         .unwrap_or(MultitaskStrategy::Enqueue);
     let mut body = json!({
         "assistant_id": assistant_id,
-        "input": start.input.unwrap_or(Value::Null),
         "if_not_exists": "create",
         "multitask_strategy": strategy.as_str(),
     });
+    // Input that is an answer (`{"decisions": [...]}`, as `input.respond` carries) resumes
+    // the thread's pause, as the reference server takes `run.start` on a paused thread; input
+    // with messages is new input (calls left waiting are then marked not run).
+    match start.input {
+        Some(answer @ Value::Object(_))
+            if answer.get("decisions").is_some() && answer.get("messages").is_none() =>
+        {
+            body["command"] = json!({"resume": answer});
+        }
+        input => body["input"] = input.unwrap_or(Value::Null),
+    }
     fields.copy_into(&mut body);
     if let Some(checkpoint) = fields.fork_target() {
         body["checkpoint_id"] = checkpoint;
