@@ -2,6 +2,8 @@
 harness (planning, a virtual filesystem over pluggable backends, subagents, context
 engineering, approvals, crash-safe threads, spend caps)."""
 
+from typing import Any
+
 from ._agent import (
     AgentError,
     DeepAgent,
@@ -29,14 +31,20 @@ from ._backends import (
 )
 from ._messages import Command, Interrupt, Message, ToolRuntime
 from ._native import __version__
+from .graph import DeepAgentState
+from .middleware import CompiledSubAgent, FsToolName, SubAgent
+from .middleware._unsupported import unsupported as _unsupported
 
 __all__ = [
     "AgentError",
     "Command",
+    "CompiledSubAgent",
     "CompositeBackend",
     "DeepAgent",
+    "DeepAgentState",
     "FilesystemBackend",
     "FilesystemPermission",
+    "FsToolName",
     "GraphOutput",
     "InMemorySaver",
     "InMemoryStore",
@@ -54,7 +62,13 @@ __all__ = [
     "StateBackend",
     "StateSnapshot",
     "StoreBackend",
+    "SubAgent",
     "ToolRuntime",
     "__version__",
     "create_deep_agent",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The reference's middleware and profile names: ImportError naming what to use instead.
+    return _unsupported(__name__, name)

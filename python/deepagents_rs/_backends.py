@@ -3,11 +3,81 @@ Python, and the storage of threads and long-term memory."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import datetime
 import json
 import os
 import re
-from typing import Any, Mapping, Sequence
+import uuid
+from typing import Any, Callable, Mapping, Sequence
+
+from ._protocol import (
+    BackendProtocol,
+    DeleteResult,
+    EditResult,
+    ExecuteResponse,
+    FileData,
+    FileDownloadResponse,
+    FileInfo,
+    FileUploadResponse,
+    GlobResult,
+    GrepMatch,
+    GrepResult,
+    LsResult,
+    ReadResult,
+    SandboxBackendProtocol,
+    WriteResult,
+)
+
+EMPTY_CONTENT_WARNING = "System reminder: File exists but has empty contents"
+EMPTY_OLD_STRING_ERROR = "Error: old_string cannot be empty. Provide the exact text to replace."
+
+# Read back as base64 (``encoding="base64"``) rather than text, as the reference does.
+_BINARY_SUFFIXES = frozenset(
+    ".png .jpg .jpeg .gif .webp .bmp .ico .tif .tiff .heic .pdf .mp3 .wav .ogg .flac .m4a .aac"
+    " .mp4 .mov .avi .webm .mkv .mpeg .mpg .zip .gz .tar .7z .bin .exe .so .dylib .dll".split()
+)
+
+
+def slice_lines(content: str, offset: int, limit: int) -> ReadResult:
+    """The window of ``limit`` lines from line ``offset`` (0-based) of ``content`` as a
+    ``ReadResult``: raw text (line ends kept, CRLF as LF) and its 1-based line range."""
+    offset, limit = max(int(offset), 0), max(int(limit), 0)
+    if not content.strip():
+        return ReadResult(file_data=FileData(content=content, encoding="utf-8"))
+    if limit == 0:
+        return ReadResult(file_data=FileData(content="", encoding="utf-8"), no_lines_requested=True)
+    lines = content.splitlines(keepends=True)
+    if offset >= len(lines):
+        return ReadResult(error=f"Line offset {offset} exceeds file length ({len(lines)} lines)")
+    end = min(offset + limit, len(lines))
+    text = "".join(lines[offset:end]).replace("\r\n", "\n").replace("\r", "\n")
+    return ReadResult(
+        file_data=FileData(content=text, encoding="utf-8"),
+        total_lines=len(lines),
+        start_line=offset + 1,
+        end_line=end,
+        next_offset=end if end < len(lines) else None,
+    )
+
+
+def _iso(ms: Any) -> str | None:
+    if not isinstance(ms, (int, float)):
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000).isoformat()
+
+
+def _entry(info: Mapping[str, Any], listing: bool) -> FileInfo:
+    path = str(info.get("path", ""))
+    is_dir = bool(info.get("is_dir", False))
+    if is_dir and listing and not path.endswith("/"):
+        path += "/"
+    entry = FileInfo(path=path, is_dir=is_dir, size=0 if is_dir else int(info.get("size", 0) or 0))
+    modified = _iso(info.get("modified_at_ms"))
+    if modified is not None:
+        entry["modified_at"] = modified
+    return entry
 
 
 class _Spec:
@@ -15,8 +85,137 @@ class _Spec:
         raise NotImplementedError
 
 
-class StateBackend(_Spec):
-    """Files in the thread's state, checkpointed with it (the default)."""
+class _Direct(_Spec, BackendProtocol):
+    """The reference protocol's methods on a built-in backend, for calls outside a run: the
+    backend is built natively from its description, once, and called in Rust."""
+
+    _native_backend: Any = None
+
+    def _native(self) -> Any:
+        if self._native_backend is None:
+            from . import _native
+
+            objects: list[Any] = []
+            spec = self.spec(objects)
+            self._native_backend = _native.NativeBackend(json.dumps(spec), objects)
+        return self._native_backend
+
+    def _path(self, path: str | None) -> str:
+        path = path or "/"
+        return path if path.startswith("/") else "/" + path
+
+    def _op(self, op: str, **args: Any) -> tuple[Any, dict[str, Any] | None]:
+        answer = json.loads(self._native().call(op, json.dumps(args)))
+        return answer.get("ok"), answer.get("error")
+
+    def ls(self, path: str) -> LsResult:
+        found, error = self._op("ls", path=self._path(path))
+        if error:
+            if error["kind"] in ("not_found", "invalid_path"):
+                return LsResult(error=f"Path '{path}': path_not_found")
+            if error["kind"] == "not_a_directory":
+                return LsResult(error=f"Path '{path}': not_a_directory")
+            return LsResult(error=f"Cannot list '{path}': {error['message']}")
+        return LsResult(entries=sorted((_entry(i, True) for i in found), key=lambda e: e["path"]))
+
+    def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
+        [(data, code)] = self._native().download([self._path(file_path)])
+        if data is None:
+            if code in ("file_not_found", "is_directory"):
+                return ReadResult(error=f"File '{file_path}' not found")
+            return ReadResult(error=f"Error reading file '{file_path}': {code}")
+        if os.path.splitext(file_path)[1].lower() not in _BINARY_SUFFIXES:
+            try:
+                text = bytes(data).decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                if not text.strip():
+                    return ReadResult(file_data=FileData(content=EMPTY_CONTENT_WARNING, encoding="utf-8"))
+                return slice_lines(text, offset, limit)
+        return ReadResult(file_data=FileData(content=base64.standard_b64encode(data).decode("ascii"), encoding="base64"))
+
+    def write(self, file_path: str, content: str) -> WriteResult:
+        _, error = self._op("write", path=self._path(file_path), content=content)
+        if error:
+            return WriteResult(error=f"Error writing file '{file_path}': {error['message']}")
+        return WriteResult(path=file_path)
+
+    def edit(self, file_path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditResult:
+        if not old_string:
+            return EditResult(error=EMPTY_OLD_STRING_ERROR)
+        count, error = self._op("edit", path=self._path(file_path), old=old_string, new=new_string, replace_all=replace_all)
+        if error:
+            kind = error["kind"]
+            if kind in ("not_found", "is_directory"):
+                return EditResult(error=f"Error: File '{file_path}' not found")
+            if kind == "string_not_found":
+                return EditResult(error=f"Error: String not found in file: '{old_string}'")
+            if kind == "not_unique":
+                return EditResult(
+                    error=f"Error: String '{old_string}' appears {error.get('count') or 2} times in file."
+                    " Use replace_all=True to replace all instances, or provide a more specific string"
+                    " with surrounding context."
+                )
+            return EditResult(error=f"Error editing file '{file_path}': {error['message']}")
+        return EditResult(path=file_path, occurrences=int(count))
+
+    def delete(self, file_path: str) -> DeleteResult:
+        _, error = self._op("delete", path=self._path(file_path))
+        if error:
+            if error["kind"] == "not_found":
+                return DeleteResult(error=f"Error: '{file_path}' not found")
+            return DeleteResult(error=f"Error deleting '{file_path}': {error['message']}")
+        return DeleteResult(path=file_path)
+
+    def grep(
+        self, pattern: str, path: str | None = None, glob: str | None = None, *, max_count: int | None = None
+    ) -> GrepResult:
+        found, error = self._op(
+            "grep", pattern=pattern, path=self._path(path), glob=glob, max_count=100_000 if max_count is None else max_count
+        )
+        if error:
+            if error["kind"] in ("not_found", "invalid_path"):
+                return GrepResult(matches=[])
+            return GrepResult(error=error["message"], matches=[])
+        matches = [
+            GrepMatch(path=str(m["path"]), line=int(m["line_number"]), text=str(m["line"])) for m in found.get("matches", [])
+        ]
+        return GrepResult(matches=matches, truncated=bool(found.get("truncated", False)))
+
+    def glob(self, pattern: str, path: str | None = None) -> GlobResult:
+        found, error = self._op("glob", pattern=pattern, path=self._path(path))
+        if error:
+            if error["kind"] in ("not_found", "not_a_directory"):
+                return GlobResult(matches=[])
+            return GlobResult(error=error["message"])
+        matches = [_entry(i, False) for i in found.get("files", []) if not i.get("is_dir")]
+        truncated = bool(found.get("truncated", False))
+        return GlobResult(matches=matches, truncated=truncated, truncation_reason="budget" if truncated else None)
+
+    def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        codes = self._native().upload([(self._path(p), bytes(data)) for p, data in files])
+        return [FileUploadResponse(path=p, error=code) for (p, _), code in zip(files, codes)]
+
+    def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        answers = self._native().download([self._path(p) for p in paths])
+        return [FileDownloadResponse(path=p, content=data, error=code) for p, (data, code) in zip(paths, answers)]
+
+    # The names of deepagents releases before 0.5 (plain lists; errors as strings).
+    def ls_info(self, path: str) -> list[FileInfo]:
+        return self.ls(path).entries or []
+
+    def grep_raw(self, pattern: str, path: str | None = None, glob: str | None = None) -> list[GrepMatch] | str:
+        result = self.grep(pattern, path, glob)
+        return result.error if result.error else list(result.matches or [])
+
+    def glob_info(self, pattern: str, path: str = "/") -> list[FileInfo]:
+        return self.glob(pattern, path).matches or []
+
+
+class StateBackend(_Direct):
+    """Files in the thread's state, checkpointed with it (the default). Called directly,
+    outside a run, it keeps files in a scratch state of its own."""
 
     def __init__(self, runtime: Any = None) -> None:
         del runtime  # the reference's factories pass one; the state is the run's here
@@ -25,19 +224,34 @@ class StateBackend(_Spec):
         return {"kind": "state"}
 
 
-class FilesystemBackend(_Spec):
+class FilesystemBackend(_Direct):
     """Files on disk under ``root_dir`` (default: the working directory). With
-    ``virtual_mode`` (the default) every path is confined to the root."""
+    ``virtual_mode`` (the default) every path is confined to the root; without it paths are
+    host paths, relative ones under the root. ``max_file_size_mb`` is accepted and ignored
+    (the native backend's limit is 10 MiB)."""
 
-    def __init__(self, root_dir: str | os.PathLike[str] | None = None, virtual_mode: bool = True) -> None:
+    def __init__(
+        self, root_dir: str | os.PathLike[str] | None = None, virtual_mode: bool = True, max_file_size_mb: int = 10
+    ) -> None:
         self.root_dir = None if root_dir is None else os.fspath(root_dir)
         self.virtual_mode = virtual_mode
+        self.max_file_size_mb = max_file_size_mb
+
+    @property
+    def cwd(self) -> str:
+        """The root, resolved."""
+        return os.path.realpath(self.root_dir or os.getcwd())
+
+    def _path(self, path: str | None) -> str:
+        if self.virtual_mode or path is None:
+            return super()._path(path)
+        return path if os.path.isabs(path) else os.path.normpath(os.path.join(self.cwd, path))
 
     def spec(self, objects: list[Any]) -> dict[str, Any]:
         return {"kind": "filesystem", "root_dir": self.root_dir, "virtual_mode": self.virtual_mode}
 
 
-class LocalShellBackend(FilesystemBackend):
+class LocalShellBackend(FilesystemBackend, SandboxBackendProtocol):
     """A filesystem backend plus ``execute``: shell commands in ``root_dir``, ``timeout``
     seconds (default 120), output capped at ``max_output_bytes`` (default 100,000), an empty
     environment unless ``env`` or ``inherit_env``. ``sandbox=True`` confines each command to
@@ -60,6 +274,28 @@ class LocalShellBackend(FilesystemBackend):
         self.env = dict(env or {})
         self.inherit_env = inherit_env
         self.sandbox = sandbox
+        self._id = f"local-{uuid.uuid4().hex[:8]}"
+
+    @property
+    def id(self) -> str:
+        """This backend's id (``local-`` and 8 hex digits)."""
+        return self._id
+
+    def execute(self, command: str, *, timeout: int | float | None = None) -> ExecuteResponse:
+        """Runs ``command`` with ``sh -c`` in the root (``timeout`` seconds: the backend's
+        default when ``None``)."""
+        if not command or not isinstance(command, str):
+            return ExecuteResponse(output="Error: Command must be a non-empty string.", exit_code=1)
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        found, error = self._op("execute", command=command, timeout=timeout)
+        if error:
+            return ExecuteResponse(output=f"Error executing command: {error['message']}", exit_code=1)
+        return ExecuteResponse(
+            output=str(found.get("output", "")),
+            exit_code=found.get("exit_code"),
+            truncated=bool(found.get("truncated", False)),
+        )
 
     def spec(self, objects: list[Any]) -> dict[str, Any]:
         return {
@@ -74,24 +310,39 @@ class LocalShellBackend(FilesystemBackend):
         }
 
 
-class StoreBackend(_Spec):
-    """Files in the agent's long-term store (``create_deep_agent(store=…)``), under
-    ``namespace`` (default ``("filesystem",)``): shared across threads."""
+NamespaceFactory = Callable[[Any], "tuple[str, ...]"]
+"""The reference's namespace type (a function of the runtime); here a namespace is a tuple."""
 
-    def __init__(self, runtime: Any = None, *, namespace: Sequence[str] | None = None) -> None:
+
+class StoreBackend(_Direct):
+    """Files in a long-term store, under ``namespace`` (default ``("filesystem",)``): shared
+    across threads. The store is ``store=`` (``InMemoryStore()``, ``SqliteStore(path)``,
+    ``PostgresStore(url)``), else the agent's (``create_deep_agent(store=…)``); calling the
+    backend directly needs ``store=``."""
+
+    def __init__(self, runtime: Any = None, *, namespace: Sequence[str] | None = None, store: Any = None) -> None:
         del runtime
+        if callable(namespace):
+            raise TypeError(
+                "StoreBackend(namespace=…) takes a tuple of strings here, not a function of the runtime;"
+                " for a namespace per user, build one agent per namespace"
+            )
         self.namespace = None if namespace is None else [str(n) for n in namespace]
+        self.store = store
 
     def spec(self, objects: list[Any]) -> dict[str, Any]:
-        return {"kind": "store", "namespace": self.namespace}
+        store = None if self.store is None else storage_index(self.store, "StoreBackend(store=…)", objects)
+        return {"kind": "store", "namespace": self.namespace, "store": store}
 
 
-class CompositeBackend(_Spec):
-    """Routes paths by prefix (longest wins) to other backends, ``default`` for the rest."""
+class CompositeBackend(_Direct):
+    """Routes paths by prefix (longest wins) to other backends, ``default`` for the rest.
+    ``artifacts_root`` is accepted and ignored."""
 
-    def __init__(self, default: Any, routes: Mapping[str, Any]) -> None:
+    def __init__(self, default: Any, routes: Mapping[str, Any], *, artifacts_root: str = "/") -> None:
         self.default = default
         self.routes = dict(routes)
+        self.artifacts_root = artifacts_root
 
     def spec(self, objects: list[Any]) -> dict[str, Any]:
         return {
@@ -172,7 +423,7 @@ def _infos(items: Any) -> list[dict[str, Any]]:
             out.append({"path": item, "is_dir": item.endswith("/") and item != "/", "size": 0})
             continue
         path = str(_field(item, "path", default=""))
-        is_dir = bool(_field(item, "is_dir", default=False))
+        is_dir = bool(_field(item, "is_dir", default=path.endswith("/") and path != "/"))
         if is_dir and len(path) > 1:
             path = path.rstrip("/")
         out.append({"path": path, "is_dir": is_dir, "size": int(_field(item, "size", default=0) or 0)})
@@ -218,7 +469,15 @@ class PythonBackendAdapter:
 
     def _read(self, path: str) -> str:
         result = _checked(self._method("read")(path, 0, 1_000_000_000))
-        text = _field(result, "content", default=result) if not isinstance(result, str) else result
+        data = _field(result, "file_data") if not isinstance(result, str) else None
+        if data is not None:  # a ReadResult
+            text = _field(data, "content", default="")
+            if _field(data, "encoding", default="utf-8") == "base64":
+                text = base64.standard_b64decode(str(text)).decode("utf-8", errors="replace")
+            elif text == EMPTY_CONTENT_WARNING:
+                text = ""
+        else:
+            text = _field(result, "content", default=result) if not isinstance(result, str) else result
         if isinstance(text, list):
             text = "\n".join(str(line) for line in text)
         text = str(text or "")

@@ -2,7 +2,7 @@
 
 from typing import Any, Iterator, final
 
-__all__ = ["NativeAgent", "NativeStorage", "NativeStream", "ToolCall", "__version__"]
+__all__ = ["NativeAgent", "NativeBackend", "NativeStorage", "NativeStream", "ToolCall", "__version__"]
 
 __version__: str
 
@@ -50,3 +50,10 @@ class ToolCall:
 @final
 class NativeStorage:
     def __new__(cls, config: str, role: str) -> NativeStorage: ...
+
+@final
+class NativeBackend:
+    def __new__(cls, config: str, objects: list[Any]) -> NativeBackend: ...
+    def call(self, op: str, args: str) -> str: ...
+    def download(self, paths: list[str]) -> list[tuple[bytes | None, str | None]]: ...
+    def upload(self, files: list[tuple[str, bytes]]) -> list[str | None]: ...

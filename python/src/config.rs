@@ -148,6 +148,10 @@ enum BackendConfig {
     Store {
         #[serde(default)]
         namespace: Option<Vec<String>>,
+        /// Index of the [`NativeStorage`] given as `StoreBackend(store=…)`; the agent's
+        /// store otherwise.
+        #[serde(default)]
+        store: Option<usize>,
     },
     Composite {
         default: Box<BackendConfig>,
@@ -390,9 +394,15 @@ fn backend_of(
             }
             Arc::new(shell)
         }
-        BackendConfig::Store { namespace } => {
-            let store = store.ok_or(
-                "StoreBackend needs a store: pass store=InMemoryStore() (or SqliteStore, PostgresStore) to create_deep_agent",
+        BackendConfig::Store {
+            namespace,
+            store: own,
+        } => {
+            let own = own
+                .map(|index| storage(objects, index, |s| s.store.clone()))
+                .transpose()?;
+            let store = own.as_ref().or(store).ok_or(
+                "StoreBackend needs a store: pass store=InMemoryStore() (or SqliteStore, PostgresStore) to create_deep_agent or to StoreBackend",
             )?;
             let mut backend = StoreBackend::new(Arc::clone(store));
             if let Some(namespace) = namespace.clone() {
@@ -418,6 +428,17 @@ fn backend_of(
             executes: *execute,
         }),
     })
+}
+
+/// The backend `config` (JSON) describes, built for calls from Python outside a run
+/// ([`crate::direct::NativeBackend`]): a store backend needs its own `store=`.
+pub fn standalone_backend(
+    config: &str,
+    objects: &[Arc<Py<PyAny>>],
+) -> Result<Arc<dyn Backend>, String> {
+    let config: BackendConfig =
+        serde_json::from_str(config).map_err(|e| format!("invalid backend: {e}"))?;
+    backend_of(&config, objects, None)
 }
 
 fn filesystem(root_dir: &Option<PathBuf>, virtual_mode: bool) -> Result<FilesystemBackend, String> {

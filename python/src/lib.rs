@@ -10,6 +10,7 @@
 
 mod backend;
 mod config;
+mod direct;
 mod model;
 mod run;
 mod tool;
@@ -45,6 +46,7 @@ fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<run::NativeAgent>()?;
     module.add_class::<config::NativeStorage>()?;
+    module.add_class::<direct::NativeBackend>()?;
     module.add_class::<run::NativeStream>()?;
     module.add_class::<tool::ToolCall>()?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -1,0 +1,5 @@
+"""``FilesystemBackend`` at the reference's path (``deepagents.backends.filesystem``)."""
+
+from .._backends import FilesystemBackend
+
+__all__ = ["FilesystemBackend"]

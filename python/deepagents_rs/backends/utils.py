@@ -1,0 +1,115 @@
+"""Small helpers the reference's users call (``deepagents.backends.utils``): file data
+records, line-numbered views, exact string replacement."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from .._backends import EMPTY_CONTENT_WARNING, EMPTY_OLD_STRING_ERROR, slice_lines
+from .._protocol import FileData, ReadResult
+
+MAX_LINE_LENGTH = 5000
+"""Longer lines are shown in pieces (``12.1``, ``12.2``) by ``format_content_with_line_numbers``."""
+
+__all__ = [
+    "EMPTY_CONTENT_WARNING",
+    "EMPTY_OLD_STRING_ERROR",
+    "MAX_LINE_LENGTH",
+    "check_empty_content",
+    "create_file_data",
+    "file_data_to_string",
+    "format_content_with_line_numbers",
+    "normalize_read_bounds",
+    "perform_string_replacement",
+    "slice_read_response",
+    "update_file_data",
+]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+
+def create_file_data(content: str, created_at: str | None = None, encoding: str = "utf-8") -> FileData:
+    """A new file record: ``content``, ``encoding`` and both timestamps (now, unless
+    ``created_at`` is given)."""
+    now = _now()
+    return FileData(content=content, encoding=encoding, created_at=created_at or now, modified_at=now)
+
+
+def update_file_data(file_data: FileData, content: str) -> FileData:
+    """``file_data`` with new ``content``: same encoding and creation time, modified now."""
+    updated = FileData(content=content, encoding=file_data.get("encoding", "utf-8"))
+    if "created_at" in file_data:
+        updated["created_at"] = file_data["created_at"]
+    updated["modified_at"] = _now()
+    return updated
+
+
+def file_data_to_string(file_data: FileData | dict[str, Any]) -> str:
+    """The content of a file record as one string (older records hold a list of lines)."""
+    content: Any = file_data["content"]
+    if isinstance(content, list):
+        return "\n".join(str(line) for line in content)
+    if not isinstance(content, str):
+        raise TypeError(f"file content is a string (or a list of lines), not {type(content).__name__}")
+    return content
+
+
+def check_empty_content(content: str) -> str | None:
+    """The reminder shown for an empty (or blank) file, or ``None``."""
+    return EMPTY_CONTENT_WARNING if not content.strip() else None
+
+
+def format_content_with_line_numbers(content: str | list[str], start_line: int = 1) -> str:
+    """``content`` with a line number before each line (right-aligned, two spaces after);
+    lines over ``MAX_LINE_LENGTH`` characters continue on rows numbered ``N.1``, ``N.2``…"""
+    if isinstance(content, str):
+        lines = content.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+    else:
+        lines = list(content)
+    rows: list[tuple[str, str]] = []
+    for number, line in enumerate(lines, start_line):
+        pieces = [line[i : i + MAX_LINE_LENGTH] for i in range(0, len(line), MAX_LINE_LENGTH)] or [line]
+        rows.extend((str(number) if i == 0 else f"{number}.{i}", piece) for i, piece in enumerate(pieces))
+    width = max((len(marker) for marker, _ in rows), default=0)
+    return "\n".join(f"{marker:>{width}}  {piece}" for marker, piece in rows)
+
+
+def normalize_read_bounds(offset: int, limit: int) -> tuple[int, int]:
+    """``offset`` and ``limit`` as integers, neither below zero."""
+    return max(int(offset), 0), max(int(limit), 0)
+
+
+def slice_read_response(file_data: FileData, offset: int, limit: int) -> ReadResult:
+    """The read window of ``limit`` lines from ``offset`` (0-based) of a file record, raw,
+    with its line range (``start_line``, ``end_line``, ``total_lines``, ``next_offset``)."""
+    result = slice_lines(file_data_to_string(file_data), offset, limit)
+    if result.file_data is not None:
+        window = FileData(content=result.file_data["content"], encoding=file_data.get("encoding", "utf-8"))
+        for key in ("created_at", "modified_at"):
+            if key in file_data:
+                window[key] = file_data[key]
+        result.file_data = window
+    return result
+
+
+def perform_string_replacement(
+    content: str, old_string: str, new_string: str, replace_all: bool = False
+) -> tuple[str, int] | str:
+    """``(new content, occurrences)``, or an error message when ``old_string`` is empty,
+    absent, or occurs more than once without ``replace_all``."""
+    if not old_string:
+        return EMPTY_OLD_STRING_ERROR
+    count = content.count(old_string)
+    if count == 0:
+        return f"Error: String not found in file: '{old_string}'"
+    if count > 1 and not replace_all:
+        return (
+            f"Error: String '{old_string}' appears {count} times in file. Use replace_all=True to replace"
+            " all instances, or provide a more specific string with surrounding context."
+        )
+    return content.replace(old_string, new_string), count

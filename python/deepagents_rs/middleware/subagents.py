@@ -1,0 +1,43 @@
+"""Subagent descriptions at the reference's path (``deepagents.middleware.subagents``)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Sequence, TypedDict
+
+from ._unsupported import unsupported
+
+
+class _Named(TypedDict):
+    name: str
+    description: str
+
+
+class SubAgent(_Named, total=False):
+    """A subagent for ``create_deep_agent(subagents=[…])``: the ``task`` tool starts it
+    by ``name``; the model chooses it by ``description``. The rest is optional: its own
+    ``system_prompt``, ``tools``, ``model``, ``interrupt_on``, ``skills``, ``permissions`` and
+    ``response_format``. ``middleware`` is refused."""
+
+    system_prompt: str
+    tools: Sequence[Any]
+    model: Any
+    middleware: list[Any]
+    interrupt_on: dict[str, Any]
+    skills: list[str]
+    permissions: list[Any]
+    response_format: Any
+
+
+class CompiledSubAgent(_Named, total=False):
+    """The reference's prebuilt subagent (a LangGraph runnable). ``create_deep_agent``
+    refuses it here: describe the subagent as a ``SubAgent`` instead."""
+
+    runnable: Any
+    mode: Literal["isolated", "fork"]
+
+
+__all__ = ["CompiledSubAgent", "SubAgent"]
+
+
+def __getattr__(name: str) -> Any:
+    return unsupported(__name__, name)
