@@ -135,13 +135,24 @@ pub async fn prepare_watched(
         elicitor,
         questions,
     } = askers(front, args.auto_approve);
-    let (builder, front_hooks) = add_hooks(builder, args, &hooks_root, trusted, approver)?;
-    let (builder, mcp) = if args.no_mcp {
-        (builder, None)
+    let mcp_servers = if args.no_mcp {
+        Vec::new()
     } else {
-        let ask = !args.auto_approve && front.can_approve();
-        connect_mcp(builder, args, &hooks_root, trusted, elicitor, ask).await?
+        let (servers, notes) = mcp::servers(&hooks_root, &args.mcp_config, trusted)?;
+        for note in notes {
+            eprintln!("{note}");
+        }
+        servers
     };
+    // Hooks see the servers' tools by Claude Code's names too (`mcp__SERVER__TOOL`).
+    let mcp_prefixes = mcp_servers
+        .iter()
+        .filter(|server| server.enabled)
+        .map(|server| deepagents_mcp::tool_name(&server.name, ""));
+    let (builder, front_hooks) =
+        add_hooks(builder, args, &hooks_root, trusted, approver, mcp_prefixes)?;
+    let ask = !args.auto_approve && front.can_approve();
+    let (builder, mcp) = connect_mcp(builder, &mcp_servers, &hooks_root, elicitor, ask).await?;
     let agent = builder.ask_user(true).build()?;
     Ok(Session {
         agent,
@@ -411,8 +422,10 @@ fn add_hooks(
     root: &Path,
     trusted: bool,
     approver: Option<Arc<dyn deepagents::middleware::HookApprover>>,
+    mcp_prefixes: impl IntoIterator<Item = String>,
 ) -> anyhow::Result<(AgentBuilder, Option<deepagents::middleware::Hooks>)> {
     let (hooks, notes) = hooks::load(root, &args.hook_files, trusted, approver)?;
+    let hooks = hooks.mcp_tool_prefixes(mcp_prefixes);
     for note in notes {
         eprintln!("{note}");
     }
@@ -427,20 +440,15 @@ fn add_hooks(
 /// server marks destructive wait for approval.
 async fn connect_mcp(
     mut builder: AgentBuilder,
-    args: &RunArgs,
+    servers: &[deepagents_mcp::ServerConfig],
     root: &Path,
-    trusted: bool,
     elicitor: Option<Arc<dyn deepagents_mcp::Elicitor>>,
     ask: bool,
 ) -> anyhow::Result<(AgentBuilder, Option<deepagents_mcp::Connections>)> {
-    let (servers, notes) = mcp::servers(root, &args.mcp_config, trusted)?;
-    for note in notes {
-        eprintln!("{note}");
-    }
     if servers.is_empty() {
         return Ok((builder, None));
     }
-    let connections = mcp::connect(&servers, root, elicitor).await;
+    let connections = mcp::connect(servers, root, elicitor).await;
     for problem in connections.tools().1 {
         eprintln!("warning: an MCP tool was left out: {problem}");
     }

@@ -1528,6 +1528,85 @@ fn mcp_servers_tools_reach_the_model_and_a_broken_server_does_not_stop_the_run()
     );
 }
 
+/// An existing Claude Code `hooks.json` works unchanged: MCP tools matched and named as
+/// `mcp__SERVER__TOOL`, and with a relative `--root` the hooks get an absolute `cwd` and
+/// `CLAUDE_PROJECT_DIR`.
+#[test]
+fn claude_code_hooks_match_mcp_tools_by_their_claude_names_with_absolute_paths() {
+    let Some(python) = mcp_python() else { return };
+    let parent = tempfile::tempdir().unwrap();
+    let root = parent.path().join("project");
+    std::fs::create_dir(&root).unwrap();
+    let server =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deepagents-mcp/tests/fixtures/server.py");
+    let config = root.join("servers.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"fixture": {"command": python, "args": [server.display().to_string()]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let log = root.join("hook-log.jsonl");
+    let hooks = json!({"hooks": {
+        "PreToolUse": [
+            {"matcher": "mcp__fixture__fail", "hooks": [{"type": "command", "command": "echo 'not this one' >&2; exit 2"}]}
+        ],
+        "PostToolUse": [
+            {"matcher": "mcp__fixture__.*", "hooks": [{"type": "command", "command": format!("cat >> {log}; printf '\\n%s\\n' \"$CLAUDE_PROJECT_DIR\" >> {log}", log = log.display())}]}
+        ]
+    }});
+    let hooks_file = root.join("hooks.json");
+    std::fs::write(&hooks_file, hooks.to_string()).unwrap();
+    let model = script(
+        &root,
+        json!([
+            {"tool_calls": [
+                {"id": "e", "name": "fixture__echo", "args": {"text": "over mcp"}},
+                {"id": "f", "name": "fixture__fail", "args": {"reason": "asked to"}}
+            ]},
+            {"text": "done"}
+        ]),
+    );
+    let output = bin()
+        .current_dir(parent.path())
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "filesystem",
+            "--model",
+            &model,
+            "--mcp-config",
+        ])
+        .arg(&config)
+        .arg("--hooks")
+        .arg(&hooks_file)
+        .args(["--root", "project", "go"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let stdout = String::from_utf8(output.stdout.clone()).unwrap();
+    let results = execute_results(&stdout);
+    assert_eq!(results["e"], "echo: over mcp", "{stdout}");
+    assert!(results["f"].contains("not this one"), "blocked: {stdout}");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let mut lines = logged.lines().filter(|line| !line.is_empty());
+    let event: Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(event["tool_name"], "mcp__fixture__echo", "{logged}");
+    assert_eq!(event["agent_tool_name"], "fixture__echo");
+    let absolute = root.canonicalize().unwrap();
+    let cwd = Path::new(event["cwd"].as_str().unwrap());
+    assert!(cwd.is_absolute(), "{logged}");
+    assert_eq!(cwd.canonicalize().unwrap(), absolute);
+    let project_dir = Path::new(lines.next().unwrap());
+    assert!(project_dir.is_absolute(), "{logged}");
+    assert_eq!(project_dir.canonicalize().unwrap(), absolute);
+    assert!(
+        lines.next().is_none(),
+        "the blocked call logged nothing: {logged}"
+    );
+}
+
 #[test]
 fn mcp_tools_lists_the_servers_that_started_and_names_the_ones_that_failed() {
     let Some(python) = mcp_python() else { return };

@@ -21,8 +21,10 @@
 //! Matchers (for the tool events) are regular expressions matched against the whole tool
 //! name, ours or its Claude Code alias (`execute` ↔ `Bash`, `read_file` ↔ `Read`,
 //! `write_file` ↔ `Write`, `edit_file` ↔ `Edit`, `glob` ↔ `Glob`, `grep` ↔ `Grep`, `ls` ↔
-//! `LS`, `task` ↔ `Task`, `write_todos` ↔ `TodoWrite`); empty or `*` matches every tool. The
-//! input's `tool_name` is the Claude Code name where there is one (`agent_tool_name` is ours).
+//! `LS`, `task` ↔ `Task`, `write_todos` ↔ `TodoWrite`, and an MCP server's `SERVER__TOOL` ↔
+//! `mcp__SERVER__TOOL` for the servers named with [`Hooks::mcp_tool_prefixes`]); empty or `*`
+//! matches every tool. The input's `tool_name` is the Claude Code name where there is one
+//! (`agent_tool_name` is ours).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -86,11 +88,13 @@ struct Matcher {
 }
 
 impl Matcher {
-    fn matches(&self, tool: Option<&str>) -> bool {
-        let (Some(pattern), Some(tool)) = (&self.pattern, tool) else {
-            return true;
-        };
-        pattern.is_match(tool) || alias(tool).is_some_and(|alias| pattern.is_match(alias))
+    /// Whether it matches a tool known by `names` (ours, then Claude Code's); every matcher
+    /// matches an event without a tool.
+    fn matches(&self, names: &[&str]) -> bool {
+        match &self.pattern {
+            Some(pattern) if !names.is_empty() => names.iter().any(|name| pattern.is_match(name)),
+            _ => true,
+        }
     }
 }
 
@@ -127,6 +131,9 @@ pub struct Hooks {
     events: BTreeMap<String, Vec<Matcher>>,
     dir: Option<PathBuf>,
     approver: Option<Arc<dyn HookApprover>>,
+    /// How MCP servers' tools are named for the model (`SERVER__`), so hooks see them as
+    /// Claude Code does (`mcp__SERVER__TOOL`).
+    mcp_prefixes: Vec<String>,
 }
 
 impl std::fmt::Debug for Hooks {
@@ -268,14 +275,35 @@ impl Hooks {
         }
         self.dir = other.dir.or(self.dir);
         self.approver = other.approver.or(self.approver);
+        self.mcp_prefixes.extend(other.mcp_prefixes);
         self
     }
 
     /// Runs hooks in `dir` (the project's root: their working directory and
-    /// `CLAUDE_PROJECT_DIR`); default: this process's working directory.
+    /// `CLAUDE_PROJECT_DIR`, made absolute as Claude Code gives them); default: this
+    /// process's working directory.
     pub fn in_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.dir = Some(dir.into());
+        let dir = dir.into();
+        self.dir = Some(std::path::absolute(&dir).unwrap_or(dir));
         self
+    }
+
+    /// The prefixes (`SERVER__`) of the MCP tools the agent has: hooks see those tools by
+    /// Claude Code's name, `mcp__SERVER__TOOL`, beside ours.
+    pub fn mcp_tool_prefixes(mut self, prefixes: impl IntoIterator<Item = String>) -> Self {
+        self.mcp_prefixes.extend(prefixes);
+        self
+    }
+
+    /// Claude Code's name of tool `tool`, where it has another.
+    fn claude_name(&self, tool: &str) -> Option<String> {
+        if let Some(alias) = alias(tool) {
+            return Some(alias.to_owned());
+        }
+        self.mcp_prefixes
+            .iter()
+            .any(|prefix| tool.starts_with(prefix.as_str()))
+            .then(|| format!("mcp__{tool}"))
     }
 
     /// Calls a `PreToolUse` hook asks about go to `approver`.
@@ -339,12 +367,14 @@ impl Hooks {
         mut input: Value,
     ) -> Verdict {
         let mut verdict = Verdict::default();
+        let claude = tool.and_then(|tool| self.claude_name(tool));
+        let names: Vec<&str> = tool.into_iter().chain(claude.as_deref()).collect();
         let commands: Vec<&HookCommand> = self
             .events
             .get(event)
             .into_iter()
             .flatten()
-            .filter(|m| m.matches(tool))
+            .filter(|m| m.matches(&names))
             .flat_map(|m| &m.commands)
             .collect();
         if commands.is_empty() {
@@ -559,9 +589,9 @@ impl HooksMiddleware {
     }
 }
 
-fn tool_input(call: &ToolCall, event: &str) -> Value {
+fn tool_input(hooks: &Hooks, call: &ToolCall, event: &str) -> Value {
     json!({
-        "tool_name": alias(&call.name).unwrap_or(&call.name),
+        "tool_name": hooks.claude_name(&call.name).unwrap_or_else(|| call.name.clone()),
         "agent_tool_name": call.name,
         "tool_input": call.arguments,
         "tool_use_id": call.id,
@@ -650,7 +680,7 @@ impl Middleware for HooksMiddleware {
                 &run,
                 "PreToolUse",
                 Some(&call.name),
-                tool_input(&call, "PreToolUse"),
+                tool_input(&self.hooks, &call, "PreToolUse"),
             )
             .await;
         if before.blocked.is_none() && call.name == "task" {
@@ -692,18 +722,18 @@ impl Middleware for HooksMiddleware {
         let outcome = next.call(call.clone(), ctx).await;
         let (event, mut input) = match &outcome {
             Ok(output) if !output.is_error => {
-                let mut input = tool_input(&call, "PostToolUse");
+                let mut input = tool_input(&self.hooks, &call, "PostToolUse");
                 input["tool_response"] =
                     json!({"output": result_text(output), "artifact": output.artifact});
                 ("PostToolUse", input)
             }
             Ok(output) => {
-                let mut input = tool_input(&call, "PostToolUseFailure");
+                let mut input = tool_input(&self.hooks, &call, "PostToolUseFailure");
                 input["error"] = json!(result_text(output));
                 ("PostToolUseFailure", input)
             }
             Err(e) => {
-                let mut input = tool_input(&call, "PostToolUseFailure");
+                let mut input = tool_input(&self.hooks, &call, "PostToolUseFailure");
                 input["error"] = json!(e.to_string());
                 ("PostToolUseFailure", input)
             }
@@ -810,9 +840,34 @@ mod tests {
         )
         .unwrap_or_default();
         let matcher = &hooks.events["PreToolUse"][0];
-        assert!(matcher.matches(Some("execute")) && matcher.matches(Some("write_file")));
-        assert!(!matcher.matches(Some("read_file")) && !matcher.matches(Some("Bashful")));
+        let names = |tool: &str| {
+            let claude = hooks.claude_name(tool);
+            let mut names = vec![tool.to_owned()];
+            names.extend(claude);
+            names
+        };
+        let matches = |tool: &str| {
+            let names = names(tool);
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            matcher.matches(&names)
+        };
+        assert!(matches("execute") && matches("write_file"));
+        assert!(!matches("read_file") && !matches("Bashful"));
         assert_eq!(matcher.commands[0].timeout, Duration::from_secs(5));
+        // An MCP tool by Claude Code's name, for the servers the agent has.
+        let mcp = Hooks::parse(
+            r#"{"hooks": {"PreToolUse": [{"matcher": "mcp__fs__write_file", "hooks": [{"command": "true"}]}]}}"#,
+            "test",
+        )
+        .unwrap_or_default()
+        .mcp_tool_prefixes(["fs__".to_owned()]);
+        assert_eq!(
+            mcp.claude_name("fs__write_file").as_deref(),
+            Some("mcp__fs__write_file")
+        );
+        assert_eq!(mcp.claude_name("my__tool"), None);
+        assert!(mcp.events["PreToolUse"][0].matches(&["fs__write_file", "mcp__fs__write_file"]));
+        assert!(!mcp.events["PreToolUse"][0].matches(&["fs__read_file", "mcp__fs__read_file"]));
         for (text, place) in [
             (r#"{"hooks": {"PreToolUsed": []}}"#, "hooks.PreToolUsed"),
             (
