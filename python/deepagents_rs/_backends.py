@@ -291,11 +291,10 @@ class LocalShellBackend(FilesystemBackend, SandboxBackendProtocol):
         found, error = self._op("execute", command=command, timeout=timeout)
         if error:
             return ExecuteResponse(output=f"Error executing command: {error['message']}", exit_code=1)
-        return ExecuteResponse(
-            output=str(found.get("output", "")),
-            exit_code=found.get("exit_code"),
-            truncated=bool(found.get("truncated", False)),
-        )
+        output, code = str(found.get("output", "")) or "<no output>", found.get("exit_code")
+        if code:  # as the reference reports a failure
+            output = f"{output.rstrip()}\n\nExit code: {code}"
+        return ExecuteResponse(output=output, exit_code=code, truncated=bool(found.get("truncated", False)))
 
     def spec(self, objects: list[Any]) -> dict[str, Any]:
         return {

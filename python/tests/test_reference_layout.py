@@ -22,6 +22,7 @@ from deepagents_rs.backends import (
     StateBackend,
     StoreBackend,
 )
+from deepagents_rs.backends.sandbox import BaseSandbox
 from deepagents_rs.backends.protocol import (
     EditResult,
     ExecuteResponse,
@@ -96,7 +97,6 @@ def test_the_reference_import_paths_resolve() -> None:
         ("deepagents_rs.middleware", "SummarizationMiddleware", "compacts"),
         ("deepagents_rs", "AsyncSubAgentMiddleware", "async subagents"),
         ("deepagents_rs.backends", "LangSmithSandbox", "LocalShellBackend"),
-        ("deepagents_rs.backends.sandbox", "BaseSandbox", "SandboxBackendProtocol"),
     ],
 )
 def test_names_that_are_not_provided_fail_to_import_with_the_alternative(module: str, name: str, hint: str) -> None:
@@ -211,7 +211,7 @@ def test_local_shell_backend_executes_in_its_root(tmp_path: Path) -> None:
     assert isinstance(done, ExecuteResponse)
     assert (done.output, done.exit_code, done.truncated) == ("hi there\n", 0, False)
     failed = backend.execute("echo oops >&2; exit 3")
-    assert failed.exit_code == 3 and "oops" in failed.output
+    assert failed.exit_code == 3 and "oops" in failed.output and failed.output.endswith("Exit code: 3")
     assert backend.execute("").exit_code == 1
     with pytest.raises(ValueError):
         backend.execute("true", timeout=0)
@@ -318,6 +318,64 @@ def test_a_backend_protocol_subclass_serves_an_agents_file_tools() -> None:
     assert "/seed.txt" in outputs[4].content and "beta" in outputs[4].content
     assert "/new.txt" in outputs[5].content and "/seed.txt" in outputs[6].content
     assert outputs[7].status == "error"
+
+
+# --- BaseSandbox -------------------------------------------------------------------------
+
+
+class SubprocessSandbox(BaseSandbox):
+    """A sandbox provider's subclass in miniature: the four methods a subclass writes, on
+    this machine (its filesystem is the host's)."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+
+    @property
+    def id(self) -> str:
+        return "sub-1"
+
+    def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
+        import subprocess
+
+        done = subprocess.run(command, shell=True, cwd=self.cwd, capture_output=True, text=True, timeout=timeout or 60)
+        return ExecuteResponse(output=done.stdout + done.stderr, exit_code=done.returncode)
+
+    def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        for path, data in files:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_bytes(data)
+        return [FileUploadResponse(path=p) for p, _ in files]
+
+    def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        return [
+            FileDownloadResponse(path=p, content=Path(p).read_bytes())
+            if Path(p).is_file()
+            else FileDownloadResponse(path=p, error="file_not_found")
+            for p in paths
+        ]
+
+
+def test_a_base_sandbox_subclass_gets_the_file_operations(tmp_path: Path) -> None:
+    sandbox = SubprocessSandbox(tmp_path)
+    root = str(tmp_path)
+    assert sandbox.write(f"{root}/src/a.py", "x = 1\n# TODO\n").error is None
+    read = sandbox.read(f"{root}/src/a.py")
+    assert read.file_data is not None and read.file_data["content"] == "x = 1\n# TODO\n"
+    assert sandbox.edit(f"{root}/src/a.py", "x = 1", "x = 2").occurrences == 1
+    assert sandbox.edit(f"{root}/src/a.py", "nope", "y").error == "Error: String not found in file: 'nope'"
+    assert sandbox.read(f"{root}/none.txt").error == f"File '{root}/none.txt' not found"
+    assert [e["path"] for e in sandbox.ls(root).entries or []] == [f"{root}/src/"]
+    assert sandbox.ls(root + "/missing").error == f"Path '{root}/missing': path_not_found"
+    assert [m["path"] for m in sandbox.glob("*.py", root).matches or []] == [f"{root}/src/a.py"]
+    assert [m["path"] for m in sandbox.glob("src/*.py", root).matches or []] == [f"{root}/src/a.py"]
+    assert sandbox.glob("*.txt", root).matches == []
+    assert sandbox.grep("TODO", root).matches == [{"path": f"{root}/src/a.py", "line": 2, "text": "# TODO"}]
+    assert sandbox.grep("TODO", root, "*.md").matches == []
+    assert sandbox.delete(root + "/src").error is None and not (tmp_path / "src").exists()
+    assert sandbox.delete(root + "/src").error == f"Error: '{root}/src' not found"
+    model = ScriptedModel([call("execute", command="echo from-the-sandbox"), say("ok")])
+    result = create_deep_agent(model=model, backend=sandbox).invoke({"messages": "go"})
+    assert "from-the-sandbox" in [m.content for m in result["messages"] if m.type == "tool"][0]
 
 
 # --- utils -------------------------------------------------------------------------------

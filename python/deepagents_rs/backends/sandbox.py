@@ -1,19 +1,8 @@
-"""The reference's ``deepagents.backends.sandbox``: ``BaseSandbox`` (file operations built
-on a subclass's ``execute``) is not provided here."""
-
-from typing import Any
+"""``BaseSandbox`` at the reference's path (``deepagents.backends.sandbox``): subclass it,
+implement ``execute``, ``id``, ``upload_files`` and ``download_files``, and the file
+operations follow (listing, glob, grep and delete run ``python3`` in the sandbox)."""
 
 from .._protocol import ExecuteResponse, SandboxBackendProtocol
+from .._sandbox import BaseSandbox
 
-__all__ = ["ExecuteResponse", "SandboxBackendProtocol"]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "BaseSandbox":
-        raise ImportError(
-            "deepagents_rs does not provide BaseSandbox: subclass"
-            " deepagents_rs.backends.protocol.SandboxBackendProtocol and implement ls, read, write,"
-            " edit, glob, grep and execute, or use LocalShellBackend(root_dir=…, sandbox=True)"
-            " for commands confined to a directory"
-        )
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["BaseSandbox", "ExecuteResponse", "SandboxBackendProtocol"]
