@@ -310,28 +310,61 @@ class LocalShellBackend(FilesystemBackend, SandboxBackendProtocol):
 
 
 NamespaceFactory = Callable[[Any], "tuple[str, ...]"]
-"""The reference's namespace type (a function of the runtime); here a namespace is a tuple."""
+"""A namespace as a function of the runtime (``rt.context`` is ``invoke``'s ``context=``)."""
+
+
+@dataclasses.dataclass
+class NamespaceRuntime:
+    """What a ``StoreBackend`` namespace function is given: the run's ``context`` object
+    (``invoke(…, context=…)``; ``None`` outside a run), its ``store`` and its ``config``
+    (``{"configurable": {"thread_id", "assistant_id"}}``). ``server_info`` is ``None``: no
+    LangGraph server is involved."""
+
+    context: Any = None
+    store: Any = None
+    config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    server_info: Any = None
+    stream_writer: Any = None
+    previous: Any = None
+
+
+class _NamespaceAdapter:
+    def __init__(self, function: Callable[[Any], Any], store: Any) -> None:
+        self.function = function
+        self.store = store
+
+    def __call__(self, context: Any, thread_id: str | None, assistant_id: str | None) -> list[str]:
+        configurable = {"thread_id": thread_id, "assistant_id": assistant_id}
+        runtime = NamespaceRuntime(context=context, store=self.store, config={"configurable": configurable})
+        return [str(part) for part in self.function(runtime)]
 
 
 class StoreBackend(_Direct):
     """Files in a long-term store, under ``namespace`` (default ``("filesystem",)``): shared
-    across threads. The store is ``store=`` (``InMemoryStore()``, ``SqliteStore(path)``,
-    ``PostgresStore(url)``), else the agent's (``create_deep_agent(store=…)``); calling the
-    backend directly needs ``store=``."""
+    across threads. ``namespace`` is a tuple, or a function of the runtime called on every
+    operation (a ``NamespaceRuntime``: ``rt.context`` is ``invoke``'s ``context=``). The store
+    is ``store=`` (``InMemoryStore()``, ``SqliteStore(path)``, ``PostgresStore(url)``), else the
+    agent's (``create_deep_agent(store=…)``); calling the backend directly needs ``store=``."""
 
-    def __init__(self, runtime: Any = None, *, namespace: Sequence[str] | None = None, store: Any = None) -> None:
+    def __init__(
+        self,
+        runtime: Any = None,
+        *,
+        namespace: Sequence[str] | Callable[[Any], Sequence[str]] | None = None,
+        store: Any = None,
+    ) -> None:
         del runtime
-        if callable(namespace):
-            raise TypeError(
-                "StoreBackend(namespace=…) takes a tuple of strings here, not a function of the runtime;"
-                " for a namespace per user, build one agent per namespace"
-            )
-        self.namespace = None if namespace is None else [str(n) for n in namespace]
+        self.namespace_factory = namespace if callable(namespace) else None
+        self.namespace = None if namespace is None or callable(namespace) else [str(n) for n in namespace]
         self.store = store
 
     def spec(self, objects: list[Any]) -> dict[str, Any]:
         store = None if self.store is None else storage_index(self.store, "StoreBackend(store=…)", objects)
-        return {"kind": "store", "namespace": self.namespace, "store": store}
+        spec: dict[str, Any] = {"kind": "store", "namespace": self.namespace, "store": store}
+        if self.namespace_factory is not None:
+            objects.append(_NamespaceAdapter(self.namespace_factory, self.store))
+            spec["namespace_fn"] = len(objects) - 1
+        return spec
 
 
 class CompositeBackend(_Direct):

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use deepagents::backends::sandbox::Policy;
 use deepagents::backends::{
-    Backend, CompositeBackend, FilesystemBackend, InMemoryStore, LocalShellBackend, PermissionRule,
-    Permissions, PostgresStore, SqliteStore, StateBackend, Store, StoreBackend,
+    Backend, BackendContext, CompositeBackend, FilesystemBackend, InMemoryStore, LocalShellBackend,
+    PermissionRule, Permissions, PostgresStore, SqliteStore, StateBackend, Store, StoreBackend,
 };
 use deepagents::core::{Checkpointer, InMemoryCheckpointer, Model, SpendLimits, ToolSpec};
 use deepagents::models::ScriptedModel;
@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use crate::backend::PyBackend;
 use crate::model::{ModelObject, from_object};
-use crate::tool::PyTool;
+use crate::tool::{PyTool, RunData};
 
 /// Everything `create_deep_agent` was given, as the Python side encodes it.
 #[derive(Deserialize)]
@@ -152,6 +152,11 @@ enum BackendConfig {
         /// store otherwise.
         #[serde(default)]
         store: Option<usize>,
+        /// Index of the adapter of `namespace=` given as a function of the runtime: called
+        /// with the run's context object, thread id and assistant id, it answers the
+        /// namespace.
+        #[serde(default)]
+        namespace_fn: Option<usize>,
     },
     Composite {
         default: Box<BackendConfig>,
@@ -397,6 +402,7 @@ fn backend_of(
         BackendConfig::Store {
             namespace,
             store: own,
+            namespace_fn,
         } => {
             let own = own
                 .map(|index| storage(objects, index, |s| s.store.clone()))
@@ -407,6 +413,14 @@ fn backend_of(
             let mut backend = StoreBackend::new(Arc::clone(store));
             if let Some(namespace) = namespace.clone() {
                 backend = backend.with_namespace(move |_| namespace.clone());
+            }
+            if let Some(index) = namespace_fn {
+                let function = Arc::clone(
+                    objects
+                        .get(*index)
+                        .ok_or("a StoreBackend namespace refers to no object")?,
+                );
+                backend = backend.with_namespace(move |cx| namespace_of(&function, cx));
             }
             Arc::new(backend)
         }
@@ -427,6 +441,21 @@ fn backend_of(
             ),
             executes: *execute,
         }),
+    })
+}
+
+/// The namespace a Python function of the runtime answers for the call `cx` (empty, which
+/// the store backend refuses, when the function fails or answers something else).
+fn namespace_of(function: &Py<PyAny>, cx: &BackendContext) -> Vec<String> {
+    Python::attach(|py| {
+        let context = cx
+            .runtime
+            .get::<Arc<RunData>>()
+            .map_or_else(|| py.None(), |data| data.context.clone_ref(py));
+        function
+            .call1(py, (context, cx.thread_id.clone(), cx.assistant_id.clone()))
+            .and_then(|answer| answer.extract::<Vec<String>>(py))
+            .unwrap_or_default()
     })
 }
 

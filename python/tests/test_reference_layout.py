@@ -232,8 +232,27 @@ def test_store_backend_with_its_store_works_directly_and_in_an_agent() -> None:
     assert "likes tea" in [m.content for m in result["messages"] if m.type == "tool"][0]
     with pytest.raises(ValueError, match="store"):
         StoreBackend().read("/x")
-    with pytest.raises(TypeError, match="tuple"):
-        StoreBackend(namespace=lambda runtime: ("x",))  # type: ignore[arg-type]
+
+
+def test_a_store_namespace_may_be_a_function_of_the_runtime() -> None:
+    store = InMemoryStore()
+    seen: list[Any] = []
+
+    def per_user(rt: Any) -> tuple[str, ...]:
+        seen.append(rt)
+        return ("users", rt.context["user"] if rt.context else "nobody")
+
+    backend = StoreBackend(namespace=per_user, store=store)
+    assert backend.write("/direct.md", "outside a run").error is None
+    assert seen[-1].context is None and seen[-1].store is store
+    # In a run the function sees invoke's context=; each user gets their own files.
+    model = ScriptedModel([call("write_file", file_path="/me.md", content="ada's"), say("ok")])
+    agent = create_deep_agent(model=model, backend=backend)
+    agent.invoke({"messages": "go"}, context={"user": "ada"})
+    assert seen[-1].context == {"user": "ada"}
+    assert StoreBackend(namespace=("users", "ada"), store=store).read("/me.md").error is None
+    assert StoreBackend(namespace=("users", "bob"), store=store).read("/me.md").error is not None
+    assert StoreBackend(namespace=("users", "nobody"), store=store).read("/direct.md").error is None
 
 
 def test_state_and_composite_backends_outside_a_run_keep_a_scratch_state(tmp_path: Path) -> None:
