@@ -15,6 +15,19 @@ pub const SPEND_CAP: u8 = 3;
 /// printed, but it is not whole.
 pub const CUT: u8 = 4;
 
+/// The flag that lets a run stopped by `error` go on, for a front end to add to the message
+/// (the library's messages name no flags); empty when there is none.
+pub fn flag_hint(error: &deepagents::RunError) -> &'static str {
+    match error {
+        deepagents::RunError::TurnLimit(_) => " (--max-turns N)",
+        deepagents::RunError::SpendCap(cap) => match cap.limits.max_cost_usd {
+            Some(max) if cap.spent.cost_usd + cap.next_cost_usd > max => " (--max-cost)",
+            _ => " (--max-tokens)",
+        },
+        _ => "",
+    }
+}
+
 /// One line, except that a cassette diff keeps its lines so it stays readable.
 pub fn error_text(text: &str) -> String {
     match text.split_once(":\n") {

@@ -314,10 +314,7 @@ fn spent_line(spent: &deepagents::core::Spent, total: &deepagents::core::Spent) 
 
 /// Prints why a run failed; the exit status for it.
 fn report_failure(failure: &deepagents::RunFailure) -> ExitCode {
-    let hint = match failure.error {
-        deepagents::RunError::TurnLimit(_) => " (--max-turns N)",
-        _ => "",
-    };
+    let hint = exit::flag_hint(&failure.error);
     eprintln!("error: {}{hint}", error_text(&failure.error.to_string()));
     if matches!(failure.error, deepagents::RunError::Cancelled) {
         ExitCode::from(exit::INTERRUPTED)

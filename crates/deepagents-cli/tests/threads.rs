@@ -926,11 +926,16 @@ fn a_spend_cap_stops_a_run_before_it_is_crossed_and_a_higher_cap_resumes_it() {
     assert_eq!(error["type"], "error");
     assert_eq!(error["kind"], "spend_cap");
     assert!(
-        error["message"].as_str().unwrap().contains("--max-cost"),
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("higher cost cap"),
         "{error}"
     );
     let stderr = String::from_utf8_lossy(&stopped.stderr);
     assert!(stderr.contains("$0.0060 spent of $0.0065"), "{stderr}");
+    // The terminal names the flag; the library's message does not.
+    assert!(stderr.contains("(--max-cost)"), "{stderr}");
 
     // The same cap stops it again at once; a higher one lets it finish, nothing repeated.
     let again = run("0.0065", None);
@@ -956,6 +961,30 @@ fn a_spend_cap_stops_a_run_before_it_is_crossed_and_a_higher_cap_resumes_it() {
         .unwrap();
     let shown = String::from_utf8_lossy(&shown.stdout);
     assert!(shown.contains("spent: $0.0100 · 5500 tokens"), "{shown}");
+
+    // A cost cap on a model without known prices would never stop anything: refused, with
+    // the fix, before anything runs.
+    let unpriced = bin()
+        .args([
+            "run",
+            "--backend",
+            "state",
+            "--model",
+            &model,
+            "--max-cost",
+            "1",
+            "go",
+        ])
+        .env("DEEPAGENTS_DATA_DIR", data.path())
+        .output()
+        .unwrap();
+    assert!(!unpriced.status.success());
+    let said = String::from_utf8_lossy(&unpriced.stderr);
+    assert!(
+        said.contains("needs the model's prices") && said.contains("prices = {"),
+        "{said}"
+    );
+    assert!(said.contains("--max-tokens"), "{said}");
 
     // A token cap needs no prices.
     let capped = bin()

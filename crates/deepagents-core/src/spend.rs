@@ -132,12 +132,12 @@ impl fmt::Display for SpendCapReached {
         match (self.limits.max_cost_usd, self.limits.max_tokens) {
             (Some(cap), _) if self.spent.cost_usd + self.next_cost_usd > cap => write!(
                 f,
-                "the run reached its spend cap: ${:.4} spent of ${cap:.4}, and the next model call would cost about ${:.4} more; resume it with a higher cap (--max-cost) to go on",
+                "the run reached its spend cap: ${:.4} spent of ${cap:.4}, and the next model call would cost about ${:.4} more; resume it with a higher cost cap (SpendLimits::max_cost_usd) to go on",
                 self.spent.cost_usd, self.next_cost_usd
             ),
             (_, Some(cap)) => write!(
                 f,
-                "the run reached its token cap: {} tokens used of {cap}, and the next model call would send about {} more; resume it with a higher cap (--max-tokens) to go on",
+                "the run reached its token cap: {} tokens used of {cap}, and the next model call would send about {} more; resume it with a higher token cap (SpendLimits::max_tokens) to go on",
                 self.spent.tokens(),
                 self.next_tokens
             ),
@@ -299,7 +299,7 @@ mod tests {
         assert!(
             stopped
                 .as_ref()
-                .is_some_and(|e| e.to_string().contains("--max-cost")),
+                .is_some_and(|e| e.to_string().contains("higher cost cap")),
             "{stopped:?}"
         );
         // Unpriced models cost nothing but are counted.

@@ -52,7 +52,10 @@ async fn a_run_stops_before_the_call_that_would_cross_its_cap_and_resumes_with_a
         panic!("{failure}")
     };
     assert!((cap.spent.cost_usd - 0.006).abs() < 1e-9, "{cap:?}");
-    assert!(failure.to_string().contains("--max-cost"), "{failure}");
+    assert!(
+        failure.to_string().contains("higher cost cap") && !failure.to_string().contains("--"),
+        "{failure}"
+    );
     assert_eq!(failure.run.steps, 3);
     assert_eq!(failure.run.spent.usage.input_tokens, 3000);
     // Resumed with a higher cap, it goes on from where it stopped: nothing made twice.

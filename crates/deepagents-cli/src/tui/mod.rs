@@ -222,7 +222,7 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                     match started {
                         Ok(stream) => turn = Some(Turn { stream }),
                         Err(failure) => {
-                            pending = app.failed(failure.to_string(), failure.run.spent)
+                            pending = app.failed(failure_text(&failure), failure.run.spent)
                         }
                     }
                 }
@@ -379,7 +379,7 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                                 app.pause = output.pause_id();
                                 app.paused(output.pending)
                             }
-                            Err(failure) => app.failed(failure.to_string(), failure.run.spent),
+                            Err(failure) => app.failed(failure_text(&failure), failure.run.spent),
                         };
                     }
                 }
@@ -628,4 +628,9 @@ fn remember(session: &Session, line: &str) -> anyhow::Result<std::path::PathBuf>
     text.push_str(&format!("- {}\n", line.trim()));
     std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
+}
+
+/// What a failed run shows: its error, with the flag that lets it go on.
+fn failure_text(failure: &deepagents::RunFailure) -> String {
+    format!("{failure}{}", crate::exit::flag_hint(&failure.error))
 }
