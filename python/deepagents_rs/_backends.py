@@ -391,6 +391,10 @@ def backend_spec(backend: Any, objects: list[Any]) -> dict[str, Any]:
         return backend.spec(objects)
     if isinstance(backend, type) and issubclass(backend, _Spec):
         return backend().spec(objects)
+    if callable(backend) and not isinstance(backend, type) and not callable(getattr(backend, "read", None)):
+        # A factory of the reference's earlier releases (``backend=lambda rt: StateBackend(rt)``):
+        # the backends here take the run's data when they run, so it is called once, now.
+        return backend_spec(backend(NamespaceRuntime()), objects)
     missing = [m for m in ("read", "write", "edit") if not callable(getattr(backend, m, None))]
     if missing or not (callable(getattr(backend, "ls", None)) or callable(getattr(backend, "ls_info", None))):
         raise TypeError(

@@ -269,6 +269,19 @@ def test_state_and_composite_backends_outside_a_run_keep_a_scratch_state(tmp_pat
     assert StateBackend().read("/notes.md").error is not None
 
 
+def test_a_backend_factory_of_earlier_releases_is_called_once(tmp_path: Path) -> None:
+    store = InMemoryStore()
+    StoreBackend(namespace=("filesystem",), store=store).write("/prefs.md", "tea")
+    model = ScriptedModel([call("read_file", file_path="/memories/prefs.md"), say("ok")])
+    agent = create_deep_agent(
+        model=model,
+        store=store,
+        backend=lambda rt: CompositeBackend(default=StateBackend(rt), routes={"/memories/": StoreBackend(rt)}),
+    )
+    result = agent.invoke({"messages": "go"})
+    assert "tea" in [m.content for m in result["messages"] if m.type == "tool"][0]
+
+
 # --- a custom BackendProtocol ------------------------------------------------------------
 
 
