@@ -41,9 +41,11 @@ from deepagents_rs.backends.utils import (
     create_file_data,
     file_data_to_string,
     format_content_with_line_numbers,
+    grep_matches_from_files,
     perform_string_replacement,
     slice_read_response,
     update_file_data,
+    validate_path,
 )
 
 
@@ -97,6 +99,10 @@ def test_the_reference_import_paths_resolve() -> None:
         ("deepagents_rs.middleware", "SummarizationMiddleware", "compacts"),
         ("deepagents_rs", "AsyncSubAgentMiddleware", "async subagents"),
         ("deepagents_rs.backends", "LangSmithSandbox", "LocalShellBackend"),
+        ("deepagents_rs.middleware.skills", "SkillsMiddleware", "skills="),
+        ("deepagents_rs.middleware.memory", "MemoryMiddleware", "memory="),
+        ("deepagents_rs.middleware.summarization", "SummarizationMiddleware", "compacts"),
+        ("deepagents_rs.middleware.async_subagents", "AsyncSubAgent", "async subagents"),
     ],
 )
 def test_names_that_are_not_provided_fail_to_import_with_the_alternative(module: str, name: str, hint: str) -> None:
@@ -427,3 +433,11 @@ def test_file_data_helpers_have_the_reference_shape() -> None:
     assert format_content_with_line_numbers("a\nb\n") == "1  a\n2  b"
     assert format_content_with_line_numbers(["x"] * 10, start_line=5).splitlines()[0] == " 5  x"
     assert perform_string_replacement("a b a", "a", "c", True) == ("c b c", 2)
+    assert validate_path("a//b/") == "/a/b/" and validate_path("/m/x", allowed_prefixes=["/m/"]) == "/m/x"
+    for bad in ("/../etc/passwd", "~/x", "C:/x"):
+        with pytest.raises(ValueError):
+            validate_path(bad)
+    files = {"/a.txt": create_file_data("one\nTODO two"), "/src/b.py": create_file_data("# TODO")}
+    assert grep_matches_from_files(files, "TODO", "/src", "*.py").matches == [{"path": "/src/b.py", "line": 1, "text": "# TODO"}]
+    capped = grep_matches_from_files(files, "TODO", max_count=1)
+    assert capped.truncated and capped.matches == [{"path": "/a.txt", "line": 2, "text": "TODO two"}]

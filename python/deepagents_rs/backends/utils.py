@@ -4,10 +4,11 @@ records, line-numbered views, exact string replacement."""
 from __future__ import annotations
 
 import datetime
-from typing import Any
+import re
+from typing import Any, Callable, Mapping, Sequence
 
 from .._backends import EMPTY_CONTENT_WARNING, EMPTY_OLD_STRING_ERROR, slice_lines
-from .._protocol import FileData, ReadResult
+from .._protocol import FileData, GrepMatch, GrepResult, ReadResult
 
 MAX_LINE_LENGTH = 5000
 """Longer lines are shown in pieces (``12.1``, ``12.2``) by ``format_content_with_line_numbers``."""
@@ -20,10 +21,12 @@ __all__ = [
     "create_file_data",
     "file_data_to_string",
     "format_content_with_line_numbers",
+    "grep_matches_from_files",
     "normalize_read_bounds",
     "perform_string_replacement",
     "slice_read_response",
     "update_file_data",
+    "validate_path",
 ]
 
 
@@ -113,3 +116,80 @@ def perform_string_replacement(
             " all instances, or provide a more specific string with surrounding context."
         )
     return content.replace(old_string, new_string), count
+
+
+def validate_path(path: str, *, allowed_prefixes: Sequence[str] | None = None) -> str:
+    """``path`` as a virtual path (forward slashes, one leading ``/``); ``ValueError`` for
+    ``..`` or ``~`` segments, drive letters, or a path outside ``allowed_prefixes``."""
+    if re.match(r"^[A-Za-z]:[/\\]", path):
+        raise ValueError(f"Windows absolute paths are not virtual paths: {path}")
+    parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
+    if any(p == ".." or p.startswith("~") for p in parts):
+        raise ValueError(f"Path traversal not allowed: {path}")
+    normalized = "/" + "/".join(parts)
+    if path.endswith("/") and normalized != "/":
+        normalized += "/"
+    if allowed_prefixes is not None and not any(normalized.startswith(p) for p in allowed_prefixes):
+        raise ValueError(f"Path must start with one of {list(allowed_prefixes)}: {path}")
+    return normalized
+
+
+def _glob_matcher(pattern: str) -> Callable[[str], bool]:
+    """Matches a path relative to the search root: a pattern with ``/`` against the whole
+    path (``**`` spans directories), one without against the file name."""
+    out, i = "", 0
+    body = pattern.lstrip("/")
+    while i < len(body):
+        if body.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+            continue
+        if body.startswith("**", i):
+            out, i = out + ".*", i + 2
+            continue
+        c = body[i]
+        if c == "*":
+            out += "[^/]*"
+        elif c == "?":
+            out += "[^/]"
+        elif c == "[" and "]" in body[i + 1 :]:
+            j = body.index("]", i + 1)
+            inner = body[i + 1 : j]
+            out += "[" + ("^" + inner[1:] if inner.startswith("!") else inner) + "]"
+            i = j
+        else:
+            out += re.escape(c)
+        i += 1
+    compiled = re.compile(out + r"\Z")
+    if "/" in body:
+        return lambda rel: compiled.match(rel) is not None
+    return lambda rel: compiled.match(rel.rsplit("/", 1)[-1]) is not None
+
+
+def grep_matches_from_files(
+    files: Mapping[str, Any], pattern: str, path: str | None = None, glob: str | None = None, *, max_count: int | None = None
+) -> GrepResult:
+    """Lines containing ``pattern`` (literally) in a ``{path: FileData}`` mapping, under
+    ``path``, in files whose path relative to it matches ``glob``; at most ``max_count``
+    (then ``truncated``). Base64 files are skipped."""
+    try:
+        base = validate_path(path or "/")
+    except ValueError:
+        return GrepResult(matches=[])
+    prefix = base if base.endswith("/") else base + "/"
+    matcher = _glob_matcher(glob) if glob else None
+    matches: list[GrepMatch] = []
+    for file_path in sorted(files):
+        data = files[file_path]
+        if file_path != base and not file_path.startswith(prefix):
+            continue
+        relative = file_path[len(prefix) :] if file_path.startswith(prefix) else file_path.rsplit("/", 1)[-1]
+        if matcher is not None and not matcher(relative):
+            continue
+        if data.get("encoding") == "base64":
+            continue
+        for number, line in enumerate(file_data_to_string(data).split("\n"), 1):
+            if pattern in line:
+                if max_count is not None and len(matches) >= max_count:
+                    return GrepResult(matches=matches, truncated=True)
+                matches.append(GrepMatch(path=file_path, line=number, text=line))
+    return GrepResult(matches=matches)
