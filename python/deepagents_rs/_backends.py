@@ -425,9 +425,11 @@ def _error_kind(message: str) -> str:
         return "not_unique"
     if "already exists" in lower:
         return "exists"
-    if "is a directory" in lower:
+    if "is a directory" in lower or "is_directory" in lower:
         return "is_directory"
-    if "not found" in lower or "does not exist" in lower or "no such file" in lower:
+    if "not_a_directory" in lower or "not a directory" in lower:
+        return "not_a_directory"
+    if "not found" in lower or "not_found" in lower or "does not exist" in lower or "no such file" in lower:
         return "not_found"
     if "permission" in lower:
         return "permission_denied"

@@ -298,6 +298,8 @@ class DictBackend(BackendProtocol):
         self.files: dict[str, str] = {"/seed.txt": "alpha\nbeta\n"}
 
     def ls(self, path: str) -> LsResult:
+        if path.rstrip("/") and not any(p.startswith(path.rstrip("/") + "/") for p in self.files):
+            return LsResult(error=f"Path '{path}': path_not_found")
         return LsResult(entries=[FileInfo(path=p, is_dir=False, size=len(c)) for p, c in self.files.items()])
 
     def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
@@ -346,10 +348,12 @@ def test_a_backend_protocol_subclass_serves_an_agents_file_tools() -> None:
         call("glob", pattern="*.txt"),
         call("ls", path="/"),
         call("read_file", file_path="/missing.txt"),
+        call("ls", path="/nope"),
         say("done"),
     ])
     result = create_deep_agent(model=model, backend=backend).invoke({"messages": "go"})
     outputs = [m for m in result["messages"] if m.type == "tool"]
+    assert outputs[8].status == "error" and "does not exist" in outputs[8].content
     assert "alpha" in outputs[0].content and "beta" in outputs[0].content
     assert backend.files["/new.txt"] == "one three"
     assert outputs[3].status == "error"
