@@ -405,6 +405,12 @@ impl Sandbox for PermissionedBackend {
         self.inner.as_sandbox()?.confinement()
     }
 
+    fn shows_host_path(&self, path: &std::path::Path) -> bool {
+        self.inner
+            .as_sandbox()
+            .is_none_or(|sandbox| sandbox.shows_host_path(path))
+    }
+
     async fn execute_streaming(
         &self,
         cx: &BackendContext,

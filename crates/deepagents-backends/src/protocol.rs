@@ -763,6 +763,13 @@ pub trait Sandbox: Backend {
         None
     }
 
+    /// Whether commands here see host path `path` (absolute); a confining sandbox hides most
+    /// of the host. `true` when this sandbox cannot say.
+    fn shows_host_path(&self, path: &std::path::Path) -> bool {
+        let _ = path;
+        true
+    }
+
     /// Runs `command` through a shell; `timeout` overrides the backend's default. Hands
     /// `on_output` each piece of output as the command produces it (at most as much as the
     /// result may hold); a sandbox that cannot stream hands over its whole output at the end.

@@ -362,6 +362,12 @@ impl Sandbox for LocalShellBackend {
         &self.id
     }
 
+    fn shows_host_path(&self, path: &std::path::Path) -> bool {
+        self.sandbox
+            .as_ref()
+            .is_none_or(|policy| policy.get().shows(path))
+    }
+
     fn confinement(&self) -> Option<Confinement> {
         let Some(policy) = self.sandbox.as_ref().map(SharedPolicy::get) else {
             return Some(Confinement {

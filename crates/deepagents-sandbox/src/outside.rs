@@ -78,6 +78,12 @@ impl Policy {
         }
     }
 
+    /// Whether commands see host path `path` (absolute): under the root, a system or extra
+    /// path, `/dev`, `/proc`, or `/tmp` (the sandbox's own).
+    pub fn shows(&self, path: &Path) -> bool {
+        self.invisible(path).is_none()
+    }
+
     /// The path to ask for when `path` (absolute) is not visible: the path itself when it
     /// exists, else its nearest existing ancestor; `None` when it is visible, or when nothing
     /// of it exists but `/`. A path under `/tmp` counts only when it exists on the host: the

@@ -128,6 +128,36 @@ async fn execute_tool_schema() {
     insta::assert_json_snapshot!(execute);
 }
 
+/// A host directory routed into the tree but hidden by the shell's sandbox is listed as
+/// unreachable from the shell, not as a path commands can use.
+#[tokio::test]
+async fn routes_the_sandbox_hides_are_not_offered_to_the_shell() {
+    let root = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let confined = shell(root.path()).with_sandbox(
+        deepagents::backends::sandbox::Policy::workspace_write(root.path()),
+    );
+    let composite = CompositeBackend::new(Arc::new(confined))
+        .route(
+            "/.skills-1",
+            Arc::new(FilesystemBackend::new(outside.path()).unwrap()),
+        )
+        .unwrap();
+    let request = first_request(|b| b.backend(Arc::new(composite))).await;
+    let prompt = request.system_prompt.unwrap();
+    let hidden = outside.path().canonicalize().unwrap();
+    assert!(
+        !prompt.contains(&hidden.display().to_string()),
+        "a hidden directory offered to the shell: {prompt}"
+    );
+    assert!(
+        prompt.contains(
+            "Not reachable from the shell (use the file tools for them):\n- `/.skills-1/`"
+        ),
+        "{prompt}"
+    );
+}
+
 #[tokio::test]
 async fn shell_and_routed_paths_are_explained() {
     let root = tempfile::tempdir().unwrap();

@@ -65,7 +65,7 @@ impl FilesystemMiddleware {
 /// dropped), and not reachable (state, store, and every route when the default backend's shell
 /// does not run on this host, as with a remote sandbox).
 fn shell_paths_section(backend: &dyn Backend) -> Option<String> {
-    backend.as_sandbox()?;
+    let sandbox = backend.as_sandbox()?;
     let mappings = backend.path_mappings();
     // The shell runs where the default backend's files are: on this host only if they are.
     let shell_root = mappings
@@ -80,7 +80,11 @@ fn shell_paths_section(backend: &dyn Backend) -> Option<String> {
         .filter(|m| !m.prefix.is_root())
         .filter(|m| m.host.is_some() || !harness_dirs.contains(&m.prefix.as_str()))
         .map(|m| {
-            let host = m.host.clone().filter(|_| shell_root.is_some());
+            // A host directory the sandbox hides is as unreachable as one not on the host.
+            let host = m
+                .host
+                .clone()
+                .filter(|host| shell_root.is_some() && sandbox.shows_host_path(host));
             (format!("{}/", m.prefix), host)
         })
         .collect();
