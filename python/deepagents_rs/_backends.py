@@ -123,7 +123,7 @@ class _Direct(_Spec, BackendProtocol):
         if data is None:
             if code in ("file_not_found", "is_directory"):
                 return ReadResult(error=f"File '{file_path}' not found")
-            return ReadResult(error=f"Error reading file '{file_path}': {code}")
+            return self._read_page(file_path, offset, limit)
         if os.path.splitext(file_path)[1].lower() not in _BINARY_SUFFIXES:
             try:
                 text = bytes(data).decode("utf-8")
@@ -134,6 +134,26 @@ class _Direct(_Spec, BackendProtocol):
                     return ReadResult(file_data=FileData(content=EMPTY_CONTENT_WARNING, encoding="utf-8"))
                 return slice_lines(text, offset, limit)
         return ReadResult(file_data=FileData(content=base64.standard_b64encode(data).decode("ascii"), encoding="base64"))
+
+    def _read_page(self, file_path: str, offset: int, limit: int) -> ReadResult:
+        # A file too large to read whole: the native backend pages it (line ends are LF).
+        offset, limit = max(int(offset), 0), max(int(limit), 0)
+        page, error = self._op("read", path=self._path(file_path), offset=offset, limit=limit)
+        if error:
+            return ReadResult(error=f"Error reading file '{file_path}': {error['message']}")
+        if page.get("kind") == "binary":
+            return ReadResult(file_data=FileData(content=str(page.get("data", "")), encoding="base64"))
+        lines, total = [str(line) for line in page.get("lines", [])], int(page.get("total_lines", 0))
+        if not lines:
+            return ReadResult(file_data=FileData(content="", encoding="utf-8"), no_lines_requested=limit == 0)
+        end = offset + len(lines)
+        return ReadResult(
+            file_data=FileData(content="\n".join(lines) + ("\n" if end < total else ""), encoding="utf-8"),
+            total_lines=total,
+            start_line=offset + 1,
+            end_line=end,
+            next_offset=end if end < total else None,
+        )
 
     def write(self, file_path: str, content: str) -> WriteResult:
         _, error = self._op("write", path=self._path(file_path), content=content)

@@ -57,6 +57,18 @@ impl NativeBackend {
         let path = || VPath::parse(text("path")).map_err(BackendError::from);
         Ok(match op {
             "ls" => json!(self.backend.ls(&cx, &path()?).await?),
+            "read" => {
+                let number = |key: &str| {
+                    args.get(key)
+                        .and_then(Value::as_u64)
+                        .map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX))
+                };
+                let page = self
+                    .backend
+                    .read(&cx, &path()?, number("offset"), number("limit"))
+                    .await?;
+                json!(page)
+            }
             "write" => {
                 let changed = self
                     .backend
@@ -146,7 +158,7 @@ impl NativeBackend {
         })
     }
 
-    /// Runs `op` (`ls`, `write`, `edit`, `delete`, `glob`, `grep`, `execute`) with `args`
+    /// Runs `op` (`ls`, `read`, `write`, `edit`, `delete`, `glob`, `grep`, `execute`) with `args`
     /// (JSON); answers `{"ok": …}` or `{"error": {"kind", "message", "count"}}` as JSON.
     fn call(&self, py: Python<'_>, op: &str, args: &str) -> PyResult<String> {
         let args: Value = serde_json::from_str(args)

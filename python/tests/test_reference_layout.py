@@ -209,6 +209,14 @@ def test_bytes_empty_files_uploads_and_downloads(tmp_path: Path) -> None:
     ]
 
 
+def test_a_file_too_large_to_read_whole_is_read_by_pages(tmp_path: Path) -> None:
+    (tmp_path / "big.log").write_text("".join(f"line {i} {'x' * 100}\n" for i in range(110_000)))  # > 10 MiB
+    backend = FilesystemBackend(root_dir=tmp_path)
+    page = backend.read("/big.log", offset=5, limit=2)
+    assert page.file_data is not None and page.file_data["content"].splitlines()[0].startswith("line 5 ")
+    assert (page.start_line, page.end_line, page.total_lines, page.next_offset) == (6, 7, 110_000, 7)
+
+
 def test_local_shell_backend_executes_in_its_root(tmp_path: Path) -> None:
     backend = LocalShellBackend(root_dir=tmp_path, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
     assert isinstance(backend, SandboxBackendProtocol) and backend.id.startswith("local-")
