@@ -8,7 +8,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import dataclasses
-from typing import Final, Literal, TypedDict
+from typing import Any, Callable, Final, Literal, TypedDict
 
 FileOperationError = Literal["file_not_found", "permission_denied", "is_directory", "invalid_path"]
 """The error codes of ``upload_files``/``download_files`` answers."""
@@ -268,3 +268,8 @@ def execute_accepts_timeout(cls: type[SandboxBackendProtocol]) -> bool:
         return "timeout" in inspect.signature(cls.execute).parameters
     except (TypeError, ValueError):
         return False
+
+
+BackendFactory = Callable[[Any], BackendProtocol]
+"""A backend made from the runtime (``backend=lambda rt: …``, as earlier releases of the
+reference took it); called once, when the agent is built."""

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use deepagents::backends::{
     Backend, BackendContext, BackendError, Changed, ExecuteResult, FileInfo, GlobResult, GrepMatch,
-    GrepQuery, GrepResult, OutputSink, ReadResult, Sandbox, VPath,
+    GrepQuery, GrepResult, OutputSink, RawFile, ReadResult, Sandbox, VPath,
 };
 use pyo3::prelude::*;
 use serde_json::{Value, json};
@@ -115,6 +115,18 @@ impl Backend for PyBackend {
                 .collect(),
             offset,
             total_lines: all.len(),
+        })
+    }
+
+    /// The file's text as the backend returned it (the default would rebuild it from lines,
+    /// ending it with a newline it may not have).
+    async fn read_raw(&self, _cx: &BackendContext, path: &VPath) -> Result<RawFile, BackendError> {
+        let text = self
+            .call("read", path.as_str(), json!({"path": path.as_str()}))
+            .await?;
+        Ok(RawFile {
+            mime_type: deepagents::backends::mime::TEXT_MIME.to_owned(),
+            data: text.as_str().unwrap_or_default().as_bytes().to_vec(),
         })
     }
 

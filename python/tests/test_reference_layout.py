@@ -428,6 +428,18 @@ def test_a_base_sandbox_subclass_gets_the_file_operations(tmp_path: Path) -> Non
     assert "from-the-sandbox" in [m.content for m in result["messages"] if m.type == "tool"][0]
 
 
+def test_a_composite_called_directly_routes_to_a_python_backend(tmp_path: Path) -> None:
+    import asyncio
+
+    mine = DictBackend()
+    composite = CompositeBackend(default=FilesystemBackend(root_dir=tmp_path), routes={"/mem/": mine})
+    assert composite.write("/mem/note.md", "no newline").error is None
+    assert mine.files["/note.md"] == "no newline"
+    read = asyncio.run(composite.aread("/mem/note.md"))
+    assert read.file_data is not None and read.file_data["content"] == "no newline"
+    assert "/mem/seed.txt" in [e["path"] for e in composite.ls("/mem/").entries or []]
+
+
 # --- utils -------------------------------------------------------------------------------
 
 
