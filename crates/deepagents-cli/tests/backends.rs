@@ -1598,6 +1598,20 @@ fn claude_code_hooks_match_mcp_tools_by_their_claude_names_with_absolute_paths()
     let cwd = Path::new(event["cwd"].as_str().unwrap());
     assert!(cwd.is_absolute(), "{logged}");
     assert_eq!(cwd.canonicalize().unwrap(), absolute);
+    // The transcript as Claude Code writes it: the prompt, then the calls the model made.
+    let transcript = Path::new(event["transcript_path"].as_str().unwrap());
+    assert!(transcript.is_absolute(), "{logged}");
+    let transcript: Vec<Value> = std::fs::read_to_string(transcript)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(transcript[0]["type"], "user", "{transcript:?}");
+    assert_eq!(transcript[0]["message"]["content"][0]["text"], "go");
+    let call = &transcript[1]["message"]["content"][0];
+    assert_eq!(call["type"], "tool_use", "{transcript:?}");
+    assert_eq!(call["name"], "fixture__echo");
+    assert_eq!(call["input"]["text"], "over mcp");
     let project_dir = Path::new(lines.next().unwrap());
     assert!(project_dir.is_absolute(), "{logged}");
     assert_eq!(project_dir.canonicalize().unwrap(), absolute);

@@ -33,9 +33,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use deepagents_core::message::AssistantMessage;
 use deepagents_core::{
-    AgentState, ContentBlock, Message, ModelRequest, RunContext, StateUpdate, ToolCall,
-    ToolContext, ToolError, ToolOutput,
+    AgentState, ContentBlock, Message, Messages, ModelRequest, ModelResponse, RunContext,
+    StateUpdate, ToolCall, ToolContext, ToolError, ToolOutput,
 };
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -332,7 +333,9 @@ impl Hooks {
             .thread_id
             .clone()
             .unwrap_or_else(|| ctx.run_id().to_owned());
-        self.fire_in(&session, event, tool, input).await
+        let transcript = ctx.extensions.get::<Transcript>();
+        self.fire_in(&session, event, tool, input, transcript.as_deref())
+            .await
     }
 
     /// Runs the `PreCompact` hooks before older messages are summarized; `trigger` is `auto`
@@ -355,7 +358,7 @@ impl Hooks {
     /// reported on stderr.
     pub async fn notify(&self, session_id: &str, event: &str, input: Value) {
         if matches!(event, "Notification" | "SessionEnd") {
-            let _ = self.fire_in(session_id, event, None, input).await;
+            let _ = self.fire_in(session_id, event, None, input, None).await;
         }
     }
 
@@ -365,6 +368,7 @@ impl Hooks {
         event: &str,
         tool: Option<&str>,
         mut input: Value,
+        transcript: Option<&Transcript>,
     ) -> Verdict {
         let mut verdict = Verdict::default();
         let claude = tool.and_then(|tool| self.claude_name(tool));
@@ -388,7 +392,9 @@ impl Hooks {
         if let Some(fields) = input.as_object_mut() {
             fields.insert("hook_event_name".into(), json!(event));
             fields.insert("session_id".into(), json!(session));
-            fields.insert("transcript_path".into(), json!(""));
+            let path = transcript.and_then(|transcript| transcript.write(session));
+            let path = path.map_or_else(String::new, |path| path.display().to_string());
+            fields.insert("transcript_path".into(), json!(path));
             fields.insert("cwd".into(), json!(dir.display().to_string()));
         }
         let stdin = input.to_string();
@@ -401,6 +407,95 @@ impl Hooks {
         }
         verdict
     }
+}
+
+/// The conversation as the model last saw it, with its answer: what hooks read at
+/// `transcript_path`, written in Claude Code's transcript format when a hook fires.
+struct Transcript {
+    messages: Messages,
+    answer: Option<AssistantMessage>,
+}
+
+impl Transcript {
+    /// Writes it as JSON lines to a file of `session`'s, readable by this user only; `None`
+    /// when it cannot be written (the hook then gets an empty path).
+    fn write(&self, session: &str) -> Option<PathBuf> {
+        use std::io::Write as _;
+        use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
+        let uid = rustix::process::getuid().as_raw();
+        let dir = std::env::temp_dir().join(format!("deepagents-transcripts-{uid}"));
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        // Another user's directory (or a link) under a shared temp dir is not written into.
+        let owned = std::fs::symlink_metadata(&dir)
+            .is_ok_and(|meta| meta.is_dir() && meta.uid() == uid && meta.mode() & 0o077 == 0);
+        if !owned {
+            return None;
+        }
+        let name: String = session
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let path = dir.join(format!("{name}.jsonl"));
+        let answer = self.answer.clone().map(Message::Assistant);
+        let mut lines = String::new();
+        for message in self.messages.iter().chain(answer.as_ref()) {
+            if let Some(line) = transcript_line(message, session) {
+                lines.push_str(&line.to_string());
+                lines.push('\n');
+            }
+        }
+        // In a directory only this user can write to: nothing else can be planted there.
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)
+            .ok()?;
+        file.write_all(lines.as_bytes()).ok()?;
+        Some(path)
+    }
+}
+
+/// One message as a line of a Claude Code transcript (system messages have none).
+fn transcript_line(message: &Message, session: &str) -> Option<Value> {
+    let text = |text: String| json!({"type": "text", "text": text});
+    let (kind, content) = match message {
+        Message::User { .. } => ("user", vec![text(message.text())]),
+        Message::Assistant(answer) => {
+            let mut content: Vec<Value> = answer
+                .content
+                .iter()
+                .filter_map(ContentBlock::as_text)
+                .map(|part| text(part.to_owned()))
+                .collect();
+            content.extend(answer.tool_calls.iter().map(|call| {
+                json!({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments})
+            }));
+            ("assistant", content)
+        }
+        Message::Tool(result) => (
+            "user",
+            vec![json!({
+                "type": "tool_result",
+                "tool_use_id": result.tool_call_id,
+                "content": message.text(),
+                "is_error": result.status == deepagents_core::ToolStatus::Error,
+            })],
+        ),
+        Message::System { .. } => return None,
+    };
+    Some(json!({
+        "type": kind,
+        "sessionId": session,
+        "message": {"role": if kind == "assistant" { "assistant" } else { "user" }, "content": content},
+    }))
 }
 
 /// What one hook did.
@@ -622,6 +717,10 @@ impl Middleware for HooksMiddleware {
         ctx: &RunContext,
         state: &AgentState,
     ) -> Result<StateUpdate, MiddlewareError> {
+        ctx.extensions.insert(Transcript {
+            messages: state.messages.clone(),
+            answer: None,
+        });
         // A subagent's run is part of the session, not a session of its own.
         if !ctx.events.path().is_empty() {
             return Ok(StateUpdate::default());
@@ -664,6 +763,20 @@ impl Middleware for HooksMiddleware {
         if let Some(context) = ctx.extensions.get::<HookContext>() {
             request.push_system_section(&format!("## From the user's hooks\n\n{}", context.0));
         }
+        Ok(())
+    }
+
+    async fn after_model(
+        &self,
+        ctx: &RunContext,
+        response: &mut ModelResponse,
+        state: &AgentState,
+    ) -> Result<(), MiddlewareError> {
+        // Cheap: the conversation is one shared list; written out only when a hook fires.
+        ctx.extensions.insert(Transcript {
+            messages: state.messages.clone(),
+            answer: Some(response.message.clone()),
+        });
         Ok(())
     }
 
