@@ -221,7 +221,7 @@ class _Direct(_Spec, BackendProtocol):
         answers = self._native().download([self._path(p) for p in paths])
         return [FileDownloadResponse(path=p, content=data, error=code) for p, (data, code) in zip(paths, answers)]
 
-    # The names of deepagents releases before 0.5 (plain lists; errors as strings).
+    # The names of earlier deepagents releases (plain lists; errors as strings).
     def ls_info(self, path: str) -> list[FileInfo]:
         return self.ls(path).entries or []
 

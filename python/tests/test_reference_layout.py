@@ -166,7 +166,7 @@ def test_filesystem_backend_methods_work_on_its_root(tmp_path: Path) -> None:
     assert [m["path"] for m in globbed.matches or []] == ["/src/app/main.py"]
     assert [m["path"] for m in backend.glob("*.txt", "/").matches or []] == ["/a.txt", "/b.txt"]
 
-    # The names of releases before 0.5.
+    # The names of earlier releases.
     assert [i["path"] for i in backend.ls_info("/")] == paths
     assert backend.grep_raw("TODO") == found.matches
     assert [i["path"] for i in backend.glob_info("*.py")] == ["/src/app/main.py"]
