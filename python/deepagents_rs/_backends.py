@@ -8,6 +8,7 @@ import dataclasses
 import datetime
 import json
 import os
+import pathlib
 import re
 import uuid
 from typing import Any, Callable, Mapping, Sequence
@@ -258,9 +259,9 @@ class FilesystemBackend(_Direct):
         self.max_file_size_mb = max_file_size_mb
 
     @property
-    def cwd(self) -> str:
+    def cwd(self) -> pathlib.Path:
         """The root, resolved."""
-        return os.path.realpath(self.root_dir or os.getcwd())
+        return pathlib.Path(self.root_dir or os.getcwd()).resolve()
 
     def _path(self, path: str | None) -> str:
         if self.virtual_mode or path is None:
