@@ -1230,7 +1230,12 @@ impl App {
                 approval.typing = Some((Typing::Arguments, arguments));
                 None
             }
+            // Enter answers a question, which cannot be approved.
             KeyCode::Char('m') if allows(DecisionKind::Respond) => {
+                approval.typing = Some((Typing::Response, String::new()));
+                None
+            }
+            KeyCode::Enter if allows(DecisionKind::Respond) => {
                 approval.typing = Some((Typing::Response, String::new()));
                 None
             }
@@ -1242,7 +1247,38 @@ impl App {
     }
 
     fn decide(&mut self, decision: Decision) -> Option<Action> {
-        self.approval.as_mut()?.decisions.push(decision);
+        let approval = self.approval.as_mut()?;
+        let action = approval.actions.get(approval.decisions.len()).cloned();
+        approval.decisions.push(decision.clone());
+        // A call that will not run shows how it was settled now: the run that follows
+        // reports only the calls it runs.
+        if let Some(action) = action {
+            let settled = match &decision {
+                Decision::Reject { message } => Some((
+                    false,
+                    match message {
+                        Some(reason) => format!("rejected: {reason}"),
+                        None => "rejected".to_owned(),
+                    },
+                )),
+                Decision::Respond { message } => Some((true, format!("answered: {message}"))),
+                _ => None,
+            };
+            if let Some((ok, text)) = settled {
+                if self.tool_cell(&action.call_id).is_none() {
+                    self.cells.push(Cell::Tool {
+                        call_id: action.call_id.clone(),
+                        name: action.name.clone(),
+                        arguments: short_arguments(&action.arguments),
+                        depth: action.path.len(),
+                        state: ToolState::Running,
+                        output: String::new(),
+                        diff: None,
+                    });
+                }
+                self.finish_tool(&action.call_id, ok, 0, &text);
+            }
+        }
         self.approve_allowed()
     }
 }
@@ -1621,6 +1657,34 @@ mod tests {
                     message: "skipped it".into()
                 }
             ]))
+        );
+        // Calls that will not run show how they were settled at once: the rejected one and
+        // the one answered in its place.
+        let settled = |id: &str| {
+            app.cells.iter().rev().find_map(|cell| match cell {
+                Cell::Tool {
+                    call_id,
+                    state: ToolState::Done { ok, .. },
+                    output,
+                    ..
+                } if call_id == id => Some((*ok, output.clone())),
+                _ => None,
+            })
+        };
+        assert_eq!(settled("b"), Some((false, "rejected: not now".to_owned())));
+        assert_eq!(
+            settled("a"),
+            None,
+            "an approved call runs: the run reports it"
+        );
+        assert_eq!(
+            settled("e2"),
+            Some((true, "answered: skipped it".to_owned()))
+        );
+        assert_eq!(
+            settled("e1"),
+            None,
+            "an edited call runs: the run reports it"
         );
         // `s` approves the tool for the session: its later actions do not wait.
         app.paused(vec![action("s1")]);

@@ -267,15 +267,30 @@ fn approval_lines(app: &App, width: u16) -> Vec<Line<'static>> {
             Line::raw(format!("  {label}: {text}"))
         }
         None => {
+            // Only the keys that do something for this action: a question (`ask_user`) is
+            // answered or refused, not approved.
             let allows = |kind| action.allowed.contains(&kind);
-            let mut keys = vec!["y approve", "s this tool for the session"];
+            let approvable = allows(DecisionKind::Approve);
+            let mut keys = Vec::new();
+            if approvable {
+                keys.extend(["y approve", "s this tool for the session"]);
+            }
             if allows(DecisionKind::Edit) {
                 keys.push("e edit");
             }
             if allows(DecisionKind::Respond) {
-                keys.push("m answer instead");
+                keys.push(if approvable {
+                    "m answer instead"
+                } else {
+                    "m or Enter answer"
+                });
             }
-            keys.extend(["n reject", "A everything"]);
+            if allows(DecisionKind::Reject) {
+                keys.push("n reject");
+            }
+            if approvable {
+                keys.push("A everything");
+            }
             Line::styled(
                 format!("  {}", keys.join(" · ")),
                 Style::new().fg(Color::Yellow),
@@ -955,6 +970,30 @@ mod tests {
         app.approval = None;
         app.mode = Mode::Yolo;
         insta::assert_snapshot!("yolo", screen(&app, 60, 6));
+    }
+
+    /// A question offers the keys that answer or refuse it, none that approve.
+    #[test]
+    fn a_question_shows_only_the_keys_that_answer_it() {
+        let mut app = app();
+        app.busy = true;
+        app.approval = Some(Approval {
+            actions: vec![deepagents::PendingAction {
+                call_id: "q".into(),
+                name: deepagents::ASK_USER.into(),
+                arguments: serde_json::json!({"question": "Which colour?"}),
+                description: None,
+                allowed: vec![DecisionKind::Respond, DecisionKind::Reject],
+                path: Vec::new(),
+            }],
+            decisions: Vec::new(),
+            typing: None,
+        });
+        let shown = screen(&app, 80, 24);
+        assert!(shown.contains("m or Enter answer · n reject"), "{shown}");
+        for approving in ["y approve", "this tool for the session", "A everything"] {
+            assert!(!shown.contains(approving), "{shown}");
+        }
     }
 
     #[test]
