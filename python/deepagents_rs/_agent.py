@@ -120,7 +120,7 @@ def _tools(tools: Sequence[Any] | None, objects: list[Any]) -> list[dict[str, An
     for tool in tools or []:
         definition = tool_definition(tool)
         objects.append(definition.adapter)
-        out.append({"name": definition.name, "description": definition.description, "parameters": definition.parameters, "object": len(objects) - 1})
+        out.append({"name": definition.name, "description": definition.description, "parameters": definition.parameters, "object": len(objects) - 1, "mutating": definition.mutating})
     return out
 
 

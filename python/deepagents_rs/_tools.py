@@ -155,6 +155,29 @@ class ToolDefinition:
     description: str
     parameters: dict[str, Any]
     adapter: Callable[[str, Any], str]
+    mutating: bool = False
+
+
+_MUTATING = "__deepagents_mutating__"
+
+_T = typing.TypeVar("_T")
+
+
+def mutating(tool: _T) -> _T:
+    """Marks a tool (a function or a LangChain tool) as one that changes something outside
+    the agent — files, services, money. A call of it in flight when the process dies is
+    reported to the model as interrupted when the thread resumes, never run again; other
+    tools are read-only and run again."""
+    try:
+        setattr(tool, _MUTATING, True)
+    except (AttributeError, TypeError, ValueError):
+        # Models that refuse new attributes (a LangChain tool is a Pydantic model).
+        object.__setattr__(tool, _MUTATING, True)
+    return tool
+
+
+def _is_mutating(tool: Any) -> bool:
+    return bool(getattr(tool, _MUTATING, False))
 
 
 def _json_default(value: Any) -> Any:
@@ -293,6 +316,7 @@ def tool_definition(obj: Any) -> ToolDefinition:
         description=summary or f"Calls {name}.",
         parameters=parameters,
         adapter=_adapter(name, fn, is_async, runtime_param, convert),
+        mutating=_is_mutating(fn),
     )
 
 
@@ -314,4 +338,5 @@ def _langchain_tool(obj: Any) -> ToolDefinition:
         description=str(getattr(obj, "description", "") or f"Calls {obj.name}."),
         parameters=schema,
         adapter=_adapter(str(obj.name), call, False, None, {}),
+        mutating=_is_mutating(obj),
     )

@@ -263,9 +263,13 @@ pub async fn build(config: AgentConfig, objects: Vec<Arc<Py<PyAny>>>) -> Result<
 }
 
 fn build_agent(builder: AgentBuilder) -> Result<Agent, String> {
-    builder
-        .build()
-        .map_err(|e| format!("cannot build the agent: {e}"))
+    builder.build().map_err(|e| match e {
+        // Said in this package's terms: it takes no prices of its own.
+        deepagents::BuildError::UnpricedCostCap { model } => format!(
+            "max_cost_usd needs the model's prices, and none are known for `{model}`: cap its tokens instead (max_tokens=…)"
+        ),
+        e => format!("cannot build the agent: {e}"),
+    })
 }
 
 fn model(config: &ModelConfig) -> Result<Arc<dyn Model>, String> {

@@ -576,6 +576,12 @@ def test_a_token_cap_stops_the_run_with_its_state() -> None:
     assert raised.value.values["messages"][0].content == "loop"
 
 
+def test_a_cost_cap_on_a_model_without_prices_is_refused_with_the_fix() -> None:
+    # It could never stop a run: said when the agent is made, not found out after the bill.
+    with pytest.raises(ValueError, match=r"max_cost_usd needs the model's prices.*max_tokens"):
+        create_deep_agent(model=ScriptedModel([say("x")]), max_cost_usd=1.0)
+
+
 def test_bad_input_and_bad_configuration_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="model"):
         create_deep_agent(model="nosuchprovider:x")

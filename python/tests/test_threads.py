@@ -16,9 +16,10 @@ from deepagents_rs import InMemorySaver, PostgresSaver, ScriptedModel, SqliteSav
 
 CHILD = '''
 import sys, time, pathlib
-from deepagents_rs import create_deep_agent, ScriptedModel, SqliteSaver
+from deepagents_rs import create_deep_agent, mutating, ScriptedModel, SqliteSaver
 
 db, marker, log, mode = sys.argv[1], pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3]), sys.argv[4]
+marked = sys.argv[5:] == ["mutating"]
 
 def slow(n: int) -> str:
     """Works on step n."""
@@ -29,6 +30,9 @@ def slow(n: int) -> str:
         time.sleep(120)
     return f"ok {n}"
 
+if marked:
+    slow = mutating(slow)
+
 model = ScriptedModel([
     {"tool_calls": [{"name": "slow", "args": {"n": 0}}]},
     {"tool_calls": [{"name": "slow", "args": {"n": 1}}]},
@@ -38,14 +42,17 @@ agent = create_deep_agent(model=model, tools=[slow], checkpointer=SqliteSaver(db
 config = {"configurable": {"thread_id": "crash-1"}}
 result = agent.invoke({"messages": "work"} if mode == "start" else None, config)
 print(result["messages"][-1].content)
+print(result["messages"][-2].content)
 '''
 
 
-def test_a_run_killed_mid_tool_resumes_in_a_new_process_without_redoing_finished_steps(tmp_path: Path) -> None:
+def _kill_mid_tool_and_resume(tmp_path: Path, *flags: str) -> tuple[list[str], list[str]]:
+    """Kills a child process while its tool's second call runs, resumes the thread in a new
+    one; what the tool logged and the resumed run's last two messages."""
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     db, marker, log = tmp_path / "threads.db", tmp_path / "marker", tmp_path / "calls.log"
-    child = subprocess.Popen([sys.executable, str(script), str(db), str(marker), str(log), "start"])
+    child = subprocess.Popen([sys.executable, str(script), str(db), str(marker), str(log), "start", *flags])
     deadline = time.monotonic() + 60
     while not marker.exists():
         assert child.poll() is None, "the child ended before its slow step"
@@ -54,13 +61,27 @@ def test_a_run_killed_mid_tool_resumes_in_a_new_process_without_redoing_finished
     child.send_signal(signal.SIGKILL)
     child.wait()
     resumed = subprocess.run(
-        [sys.executable, str(script), str(db), str(marker), str(log), "resume"],
+        [sys.executable, str(script), str(db), str(marker), str(log), "resume", *flags],
         capture_output=True, text=True, timeout=60,
     )
     assert resumed.returncode == 0, resumed.stderr
-    assert resumed.stdout.strip() == "finished"
-    # Step 0 ran once; step 1 was in flight when the process died and ran again.
-    assert log.read_text().split() == ["0", "1", "1"]
+    return log.read_text().split(), resumed.stdout.strip().splitlines()
+
+
+def test_a_run_killed_mid_tool_resumes_in_a_new_process_without_redoing_finished_steps(tmp_path: Path) -> None:
+    calls, (answer, result) = _kill_mid_tool_and_resume(tmp_path)
+    assert answer == "finished"
+    # Step 0 ran once; step 1 was in flight when the process died and ran again (a tool is
+    # read-only unless marked).
+    assert calls == ["0", "1", "1"]
+    assert result == "ok 1"
+
+
+def test_a_mutating_tool_in_flight_at_a_crash_is_not_run_again(tmp_path: Path) -> None:
+    calls, (answer, result) = _kill_mid_tool_and_resume(tmp_path, "mutating")
+    assert answer == "finished"
+    assert calls == ["0", "1"], "the marked tool ran again"
+    assert "Interrupted" in result, result
 
 
 def test_state_history_and_update_state() -> None:

@@ -86,8 +86,7 @@ pub async fn prepare_watched(
         Some(window) => Some(window),
         None => model.resolve_profile().await.map(|p| p.max_input_tokens),
     };
-    let model_id = model.id().to_owned();
-    let mut builder = limited(Agent::builder(model), &model_id, args, &config)?;
+    let mut builder = limited(Agent::builder(model), args, &config);
     let agent_dirs = agents::sources(args.root.as_deref(), &args.agent_dirs);
     let virtual_mode = args.virtual_mode.or(config.virtual_mode).unwrap_or(true);
     let sandbox_mode = args.sandbox.or(config.sandbox.mode).unwrap_or_default();
@@ -154,7 +153,13 @@ pub async fn prepare_watched(
         add_hooks(builder, args, &hooks_root, trusted, approver, mcp_prefixes)?;
     let ask = !args.auto_approve && front.can_approve();
     let (builder, mcp) = connect_mcp(builder, &mcp_servers, &hooks_root, elicitor, ask).await?;
-    let agent = builder.ask_user(true).build()?;
+    let agent = builder.ask_user(true).build().map_err(|error| match error {
+        // Said with the flags and the config file that fix it.
+        deepagents::BuildError::UnpricedCostCap { model } => anyhow::anyhow!(
+            "a cost cap (--max-cost, or max_cost in [limits]) needs the model's prices, and none are known for `{model}`: give them in the config file ([models.\"{model}\"] prices = {{ input = …, output = … }}, dollars per million tokens), or cap its tokens instead (--max-tokens N)"
+        ),
+        error => error.into(),
+    })?;
     Ok(Session {
         agent,
         model: spec,
@@ -207,31 +212,18 @@ fn load_model(
     Ok((spec, model))
 }
 
-/// `builder` with the built-in tools the flags offer, and the run's limits and prices. A cost
-/// cap on a model without known prices could never stop anything: it is refused, naming the
-/// fix.
-fn limited(
-    builder: AgentBuilder,
-    model: &str,
-    args: &RunArgs,
-    config: &Config,
-) -> anyhow::Result<AgentBuilder> {
+/// `builder` with the built-in tools the flags offer, and the run's limits and prices.
+fn limited(builder: AgentBuilder, args: &RunArgs, config: &Config) -> AgentBuilder {
     let limits = deepagents::core::SpendLimits {
         max_cost_usd: args.max_cost.or(config.limits.max_cost),
         max_tokens: args.max_tokens.or(config.limits.max_tokens),
     };
-    let prices = config.price_book();
-    if limits.max_cost_usd.is_some() && prices(model).is_none() {
-        bail!(
-            "a cost cap (--max-cost, or max_cost in [limits]) needs the model's prices, and none are known for `{model}`: give them in the config file ([models.\"{model}\"] prices = {{ input = …, output = … }}, dollars per million tokens), or cap its tokens instead (--max-tokens N)"
-        );
-    }
-    Ok(builder
+    builder
         .todos(args.todos)
         .compact_tool(args.compact_tool)
         .max_turns(args.max_turns)
         .spend_limits(limits)
-        .prices(prices))
+        .prices(config.price_book())
 }
 
 /// The backend `--backend` and `--repo` ask for, and the repository when it is one.

@@ -118,6 +118,14 @@ pub enum BuildError {
     /// The harness's own files (offloaded results, history) could not be kept in the state.
     #[error("cannot keep the harness's files in the agent state: {0}")]
     Artifacts(String),
+    /// A cost cap on a model whose prices are unknown: it could never stop a run.
+    #[error(
+        "a cost cap needs the model's prices, and none are known for `{model}`: give them with AgentBuilder::prices, or cap tokens instead (SpendLimits::max_tokens)"
+    )]
+    UnpricedCostCap {
+        /// The model's id.
+        model: String,
+    },
 }
 
 /// Configures an [`Agent`]. Every setting has a default:
@@ -697,6 +705,11 @@ impl AgentBuilder {
         }
         if self.max_turns == 0 {
             return Err(BuildError::ZeroMaxTurns);
+        }
+        if self.spend_limits.max_cost_usd.is_some() && (self.prices)(self.model.id()).is_none() {
+            return Err(BuildError::UnpricedCostCap {
+                model: self.model.id().to_owned(),
+            });
         }
         let mut seen = std::collections::HashSet::new();
         for middleware in &self.middleware {

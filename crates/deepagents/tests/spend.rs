@@ -31,6 +31,33 @@ fn ls(id: &str) -> Value {
     json!({"tool_calls": [{"id": id, "name": "ls", "args": {}}]})
 }
 
+/// A cost cap on a model without prices could never stop a run: the agent is not built.
+#[test]
+fn a_cost_cap_without_prices_is_refused_when_the_agent_is_built() {
+    let model = Arc::new(ScriptedModel::from_json(r#"{"turns": [{"text": "x"}]}"#).unwrap());
+    let refused = Agent::builder(model.clone())
+        .spend_limits(SpendLimits {
+            max_cost_usd: Some(1.0),
+            max_tokens: None,
+        })
+        .build()
+        .err()
+        .unwrap();
+    assert!(
+        matches!(refused, deepagents::BuildError::UnpricedCostCap { .. }),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("max_tokens"), "{refused}");
+    // A token cap needs no prices.
+    Agent::builder(model)
+        .spend_limits(SpendLimits {
+            max_cost_usd: None,
+            max_tokens: Some(10),
+        })
+        .build()
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_run_stops_before_the_call_that_would_cross_its_cap_and_resumes_with_a_higher_one() {
     let script = json!({"turns": [
