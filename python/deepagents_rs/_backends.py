@@ -11,6 +11,7 @@ import os
 import pathlib
 import re
 import uuid
+import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 from ._protocol import (
@@ -685,16 +686,33 @@ class PostgresStore(PostgresSaver):
     _role = "store"
 
 
+_STAND_INS: "weakref.WeakKeyDictionary[Any, _Storage]" = weakref.WeakKeyDictionary()
+_STAND_INS_BY_ID: dict[int, tuple[Any, _Storage]] = {}
+
+
+def _standing_in(value: Any) -> _Storage:
+    """Our in-memory storage in place of LangGraph's object `value`: the same one every time
+    it is passed."""
+    stand_in: _Storage = InMemoryStore() if type(value).__name__ == "InMemoryStore" else InMemorySaver()
+    try:
+        return _STAND_INS.setdefault(value, stand_in)
+    except TypeError:
+        # Not weakly referenceable: kept (with the object, so its id is not reused) for the
+        # life of the process.
+        return _STAND_INS_BY_ID.setdefault(id(value), (value, stand_in))[1]
+
+
 def storage_index(value: Any, what: str, objects: list[Any]) -> int | None:
     """The index in ``objects`` of the opened storage ``value`` describes."""
     if value is None or value is False:
         return None
     if not isinstance(value, _Storage):
-        # LangGraph's in-memory savers and stores, passed out of habit: the same thing here.
-        if type(value).__name__ in ("InMemorySaver", "MemorySaver") or value is True:
+        # LangGraph's in-memory savers and stores, passed out of habit: ours in their place,
+        # one per object, so agents given one saver share its threads as they would there.
+        if value is True:
             value = InMemorySaver()
-        elif type(value).__name__ == "InMemoryStore":
-            value = InMemoryStore()
+        elif type(value).__name__ in ("InMemorySaver", "MemorySaver", "InMemoryStore"):
+            value = _standing_in(value)
         else:
             value = None
     if value is not None:

@@ -113,6 +113,17 @@ def test_two_agents_on_one_saver_object_share_threads() -> None:
     assert [m.content for m in other.get_state(config).values["messages"]] == ["x", "hi"]
 
 
+def test_langgraphs_in_memory_saver_is_one_saver_for_every_agent_given_it() -> None:
+    memory = pytest.importorskip("langgraph.checkpoint.memory")
+    saver = memory.InMemorySaver()
+    config = {"configurable": {"thread_id": "lg-shared"}}
+    create_deep_agent(model=ScriptedModel([{"text": "hi"}]), checkpointer=saver).invoke({"messages": "x"}, config)
+    same = create_deep_agent(model=ScriptedModel([{"text": "hi"}]), checkpointer=saver)
+    assert [m.content for m in same.get_state(config).values["messages"]] == ["x", "hi"]
+    other = create_deep_agent(model=ScriptedModel([{"text": "hi"}]), checkpointer=memory.InMemorySaver())
+    assert other.get_state(config).values.get("messages", []) == []
+
+
 def test_postgres_threads_survive_a_new_agent() -> None:
     url = os.environ.get("DEEPAGENTS_TEST_POSTGRES_URL")
     if not url:
