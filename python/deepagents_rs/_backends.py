@@ -686,6 +686,134 @@ class PostgresStore(PostgresSaver):
     _role = "store"
 
 
+def _utc_iso(ms: int) -> str:
+    """An ISO time with its zone, as the reference writes file times."""
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc).isoformat()
+
+
+def _ms(value: Any) -> int:
+    """Milliseconds since the epoch of a datetime or an ISO string; 0 when unknown."""
+    if isinstance(value, str):
+        try:
+            value = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            return 0
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        return int(value.timestamp() * 1000)
+    return 0
+
+
+def _file_to_reference(value: Any) -> Any:
+    """A file as the agent stores it, as the reference's file data (``content``,
+    ``encoding``, ISO times), so LangGraph code reads what the agent wrote; other values
+    unchanged."""
+    content = value.get("content") if isinstance(value, dict) else None
+    if not (isinstance(content, dict) and "modified_at_ms" in value):
+        return value
+    modified = int(value.get("modified_at_ms") or 0)
+    created = int(value.get("created_at_ms") or modified)
+    if content.get("encoding") == "binary":
+        text, encoding = content.get("data", ""), "base64"
+    else:
+        text, encoding = content.get("text", ""), "utf-8"
+    return {"content": text, "encoding": encoding, "created_at": _utc_iso(created), "modified_at": _utc_iso(modified)}
+
+
+def _file_from_reference(value: Any) -> Any:
+    """The reference's file data (what LangGraph code put in the store) as the agent's file
+    record; other values unchanged."""
+    if not (isinstance(value, dict) and "content" in value and ("modified_at" in value or "created_at" in value)):
+        return value
+    content = value["content"]
+    if isinstance(content, list):
+        content = "\n".join(str(line) for line in content)
+    if not isinstance(content, str):
+        return value
+    modified = _ms(value.get("modified_at")) or _ms(value.get("created_at"))
+    record: dict[str, Any] = {"modified_at_ms": modified, "created_at_ms": _ms(value.get("created_at")) or modified}
+    if value.get("encoding") == "base64":
+        record["content"] = {"encoding": "binary", "mime_type": "application/octet-stream", "data": content}
+    else:
+        record["content"] = {"encoding": "text", "text": content}
+    return record
+
+
+def _store_item(item: Any) -> dict[str, Any]:
+    created, updated = _ms(getattr(item, "created_at", None)), _ms(getattr(item, "updated_at", None))
+    return {
+        "namespace": list(item.namespace),
+        "key": item.key,
+        "value": _file_from_reference(item.value),
+        "created_at_ms": created,
+        "updated_at_ms": updated or created,
+    }
+
+
+class LangGraphStoreAdapter:
+    """Calls a LangGraph store's methods (``get``, ``put``, ``delete``, ``search``) for the
+    native side, answering ``{"ok": …}`` or ``{"error": …}``; files cross in the reference's
+    format."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def call(self, op: str, args_json: str) -> str:
+        args = json.loads(args_json)
+        try:
+            return json.dumps({"ok": getattr(self, "_" + op)(**args)}, default=str)
+        except Exception as error:  # noqa: BLE001 - the agent sees the failure
+            return json.dumps({"error": f"{type(error).__name__}: {error}"})
+
+    def _get(self, namespace: list[str], key: str) -> dict[str, Any] | None:
+        item = self.store.get(tuple(namespace), key)
+        return None if item is None else _store_item(item)
+
+    def _put(self, namespace: list[str], key: str, value: Any) -> None:
+        self.store.put(tuple(namespace), key, _file_to_reference(value))
+
+    def _delete(self, namespace: list[str], key: str) -> bool:
+        existed = self.store.get(tuple(namespace), key) is not None
+        self.store.delete(tuple(namespace), key)
+        return existed
+
+    def _search(self, namespace_prefix: list[str], key_prefix: str, offset: int, limit: int) -> list[dict[str, Any]]:
+        # A LangGraph search pages in its own order: every match is read, then ordered as the
+        # agent expects (namespace, then key) and paged here.
+        found, page, start = [], 1000, 0
+        while True:
+            items = self.store.search(tuple(namespace_prefix), limit=page, offset=start)
+            found.extend(items)
+            if len(items) < page:
+                break
+            start += page
+        wanted = sorted((i for i in found if str(i.key).startswith(key_prefix)), key=lambda i: (list(i.namespace), i.key))
+        return [_store_item(i) for i in wanted[offset : offset + limit]]
+
+
+class _LangGraphStore(_Storage):
+    """A LangGraph store object given as the agent's store: its items are the agent's."""
+
+    _role = "store"
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def native(self) -> Any:
+        if self._native is None:
+            from . import _native
+
+            self._native = _native.NativeStorage.python_store(LangGraphStoreAdapter(self.store))
+        return self._native
+
+
+def _is_langgraph_store(value: Any) -> bool:
+    return all(callable(getattr(value, name, None)) for name in ("get", "put", "delete", "search")) and any(
+        cls.__module__.startswith("langgraph.store") for cls in type(value).__mro__
+    )
+
+
 _STAND_INS: "weakref.WeakKeyDictionary[Any, _Storage]" = weakref.WeakKeyDictionary()
 _STAND_INS_BY_ID: dict[int, tuple[Any, _Storage]] = {}
 
@@ -693,7 +821,7 @@ _STAND_INS_BY_ID: dict[int, tuple[Any, _Storage]] = {}
 def _standing_in(value: Any) -> _Storage:
     """Our in-memory storage in place of LangGraph's object `value`: the same one every time
     it is passed."""
-    stand_in: _Storage = InMemoryStore() if type(value).__name__ == "InMemoryStore" else InMemorySaver()
+    stand_in: _Storage = _LangGraphStore(value) if _is_langgraph_store(value) else InMemorySaver()
     try:
         return _STAND_INS.setdefault(value, stand_in)
     except TypeError:
@@ -707,11 +835,12 @@ def storage_index(value: Any, what: str, objects: list[Any]) -> int | None:
     if value is None or value is False:
         return None
     if not isinstance(value, _Storage):
-        # LangGraph's in-memory savers and stores, passed out of habit: ours in their place,
-        # one per object, so agents given one saver share its threads as they would there.
+        # LangGraph's objects: an in-memory saver is ours in its place, one per object, so
+        # agents given one saver share its threads as they would there; a store is used
+        # through an adapter, so its items are the agent's and the reverse.
         if value is True:
             value = InMemorySaver()
-        elif type(value).__name__ in ("InMemorySaver", "MemorySaver", "InMemoryStore"):
+        elif type(value).__name__ in ("InMemorySaver", "MemorySaver") or _is_langgraph_store(value):
             value = _standing_in(value)
         else:
             value = None

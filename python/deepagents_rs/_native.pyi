@@ -50,6 +50,8 @@ class ToolCall:
 @final
 class NativeStorage:
     def __new__(cls, config: str, role: str) -> NativeStorage: ...
+    @staticmethod
+    def python_store(adapter: Any) -> NativeStorage: ...
 
 @final
 class NativeBackend:

@@ -516,6 +516,18 @@ impl NativeStorage {
         });
         opened.map_err(pyo3::exceptions::PyValueError::new_err)
     }
+
+    /// A store whose items live in a Python object (LangGraph's `BaseStore`), through
+    /// `adapter` (`deepagents_rs._backends.LangGraphStoreAdapter`).
+    #[staticmethod]
+    fn python_store(adapter: Py<PyAny>) -> Self {
+        Self {
+            store: Some(Arc::new(crate::store::PyStore {
+                adapter: Arc::new(adapter),
+            })),
+            checkpointer: None,
+        }
+    }
 }
 
 fn storage<T: ?Sized>(

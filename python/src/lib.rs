@@ -13,6 +13,7 @@ mod config;
 mod direct;
 mod model;
 mod run;
+mod store;
 mod tool;
 
 use std::sync::OnceLock;

@@ -173,3 +173,32 @@ def test_ctrl_c_interrupts_a_running_invoke_at_once(tmp_path: Path) -> None:
     assert child.returncode == 130
     assert out.strip() == "interrupted"
     assert time.monotonic() - started < 10
+
+
+def test_a_langgraph_store_is_the_agents_store_both_ways() -> None:
+    memory = pytest.importorskip("langgraph.store.memory")
+    from deepagents_rs.backends import CompositeBackend, StateBackend, StoreBackend
+    from deepagents_rs.backends.utils import create_file_data, file_data_to_string
+
+    store = memory.InMemoryStore()
+    # What LangGraph code put in the store, the agent reads.
+    store.put(("filesystem",), "/seed.md", create_file_data("seeded by the user"))
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "read_file", "args": {"file_path": "/memories/seed.md"}}]},
+        {"tool_calls": [{"name": "write_file", "args": {"file_path": "/memories/out.md", "content": "from the agent"}}]},
+        {"text": "done"},
+    ])
+
+    def routes(rt: object) -> CompositeBackend:
+        return CompositeBackend(default=StateBackend(rt), routes={"/memories/": StoreBackend(rt)})
+
+    result = create_deep_agent(model=model, store=store, backend=routes).invoke({"messages": "go"})
+    read = [m for m in result["messages"] if getattr(m, "type", None) == "tool"][0]
+    assert "seeded by the user" in str(read.content), read.content
+    # What the agent wrote, LangGraph code reads, in the reference's file format.
+    written = store.get(("filesystem",), "/out.md")
+    assert written is not None
+    assert file_data_to_string(written.value) == "from the agent"
+    assert written.value["encoding"] == "utf-8"
+    keys = sorted(item.key for item in store.search(("filesystem",)))
+    assert keys == ["/out.md", "/seed.md"]
