@@ -343,8 +343,11 @@ async function approval(page, text, tool, args) {
   const allowed = await card.getAttribute("data-allowed");
   assert(allowed === "approve,edit,reject", "the approval card does not say what may be decided", allowed);
   const threadId = await until("the page to learn the thread id", () => page.threadId());
-  const thread = await call("GET", `/threads/${threadId}`);
-  assert(thread.status === "interrupted", "the thread waiting for approval is not interrupted", thread.status);
+  // The pause is announced a moment before the run has saved its status and ended.
+  await until("the thread waiting for approval to be interrupted", async () => {
+    const thread = await call("GET", `/threads/${threadId}`);
+    return thread.status === "interrupted" ? thread : null;
+  });
   return threadId;
 }
 

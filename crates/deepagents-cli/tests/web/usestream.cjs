@@ -259,8 +259,11 @@ async function approval(page, text, tool) {
   await page.page.locator(`#interrupt[data-action=${tool}]`).waitFor();
   await page.idle();
   const threadId = await page.threadId();
-  const thread = await call("GET", `/threads/${threadId}`);
-  assert(thread.status === "interrupted", "the thread waiting for approval is not interrupted", thread.status);
+  // The pause is announced a moment before the run has saved its status and ended.
+  await until("the thread waiting for approval to be interrupted", async () => {
+    const thread = await call("GET", `/threads/${threadId}`);
+    return thread.status === "interrupted" ? thread : null;
+  });
   return threadId;
 }
 
