@@ -314,6 +314,10 @@ pub struct RunArgs {
     /// Offer the compact_conversation tool, so the model can summarize its history on demand.
     #[arg(long)]
     pub compact_tool: bool,
+    /// Offer the fetch_url tool: the model reads web pages and text files by http(s) URL.
+    /// Off by default: it reaches any address the model names.
+    #[arg(long)]
+    pub fetch_url: bool,
     /// Approve every call that would wait for approval: shell commands, calls that permission
     /// rules in `interrupt` mode hold, and those of subagents. Otherwise each asks on a
     /// terminal, and is refused (with a message the model sees) when nobody can answer.

@@ -221,6 +221,7 @@ fn limited(builder: AgentBuilder, args: &RunArgs, config: &Config) -> AgentBuild
     builder
         .todos(args.todos)
         .compact_tool(args.compact_tool)
+        .fetch_url(args.fetch_url)
         .max_turns(args.max_turns)
         .spend_limits(limits)
         .prices(config.price_book())

@@ -118,6 +118,9 @@ pub enum BuildError {
     /// The harness's own files (offloaded results, history) could not be kept in the state.
     #[error("cannot keep the harness's files in the agent state: {0}")]
     Artifacts(String),
+    /// A built-in tool could not be made.
+    #[error("{0}")]
+    Tool(String),
     /// A cost cap on a model whose prices are unknown: it could never stop a run.
     #[error(
         "a cost cap needs the model's prices, and none are known for `{model}`: give them with AgentBuilder::prices, or cap tokens instead (SpendLimits::max_tokens)"
@@ -189,6 +192,8 @@ pub struct AgentBuilder {
     summarization_config: Option<SummarizationConfig>,
     compact_tool: bool,
     ask_user: bool,
+    #[cfg(feature = "remote")]
+    fetch_url: bool,
     #[cfg(feature = "remote")]
     remote_subagents: Vec<RemoteSubAgent>,
     interrupts: BTreeMap<String, InterruptConfig>,
@@ -285,6 +290,8 @@ impl AgentBuilder {
             summarization_config: None,
             compact_tool: false,
             ask_user: false,
+            #[cfg(feature = "remote")]
+            fetch_url: false,
             #[cfg(feature = "remote")]
             remote_subagents: Vec::new(),
             interrupts: BTreeMap::new(),
@@ -501,6 +508,16 @@ impl AgentBuilder {
         self
     }
 
+    /// Offers the `fetch_url` tool (off by default): the model reads a web page or text file
+    /// by its http(s) URL, HTML as readable text, capped. It reaches any address the model
+    /// names — local ones too — so offer it only where that is wanted (or put it behind
+    /// [`interrupt_on`](Self::interrupt_on)).
+    #[cfg(feature = "remote")]
+    pub fn fetch_url(mut self, enabled: bool) -> Self {
+        self.fetch_url = enabled;
+        self
+    }
+
     #[cfg(feature = "remote")]
     /// Adds a remote agent (Agent Protocol / LangGraph API) the model can run as a background
     /// task with `start_async_task`, `check_async_task`, `update_async_task`,
@@ -695,6 +712,11 @@ impl AgentBuilder {
         if let Some(hooks) = self.hooks.clone().filter(|h| !h.is_empty()) {
             self.middleware
                 .push(Arc::new(crate::middleware::HooksMiddleware::new(hooks)));
+        }
+        #[cfg(feature = "remote")]
+        if self.fetch_url {
+            let tool = crate::tools::fetch_url::FetchUrl::new().map_err(BuildError::Tool)?;
+            self.tools.push(Arc::new(TypedTool::new(tool)));
         }
         if self.ask_user {
             self.tools

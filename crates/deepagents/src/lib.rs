@@ -61,6 +61,8 @@ pub use stream::RunStream;
 pub use subagents::SubAgent;
 pub use thread::{Thread, ThreadError};
 pub use tools::ask_user::ASK_USER;
+#[cfg(feature = "remote")]
+pub use tools::fetch_url::FETCH_URL;
 
 /// The backends (where files live), re-exported.
 pub use deepagents_backends as backends;

@@ -562,6 +562,7 @@ fn built_in_tool_descriptions_have_no_stray_whitespace() {
         .ask_user(true)
         .context_window(100_000)
         .compact_tool(true)
+        .fetch_url(true)
         .response_format(json!({"type": "object", "properties": {"a": {"type": "string"}}}))
         .remote_subagent(deepagents::middleware::RemoteSubAgent {
             name: "far".into(),
@@ -577,6 +578,7 @@ fn built_in_tool_descriptions_have_no_stray_whitespace() {
         "execute",
         "write_todos",
         "ask_user",
+        "fetch_url",
         "compact_conversation",
         "final_answer",
         "task",
@@ -602,4 +604,79 @@ fn built_in_tool_descriptions_have_no_stray_whitespace() {
         "descriptions with stray whitespace:\n{}",
         bad.join("\n")
     );
+}
+
+/// `fetch_url` reads a page as text, says when it cut it, and refuses what it cannot read:
+/// an error status, binary content, a scheme other than http(s).
+#[tokio::test]
+async fn fetch_url_reads_pages_as_text_and_refuses_what_it_cannot_read() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    let html = |body: &str| {
+        ResponseTemplate::new(200).set_body_raw(body.to_owned(), "text/html; charset=utf-8")
+    };
+    Mock::given(method("GET"))
+        .and(path("/notes"))
+        .respond_with(html(
+            "<html><head><title>x</title><script>var secret = 1;</script></head><body><h1>Notes</h1><p>Ship it &amp; tell them.</p></body></html>",
+        ))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/long"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw("a".repeat(5000), "text/plain"))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/logo.png"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_raw(vec![0x89, b'P', b'N', b'G'], "image/png"),
+        )
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/gone"))
+        .respond_with(ResponseTemplate::new(404).set_body_string("no such page"))
+        .mount(&server)
+        .await;
+    let url = |p: &str| format!("{}{p}", server.uri());
+    let call = |id: &str, args: serde_json::Value| json!({"id": id, "name": deepagents::FETCH_URL, "args": args});
+    let agent = Agent::builder(scripted(json!([
+        {"tool_calls": [
+            call("page", json!({"url": url("/notes")})),
+            call("long", json!({"url": url("/long"), "max_chars": 100})),
+            call("png", json!({"url": url("/logo.png")})),
+            call("gone", json!({"url": url("/gone")})),
+            call("ftp", json!({"url": "ftp://example.com/file"}))
+        ]},
+        {"text": "read"}
+    ])))
+    .fetch_url(true)
+    .build()
+    .unwrap();
+    let output = agent.invoke("read them").await.unwrap();
+    let results = tool_results(&output.run.state.messages);
+    let by_id = |id: &str| {
+        results
+            .iter()
+            .find(|r| r.tool_call_id == id)
+            .copied()
+            .unwrap_or_else(|| panic!("no result for {id}"))
+    };
+    let page = text(by_id("page"));
+    assert!(page.contains("Notes\nShip it & tell them."), "{page}");
+    assert!(!page.contains("secret") && !page.contains('<'), "{page}");
+    let long = text(by_id("long"));
+    assert!(
+        long.contains(&"a".repeat(100)) && !long.contains(&"a".repeat(101)),
+        "{long}"
+    );
+    assert!(
+        long.contains("[Cut: 100 of 5000 characters shown"),
+        "{long}"
+    );
+    assert_error_containing(by_id("png"), "image/png, not text");
+    assert_error_containing(by_id("gone"), "404");
+    assert_error_containing(by_id("ftp"), "Only http and https");
 }
