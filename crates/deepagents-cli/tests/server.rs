@@ -133,53 +133,86 @@ impl Server {
         headers: &[(&str, &str)],
         body: Option<&serde_json::Value>,
     ) -> (u16, String, String) {
-        let mut stream = TcpStream::connect(&self.address).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        let body = body.map(ToString::to_string).unwrap_or_default();
-        let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
-            self.address,
-            body.len()
-        );
-        if !body.is_empty() {
-            request.push_str("Content-Type: application/json\r\n");
-        }
-        for (name, value) in headers {
-            request.push_str(&format!("{name}: {value}\r\n"));
-        }
-        request.push_str("\r\n");
-        request.push_str(&body);
-        stream.write_all(request.as_bytes()).unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let (head, body) = response.split_once("\r\n\r\n").unwrap();
-        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-        (status, head.to_owned(), dechunk(head, body))
+        let answer = exchange(&self.address, method, path, headers, body)
+            .filter(|answer| answer.whole)
+            .unwrap_or_else(|| panic!("{method} {path}: no whole answer"));
+        (answer.status(), answer.head.clone(), answer.body())
     }
+}
+
+/// What one HTTP/1.1 exchange brought back, as far as it came.
+struct Answer {
+    head: String,
+    /// The body as sent (chunked when the head says so).
+    raw: String,
+    /// Whether the connection ended cleanly rather than being reset.
+    whole: bool,
+}
+
+impl Answer {
+    fn status(&self) -> u16 {
+        self.head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|status| status.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The body, its chunks joined.
+    fn body(&self) -> String {
+        dechunk(&self.head, &self.raw)
+    }
+
+    /// Whether a chunked body's last chunk came (it was not cut).
+    fn ended(&self) -> bool {
+        self.raw.ends_with("0\r\n\r\n")
+    }
+}
+
+/// One request on a new connection (`Connection: close`); `None` when the server could not
+/// be reached or sent no head. A connection cut or reset keeps what came before.
+fn exchange(
+    address: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&serde_json::Value>,
+) -> Option<Answer> {
+    let mut stream = TcpStream::connect(address).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .ok()?;
+    let body = body.map(ToString::to_string).unwrap_or_default();
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !body.is_empty() {
+        request.push_str("Content-Type: application/json\r\n");
+    }
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = Vec::new();
+    let whole = stream.read_to_end(&mut response).is_ok();
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let (head, raw) = response.split_once("\r\n\r\n")?;
+    Some(Answer {
+        head: head.to_owned(),
+        raw: raw.to_owned(),
+        whole,
+    })
 }
 
 /// `GET path` read to the end: the head, the body (chunks joined) and whether the body
 /// ended (its last chunk came) rather than being cut.
 fn raw_get(address: &str, path: &str, headers: &[(&str, &str)]) -> (String, String, bool) {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = Vec::new();
-    // A cut connection may end in a reset: what came before it is kept.
-    let _ = stream.read_to_end(&mut response);
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    let ended = body.ends_with("0\r\n\r\n");
-    (head.to_owned(), dechunk(head, body), ended)
+    let answer = exchange(address, "GET", path, headers, None)
+        .unwrap_or_else(|| panic!("GET {path}: no answer"));
+    (answer.head.clone(), answer.body(), answer.ended())
 }
 
 /// The value of header `name` in a response's head.
@@ -464,24 +497,59 @@ fn get_json(server: &Server, path: &str, key: &[(&str, &str)]) -> serde_json::Va
     serde_json::from_str(&body).unwrap()
 }
 
+/// A new cluster on the test PostgreSQL and Redis: its servers share one root for files and
+/// take API key `k` for a tenant of the cluster's own. `None` (the test is skipped) without
+/// PostgreSQL and Redis.
+struct KeyedCluster {
+    data: tempfile::TempDir,
+    root: tempfile::TempDir,
+    database: String,
+    redis: String,
+    name: String,
+    key_arg: String,
+}
+
+impl KeyedCluster {
+    fn new(prefix: &str) -> Option<Self> {
+        let (Some(database), Some(redis)) = (
+            deepagents_test_support::postgres_url(),
+            deepagents_test_support::redis_url(),
+        ) else {
+            return None;
+        };
+        let name = deepagents_test_support::unique_name(prefix);
+        let key_arg = format!("k={}", name.replace(['.', ':'], "-"));
+        Some(Self {
+            data: tempfile::tempdir().unwrap(),
+            root: tempfile::tempdir().unwrap(),
+            database,
+            redis,
+            name,
+            key_arg,
+        })
+    }
+
+    /// Server `server` of the cluster (its data directory of that name), with `script` and
+    /// `extra` flags.
+    fn start(&self, server: &str, script: serde_json::Value, extra: &[&str]) -> Server {
+        let dir = self.data.path().join(server);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut args = vec!["--api-key", self.key_arg.as_str()];
+        args.extend_from_slice(extra);
+        let envs = [
+            ("DEEPAGENTS_DATABASE_URL", self.database.as_str()),
+            ("DEEPAGENTS_REDIS_URL", self.redis.as_str()),
+            ("DEEPAGENTS_CLUSTER", self.name.as_str()),
+        ];
+        Server::start_with(&dir, self.root.path(), script, &args, &envs)
+    }
+}
+
 #[test]
 fn two_servers_share_runs_and_one_finishes_what_a_killed_one_was_running() {
-    let (Some(database), Some(redis)) = (
-        deepagents_test_support::postgres_url(),
-        deepagents_test_support::redis_url(),
-    ) else {
+    let Some(cluster) = KeyedCluster::new("cluster") else {
         return;
     };
-    let data = tempfile::tempdir().unwrap();
-    let root = tempfile::tempdir().unwrap();
-    let cluster = deepagents_test_support::unique_name("cluster");
-    let tenant = deepagents_test_support::unique_name("tenant").replace(['.', ':'], "-");
-    let key_arg = format!("k={tenant}");
-    let envs = [
-        ("DEEPAGENTS_DATABASE_URL", database.as_str()),
-        ("DEEPAGENTS_REDIS_URL", redis.as_str()),
-        ("DEEPAGENTS_CLUSTER", cluster.as_str()),
-    ];
     let script = json!({
         "turns": [{"text": "Default answer."}],
         "conversations": [
@@ -494,17 +562,7 @@ fn two_servers_share_runs_and_one_finishes_what_a_killed_one_was_running() {
             ]}
         ]
     });
-    let start = |name: &str| {
-        let dir = data.path().join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        Server::start_with(
-            &dir,
-            root.path(),
-            script.clone(),
-            &["--api-key", &key_arg],
-            &envs,
-        )
-    };
+    let start = |name: &str| cluster.start(name, script.clone(), &[]);
     let mut servers = vec![start("a"), start("b")];
     let key = [("x-api-key", "k")];
 
@@ -632,27 +690,10 @@ fn two_servers_share_runs_and_one_finishes_what_a_killed_one_was_running() {
 
 #[test]
 fn a_server_stopped_with_sigterm_hands_its_run_to_another_at_once() {
-    let (Some(database), Some(redis)) = (
-        deepagents_test_support::postgres_url(),
-        deepagents_test_support::redis_url(),
-    ) else {
+    let Some(cluster) = KeyedCluster::new("sigterm") else {
         return;
     };
-    let data = tempfile::tempdir().unwrap();
-    let root = tempfile::tempdir().unwrap();
-    let cluster = deepagents_test_support::unique_name("sigterm");
-    let tenant = cluster.replace(['.', ':'], "-");
-    let key_arg = format!("k={tenant}");
-    let envs = [
-        ("DEEPAGENTS_DATABASE_URL", database.as_str()),
-        ("DEEPAGENTS_REDIS_URL", redis.as_str()),
-        ("DEEPAGENTS_CLUSTER", cluster.as_str()),
-    ];
-    let start = |name: &str| {
-        let dir = data.path().join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        Server::start_with(&dir, root.path(), script(), &["--api-key", &key_arg], &envs)
-    };
+    let start = |name: &str| cluster.start(name, script(), &[]);
     let mut servers = vec![start("a"), start("b")];
     let key = [("x-api-key", "k")];
     let (_, _, body) = servers[0].request("POST", "/threads", &key, Some(&json!({})));
@@ -815,29 +856,10 @@ fn psql(database: &str, sql: &str) -> String {
 /// added once.
 #[test]
 fn a_run_whose_server_stopped_while_taking_it_in_is_run_or_dropped() {
-    let (Some(database), Some(redis)) = (
-        deepagents_test_support::postgres_url(),
-        deepagents_test_support::redis_url(),
-    ) else {
+    let Some(cluster) = KeyedCluster::new("intake") else {
         return;
     };
-    let data = tempfile::tempdir().unwrap();
-    let root = tempfile::tempdir().unwrap();
-    let cluster = deepagents_test_support::unique_name("intake");
-    let tenant = cluster.replace(['.', ':'], "-");
-    let key_arg = format!("k={tenant}");
-    let envs = [
-        ("DEEPAGENTS_DATABASE_URL", database.as_str()),
-        ("DEEPAGENTS_REDIS_URL", redis.as_str()),
-        ("DEEPAGENTS_CLUSTER", cluster.as_str()),
-    ];
-    let server = Server::start_with(
-        data.path(),
-        root.path(),
-        script(),
-        &["--api-key", &key_arg],
-        &envs,
-    );
+    let server = cluster.start("server", script(), &[]);
     let key = [("x-api-key", "k")];
     let (_, _, body) = server.request("POST", "/threads", &key, Some(&json!({})));
     let thread: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -860,7 +882,7 @@ fn a_run_whose_server_stopped_while_taking_it_in_is_run_or_dropped() {
     // As if the server had stopped after saving `waiting`'s record, before admitting it; and
     // had stopped before saving the record of a copy of it.
     psql(
-        &database,
+        &cluster.database,
         &format!(
             "INSERT INTO deepagents_server_queue (run_id, cluster, tenant, thread_id, status, job, lease_until)
              SELECT 'ghost-{waiting}', cluster, tenant, thread_id, 'intake', replace(job, '{waiting}', 'ghost-{waiting}'), 0
@@ -893,8 +915,11 @@ fn a_run_whose_server_stopped_while_taking_it_in_is_run_or_dropped() {
     }
     loop {
         let queued = psql(
-            &database,
-            &format!("SELECT count(*) FROM deepagents_server_queue WHERE cluster = '{cluster}'"),
+            &cluster.database,
+            &format!(
+                "SELECT count(*) FROM deepagents_server_queue WHERE cluster = '{}'",
+                cluster.name
+            ),
         );
         if queued == "0" {
             break;
@@ -922,23 +947,11 @@ fn a_run_whose_server_stopped_while_taking_it_in_is_run_or_dropped() {
     assert_eq!(joined.len(), 1, "{state}");
 }
 
-/// `POST path` with `body`, `None` when the server went away before answering.
+/// `POST path` with `body`, `None` when the server went away before answering whole.
 fn try_post(address: &str, path: &str, body: &serde_json::Value) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(address).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .ok()?;
-    let body = body.to_string();
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nx-api-key: k\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, dechunk(head, body)))
+    exchange(address, "POST", path, &[("x-api-key", "k")], Some(body))
+        .filter(|answer| answer.whole)
+        .map(|answer| (answer.status(), answer.body()))
 }
 
 /// Servers SIGKILLed 0–50 ms after a burst of concurrent runs reach them: every run a client
@@ -947,31 +960,14 @@ fn try_post(address: &str, path: &str, body: &serde_json::Value) -> Option<(u16,
 /// (default 6); the counts are printed for the measurement in the notes.
 #[test]
 fn servers_killed_while_taking_runs_in_lose_none() {
-    let (Some(database), Some(redis)) = (
-        deepagents_test_support::postgres_url(),
-        deepagents_test_support::redis_url(),
-    ) else {
+    let Some(cluster) = KeyedCluster::new("killloop") else {
         return;
     };
     let rounds: u64 = std::env::var("DEEPAGENTS_KILL_ROUNDS")
         .ok()
         .and_then(|rounds| rounds.parse().ok())
         .unwrap_or(6);
-    let data = tempfile::tempdir().unwrap();
-    let root = tempfile::tempdir().unwrap();
-    let cluster = deepagents_test_support::unique_name("killloop");
-    let tenant = cluster.replace(['.', ':'], "-");
-    let key_arg = format!("k={tenant}");
-    let envs = [
-        ("DEEPAGENTS_DATABASE_URL", database.as_str()),
-        ("DEEPAGENTS_REDIS_URL", redis.as_str()),
-        ("DEEPAGENTS_CLUSTER", cluster.as_str()),
-    ];
-    let start = |name: &str| {
-        let dir = data.path().join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        Server::start_with(&dir, root.path(), script(), &["--api-key", &key_arg], &envs)
-    };
+    let start = |name: &str| cluster.start(name, script(), &[]);
     let survivor = start("survivor");
     let key = [("x-api-key", "k")];
     let mut threads = Vec::new();
@@ -1051,22 +1047,9 @@ fn servers_killed_while_taking_runs_in_lose_none() {
 /// interrupt sent to both servers at once, one applies and the other is a 409.
 #[test]
 fn every_server_of_a_cluster_refuses_a_resume_for_an_interrupt_no_longer_pending() {
-    let (Some(database), Some(redis)) = (
-        deepagents_test_support::postgres_url(),
-        deepagents_test_support::redis_url(),
-    ) else {
+    let Some(cluster) = KeyedCluster::new("stale-resume") else {
         return;
     };
-    let data = tempfile::tempdir().unwrap();
-    let root = tempfile::tempdir().unwrap();
-    let cluster = deepagents_test_support::unique_name("stale-resume");
-    let tenant = cluster.replace(['.', ':'], "-");
-    let key_arg = format!("k={tenant}");
-    let envs = [
-        ("DEEPAGENTS_DATABASE_URL", database.as_str()),
-        ("DEEPAGENTS_REDIS_URL", redis.as_str()),
-        ("DEEPAGENTS_CLUSTER", cluster.as_str()),
-    ];
     let script = json!({
         "turns": [{"text": "Default answer."}],
         "conversations": [
@@ -1077,17 +1060,7 @@ fn every_server_of_a_cluster_refuses_a_resume_for_an_interrupt_no_longer_pending
             ]}
         ]
     });
-    let start = |name: &str| {
-        let dir = data.path().join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        Server::start_with(
-            &dir,
-            root.path(),
-            script.clone(),
-            &["--api-key", &key_arg, "--interrupt-on", "write_file"],
-            &envs,
-        )
-    };
+    let start = |name: &str| cluster.start(name, script.clone(), &["--interrupt-on", "write_file"]);
     let servers = [start("a"), start("b")];
     let key = [("x-api-key", "k")];
     let parse = |body: &str| -> serde_json::Value { serde_json::from_str(body).unwrap() };
@@ -1115,7 +1088,7 @@ fn every_server_of_a_cluster_refuses_a_resume_for_an_interrupt_no_longer_pending
         .unwrap()
         .to_owned();
     assert_ne!(first, second);
-    assert!(root.path().join("one.md").exists());
+    assert!(cluster.root.path().join("one.md").exists());
 
     for server in &servers {
         for stale in [first.as_str(), "interrupt-unknown"] {
@@ -1131,7 +1104,7 @@ fn every_server_of_a_cluster_refuses_a_resume_for_an_interrupt_no_longer_pending
         assert_eq!(state["interrupts"][0]["id"], second.as_str(), "{state}");
     }
     assert!(
-        !root.path().join("two.md").exists(),
+        !cluster.root.path().join("two.md").exists(),
         "written on a stale approval"
     );
 
@@ -1158,7 +1131,7 @@ fn every_server_of_a_cluster_refuses_a_resume_for_an_interrupt_no_longer_pending
     statuses.sort_unstable();
     assert_eq!(statuses, [200, 409], "{answers:?}");
     assert_eq!(
-        std::fs::read_to_string(root.path().join("two.md")).unwrap(),
+        std::fs::read_to_string(cluster.root.path().join("two.md")).unwrap(),
         "two\n"
     );
     let state = get_json(&servers[0], &format!("/threads/{tid}/state"), &key);

@@ -34,7 +34,7 @@ mod stream;
 mod time;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use deepagents::Agent;
 use deepagents::backends::Store;
@@ -204,4 +204,9 @@ pub async fn serve(
     connections::serve(listener, router, &limits, shutdown).await;
     runs.settled().await;
     Ok(())
+}
+
+/// Locks `mutex`; a panic in another holder leaves plain data, still usable.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -14,14 +14,14 @@
 //! the agent that made it (`[…, "tools:c"]`, as LangGraph runs tools in a task of their own).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use deepagents::core::{ContentBlock, Event, EventKind, Message, Run, ToolStatus};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
-use crate::Step;
+use crate::{Step, lock};
 use deepagents_langgraph::convert;
 
 /// The channels a client may ask for (besides `custom:NAME`).
@@ -43,10 +43,6 @@ const MAX_EVENTS: usize = 10_000;
 
 /// How long a tape nobody holds is kept after its last event.
 const KEEP_IDLE: Duration = Duration::from_secs(3600);
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// The tapes of a server's threads, by storage id (`tenant:thread`).
 pub struct Tapes {

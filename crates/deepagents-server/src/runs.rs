@@ -4,7 +4,7 @@
 //! may drive a run another one accepted.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deepagents::backends::Store;
@@ -18,6 +18,7 @@ use tracing::Instrument as _;
 
 use crate::Assistant;
 use crate::error::{ApiError, ApiResult};
+use crate::lock;
 use crate::records::{Records, RunRecord};
 use crate::stream::FrameLog;
 use deepagents_langgraph::Framer;
@@ -30,10 +31,6 @@ const KEEP_FINISHED: Duration = Duration::from_secs(600);
 /// The checkpointer's id of thread `thread_id` of `tenant`: tenants never share threads.
 pub fn storage_id(tenant: &str, thread_id: &str) -> String {
     format!("{tenant}:{thread_id}")
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A run this process drives (or drove): its record, its frames, how to stop it.

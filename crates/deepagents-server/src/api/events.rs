@@ -20,6 +20,7 @@ use super::request::{Count, Namespace, checked, parse};
 use super::runs::MultitaskStrategy;
 use super::{AppState, Tenant};
 use crate::error::{ApiError, ApiResult};
+use crate::lock;
 use crate::protocol::{CHANNELS, Filter};
 use crate::runs::storage_id;
 use serde::Deserialize;
@@ -288,12 +289,6 @@ async fn serve_socket(
 
 /// A socket's subscriptions: each one's filter and the `seq` its replay starts after.
 type Subscriptions = Arc<std::sync::Mutex<std::collections::BTreeMap<String, (Filter, u64)>>>;
-
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 /// Sends the thread's events numbered after `after` that a subscription wants, in order,
 /// then the live ones, to a socket, until it is gone; `sent_through` is the latest `seq` it

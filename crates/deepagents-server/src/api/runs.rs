@@ -485,7 +485,7 @@ pub(super) async fn run_create(
 ) -> ApiResult<Response> {
     let record = create_run(&shared, &tenant, &thread_id, body, false).await?;
     let mut response = Json(run_json(&record)).into_response();
-    set_location(&mut response, &record, false);
+    set_location(&mut response, &record, Rejoin::No);
     Ok(response)
 }
 
@@ -498,16 +498,30 @@ pub(super) async fn stateless_create(
     Ok(Json(run_json(&record)))
 }
 
-pub(super) fn set_location(response: &mut Response, record: &RunRecord, stream: bool) {
+pub(super) fn set_location(response: &mut Response, record: &RunRecord, rejoin: Rejoin) {
     let path = format!("/threads/{}/runs/{}", record.thread_id, record.run_id);
     if let Ok(value) = HeaderValue::from_str(&path) {
         response
             .headers_mut()
             .insert(header::CONTENT_LOCATION, value);
     }
-    if stream && let Ok(value) = HeaderValue::from_str(&format!("{path}/stream")) {
+    let again = match rejoin {
+        Rejoin::No => return,
+        Rejoin::Stream => format!("{path}/stream"),
+        Rejoin::Join => format!("{path}/join"),
+    };
+    if let Ok(value) = HeaderValue::from_str(&again) {
         response.headers_mut().insert(header::LOCATION, value);
     }
+}
+
+/// Where a client reconnects to a response cut short (`Location`): the run's stream, its
+/// join, or nowhere (a stateless run's thread is gone once it ends).
+#[derive(Clone, Copy)]
+pub(super) enum Rejoin {
+    No,
+    Stream,
+    Join,
 }
 
 pub(super) async fn stream_run(
@@ -522,7 +536,12 @@ pub(super) async fn stream_run(
     let record = create_run(&shared, &tenant, &thread_id, body, stateless).await?;
     let guard = CancelOnDrop(cancel.then(|| (Arc::clone(&shared.runs), record.clone())));
     let mut response = sse(Source::of(&shared, &tenant, &record), 0, None, guard);
-    set_location(&mut response, &record, !stateless);
+    let rejoin = if stateless {
+        Rejoin::No
+    } else {
+        Rejoin::Stream
+    };
+    set_location(&mut response, &record, rejoin);
     Ok(response)
 }
 
@@ -601,17 +620,17 @@ pub(super) async fn wait_run(
     stateless: bool,
 ) -> ApiResult<Response> {
     let record = create_run(&shared, &tenant, &thread_id, body, stateless).await?;
-    // A stateless run's thread is gone once it ends: there is nothing to rejoin.
-    Ok(waiting(shared, tenant, record, !stateless))
+    let rejoin = if stateless { Rejoin::No } else { Rejoin::Join };
+    Ok(waiting(shared, tenant, record, rejoin))
 }
 
 /// A response that answers with the run's [`outcome`] once it ends. Its headers go out at
-/// once, with the run's join address in `Location` (`rejoinable`); until the outcome, a
+/// once, with where to rejoin the run in `Location` (`rejoin`); until the outcome, a
 /// newline now and then (JSON allows leading whitespace) keeps proxies from closing it. A
 /// server of a cluster stopping meanwhile cuts the body, so the SDK reconnects to
 /// `Location` (another server) instead of failing; errors met after the headers are given
 /// as the body `{"__error__": …}`, as a failed run's are.
-fn waiting(shared: AppState, tenant: Tenant, record: RunRecord, rejoinable: bool) -> Response {
+fn waiting(shared: AppState, tenant: Tenant, record: RunRecord, rejoin: Rejoin) -> Response {
     /// How often a waiting response sends a newline.
     const KEEPALIVE: Duration = Duration::from_secs(10);
     /// How often it looks whether the server is stopping.
@@ -653,15 +672,7 @@ fn waiting(shared: AppState, tenant: Tenant, record: RunRecord, rejoinable: bool
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    set_location(&mut response, &record, false);
-    if rejoinable
-        && let Ok(value) = HeaderValue::from_str(&format!(
-            "/threads/{}/runs/{}/join",
-            record.thread_id, record.run_id
-        ))
-    {
-        response.headers_mut().insert(header::LOCATION, value);
-    }
+    set_location(&mut response, &record, rejoin);
     response
 }
 
@@ -771,7 +782,7 @@ pub(super) async fn run_join(
     Path((thread_id, run_id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let record = find_run(&shared, &tenant, &thread_id, &run_id).await?;
-    Ok(waiting(shared, tenant, record, true))
+    Ok(waiting(shared, tenant, record, Rejoin::Join))
 }
 
 pub(super) async fn run_join_stream(
@@ -801,7 +812,7 @@ pub(super) async fn run_join_stream(
         .any(|(key, value)| key == "cancel_on_disconnect" && value.eq_ignore_ascii_case("true"));
     let guard = CancelOnDrop(cancel.then(|| (Arc::clone(&shared.runs), record.clone())));
     let mut response = sse(Source::of(&shared, &tenant, &record), from, modes, guard);
-    set_location(&mut response, &record, true);
+    set_location(&mut response, &record, Rejoin::Stream);
     Ok(response)
 }
 
