@@ -12,7 +12,8 @@ from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 from . import _native
 from ._backends import backend_spec, permission_spec, storage_index
 from ._messages import Command, message_from_wire, values_from_wire
-from ._models import SUPPORTED, chat_model_spec
+from ._middleware import NativeModel, middleware_specs
+from ._models import SUPPORTED, chat_model_spec, is_chat_model, model_name, python_model_adapter
 from ._tools import background_loop, schema_of, tool_definition
 
 _MODES = {"values": "values", "updates": "updates", "messages": "messages-tuple", "custom": "custom", "deepagents": "deepagents", "debug": "debug", "checkpoints": "checkpoints", "events": "events"}
@@ -46,7 +47,7 @@ class ScriptedModel:
         self.script = {"turns": [dict(t) for t in turns], "conversations": [dict(c) for c in conversations]}
 
 
-def _model_spec(model: Any) -> Any:
+def _model_spec(model: Any, objects: list[Any]) -> Any:
     if model is None:
         return "anthropic:claude-sonnet-4-5"
     if isinstance(model, str):
@@ -56,9 +57,13 @@ def _model_spec(model: Any) -> Any:
     spec = chat_model_spec(model)
     if spec is not None:
         return spec
+    if is_chat_model(model):
+        objects.append(python_model_adapter(model))
+        return {"python": len(objects) - 1, "id": model_name(model)}
     raise TypeError(
         "model must be a 'provider:model' string (openai:…, anthropic:…, google_genai:…, ollama:…, scripted:PATH …), "
-        f"a LangChain chat model ({', '.join(SUPPORTED)}) or a ScriptedModel, not {type(model).__name__}"
+        f"a LangChain chat model (settings read from {', '.join(SUPPORTED)}; others are called through Python) "
+        f"or a ScriptedModel, not {type(model).__name__}"
     )
 
 
@@ -144,6 +149,7 @@ def create_deep_agent(
     max_cost_usd: float | None = None,
     max_tokens: int | None = None,
     general_purpose_subagent: bool | None = None,
+    middleware: Sequence[Any] = (),
 ) -> "DeepAgent":
     """A deep agent on the Rust harness. ``model`` is a ``provider:model`` spec (as the CLI
     takes), a LangChain chat model object (``ChatOpenAI``, ``ChatAnthropic``,
@@ -152,12 +158,19 @@ def create_deep_agent(
     comes from type hints and the docstring); ``subagents`` are dicts with ``name``,
     ``description``, ``system_prompt`` and optional ``tools``, ``model``, ``interrupt_on``,
     ``skills``, ``permissions``, ``response_format``. ``max_cost_usd`` and ``max_tokens``
-    are hard caps on what a run (with its subagents) spends."""
+    are hard caps on what a run (with its subagents) spends. ``middleware`` are LangChain
+    ``AgentMiddleware`` objects, run after the built-in ones (see ``_middleware`` for what
+    their hooks may do)."""
     objects: list[Any] = []
-    parent_tools = _tools(tools, objects)
+    middleware_tools = [t for m in middleware for t in (getattr(m, "tools", None) or [])]
+    all_tools = [*(tools or []), *middleware_tools]
+    parent_tools = _tools(all_tools, objects)
+    tool_objects = {str(t.name): t for t in all_tools if hasattr(t, "name") and hasattr(t, "invoke")}
     by_name = {t["name"]: t for t in parent_tools}
     subagent_specs = []
     for sub in subagents or []:
+        if sub.get("middleware"):
+            raise TypeError(f"subagent {sub.get('name')!r}: middleware on subagents is not supported; pass it to create_deep_agent for the main agent")
         if "runnable" in sub or "graph" in sub:
             raise TypeError(f"subagent {sub.get('name')!r}: compiled subagents (runnable=…) are not supported; describe it with system_prompt, tools and model")
         missing = [k for k in ("name", "description") if not sub.get(k)]
@@ -169,18 +182,19 @@ def create_deep_agent(
                 "description": sub["description"],
                 "system_prompt": sub.get("system_prompt") or sub.get("prompt") or "",
                 "tools": None if sub.get("tools") is None else _subagent_tools(sub["name"], sub["tools"], by_name, objects),
-                "model": None if sub.get("model") is None else _model_spec(sub["model"]),
+                "model": None if sub.get("model") is None else _model_spec(sub["model"], objects),
                 "interrupt_on": None if sub.get("interrupt_on") is None else _interrupts(sub["interrupt_on"]),
                 "skills": list(sub.get("skills") or []),
                 "permissions": None if sub.get("permissions") is None else [permission_spec(r) for r in sub["permissions"]],
                 "response_format": _response_schema(sub.get("response_format")),
             }
         )
+    model_spec = _model_spec(model, objects)
     spend = None
     if max_cost_usd is not None or max_tokens is not None:
         spend = {"max_cost_usd": max_cost_usd, "max_tokens": max_tokens}
     config = {
-        "model": _model_spec(model),
+        "model": model_spec,
         "name": name,
         "system_prompt": system_prompt,
         "tools": parent_tools,
@@ -198,6 +212,7 @@ def create_deep_agent(
         # The reference's recursion limit of 1000 graph steps allows about 500 model calls.
         "max_turns": 500 if max_turns is None else max_turns,
         "spend_limits": spend,
+        "middleware": middleware_specs(middleware, model if model is not None and not isinstance(model, str) else NativeModel(str(model_spec)), tool_objects, objects),
     }
     native = _native.NativeAgent(json.dumps(config), objects)
     return DeepAgent(native, _unwrapped_format(response_format))

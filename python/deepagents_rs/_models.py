@@ -8,6 +8,8 @@ built with them, so the object is never called.
 
 from __future__ import annotations
 
+import importlib
+import json
 import warnings
 from typing import Any, Callable
 
@@ -209,8 +211,9 @@ _READERS: dict[tuple[str, str], Callable[[Any], dict[str, Any]]] = {
 
 def chat_model_spec(model: Any) -> dict[str, Any] | None:
     """The native model a LangChain chat model object describes (``{"spec", "base_url",
-    "api_key", …}``), ``None`` when ``model`` is not of a LangChain class at all, and a
-    ``TypeError`` for a LangChain model that cannot be read."""
+    "api_key", …}``), ``None`` when ``model`` is not of a class whose settings can be read
+    (see :func:`is_chat_model` for the rest), and a ``TypeError`` for a model chosen at run
+    time or already bound."""
     package, name = _package_and_name(model)
     reader = _READERS.get((package, name))
     if reader is not None:
@@ -227,10 +230,79 @@ def chat_model_spec(model: Any) -> dict[str, Any] | None:
             f"a bound model ({name}: bind_tools, bind, with_structured_output, with_retry, …) is not supported; "
             "pass the chat model itself (the agent binds its own tools; use response_format= for structured output)"
         )
-    if package.startswith("langchain") or hasattr(model, "bind_tools"):
-        raise TypeError(
-            f"model {type(model).__module__}.{type(model).__qualname__} is not supported: deepagents_rs reads the settings of "
-            f"{', '.join(SUPPORTED)} (also as init_chat_model returns them) and calls the provider itself; "
-            "other models: pass a 'provider:model' string (see docs/providers.md)"
-        )
     return None
+
+
+def is_chat_model(model: Any) -> bool:
+    """Whether ``model`` is a LangChain chat model the harness calls through Python (one of
+    a class it has no client for)."""
+    return callable(getattr(model, "invoke", None)) and callable(getattr(model, "bind_tools", None))
+
+
+def model_name(model: Any) -> str:
+    """The name a chat model goes by in errors and spend records: ``python:<class>:<model>``."""
+    name = getattr(model, "model_name", None) or getattr(model, "model", None)
+    cls = type(model).__qualname__
+    return f"python:{cls}:{name}" if isinstance(name, str) and name else f"python:{cls}"
+
+
+def python_model_adapter(model: Any) -> Callable[[str], str]:
+    """What the native side calls for each model call of ``model``: the request as JSON
+    (``system``, ``messages`` as LangChain dicts, ``tools``, ``settings``) in, ``{"message",
+    "usage"}`` or ``{"error"}`` out. Tools are bound with ``bind_tools`` (a model without
+    tool binding, like LangChain's fake models, is called as it is)."""
+    from ._messages import message_from_wire, message_to_wire
+
+    bound: dict[str, Any] = {}
+
+    def with_tools(tools: list[dict[str, Any]]) -> Any:
+        if not tools:
+            return model
+        key = json.dumps([t["name"] for t in tools])
+        if key not in bound:
+            schemas = [{"type": "function", "function": t} for t in tools]
+            try:
+                bound[key] = model.bind_tools(schemas)
+            except NotImplementedError:
+                bound[key] = model
+        return bound[key]
+
+    def adapter(request_json: str) -> str:
+        try:
+            request = json.loads(request_json)
+            lc = importlib.import_module("langchain_core.messages")
+            messages = [message_from_wire(m) for m in request["messages"]]
+            if request.get("system"):
+                messages.insert(0, lc.SystemMessage(content=request["system"]))
+            settings = request.get("settings") or {}
+            kwargs: dict[str, Any] = {}
+            if settings.get("stop_sequences"):
+                kwargs["stop"] = list(settings["stop_sequences"])
+            answer = with_tools(request.get("tools") or []).invoke(messages, **kwargs)
+            return json.dumps({"message": ai_to_wire(answer, message_to_wire), "usage": _usage(answer)})
+        except Exception as error:  # noqa: BLE001 - the run reports it as the model's failure
+            return json.dumps({"error": f"{type(error).__name__}: {error}"})
+
+    adapter.__name__ = f"model_{type(model).__qualname__}"
+    return adapter
+
+
+def ai_to_wire(answer: Any, message_to_wire: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+    """A model's answer (an ``AIMessage``, a string) as an AI message dict."""
+    if isinstance(answer, str):
+        return {"type": "ai", "content": answer}
+    wire = message_to_wire(answer)
+    if wire.get("type") not in ("ai", "AIMessageChunk"):
+        raise TypeError(f"the model answered with a {wire.get('type')} message, not an AI message")
+    wire["type"] = "ai"
+    content = wire.get("content")
+    if isinstance(content, list):
+        # Provider-specific parts (tool_use, citations…) are carried by tool_calls or dropped.
+        wire["content"] = [part for part in content if isinstance(part, str) or (isinstance(part, dict) and part.get("type") in ("text", "reasoning", "thinking"))]
+        wire["content"] = [{"type": "text", "text": p} if isinstance(p, str) else p for p in wire["content"]]
+    return wire
+
+
+def _usage(answer: Any) -> dict[str, int]:
+    usage = getattr(answer, "usage_metadata", None) or {}
+    return {"input_tokens": int(usage.get("input_tokens") or 0), "output_tokens": int(usage.get("output_tokens") or 0)}

@@ -20,7 +20,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::backend::PyBackend;
-use crate::model::{ModelObject, from_object};
+use crate::middleware::{MiddlewareConfig, PyMiddleware};
+use crate::model::{ModelObject, PyModel, from_object};
 use crate::tool::{PyTool, RunData};
 
 /// Everything `create_deep_agent` was given, as the Python side encodes it.
@@ -62,6 +63,9 @@ pub struct AgentConfig {
     max_turns: Option<u32>,
     #[serde(default)]
     spend_limits: Option<SpendLimits>,
+    /// The user's Python middleware, in order, after the built-in ones.
+    #[serde(default)]
+    middleware: Vec<MiddlewareConfig>,
 }
 
 /// A `provider:model` spec (the CLI's, `scripted:PATH` included), a script inline, or a spec
@@ -70,7 +74,15 @@ pub struct AgentConfig {
 #[serde(untagged)]
 enum ModelConfig {
     Spec(String),
-    Script { script: Value },
+    Script {
+        script: Value,
+    },
+    /// A chat model object called through its adapter: index in the objects list, and the
+    /// name it goes by.
+    Python {
+        python: usize,
+        id: String,
+    },
     Object(ModelObject),
 }
 
@@ -190,11 +202,32 @@ pub struct Built {
     pub watch: Arc<StepWatch>,
     /// Whether the caller gave a checkpointer: without one, threads are not kept.
     pub persistent: bool,
+    /// The custom state keys the Python middleware declared: shown with the thread's values.
+    pub state_keys: Arc<[String]>,
+}
+
+impl Built {
+    /// `run`'s state as the values `invoke` and `get_state` answer: messages, todos, files,
+    /// the structured response, pending interrupts, and the middleware's state keys.
+    pub fn values(&self, run: &deepagents::core::Run) -> Value {
+        let mut values = deepagents_langgraph::convert::values(
+            run,
+            &deepagents_langgraph::convert::interrupt_id(run),
+        );
+        if let Value::Object(map) = &mut values {
+            for key in self.state_keys.iter() {
+                if let Some(value) = run.state.custom.get(key) {
+                    map.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        values
+    }
 }
 
 /// Builds the agent. Errors say which argument is wrong.
 pub async fn build(config: AgentConfig, objects: Vec<Arc<Py<PyAny>>>) -> Result<Built, String> {
-    let model = model(&config.model)?;
+    let model = model(&config.model, &objects)?;
     let mut builder = Agent::builder(model);
     if let Some(name) = &config.name {
         builder = builder.name(name.clone());
@@ -247,6 +280,18 @@ pub async fn build(config: AgentConfig, objects: Vec<Arc<Py<PyAny>>>) -> Result<
     for sub in &config.subagents {
         builder = builder.subagent(subagent(sub, &objects)?);
     }
+    let visible_keys: Arc<[String]> = config
+        .middleware
+        .iter()
+        .flat_map(|m| m.state_keys.iter().cloned())
+        .collect();
+    for middleware in &config.middleware {
+        builder = builder.middleware(PyMiddleware::new(
+            middleware,
+            &objects,
+            Arc::clone(&visible_keys),
+        )?);
+    }
     let persistent = config.checkpointer.is_some();
     let inner: Arc<dyn Checkpointer> = match config.checkpointer {
         Some(index) => storage(&objects, index, |s| s.checkpointer.clone())?,
@@ -259,6 +304,7 @@ pub async fn build(config: AgentConfig, objects: Vec<Arc<Py<PyAny>>>) -> Result<
         agent,
         watch,
         persistent,
+        state_keys: visible_keys,
     })
 }
 
@@ -272,8 +318,14 @@ fn build_agent(builder: AgentBuilder) -> Result<Agent, String> {
     })
 }
 
-fn model(config: &ModelConfig) -> Result<Arc<dyn Model>, String> {
+fn model(config: &ModelConfig, objects: &[Arc<Py<PyAny>>]) -> Result<Arc<dyn Model>, String> {
     match config {
+        ModelConfig::Python { python, id } => {
+            let adapter = objects
+                .get(*python)
+                .ok_or_else(|| format!("model {id:?} refers to no object"))?;
+            Ok(Arc::new(PyModel::new(id.clone(), Arc::clone(adapter))))
+        }
         ModelConfig::Spec(spec) => {
             deepagents::models::from_spec(spec).map_err(|e| format!("model {spec:?}: {e}"))
         }
@@ -328,7 +380,7 @@ fn subagent(config: &SubAgentConfig, objects: &[Arc<Py<PyAny>>]) -> Result<SubAg
         config.system_prompt.clone(),
     );
     if let Some(model_config) = &config.model {
-        sub = sub.model(model(model_config)?);
+        sub = sub.model(model(model_config, objects)?);
     }
     for tool in config.tools.iter().flatten() {
         sub = sub.dyn_tool(py_tool(tool, objects)?);

@@ -11,6 +11,7 @@
 mod backend;
 mod config;
 mod direct;
+mod middleware;
 mod model;
 mod run;
 mod store;

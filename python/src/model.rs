@@ -10,11 +10,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deepagents::core::model::InputModalities;
 use deepagents::core::{
-    Model, ModelError, ModelProfile, ModelRequest, ModelResponse, ModelSettings, ModelStream,
+    Message, Model, ModelError, ModelProfile, ModelRequest, ModelResponse, ModelSettings,
+    ModelStream, StopReason, Usage,
 };
 use deepagents::models::http::{HttpConfig, Secret};
 use deepagents::models::{ModelOptions, ReasoningEffort, from_spec_with};
+use pyo3::prelude::*;
 use serde::Deserialize;
+use serde_json::{Value, json};
 
 /// A provider model with explicit settings (`{"spec": "openai_chat:gpt-4o", …}`).
 #[derive(Deserialize)]
@@ -141,5 +144,103 @@ impl Model for Sampled {
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ModelError> {
         self.inner.stream(&self.request(request)).await
+    }
+}
+
+/// A chat model object of a class the harness has no client for (`GenericFakeChatModel`,
+/// `ChatBedrock`, a model of the user's own), called through its adapter on the Python side:
+/// the request goes in as JSON with LangChain message dicts, the answer comes back as an AI
+/// message dict with its usage.
+pub struct PyModel {
+    id: String,
+    adapter: Arc<Py<PyAny>>,
+}
+
+impl PyModel {
+    /// The model `adapter` calls; `id` names it in errors and spend records.
+    pub fn new(id: String, adapter: Arc<Py<PyAny>>) -> Self {
+        Self { id, adapter }
+    }
+}
+
+/// A request as the Python side reads it.
+pub fn request_json(request: &ModelRequest) -> Value {
+    json!({
+        "system": request.system_prompt,
+        "messages": request
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(index, message)| deepagents_langgraph::convert::message(index, message))
+            .collect::<Vec<_>>(),
+        "tools": request
+            .tools
+            .iter()
+            .map(|tool| json!({"name": tool.name, "description": tool.description, "parameters": tool.parameters}))
+            .collect::<Vec<_>>(),
+        "settings": request.settings,
+    })
+}
+
+/// A model's answer from the Python side: `{"message": {AI message dict}, "usage":
+/// {"input_tokens", "output_tokens"}?, "stop_reason"?}`.
+pub fn response_from_json(answer: &Value) -> Result<ModelResponse, String> {
+    let message = answer.get("message").ok_or("the answer has no `message`")?;
+    let Message::Assistant(message) = deepagents_langgraph::convert::message_from(message)? else {
+        return Err("the answer is not an AI message".to_owned());
+    };
+    let count = |key: &str| {
+        answer
+            .pointer(&format!("/usage/{key}"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    let usage = Usage {
+        input_tokens: count("input_tokens"),
+        output_tokens: count("output_tokens"),
+        ..Usage::default()
+    };
+    let stop_reason = match answer.get("stop_reason").and_then(Value::as_str) {
+        Some("max_tokens" | "length") => StopReason::MaxTokens,
+        _ if !message.tool_calls.is_empty() => StopReason::ToolUse,
+        _ => StopReason::EndTurn,
+    };
+    Ok(ModelResponse {
+        message,
+        usage,
+        stop_reason,
+    })
+}
+
+#[async_trait]
+impl Model for PyModel {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn generate(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+        let request = request_json(request).to_string();
+        let adapter = Arc::clone(&self.adapter);
+        let answer = tokio::task::spawn_blocking(move || {
+            Python::attach(|py| -> PyResult<String> { adapter.call1(py, (request,))?.extract(py) })
+        })
+        .await
+        .map_err(|e| ModelError::Transient {
+            message: format!("the Python model {} crashed: {e}", self.id),
+        })?
+        .map_err(|e| ModelError::Other {
+            message: format!("the adapter of Python model {} failed: {e}", self.id),
+        })?;
+        let answer: Value = serde_json::from_str(&answer).map_err(|e| ModelError::Other {
+            message: format!("the Python model {} answered badly: {e}", self.id),
+        })?;
+        if let Some(error) = answer.get("error").and_then(Value::as_str) {
+            return Err(ModelError::Other {
+                message: format!("the Python model {} raised {error}", self.id),
+            });
+        }
+        response_from_json(&answer).map_err(|e| ModelError::Other {
+            message: format!("the Python model {} answered badly: {e}", self.id),
+        })
     }
 }

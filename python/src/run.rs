@@ -129,7 +129,7 @@ impl NativeAgent {
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok(run.map_or_else(
             || "null".to_owned(),
-            |run| convert::values(&run, &convert::interrupt_id(&run)).to_string(),
+            |run| self.built.values(&run).to_string(),
         ))
     }
 
@@ -285,7 +285,7 @@ async fn drive(built: &Built, request: Request, sink: &Frames) -> Result<(), Str
                 "__end__",
                 &json!({
                     "status": status,
-                    "values": convert::values(run, &convert::interrupt_id(run)),
+                    "values": built.values(run),
                     "text": output.text,
                     "structured_response": output.structured,
                 }),
@@ -297,7 +297,7 @@ async fn drive(built: &Built, request: Request, sink: &Frames) -> Result<(), Str
                 &json!({
                     "kind": serde_json::to_value(error.kind()).unwrap_or(Value::Null),
                     "message": error.to_string(),
-                    "values": run.as_ref().map(|run| convert::values(run, &convert::interrupt_id(run))),
+                    "values": run.as_ref().map(|run| built.values(run)),
                 }),
             );
         }

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use deepagents::core::{AgentState, DynTool, Run, ToolContext, ToolError, ToolOutput, ToolSpec};
+use deepagents::core::{
+    AgentState, DynTool, Run, RunContext, ToolContext, ToolError, ToolOutput, ToolSpec,
+};
 use pyo3::prelude::*;
 use serde_json::Value;
 
@@ -36,13 +38,7 @@ impl DynTool for PyTool {
     }
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let call = ToolCall {
-            tool_call_id: ctx.call_id.clone(),
-            thread_id: ctx.run.thread_id.clone(),
-            assistant_id: Some(ctx.run.assistant_id.clone()),
-            data: ctx.run.runtime.get::<Arc<RunData>>().cloned(),
-            state: Arc::clone(&ctx.state),
-        };
+        let call = ToolCall::of_run(&ctx.run, ctx.call_id.clone(), Arc::clone(&ctx.state));
         let function = Arc::clone(&self.function);
         let name = self.spec.name.clone();
         // Python runs on a blocking-pool thread, so the loop's workers never wait for the GIL.
@@ -87,6 +83,20 @@ pub struct ToolCall {
     assistant_id: Option<String>,
     data: Option<Arc<RunData>>,
     state: Arc<AgentState>,
+}
+
+impl ToolCall {
+    /// The runtime of `run` as a Python hook or tool sees it; `tool_call_id` is empty outside
+    /// tool calls.
+    pub fn of_run(run: &RunContext, tool_call_id: String, state: Arc<AgentState>) -> Self {
+        Self {
+            tool_call_id,
+            thread_id: run.thread_id.clone(),
+            assistant_id: Some(run.assistant_id.clone()),
+            data: run.runtime.get::<Arc<RunData>>().cloned(),
+            state,
+        }
+    }
 }
 
 #[pymethods]

@@ -191,11 +191,21 @@ impl Run {
         results: Vec<(ToolResult, StateUpdate)>,
         schema: &StateSchema,
     ) -> Result<(), StateError> {
-        let (results, updates): (Vec<_>, Vec<_>) = results.into_iter().unzip();
+        let (results, mut updates): (Vec<_>, Vec<_>) = results.into_iter().unzip();
+        if updates.iter().any(|update| update.messages_from.is_some()) {
+            return Err(StateError::ToolRewroteMessages);
+        }
+        // Messages a tool adds follow the step's results, which must come right after the
+        // calls they answer.
+        let added: Vec<Message> = updates
+            .iter_mut()
+            .flat_map(|update| std::mem::take(&mut update.messages))
+            .collect();
         schema.apply_all(&mut self.state, updates)?;
         self.state
             .messages
             .extend(results.into_iter().map(Message::Tool));
+        self.state.messages.extend(added);
         Ok(())
     }
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::content::base64_bytes;
-use crate::message::Messages;
+use crate::message::{Message, Messages};
 
 /// Everything an agent knows; plain data, persisted as is by checkpoints.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -115,12 +115,24 @@ pub struct StateUpdate {
     /// New values for declared custom keys, merged by each key's [`Reducer`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub custom: BTreeMap<String, Value>,
+    /// When set, the conversation's messages from this index on are dropped before
+    /// [`messages`](Self::messages) are appended: how a middleware rewrites or trims history.
+    /// Past the end it drops nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages_from: Option<usize>,
+    /// Messages appended to the conversation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<Message>,
 }
 
 impl StateUpdate {
     /// Whether the update changes nothing.
     pub fn is_empty(&self) -> bool {
-        self.todos.is_none() && self.files.is_empty() && self.custom.is_empty()
+        self.todos.is_none()
+            && self.files.is_empty()
+            && self.custom.is_empty()
+            && self.messages_from.is_none()
+            && self.messages.is_empty()
     }
 
     /// An update that replaces the plan.
@@ -232,6 +244,11 @@ pub enum StateError {
         /// The second reducer.
         second: String,
     },
+    /// A tool's update rewrote earlier messages: a step's results must follow its calls.
+    #[error(
+        "a tool's state update cannot rewrite earlier messages (messages_from); it may only append messages, which follow the step's results"
+    )]
+    ToolRewroteMessages,
     /// The reducer refused the update.
     #[error("cannot merge the update of custom state key `{key}`: {message}")]
     Reduce {
@@ -407,9 +424,13 @@ impl StateSchema {
         let mut todos = None;
         let mut files: BTreeMap<String, Option<FileData>> = BTreeMap::new();
         let mut custom: BTreeMap<String, Value> = BTreeMap::new();
+        let mut messages: Vec<(Option<usize>, Vec<Message>)> = Vec::new();
         for update in updates {
             if update.todos.is_some() {
                 todos = update.todos;
+            }
+            if update.messages_from.is_some() || !update.messages.is_empty() {
+                messages.push((update.messages_from, update.messages));
             }
             files.extend(update.files);
             for (key, value) in update.custom {
@@ -438,6 +459,12 @@ impl StateSchema {
             };
         }
         state.custom.extend(custom);
+        for (from, appended) in messages {
+            if let Some(from) = from {
+                state.messages.truncate(from);
+            }
+            state.messages.extend(appended);
+        }
         Ok(())
     }
 }

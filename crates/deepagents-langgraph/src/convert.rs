@@ -548,7 +548,7 @@ fn parse_content(content: &Value) -> Result<Vec<ContentBlock>, String> {
 }
 
 /// A LangChain message dict as a message of the thread.
-fn message_from(value: &Value) -> Result<Message, String> {
+pub fn message_from(value: &Value) -> Result<Message, String> {
     let role = value
         .get("type")
         .or_else(|| value.get("role"))

@@ -376,8 +376,12 @@ impl Driver<'_> {
                 .await
                 .map_err(|e| middleware_error(middleware.name(), e))?;
             if !update.is_empty() {
+                let rewrites = update.messages_from.is_some() || !update.messages.is_empty();
                 agent.schema.apply_all(&mut run.state, [update.clone()])?;
                 journal.applied(events, &run.state, &[update]);
+                if rewrites {
+                    request.messages = run.state.messages.clone();
+                }
             }
         }
         for middleware in agent.middleware.iter() {

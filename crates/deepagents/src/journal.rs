@@ -241,6 +241,9 @@ impl Journal {
         updates: &[StateUpdate],
     ) {
         for update in updates {
+            if let Some(from) = update.messages_from {
+                self.rewrote_message(from);
+            }
             self.todos |= update.todos.is_some();
             self.files.extend(update.files.keys().cloned());
             self.custom.extend(update.custom.keys().cloned());
