@@ -147,3 +147,57 @@ fn deltas_of_format_2_and_3_rebuild_the_same_run() {
         "{newer}"
     );
 }
+
+/// A run after a model turn that called `a` and `b`.
+fn run_awaiting_results() -> Run {
+    let mut run = Run::default();
+    run.push_user_input(vec![ContentBlock::text("go")]);
+    run.apply_model_response(response("working", vec![call("a"), call("b")]));
+    run
+}
+
+#[test]
+fn messages_a_tool_adds_follow_the_steps_results() {
+    let mut run = run_awaiting_results();
+    let note = |text: &str| StateUpdate {
+        messages: vec![Message::user(text)],
+        ..StateUpdate::default()
+    };
+    run.apply_tool_results(
+        vec![(result("a"), note("from a")), (result("b"), note("from b"))],
+        &StateSchema::default(),
+    )
+    .unwrap();
+    let messages = &run.state.messages;
+    assert_eq!(messages.len(), 6);
+    assert_eq!(messages[2], Message::Tool(result("a")));
+    assert_eq!(messages[3], Message::Tool(result("b")));
+    assert_eq!(messages[4], Message::user("from a"));
+    assert_eq!(messages[5], Message::user("from b"));
+    // The calls are answered, and the added user message asks for another model call.
+    assert_eq!(run.next_action(10).unwrap(), NextAction::CallModel);
+}
+
+#[test]
+fn a_tool_cannot_rewrite_earlier_messages() {
+    use deepagents_core::StateError;
+    let mut run = run_awaiting_results();
+    let before = run.clone();
+    let rewrite = StateUpdate {
+        messages_from: Some(0),
+        messages: vec![Message::user("history, rewritten")],
+        ..StateUpdate::default()
+    };
+    let error = run
+        .apply_tool_results(
+            vec![
+                (result("a"), StateUpdate::todos(vec![])),
+                (result("b"), rewrite),
+            ],
+            &StateSchema::default(),
+        )
+        .unwrap_err();
+    assert_eq!(error, StateError::ToolRewroteMessages);
+    assert!(error.to_string().contains("messages_from"), "{error}");
+    assert_eq!(run, before, "the run is unchanged");
+}

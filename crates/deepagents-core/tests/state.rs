@@ -145,3 +145,142 @@ fn messages_are_shared_until_one_side_changes_them() {
     let back: Messages = serde_json::from_value(serde_json::to_value(&run).unwrap()).unwrap();
     assert_eq!(back, run);
 }
+
+fn conversation(texts: &[&str]) -> AgentState {
+    let mut state = AgentState::default();
+    for text in texts {
+        state.messages.push(deepagents_core::Message::user(*text));
+    }
+    state
+}
+
+fn texts(state: &AgentState) -> Vec<String> {
+    state.messages.iter().map(|m| m.text()).collect()
+}
+
+fn appending(texts: &[&str]) -> StateUpdate {
+    StateUpdate {
+        messages: texts
+            .iter()
+            .map(|text| deepagents_core::Message::user(*text))
+            .collect(),
+        ..StateUpdate::default()
+    }
+}
+
+#[test]
+fn messages_of_an_update_are_appended_in_update_order() {
+    let mut state = conversation(&["a"]);
+    let updates = [appending(&["b", "c"]), appending(&["d"])];
+    StateSchema::default()
+        .apply_all(&mut state, updates)
+        .unwrap();
+    assert_eq!(texts(&state), ["a", "b", "c", "d"]);
+}
+
+#[test]
+fn messages_from_drops_the_tail_before_appending() {
+    let mut state = conversation(&["a", "b", "c", "d"]);
+    let update = StateUpdate {
+        messages_from: Some(1),
+        ..appending(&["x"])
+    };
+    StateSchema::default()
+        .apply_all(&mut state, [update])
+        .unwrap();
+    assert_eq!(texts(&state), ["a", "x"]);
+
+    // From 0 with nothing appended empties the conversation.
+    let clear = StateUpdate {
+        messages_from: Some(0),
+        ..StateUpdate::default()
+    };
+    StateSchema::default()
+        .apply_all(&mut state, [clear])
+        .unwrap();
+    assert!(state.messages.is_empty());
+
+    // Later updates of one batch see the conversation the earlier ones left.
+    let mut state = conversation(&["a", "b", "c"]);
+    let updates = [
+        appending(&["d"]),
+        StateUpdate {
+            messages_from: Some(3),
+            ..appending(&["e"])
+        },
+    ];
+    StateSchema::default()
+        .apply_all(&mut state, updates)
+        .unwrap();
+    assert_eq!(texts(&state), ["a", "b", "c", "e"]);
+}
+
+#[test]
+fn messages_from_past_the_end_drops_nothing() {
+    let mut state = conversation(&["a", "b"]);
+    let update = StateUpdate {
+        messages_from: Some(10),
+        ..appending(&["c"])
+    };
+    StateSchema::default()
+        .apply_all(&mut state, [update])
+        .unwrap();
+    assert_eq!(texts(&state), ["a", "b", "c"]);
+    let at_the_end = StateUpdate {
+        messages_from: Some(3),
+        ..StateUpdate::default()
+    };
+    StateSchema::default()
+        .apply_all(&mut state, [at_the_end])
+        .unwrap();
+    assert_eq!(texts(&state), ["a", "b", "c"]);
+}
+
+#[test]
+fn an_update_with_messages_or_messages_from_is_not_empty() {
+    assert!(StateUpdate::default().is_empty());
+    assert!(!appending(&["a"]).is_empty());
+    let truncating = StateUpdate {
+        messages_from: Some(0),
+        ..StateUpdate::default()
+    };
+    assert!(!truncating.is_empty());
+}
+
+#[test]
+fn an_update_with_messages_round_trips_and_one_without_omits_the_keys() {
+    let update = StateUpdate {
+        messages_from: Some(2),
+        ..appending(&["kept", "summary"])
+    }
+    .with_custom("value", json!(1));
+    let json = serde_json::to_value(&update).unwrap();
+    assert_eq!(json["messages_from"], json!(2));
+    assert_eq!(json["messages"].as_array().unwrap().len(), 2);
+    let back: StateUpdate = serde_json::from_value(json).unwrap();
+    assert_eq!(back, update);
+
+    // Updates written before these fields existed (checkpoints) read the same, and an update
+    // without messages is written as before.
+    let plain = StateUpdate::default().with_custom("value", json!(1));
+    let json = serde_json::to_value(&plain).unwrap();
+    assert_eq!(json, json!({"custom": {"value": 1}}));
+    let old: StateUpdate = serde_json::from_value(json!({"custom": {"value": 1}})).unwrap();
+    assert_eq!(old, plain);
+}
+
+#[test]
+fn a_failed_merge_leaves_the_messages_alone() {
+    let mut state = conversation(&["a", "b"]);
+    let before = state.clone();
+    let updates = [
+        StateUpdate {
+            messages_from: Some(0),
+            ..appending(&["x"])
+        },
+        StateUpdate::default().with_custom("nope", json!(1)),
+    ];
+    let error = schema().apply_all(&mut state, updates).unwrap_err();
+    assert_eq!(error, StateError::UndeclaredKey { key: "nope".into() });
+    assert_eq!(state, before);
+}

@@ -4,9 +4,10 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use deepagents::middleware::{Middleware, MiddlewareError, ModelNext, ToolNext};
+use deepagents::models::ScriptedModel;
 use deepagents::{
-    Agent, AgentState, ModelError, ModelRequest, ModelResponse, StateUpdate, ToolCall, ToolContext,
-    ToolError, ToolOutput,
+    Agent, AgentState, DynamicTool, Message, ModelError, ModelRequest, ModelResponse, RunOutput,
+    StateUpdate, ToolCall, ToolContext, ToolError, ToolOutput,
 };
 use deepagents_core::RunContext;
 use serde_json::json;
@@ -355,5 +356,252 @@ async fn a_failing_hook_stops_the_run_naming_the_middleware() {
     assert_eq!(
         failure.to_string(),
         "middleware `broken` failed: quota store unreachable"
+    );
+}
+
+// ---- messages in state updates ------------------------------------------------------------
+
+type Store = Arc<dyn deepagents::Checkpointer>;
+
+/// The same in-memory store at every call.
+fn memory() -> impl AsyncFn() -> Store {
+    let store: Store = Arc::new(deepagents::InMemoryCheckpointer::new());
+    async move || store.clone()
+}
+
+/// A SQLite database in `dir`, opened anew at every call (as a new process would).
+fn sqlite(dir: &tempfile::TempDir) -> impl AsyncFn() -> Store {
+    let path = dir.path().join("threads.db");
+    async move || {
+        let store = deepagents::backends::SqliteStore::open(&path)
+            .await
+            .unwrap();
+        let store: Store = Arc::new(store.checkpointer());
+        store
+    }
+}
+
+/// One turn of thread `thread` with `input`.
+async fn thread_turn(agent: &Agent, store: Store, thread: &str, input: &str) -> RunOutput {
+    let (run, checkpoint) = deepagents::open_thread(store, thread, Some(input.to_owned()))
+        .await
+        .unwrap();
+    let options = deepagents::RunOptions {
+        checkpoint: Some(checkpoint),
+        ..deepagents::RunOptions::default()
+    };
+    agent
+        .run(run, options, deepagents::EventSink::discard())
+        .await
+        .unwrap()
+}
+
+/// The thread as stored.
+async fn stored(store: Store, thread: &str) -> deepagents::Run {
+    store.load(thread, None).await.unwrap().unwrap()
+}
+
+fn texts(messages: &[Message]) -> Vec<String> {
+    messages.iter().map(Message::text).collect()
+}
+
+/// Before every model call, keeps only the latest user message of the conversation.
+struct KeepLastUserMessage;
+
+#[async_trait]
+impl Middleware for KeepLastUserMessage {
+    fn name(&self) -> &str {
+        "keep_last_user_message"
+    }
+    async fn prepare_model_call(
+        &self,
+        _ctx: &RunContext,
+        _request: &ModelRequest,
+        state: &AgentState,
+    ) -> Result<StateUpdate, MiddlewareError> {
+        let last = state
+            .messages
+            .iter()
+            .rev()
+            .find(|m| matches!(m, Message::User { .. }))
+            .cloned();
+        Ok(StateUpdate {
+            messages_from: Some(0),
+            messages: last.into_iter().collect(),
+            ..StateUpdate::default()
+        })
+    }
+}
+
+async fn a_prepared_trim_reaches_the_request_and_the_thread(open: impl AsyncFn() -> Store) {
+    // The trimmed second turn starts a conversation of its own for the scripted model.
+    let script = json!({
+        "turns": [{"text": "first answer"}],
+        "conversations": [
+            {"when_task_contains": "second", "turns": [{"text": "second answer"}]}
+        ]
+    });
+    let model = Arc::new(ScriptedModel::from_json(&script.to_string()).unwrap());
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let agent = Agent::builder(model)
+        .middleware(KeepLastUserMessage)
+        .middleware(Capture {
+            requests: requests.clone(),
+        })
+        .build()
+        .unwrap();
+    let first = thread_turn(&agent, open().await, "t", "first question").await;
+    assert_eq!(first.text, "first answer");
+    let second = thread_turn(&agent, open().await, "t", "second question").await;
+    assert_eq!(second.text, "second answer");
+
+    let requests = requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(texts(&requests[0].messages), ["first question"]);
+    assert_eq!(
+        *requests[1].messages,
+        [Message::user("second question")],
+        "the request holds only the kept message"
+    );
+    let expected = ["second question", "second answer"];
+    assert_eq!(texts(&second.run.state.messages), expected);
+    let reloaded = stored(open().await, "t").await;
+    assert_eq!(texts(&reloaded.state.messages), expected);
+    assert!(matches!(reloaded.state.messages[1], Message::Assistant(_)));
+    assert_eq!(reloaded, second.run, "the stored thread is the live run");
+}
+
+#[tokio::test]
+async fn a_prepared_trim_reaches_the_request_and_the_thread_in_memory() {
+    a_prepared_trim_reaches_the_request_and_the_thread(memory()).await;
+}
+
+#[tokio::test]
+async fn a_prepared_trim_reaches_the_request_and_the_thread_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    a_prepared_trim_reaches_the_request_and_the_thread(sqlite(&dir)).await;
+}
+
+/// Adds a note to the conversation when a run starts.
+struct NoteAtStart;
+
+#[async_trait]
+impl Middleware for NoteAtStart {
+    fn name(&self) -> &str {
+        "note_at_start"
+    }
+    async fn before_run(
+        &self,
+        _ctx: &RunContext,
+        _: &AgentState,
+    ) -> Result<StateUpdate, MiddlewareError> {
+        Ok(StateUpdate {
+            messages: vec![Message::user("note: answer briefly")],
+            ..StateUpdate::default()
+        })
+    }
+}
+
+async fn a_message_added_before_the_run_is_kept(open: impl AsyncFn() -> Store) {
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let agent = Agent::builder(scripted(json!([{"text": "brief"}])))
+        .middleware(NoteAtStart)
+        .middleware(Capture {
+            requests: requests.clone(),
+        })
+        .build()
+        .unwrap();
+    let output = thread_turn(&agent, open().await, "t", "go").await;
+    let expected = ["go", "note: answer briefly", "brief"];
+    assert_eq!(texts(&output.run.state.messages), expected);
+    assert_eq!(
+        texts(&requests.lock().unwrap()[0].messages),
+        ["go", "note: answer briefly"]
+    );
+    let reloaded = stored(open().await, "t").await;
+    assert_eq!(reloaded, output.run);
+}
+
+#[tokio::test]
+async fn a_message_added_before_the_run_is_kept_in_memory() {
+    a_message_added_before_the_run_is_kept(memory()).await;
+}
+
+#[tokio::test]
+async fn a_message_added_before_the_run_is_kept_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    a_message_added_before_the_run_is_kept(sqlite(&dir)).await;
+}
+
+/// A tool whose update adds a user message, or (`rewrite`) tries to rewrite history.
+fn noting_tool(rewrite: bool) -> Arc<DynamicTool> {
+    let tool = DynamicTool::new(
+        "note",
+        "Leaves a note.",
+        json!({"type": "object"}),
+        move |_, _| async move {
+            let update = StateUpdate {
+                messages_from: rewrite.then_some(0),
+                messages: vec![Message::user("a note from the tool")],
+                ..StateUpdate::default()
+            };
+            Ok(ToolOutput::text("noted").with_update(update))
+        },
+    )
+    .unwrap();
+    Arc::new(tool)
+}
+
+async fn a_message_a_tool_adds_follows_its_result(open: impl AsyncFn() -> Store) {
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let agent = Agent::builder(scripted(json!([
+        {"tool_calls": [{"id": "n", "name": "note", "args": {}}]},
+        {"text": "done"}
+    ])))
+    .dyn_tool(noting_tool(false))
+    .middleware(Capture {
+        requests: requests.clone(),
+    })
+    .build()
+    .unwrap();
+    let output = thread_turn(&agent, open().await, "t", "go").await;
+    assert_eq!(output.text, "done");
+    let messages = &output.run.state.messages;
+    assert_eq!(messages.len(), 5);
+    assert!(matches!(&messages[2], Message::Tool(result) if result.tool_call_id == "n"));
+    assert_eq!(messages[3], Message::user("a note from the tool"));
+    let requests = requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(*requests[1].messages, messages[..4]);
+    let reloaded = stored(open().await, "t").await;
+    assert_eq!(reloaded, output.run);
+}
+
+#[tokio::test]
+async fn a_message_a_tool_adds_follows_its_result_in_memory() {
+    a_message_a_tool_adds_follows_its_result(memory()).await;
+}
+
+#[tokio::test]
+async fn a_message_a_tool_adds_follows_its_result_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    a_message_a_tool_adds_follows_its_result(sqlite(&dir)).await;
+}
+
+#[tokio::test]
+async fn a_tool_that_rewrites_history_stops_the_run() {
+    let agent = Agent::builder(scripted(json!([
+        {"tool_calls": [{"id": "n", "name": "note", "args": {}}]},
+        {"text": "never"}
+    ])))
+    .dyn_tool(noting_tool(true))
+    .build()
+    .unwrap();
+    let failure = agent.invoke("go").await.unwrap_err();
+    assert!(
+        failure
+            .to_string()
+            .contains("cannot rewrite earlier messages"),
+        "{failure}"
     );
 }
