@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
+import importlib
 import json
 import os
 import pathlib
@@ -14,6 +15,7 @@ import uuid
 import weakref
 from typing import Any, Callable, Mapping, Sequence
 
+from ._messages import message_from_wire, message_to_wire
 from ._protocol import (
     BackendProtocol,
     DeleteResult,
@@ -792,6 +794,150 @@ class LangGraphStoreAdapter:
         return [_store_item(i) for i in wanted[offset : offset + limit]]
 
 
+_RUN_CHANNEL = "__deepagents_run__"
+
+
+class LangGraphSaverAdapter:
+    """Keeps the agent's threads in a LangGraph checkpoint saver for the native side,
+    answering ``{"ok": …}`` or ``{"error": …}``. Each checkpoint holds the state in the
+    channels LangGraph's deepagents uses (``messages`` as LangChain messages, ``todos``,
+    ``files``) and the whole run, exactly, in a channel of its own; its metadata numbers it
+    (``deepagents_checkpoint``: 1, 2, 3… within the thread). Checkpoints without that run — a
+    thread LangGraph's deepagents wrote — are read from their channels."""
+
+    def __init__(self, saver: Any) -> None:
+        self.saver = saver
+
+    def call(self, op: str, args_json: str) -> str:
+        args = json.loads(args_json)
+        try:
+            return json.dumps({"ok": getattr(self, "_" + op)(**args)}, default=str)
+        except Exception as error:  # noqa: BLE001 - the run reports it
+            return json.dumps({"error": f"{type(error).__name__}: {error}"})
+
+    @staticmethod
+    def _config(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+        configurable: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+        if checkpoint_id is not None:
+            configurable["checkpoint_id"] = checkpoint_id
+        return {"configurable": configurable}
+
+    def _history(self, thread_id: str) -> list[Any]:
+        """The thread's checkpoints, oldest first, with the number each goes by."""
+        tuples = list(self.saver.list(self._config(thread_id)))
+        tuples.reverse()
+        return tuples
+
+    @staticmethod
+    def _number(checkpoint: Any, position: int) -> int:
+        number = (checkpoint.metadata or {}).get("deepagents_checkpoint")
+        return int(number) if isinstance(number, int) else position
+
+    def _append(self, thread_id: str, run: str, values: dict[str, Any]) -> int:
+        base = importlib.import_module("langgraph.checkpoint.base")
+        ids = importlib.import_module("langgraph.checkpoint.base.id")
+        latest = self.saver.get_tuple(self._config(thread_id))
+        if latest is None:
+            number, previous_versions, parent = 1, {}, None
+        else:
+            known = (latest.metadata or {}).get("deepagents_checkpoint")
+            number = int(known) + 1 if isinstance(known, int) else len(self._history(thread_id)) + 1
+            previous_versions = dict(latest.checkpoint.get("channel_versions") or {})
+            parent = latest.checkpoint["id"]
+        channels: dict[str, Any] = {
+            "messages": [message_from_wire(m) for m in values.get("messages") or []],
+            "todos": values.get("todos") or [],
+            "files": values.get("files") or {},
+            _RUN_CHANNEL: run,
+        }
+        if values.get("structured_response") is not None:
+            channels["structured_response"] = values["structured_response"]
+        versions = {name: self.saver.get_next_version(previous_versions.get(name), None) for name in channels}
+        checkpoint = base.empty_checkpoint()
+        checkpoint["id"] = str(ids.uuid6(clock_seq=number))
+        checkpoint["channel_values"] = channels
+        checkpoint["channel_versions"] = dict(versions)
+        metadata = {"source": "loop", "step": number, "parents": {}, "deepagents_checkpoint": number}
+        self.saver.put(self._config(thread_id, parent), checkpoint, metadata, versions)
+        return number
+
+    def _load(self, thread_id: str, at: int | None) -> dict[str, Any] | None:
+        if at is None:
+            found = self.saver.get_tuple(self._config(thread_id))
+        else:
+            found = next((c for i, c in enumerate(self._history(thread_id), 1) if self._number(c, i) == at), None)
+        if found is None:
+            return None
+        channels = found.checkpoint.get("channel_values") or {}
+        if isinstance(channels.get(_RUN_CHANNEL), str):
+            return {"run": channels[_RUN_CHANNEL]}
+        values: dict[str, Any] = {"messages": [message_to_wire(m) for m in channels.get("messages") or []]}
+        if channels.get("todos"):
+            values["todos"] = channels["todos"]
+        if channels.get("files"):
+            values["files"] = {path: f for path, f in dict(channels["files"]).items() if f is not None}
+        return {"values": values}
+
+    def _checkpoints(self, thread_id: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": self._number(c, i),
+                "created_at_ms": _iso_ms(c.checkpoint.get("ts")),
+                "messages": len((c.checkpoint.get("channel_values") or {}).get("messages") or []),
+            }
+            for i, c in enumerate(self._history(thread_id), 1)
+        ]
+
+    def _threads(self) -> list[dict[str, Any]]:
+        threads: dict[str, dict[str, Any]] = {}
+        for c in self.saver.list(None):
+            thread_id = str(c.config["configurable"]["thread_id"])
+            entry = threads.setdefault(thread_id, {"thread_id": thread_id, "checkpoints": 0, "updated_at_ms": 0})
+            entry["checkpoints"] += 1
+            entry["updated_at_ms"] = max(entry["updated_at_ms"], _iso_ms(c.checkpoint.get("ts")))
+        return list(threads.values())
+
+    def _delete_thread(self, thread_id: str) -> bool:
+        children = {
+            str(c.config["configurable"]["thread_id"])
+            for c in self.saver.list(None)
+            if str(c.config["configurable"]["thread_id"]).startswith(thread_id + "/")
+        }
+        existed = self.saver.get_tuple(self._config(thread_id)) is not None
+        for thread in [thread_id, *sorted(children)]:
+            self.saver.delete_thread(thread)
+        return existed
+
+
+def _iso_ms(ts: Any) -> int:
+    if not isinstance(ts, str):
+        return 0
+    try:
+        return int(datetime.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return 0
+
+
+class _LangGraphSaver(_Storage):
+    """A LangGraph checkpoint saver given as the agent's checkpointer: it keeps the threads."""
+
+    def __init__(self, saver: Any) -> None:
+        self.saver = saver
+
+    def native(self) -> Any:
+        if self._native is None:
+            from . import _native
+
+            self._native = _native.NativeStorage.python_checkpointer(LangGraphSaverAdapter(self.saver))
+        return self._native
+
+
+def _is_langgraph_saver(value: Any) -> bool:
+    return all(callable(getattr(value, name, None)) for name in ("get_tuple", "put", "list")) and any(
+        cls.__module__.startswith("langgraph.checkpoint") for cls in type(value).__mro__
+    )
+
+
 class _LangGraphStore(_Storage):
     """A LangGraph store object given as the agent's store: its items are the agent's."""
 
@@ -821,7 +967,7 @@ _STAND_INS_BY_ID: dict[int, tuple[Any, _Storage]] = {}
 def _standing_in(value: Any) -> _Storage:
     """Our in-memory storage in place of LangGraph's object `value`: the same one every time
     it is passed."""
-    stand_in: _Storage = _LangGraphStore(value) if _is_langgraph_store(value) else InMemorySaver()
+    stand_in: _Storage = _LangGraphStore(value) if _is_langgraph_store(value) else _LangGraphSaver(value)
     try:
         return _STAND_INS.setdefault(value, stand_in)
     except TypeError:
@@ -835,12 +981,11 @@ def storage_index(value: Any, what: str, objects: list[Any]) -> int | None:
     if value is None or value is False:
         return None
     if not isinstance(value, _Storage):
-        # LangGraph's objects: an in-memory saver is ours in its place, one per object, so
-        # agents given one saver share its threads as they would there; a store is used
-        # through an adapter, so its items are the agent's and the reverse.
+        # LangGraph's savers and stores are used through adapters, one per object: the
+        # threads and items are in the user's object, and what it held is the agent's.
         if value is True:
             value = InMemorySaver()
-        elif type(value).__name__ in ("InMemorySaver", "MemorySaver") or _is_langgraph_store(value):
+        elif _is_langgraph_saver(value) or _is_langgraph_store(value):
             value = _standing_in(value)
         else:
             value = None
@@ -848,5 +993,6 @@ def storage_index(value: Any, what: str, objects: list[Any]) -> int | None:
         objects.append(value.native())
         return len(objects) - 1
     raise TypeError(
-        f"{what} must be InMemorySaver(), SqliteSaver(path) or PostgresSaver(url) (stores: InMemoryStore, SqliteStore, PostgresStore), not {type(value).__name__}"
+        f"{what} must be a LangGraph checkpoint saver (or this package's InMemorySaver(), SqliteSaver(path), PostgresSaver(url)); "
+        f"stores: a LangGraph store or InMemoryStore, SqliteStore, PostgresStore; not {type(value).__name__}"
     )

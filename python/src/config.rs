@@ -569,6 +569,20 @@ impl NativeStorage {
         opened.map_err(pyo3::exceptions::PyValueError::new_err)
     }
 
+    /// A checkpointer whose threads live in a Python object (LangGraph's
+    /// `BaseCheckpointSaver`), through `adapter`
+    /// (`deepagents_rs._backends.LangGraphSaverAdapter`).
+    #[staticmethod]
+    fn python_checkpointer(adapter: Py<PyAny>) -> Self {
+        Self {
+            store: None,
+            checkpointer: Some(Arc::new(crate::saver::PyCheckpointer {
+                adapter: Arc::new(adapter),
+                leases: deepagents::core::LocalLeases::new(),
+            })),
+        }
+    }
+
     /// A store whose items live in a Python object (LangGraph's `BaseStore`), through
     /// `adapter` (`deepagents_rs._backends.LangGraphStoreAdapter`).
     #[staticmethod]

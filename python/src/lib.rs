@@ -14,6 +14,7 @@ mod direct;
 mod middleware;
 mod model;
 mod run;
+mod saver;
 mod store;
 mod tool;
 

@@ -113,13 +113,15 @@ def test_two_agents_on_one_saver_object_share_threads() -> None:
     assert [m.content for m in other.get_state(config).values["messages"]] == ["x", "hi"]
 
 
-def test_langgraphs_in_memory_saver_is_one_saver_for_every_agent_given_it() -> None:
+def test_langgraphs_in_memory_saver_holds_the_threads_of_every_agent_given_it() -> None:
     memory = pytest.importorskip("langgraph.checkpoint.memory")
     saver = memory.InMemorySaver()
     config = {"configurable": {"thread_id": "lg-shared"}}
     create_deep_agent(model=ScriptedModel([{"text": "hi"}]), checkpointer=saver).invoke({"messages": "x"}, config)
     same = create_deep_agent(model=ScriptedModel([{"text": "hi"}]), checkpointer=saver)
     assert [m.content for m in same.get_state(config).values["messages"]] == ["x", "hi"]
+    # The threads are in the saver itself.
+    assert [m.content for m in saver.get_tuple(config).checkpoint["channel_values"]["messages"]] == ["x", "hi"]
     other = create_deep_agent(model=ScriptedModel([{"text": "hi"}]), checkpointer=memory.InMemorySaver())
     assert other.get_state(config).values.get("messages", []) == []
 
@@ -202,3 +204,57 @@ def test_a_langgraph_store_is_the_agents_store_both_ways() -> None:
     assert written.value["encoding"] == "utf-8"
     keys = sorted(item.key for item in store.search(("filesystem",)))
     assert keys == ["/out.md", "/seed.md"]
+
+
+def test_a_langgraph_sqlite_saver_keeps_the_threads_where_langgraph_code_reads_them(tmp_path: Path) -> None:
+    import sqlite3
+
+    sqlite_saver = pytest.importorskip("langgraph.checkpoint.sqlite")
+    messages = pytest.importorskip("langchain_core.messages")
+    path = tmp_path / "threads.db"
+    config = {"configurable": {"thread_id": "lg-sqlite"}}
+    model = ScriptedModel([
+        {"tool_calls": [{"name": "write_file", "args": {"file_path": "/plan.md", "content": "step 1"}}]},
+        {"text": "first"},
+        {"text": "second"},
+    ])
+    saver = sqlite_saver.SqliteSaver(sqlite3.connect(path, check_same_thread=False))
+    create_deep_agent(model=model, checkpointer=saver).invoke({"messages": "one"}, config)
+    # LangGraph code reading the saver sees the thread as LangGraph's deepagents keeps it.
+    latest = saver.get_tuple(config)
+    channels = latest.checkpoint["channel_values"]
+    assert [type(m).__name__ for m in channels["messages"]] == ["HumanMessage", "AIMessage", "ToolMessage", "AIMessage"]
+    assert channels["messages"][-1].content == "first"
+    assert channels["files"]["/plan.md"]["content"] == "step 1"
+    # A new process (a new connection, a new agent) continues the thread.
+    reopened = sqlite_saver.SqliteSaver(sqlite3.connect(path, check_same_thread=False))
+    agent = create_deep_agent(model=model, checkpointer=reopened)
+    result = agent.invoke({"messages": "two"}, config)
+    assert [m.content for m in result["messages"]][-2:] == ["two", "second"]
+    history = list(agent.get_state_history(config))
+    assert len(history) == len(list(reopened.list(config))) and len(history) >= 4
+    earlier = agent.get_state(history[-1].config)
+    assert [m.content for m in earlier.values["messages"]] == ["one"]
+    # A thread LangGraph's deepagents wrote (only its channels) continues here too.
+    checkpoint_base = pytest.importorskip("langgraph.checkpoint.base")
+    written = checkpoint_base.empty_checkpoint()
+    written["channel_values"] = {"messages": [messages.HumanMessage("old question", id="h1"), messages.AIMessage("old answer", id="a1")], "todos": [{"content": "t", "status": "pending"}]}
+    written["channel_versions"] = {"messages": reopened.get_next_version(None, None), "todos": reopened.get_next_version(None, None)}
+    reference = {"configurable": {"thread_id": "written-by-the-reference", "checkpoint_ns": ""}}
+    reopened.put(reference, written, {"source": "loop", "step": 1, "parents": {}}, dict(written["channel_versions"]))
+    cont = create_deep_agent(model=ScriptedModel([{"text": "unused"}, {"text": "continued"}]), checkpointer=reopened)
+    result = cont.invoke({"messages": "new question"}, reference)
+    assert [m.content for m in result["messages"]] == ["old question", "old answer", "new question", "continued"]
+    assert result["todos"][0]["content"] == "t"
+
+
+def test_a_langgraph_saver_that_fails_fails_the_run_with_its_message() -> None:
+    memory = pytest.importorskip("langgraph.checkpoint.memory")
+
+    class Broken(memory.InMemorySaver):  # type: ignore[misc,name-defined]
+        def put(self, *args: object, **kwargs: object) -> object:
+            raise OSError("disk full")
+
+    agent = create_deep_agent(model=ScriptedModel([{"text": "hi"}]), checkpointer=Broken())
+    with pytest.raises(Exception, match="disk full"):
+        agent.invoke({"messages": "x"}, {"configurable": {"thread_id": "broken"}})
