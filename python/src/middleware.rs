@@ -75,7 +75,8 @@ impl PyMiddleware {
             .get(config.object)
             .ok_or_else(|| format!("middleware `{}` refers to no object", config.name))?;
         Ok(Self {
-            name: config.name.clone(),
+            // Prefixed: a built-in middleware of the same name would otherwise be replaced.
+            name: format!("python:{}", config.name),
             adapter: Arc::clone(adapter),
             hooks: config.hooks,
             own_keys: config.state_keys.clone(),
