@@ -379,6 +379,11 @@ pub struct ServeArgs {
     /// the API only and leaves the runs to the other servers.
     #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
+    /// A host a run's `webhook` URL may name (repeatable), beside `webhook_allowed_hosts` of
+    /// `[server]`: `host`, `host:port`, or `*` for any host with public addresses. A private,
+    /// loopback or link-local address is called only when listed by address.
+    #[arg(long = "webhook-allow", value_name = "HOST[:PORT]")]
+    pub webhook_allow: Vec<String>,
 }
 
 /// `--max-cost`: a positive number of dollars.

@@ -91,6 +91,12 @@ pub struct ServerConfig {
     /// Seconds a client may take to send a request's headers before its connection is
     /// closed (default 30).
     pub header_timeout_secs: Option<u64>,
+    /// Hosts a run's `webhook` URL may name (`host`, `host:port`, `*` for any public host);
+    /// `--webhook-allow` adds to them. Empty: webhooks are refused.
+    #[serde(default)]
+    pub webhook_allowed_hosts: Vec<String>,
+    /// The key webhook deliveries are signed with (`DEEPAGENTS_WEBHOOK_SECRET` beats it).
+    pub webhook_secret: Option<String>,
 }
 
 /// One `[[assistants]]` entry: an agent built as the flags build one, with these changes.

@@ -160,6 +160,15 @@ async fn start(args: ServeArgs) -> anyhow::Result<Started> {
         }
         options.connections.header_read_timeout = std::time::Duration::from_secs(secs);
     }
+    options.webhooks.allowed_hosts = config.server.webhook_allowed_hosts.clone();
+    options
+        .webhooks
+        .allowed_hosts
+        .extend(args.webhook_allow.iter().cloned());
+    options.webhooks.secret = std::env::var("DEEPAGENTS_WEBHOOK_SECRET")
+        .ok()
+        .filter(|secret| !secret.is_empty())
+        .or_else(|| config.server.webhook_secret.clone());
     options.cluster = cluster(args.jobs).await?;
     sessions.insert(0, session);
     Ok(Started {

@@ -32,6 +32,7 @@ mod records;
 mod runs;
 mod stream;
 mod time;
+mod webhooks;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -43,6 +44,7 @@ pub use connections::ConnectionLimits;
 pub use cors::CorsOrigins;
 pub use deepagents_langgraph::{Step, StepWatch, Subscription};
 pub use error::ApiError;
+pub use webhooks::{SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookOptions};
 
 /// One agent the server offers, under a graph id (`agent` by default, as the reference
 /// platform's templates name it).
@@ -94,6 +96,9 @@ pub struct ServerOptions {
     /// How many connections at once, how long a request may take to arrive, how long a stop
     /// waits for open connections.
     pub connections: ConnectionLimits,
+    /// Which `webhook` URLs runs may name, how deliveries are signed and retried (default:
+    /// none allowed).
+    pub webhooks: WebhookOptions,
     /// The queue and event fan-out shared with other servers; `None`: this server runs
     /// every run it accepts.
     #[cfg(feature = "cluster")]
@@ -111,6 +116,7 @@ impl ServerOptions {
             max_body_bytes: 16 * 1024 * 1024,
             cors: CorsOrigins::None,
             connections: ConnectionLimits::default(),
+            webhooks: WebhookOptions::default(),
             #[cfg(feature = "cluster")]
             cluster: None,
         }
@@ -140,6 +146,9 @@ pub enum ServerError {
         "CORS origin `{0}` is not an origin; write it as scheme://host[:port] (for example http://localhost:3000), without a path, or `*` for any"
     )]
     InvalidCorsOrigin(String),
+    /// A webhook setting cannot be used.
+    #[error("{0}")]
+    Webhooks(String),
 }
 
 /// The server's routes, ready to be served (or nested in a larger application).
@@ -172,7 +181,9 @@ fn build(options: ServerOptions) -> Result<(axum::Router, Arc<runs::Runs>), Serv
         return Err(ServerError::InvalidTenant(bad.clone()));
     }
     let cors = options.cors.layer()?;
+    let webhooks = webhooks::Webhooks::new(&options.webhooks).map_err(ServerError::Webhooks)?;
     let (router, runs) = api::router(options);
+    runs.set_webhooks(Arc::new(webhooks));
     Ok((
         match cors {
             Some(cors) => router.layer(cors),

@@ -152,6 +152,8 @@ pub struct Runs {
     stopping: std::sync::atomic::AtomicBool,
     /// Each thread's runs as events of the thread-centric protocol.
     pub protocol: crate::protocol::Tapes,
+    /// Where runs that named a `webhook` are reported when they end.
+    webhooks: std::sync::OnceLock<Arc<crate::webhooks::Webhooks>>,
 }
 
 impl Runs {
@@ -189,7 +191,49 @@ impl Runs {
             queued: tokio::sync::Notify::new(),
             stopping: std::sync::atomic::AtomicBool::new(false),
             protocol: crate::protocol::Tapes::default(),
+            webhooks: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Sets the server's webhooks (once, as the server is set up).
+    pub(crate) fn set_webhooks(&self, webhooks: Arc<crate::webhooks::Webhooks>) {
+        let _ = self.webhooks.set(webhooks);
+    }
+
+    /// The server's webhooks.
+    pub(crate) fn webhooks(&self) -> Option<&Arc<crate::webhooks::Webhooks>> {
+        self.webhooks.get()
+    }
+
+    /// Sends a run that ended to the webhook it named, with the thread's final values
+    /// (a stateless run's are in its record). A run rolled back left no record: nothing.
+    async fn report(&self, storage: &str, live: &Live, records: &Records) {
+        let record = live.snapshot();
+        let Some(webhooks) = self.webhooks.get() else {
+            return;
+        };
+        if !record.ended() || crate::webhooks::url_of(&record).is_none() {
+            return;
+        }
+        let values = match &record.values {
+            Some(_) => None,
+            None => match self.watch.load(storage, None).await {
+                Ok(Some(run)) => {
+                    let ids = self.message_ids(records, storage, &record.thread_id).await;
+                    Some(convert::values_named(
+                        &run,
+                        &convert::interrupt_id(&run),
+                        &ids,
+                    ))
+                }
+                Ok(None) => None,
+                Err(error) => {
+                    tracing::warn!(%error, "the webhook goes without the thread's values");
+                    None
+                }
+            },
+        };
+        webhooks.deliver(&record, values);
     }
 
     /// Runs whose queue is `cluster`'s, driven by whichever server claims them.
@@ -576,6 +620,7 @@ impl Runs {
         if live.is_handed_back() {
             return;
         }
+        self.report(&storage, &live, &records).await;
         // A stateless run's thread is gone before anyone waiting learns the run ended; its
         // record keeps the final values.
         if job.delete_thread_after {

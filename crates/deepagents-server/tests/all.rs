@@ -16,6 +16,7 @@ mod connections;
 mod cors;
 mod events;
 mod routes;
+mod webhooks;
 
 fn agent(checkpointer: Arc<dyn deepagents::core::Checkpointer>) -> Agent {
     let script = json!({"turns": [{"text": "Hello from the library."}]});

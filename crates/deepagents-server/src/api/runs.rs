@@ -175,7 +175,7 @@ pub(super) struct RunCreate {
 /// Run fields this server does not act on. Each is refused by name when it asks for
 /// something (a non-empty value), never silently ignored: a client relying on it would
 /// otherwise get a run that behaves differently from what it asked for.
-pub(super) const UNHONOURED: [(&str, &str); 4] = [
+pub(super) const UNHONOURED: [(&str, &str); 3] = [
     (
         "interrupt_before",
         "pauses come from the assistant's approval rules",
@@ -184,7 +184,6 @@ pub(super) const UNHONOURED: [(&str, &str); 4] = [
         "interrupt_after",
         "pauses come from the assistant's approval rules",
     ),
-    ("webhook", "poll the run or join its stream"),
     ("after_seconds", "start the run when it is due"),
 ];
 
@@ -192,7 +191,6 @@ pub(super) fn refuse_unhonoured(request: &RunCreate) -> ApiResult<()> {
     let given = [
         &request.interrupt_before,
         &request.interrupt_after,
-        &request.webhook,
         &request.after_seconds,
     ];
     for ((name, instead), value) in UNHONOURED.into_iter().zip(given) {
@@ -251,6 +249,18 @@ pub(super) async fn create_run(
     let assistant = shared.assistant(assistant_id)?;
     // Refused before anything is made: a refused run leaves no thread behind.
     refuse_unhonoured(&request)?;
+    // A webhook the server may not call is refused before the run exists.
+    match shared.runs.webhooks() {
+        Some(webhooks) => webhooks
+            .check_field(request.webhook.as_ref())
+            .map_err(ApiError::invalid)?,
+        None if request.webhook.as_ref().is_some_and(|url| !url.is_null()) => {
+            return Err(ApiError::invalid(
+                "`webhook` is not supported by this server",
+            ));
+        }
+        None => {}
+    }
     let thread = match records.thread(thread_id).await? {
         Some(thread) => thread,
         None if stateless || request.if_not_exists == Some(IfNotExists::Create) => {
@@ -474,6 +484,9 @@ pub(super) async fn end_thread_turn(
     };
     records.put_run(&record).await?;
     records.set_thread_status(thread_id, "idle").await?;
+    if let Some(webhooks) = shared.runs.webhooks() {
+        webhooks.deliver(&record, None);
+    }
     Ok(record)
 }
 
