@@ -140,6 +140,44 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
+class MessageCache:
+    """LangChain message objects already made, by what they were made from: a thread's
+    messages keep their ids, so each step converts only the new ones (building a LangChain
+    message costs tens of microseconds; a long thread has hundreds)."""
+
+    LIMIT = 20_000
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[Any, ...], Any] = {}
+
+    def message(self, wire: dict[str, Any]) -> Any:
+        content = wire.get("content")
+        key = (
+            wire.get("id"),
+            wire.get("type"),
+            content if isinstance(content, str) else json.dumps(content, sort_keys=True),
+            json.dumps(wire.get("tool_calls"), sort_keys=True) if wire.get("tool_calls") else None,
+            wire.get("tool_call_id"),
+            wire.get("status"),
+        )
+        if key[0] is None:
+            return message_from_wire(wire)
+        made = self._made.get(key)
+        if made is None:
+            if len(self._made) >= self.LIMIT:
+                self._made.clear()
+            made = self._made[key] = message_from_wire(wire)
+        return made
+
+    def values(self, wire: Any) -> Any:
+        if isinstance(wire, dict) and isinstance(wire.get("messages"), list):
+            messages = [self.message(m) for m in wire["messages"]]
+            values = values_from_wire(dict(wire, messages=[]))
+            values["messages"] = messages
+            return values
+        return values_from_wire(wire)
+
+
 class MiddlewareAdapter:
     """What the native side calls for one middleware object."""
 
@@ -152,6 +190,7 @@ class MiddlewareAdapter:
         # The keys every middleware of the agent declares: any of them may update any.
         self.all_state_keys: list[str] = []
         self.hooks = {hook: _overrides(middleware, hook) or _overrides(middleware, f"a{hook}") for hook in _HOOKS}
+        self.cache = MessageCache()
 
     # --- calling the user's hook, sync or async --------------------------------------------
 
@@ -164,7 +203,7 @@ class MiddlewareAdapter:
     # --- state hooks -------------------------------------------------------------------------
 
     def _state_hook(self, hook: str, state_json: str, native: Any) -> str | None:
-        state = values_from_wire(json.loads(state_json))
+        state = self.cache.values(json.loads(state_json))
         update = self._call(hook, native, state, _runtime(native))
         if update is None:
             return None
@@ -230,7 +269,7 @@ class MiddlewareAdapter:
         ModelRequest, ModelResponse, AIMessage, SystemMessage = types.ModelRequest, types.ModelResponse, lc.AIMessage, lc.SystemMessage
 
         wire = json.loads(request_json)
-        messages = [message_from_wire(m) for m in wire["messages"]]
+        messages = [self.cache.message(m) for m in wire["messages"]]
         tools = [ToolSchema(t) for t in wire["tools"]]
         settings = wire.get("settings") or {}
         given: dict[str, Any] = {"temperature": settings.get("temperature"), "top_p": settings.get("top_p"), "max_tokens": settings.get("max_output_tokens"), "stop": settings.get("stop_sequences") or None}
@@ -240,7 +279,7 @@ class MiddlewareAdapter:
             messages=messages,
             system_message=SystemMessage(content=wire["system"]) if wire.get("system") else None,
             tools=tools,
-            state=values_from_wire(wire["state"]) if "state" in wire else {"messages": messages},
+            state=self.cache.values(wire["state"]) if "state" in wire else {"messages": messages},
             runtime=_runtime(native),
             model_settings=model_settings,
         )

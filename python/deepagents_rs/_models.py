@@ -251,9 +251,11 @@ def python_model_adapter(model: Any) -> Callable[[str], str]:
     (``system``, ``messages`` as LangChain dicts, ``tools``, ``settings``) in, ``{"message",
     "usage"}`` or ``{"error"}`` out. Tools are bound with ``bind_tools`` (a model without
     tool binding, like LangChain's fake models, is called as it is)."""
-    from ._messages import message_from_wire, message_to_wire
+    from ._messages import message_to_wire
+    from ._middleware import MessageCache
 
     bound: dict[str, Any] = {}
+    cache = MessageCache()
 
     def with_tools(tools: list[dict[str, Any]]) -> Any:
         if not tools:
@@ -271,7 +273,7 @@ def python_model_adapter(model: Any) -> Callable[[str], str]:
         try:
             request = json.loads(request_json)
             lc = importlib.import_module("langchain_core.messages")
-            messages = [message_from_wire(m) for m in request["messages"]]
+            messages = [cache.message(m) for m in request["messages"]]
             if request.get("system"):
                 messages.insert(0, lc.SystemMessage(content=request["system"]))
             settings = request.get("settings") or {}
