@@ -189,6 +189,16 @@ impl Cluster {
         self.jobs
     }
 
+    /// The database, for the claims of crons' firings.
+    pub(crate) fn pool(&self) -> &sqlx::PgPool {
+        &self.pool
+    }
+
+    /// The deployment's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Keeps this server's liveness lock held, making its connection again when it drops
     /// (until then, the server's runs may be taken over: their heartbeats then stop them).
     pub async fn keep_alive(&self) {

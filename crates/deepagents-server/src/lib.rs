@@ -25,6 +25,7 @@ mod chat;
 pub mod cluster;
 mod connections;
 mod cors;
+mod crons;
 mod error;
 mod metrics;
 mod protocol;
@@ -99,6 +100,9 @@ pub struct ServerOptions {
     /// Which `webhook` URLs runs may name, how deliveries are signed and retried (default:
     /// none allowed).
     pub webhooks: WebhookOptions,
+    /// How often the cron scheduler looks for due crons at least (default 5 s; it also
+    /// wakes when the next cron is due).
+    pub cron_tick: std::time::Duration,
     /// The queue and event fan-out shared with other servers; `None`: this server runs
     /// every run it accepts.
     #[cfg(feature = "cluster")]
@@ -116,6 +120,7 @@ impl ServerOptions {
             max_body_bytes: 16 * 1024 * 1024,
             cors: CorsOrigins::None,
             connections: ConnectionLimits::default(),
+            cron_tick: crons::DEFAULT_TICK,
             webhooks: WebhookOptions::default(),
             #[cfg(feature = "cluster")]
             cluster: None,

@@ -261,7 +261,6 @@ impl Runs {
     }
 
     /// Whether the server is shutting down.
-    #[cfg(feature = "cluster")]
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(std::sync::atomic::Ordering::Acquire)
     }

@@ -14,6 +14,7 @@ use serde_json::json;
 
 mod connections;
 mod cors;
+mod crons;
 mod events;
 mod routes;
 mod webhooks;

@@ -21,6 +21,7 @@ use crate::time::{now_ms, rfc3339};
 use crate::{Assistant, ServerOptions};
 
 mod assistants;
+mod crons;
 mod events;
 mod request;
 mod runs;
@@ -37,6 +38,8 @@ struct Shared {
     api_keys: BTreeMap<String, String>,
     /// When the server was set up: its assistants' creation time (they are made with it).
     started_at: String,
+    /// The crons, which its scheduler fires.
+    crons: Arc<crate::crons::Crons>,
 }
 
 type AppState = Arc<Shared>;
@@ -84,6 +87,12 @@ pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
         assistants.clone(),
     );
     let max_body = options.max_body_bytes;
+    let crons = crate::crons::Crons::new(Arc::clone(&options.store), options.cron_tick);
+    #[cfg(feature = "cluster")]
+    let crons = match runs.cluster() {
+        Some(cluster) => crons.clustered(Arc::clone(cluster)),
+        None => crons,
+    };
     let shared = Arc::new(Shared {
         assistants,
         store: options.store,
@@ -91,7 +100,9 @@ pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
         runs: Arc::clone(&runs),
         api_keys: options.api_keys,
         started_at: rfc3339(now_ms()),
+        crons: Arc::new(crons),
     });
+    crons::start_scheduler(&shared);
     let api = Router::new()
         .route("/assistants/search", post(assistants::assistants_search))
         .route("/assistants/count", post(assistants::assistants_count))
@@ -165,6 +176,17 @@ pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
             post(runs::run_cancel),
         )
         .route("/runs", post(runs::stateless_create))
+        .route("/runs/crons", post(crons::cron_create))
+        .route("/runs/crons/search", post(crons::crons_search))
+        .route("/runs/crons/count", post(crons::crons_count))
+        .route(
+            "/runs/crons/{cron_id}",
+            axum::routing::patch(crons::cron_patch).delete(crons::cron_delete),
+        )
+        .route(
+            "/threads/{thread_id}/runs/crons",
+            post(crons::thread_cron_create),
+        )
         .route("/runs/stream", post(runs::stateless_stream))
         .route("/runs/wait", post(runs::stateless_wait))
         .route(
@@ -270,7 +292,7 @@ async fn info() -> Json<Value> {
     Json(json!({
         "version": env!("CARGO_PKG_VERSION"),
         "langgraph_py_version": null,
-        "flags": {"assistants": true, "crons": false, "langsmith": false, "langsmith_tracing_replicas": false},
+        "flags": {"assistants": true, "crons": true, "langsmith": false, "langsmith_tracing_replicas": false},
         "metadata": {"server": "deepagents-rs"},
     }))
 }
