@@ -664,14 +664,19 @@ impl App {
     }
 
     /// A spinner step.
-    pub fn on_tick(&mut self) {
+    /// A tick of the clock; returns whether the screen changed (a spinner turns while a turn
+    /// runs, the quit hint expires), so an idle session draws nothing.
+    pub fn on_tick(&mut self) -> bool {
         self.tick = self.tick.wrapping_add(1);
+        let mut changed = self.busy;
         if self
             .quit_armed
             .is_some_and(|at| at.elapsed() > Duration::from_secs(2))
         {
             self.quit_armed = None;
+            changed = true;
         }
+        changed
     }
 
     /// Whether a second Ctrl-C would quit now.

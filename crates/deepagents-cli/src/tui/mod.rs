@@ -170,12 +170,18 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
     });
     // Why the loop ended other than by quitting: the terminal failed.
     let mut failed: Option<anyhow::Error> = None;
+    // Frames are drawn when something changed, at most one per FRAME: a stream of deltas is
+    // coalesced, and an idle session draws nothing.
+    let mut lines = view::LineCache::default();
+    let mut dirty = true;
+    let mut drawn_at: Option<tokio::time::Instant> = None;
     loop {
         // The interrupt rules read the mode at every call: a switch applies at once.
         if let Some(manual) = &session.manual {
             manual.set(app.mode == app::Mode::Manual);
         }
         if let Some(action) = pending.take() {
+            dirty = true;
             match action {
                 Action::Quit => break,
                 Action::Answer(answer) => {
@@ -339,18 +345,38 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
             }
             continue;
         }
-        if let Err(e) = terminal.draw(|frame| view::render(frame, &app)) {
-            failed = Some(anyhow::Error::new(e).context("cannot draw on the terminal"));
-            break;
+        let due = drawn_at.map(|at| at + FRAME);
+        if dirty && due.is_none_or(|due| tokio::time::Instant::now() >= due) {
+            if let Err(e) = terminal.draw(|frame| view::render(frame, &app, &mut lines)) {
+                failed = Some(anyhow::Error::new(e).context("cannot draw on the terminal"));
+                break;
+            }
+            dirty = false;
+            drawn_at = Some(tokio::time::Instant::now());
         }
+        // A change that came too soon after the last frame is drawn when the next is due.
+        let next_frame = async {
+            match (dirty, due) {
+                (true, Some(due)) => tokio::time::sleep_until(due).await,
+                _ => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            () = next_frame => continue,
             // SIGTERM, SIGHUP (the terminal went away), SIGINT from elsewhere (a key's Ctrl-C
             // is a key here): the turn is cancelled and saved below, as on quitting.
             _ = crate::shutdown::signalled() => break,
             key = keys.next() => match key {
-                Some(Ok(TermEvent::Key(key))) => pending = app.on_key(key),
-                Some(Ok(TermEvent::Paste(text))) => app.on_paste(&text),
-                Some(Ok(_)) => {}
+                Some(Ok(TermEvent::Key(key))) => {
+                    pending = app.on_key(key);
+                    dirty = true;
+                }
+                Some(Ok(TermEvent::Paste(text))) => {
+                    app.on_paste(&text);
+                    dirty = true;
+                }
+                // A resize, focus change: draw again.
+                Some(Ok(_)) => dirty = true,
                 Some(Err(e)) => {
                     failed = Some(anyhow::Error::new(e).context("cannot read the terminal"));
                     break;
@@ -363,8 +389,12 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                     None => std::future::pending().await,
                 }
             } => match event {
-                Some(event) => app.on_run_event(&event),
+                Some(event) => {
+                    app.on_run_event(&event);
+                    dirty = true;
+                }
                 None => {
+                    dirty = true;
                     if let Some(ended) = turn.take() {
                         pending = match ended.stream.outcome().await {
                             Ok(output) if output.status == RunStatus::Finished => {
@@ -391,6 +421,7 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                 }
             } => match question {
                 Some(question) => {
+                    dirty = true;
                     if asking.is_empty() {
                         app.ask(&question);
                     }
@@ -398,7 +429,7 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                 }
                 None => questions = None,
             },
-            _ = tick.tick() => app.on_tick(),
+            _ = tick.tick() => dirty |= app.on_tick(),
         }
     }
     // However the loop ended, the running turn stops the way Esc stops it: its commands are
@@ -428,6 +459,9 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
         None => Ok(ExitCode::SUCCESS),
     }
 }
+
+/// The shortest time between two frames while the screen changes (30 frames a second).
+const FRAME: Duration = Duration::from_millis(33);
 
 /// The thread `id` for one turn: each turn gets its own cancellation; `compact` summarizes
 /// older messages first.

@@ -17,8 +17,8 @@ const SPINNER: [&str; 4] = ["⠋", "⠙", "⠸", "⠴"];
 /// Lines of a tool's output shown under it.
 const OUTPUT_LINES: usize = 4;
 
-/// Draws the whole screen.
-pub fn render(frame: &mut Frame, app: &App) {
+/// Draws the whole screen; `cache` keeps the conversation's wrapped lines between frames.
+pub fn render(frame: &mut Frame, app: &App, cache: &mut LineCache) {
     let area = frame.area();
     let input_lines = app.input.split('\n').count().clamp(1, 6) as u16;
     let todo_lines = if app.todos.is_empty() {
@@ -41,7 +41,7 @@ pub fn render(frame: &mut Frame, app: &App) {
     if !palette.is_empty() {
         frame.render_widget(Paragraph::new(palette), palette_area);
     }
-    render_conversation(frame, app, conversation);
+    render_conversation(frame, app, cache, conversation);
     if todo_lines > 0 {
         let lines: Vec<Line> = std::iter::once(Line::styled("Plan", Style::new().bold()))
             .chain(
@@ -381,18 +381,140 @@ fn status_line(app: &App) -> Line<'static> {
     Line::from(spans)
 }
 
-fn render_conversation(frame: &mut Frame, app: &App, area: Rect) {
-    let width = area.width.max(10) as usize;
-    let mut lines: Vec<Line> = Vec::new();
-    for cell in &app.cells {
-        cell_lines(cell, app, width, &mut lines);
-        lines.push(Line::raw(""));
+/// The wrapped lines of each cell of the conversation, kept between frames: a frame re-wraps
+/// only the cells that changed since the last (the one streaming, a tool finishing), so
+/// drawing costs the same on a long thread as on a short one. Keyed per cell by what its lines
+/// depend on; a resize or a toggle (reasoning, expanded output) re-wraps everything once.
+#[derive(Default)]
+pub struct LineCache {
+    cells: Vec<CachedCell>,
+    /// Cells wrapped since the cache was made, for tests.
+    #[cfg(test)]
+    wrapped: usize,
+}
+
+struct CachedCell {
+    key: CellKey,
+    lines: Vec<Line<'static>>,
+}
+
+/// What a cell's lines depend on. Cells only grow at their end (streamed text, output) or
+/// change state, so lengths and state stand for their content without reading it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct CellKey {
+    width: usize,
+    show_reasoning: bool,
+    expanded: bool,
+    kind: u8,
+    depth: usize,
+    lengths: [usize; 4],
+    /// The tool's state, and the spinner's frame while it runs.
+    state: Option<(ToolState, usize)>,
+}
+
+impl CellKey {
+    fn of(cell: &Cell, app: &App, width: usize) -> Self {
+        let mut key = Self {
+            width,
+            show_reasoning: app.show_reasoning,
+            expanded: app.expanded,
+            kind: 0,
+            depth: 0,
+            lengths: [0; 4],
+            state: None,
+        };
+        match cell {
+            Cell::User(text) => key.lengths[0] = text.len(),
+            Cell::Assistant { text, depth } => {
+                (key.kind, key.depth, key.lengths[0]) = (1, *depth, text.len());
+            }
+            Cell::Reasoning { text, depth } => {
+                (key.kind, key.depth, key.lengths[0]) = (2, *depth, text.len());
+            }
+            Cell::Tool {
+                name,
+                arguments,
+                depth,
+                state,
+                output,
+                diff,
+                ..
+            } => {
+                key.kind = 3;
+                key.depth = *depth;
+                key.lengths = [
+                    name.len() + arguments.len(),
+                    output.len(),
+                    diff.as_ref().map_or(0, |(old, _)| old.len()),
+                    diff.as_ref().map_or(0, |(_, new)| new.len()),
+                ];
+                let frame = match state {
+                    ToolState::Running => app.tick % SPINNER.len(),
+                    ToolState::Done { .. } => 0,
+                };
+                key.state = Some((*state, frame));
+            }
+            Cell::Notice(text) => (key.kind, key.lengths[0]) = (4, text.len()),
+            Cell::Error(text) => (key.kind, key.lengths[0]) = (5, text.len()),
+        }
+        key
     }
+}
+
+impl LineCache {
+    /// The lines of every cell at `width`, each followed by a blank line, re-wrapping only
+    /// cells whose key changed; returns the total number of lines.
+    fn update(&mut self, app: &App, width: usize) -> usize {
+        self.cells.truncate(app.cells.len());
+        let mut total = 0;
+        for (index, cell) in app.cells.iter().enumerate() {
+            let key = CellKey::of(cell, app, width);
+            if self.cells.get(index).is_none_or(|cached| cached.key != key) {
+                let mut lines = Vec::new();
+                cell_lines(cell, app, width, &mut lines);
+                lines.push(Line::raw(""));
+                let cached = CachedCell { key, lines };
+                #[cfg(test)]
+                {
+                    self.wrapped += 1;
+                }
+                match self.cells.get_mut(index) {
+                    Some(slot) => *slot = cached,
+                    None => self.cells.push(cached),
+                }
+            }
+            total += self.cells[index].lines.len();
+        }
+        total
+    }
+
+    /// Lines `start..end` of the conversation, copied out of the cache.
+    fn window(&self, start: usize, end: usize) -> Vec<Line<'static>> {
+        let mut shown = Vec::with_capacity(end - start);
+        let mut first = 0;
+        for cached in &self.cells {
+            let last = first + cached.lines.len();
+            if last > start && first < end {
+                let from = start.saturating_sub(first);
+                let to = (end - first).min(cached.lines.len());
+                shown.extend_from_slice(&cached.lines[from..to]);
+            }
+            if last >= end {
+                break;
+            }
+            first = last;
+        }
+        shown
+    }
+}
+
+fn render_conversation(frame: &mut Frame, app: &App, cache: &mut LineCache, area: Rect) {
+    let width = area.width.max(10) as usize;
+    let total = cache.update(app, width);
     let height = area.height as usize;
-    let end = lines.len().saturating_sub(app.scroll);
+    let end = total.saturating_sub(app.scroll);
     let start = end.saturating_sub(height);
-    let shown: Vec<Line> = lines[start..end].to_vec();
-    frame.render_widget(Paragraph::new(shown), area);
+    frame.render_widget(Paragraph::new(cache.window(start, end)), area);
 }
 
 fn cell_lines(cell: &Cell, app: &App, width: usize, lines: &mut Vec<Line<'static>>) {
@@ -851,7 +973,7 @@ mod tests {
         let mut terminal =
             Terminal::new(TestBackend::new(width, height)).unwrap_or_else(|e| panic!("{e}"));
         terminal
-            .draw(|frame| render(frame, app))
+            .draw(|frame| render(frame, app, &mut LineCache::default()))
             .unwrap_or_else(|e| panic!("{e}"));
         let buffer = terminal.backend().buffer().clone();
         (0..buffer.area.height)
@@ -880,6 +1002,102 @@ mod tests {
             sandbox: "bubblewrap".into(),
             ..Status::default()
         })
+    }
+
+    /// Draws `app` through `cache`, as the loop does, and returns the screen.
+    fn screen_with(app: &App, cache: &mut LineCache, width: u16, height: u16) -> String {
+        let mut terminal =
+            Terminal::new(TestBackend::new(width, height)).unwrap_or_else(|e| panic!("{e}"));
+        terminal
+            .draw(|frame| render(frame, app, cache))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let buffer = terminal.backend().buffer().clone();
+        (0..buffer.area.height)
+            .map(|y| {
+                (0..buffer.area.width)
+                    .map(|x| buffer[(x, y)].symbol().to_owned())
+                    .collect::<String>()
+                    .trim_end()
+                    .to_owned()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn a_frame_rewraps_only_the_cells_that_changed_and_draws_what_a_fresh_frame_draws() {
+        let mut app = app();
+        for i in 0..300 {
+            app.cells
+                .push(Cell::User(format!("question {i} with some words to wrap")));
+            app.cells.push(Cell::Assistant {
+                text: format!("answer {i}: **bold** and `code`, then a long line that wraps"),
+                depth: 0,
+            });
+        }
+        app.cells.push(Cell::Assistant {
+            text: "streaming".into(),
+            depth: 0,
+        });
+        let mut cache = LineCache::default();
+        let first = screen_with(&app, &mut cache, 40, 20);
+        assert_eq!(cache.wrapped, 601);
+        // A streamed delta: only the last cell is wrapped again.
+        if let Some(Cell::Assistant { text, .. }) = app.cells.last_mut() {
+            text.push_str(" more text");
+        }
+        let streamed = screen_with(&app, &mut cache, 40, 20);
+        assert_eq!(cache.wrapped, 602);
+        assert_ne!(first, streamed);
+        assert_eq!(
+            streamed,
+            screen_with(&app, &mut LineCache::default(), 40, 20)
+        );
+        // Scrolled up into the middle of a cell, the window is the same as a fresh frame's.
+        app.scroll = 37;
+        let scrolled = screen_with(&app, &mut cache, 40, 20);
+        assert_eq!(cache.wrapped, 602);
+        assert_eq!(
+            scrolled,
+            screen_with(&app, &mut LineCache::default(), 40, 20)
+        );
+        // A resize wraps everything once at the new width; a tool finishing, only itself.
+        app.scroll = 0;
+        let narrow = screen_with(&app, &mut cache, 30, 20);
+        assert_eq!(cache.wrapped, 602 + 601);
+        assert_eq!(narrow, screen_with(&app, &mut LineCache::default(), 30, 20));
+        app.cells.push(Cell::Tool {
+            call_id: "t".into(),
+            name: "execute".into(),
+            arguments: "make".into(),
+            depth: 0,
+            state: ToolState::Running,
+            output: String::new(),
+            diff: None,
+        });
+        screen_with(&app, &mut cache, 30, 20);
+        if let Some(Cell::Tool { state, output, .. }) = app.cells.last_mut() {
+            *state = ToolState::Done {
+                ok: true,
+                duration_ms: 5,
+            };
+            output.push_str("built");
+        }
+        let done = screen_with(&app, &mut cache, 30, 20);
+        assert_eq!(cache.wrapped, 602 + 601 + 2);
+        assert!(done.contains("built"), "{done}");
+        // Cells removed (a thread switched) are dropped from the cache.
+        app.cells.truncate(2);
+        let short = screen_with(&app, &mut cache, 30, 20);
+        assert_eq!(short, screen_with(&app, &mut LineCache::default(), 30, 20));
+    }
+
+    #[test]
+    fn an_idle_tick_asks_for_no_frame_and_a_busy_one_does() {
+        let mut app = app();
+        assert!(!app.on_tick());
+        app.busy = true;
+        assert!(app.on_tick());
     }
 
     #[test]
