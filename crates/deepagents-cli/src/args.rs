@@ -318,6 +318,11 @@ pub struct RunArgs {
     /// Off by default: it reaches any address the model names.
     #[arg(long)]
     pub fetch_url: bool,
+    /// Start in plan mode: the agent reads and explores but changes nothing (file changes,
+    /// commands and subagents are refused) and ends with a plan; in the TUI, `/approve` (or
+    /// Shift-Tab) approves it and the work starts.
+    #[arg(long)]
+    pub plan: bool,
     /// Approve every call that would wait for approval: shell commands, calls that permission
     /// rules in `interrupt` mode hold, and those of subagents. Otherwise each asks on a
     /// terminal, and is refused (with a message the model sees) when nobody can answer.

@@ -14,6 +14,7 @@ mod headless;
 mod hooks;
 mod local_context;
 mod mcp;
+mod plan;
 mod progress;
 mod sandbox;
 mod serve;

@@ -61,6 +61,8 @@ pub struct Session {
     pub subagents: Vec<(String, String)>,
     /// `/manual` or `/auto` in the TUI (none when everything is approved anyway).
     pub manual: Option<approvals::ManualSwitch>,
+    /// Plan mode: in the TUI (Shift-Tab, `/plan`), or for a run given `--plan`.
+    pub plan: Option<crate::plan::PlanSwitch>,
     /// The server's view of the checkpointer (`deepagents serve`).
     pub watch: Option<Arc<deepagents_server::StepWatch>>,
 }
@@ -110,8 +112,18 @@ pub async fn prepare_watched(
         builder = builder.permissions(permissions);
     }
     let confined = policy.is_some();
-    let (mut builder, grants, manual) =
-        approval_rules(builder, args, &config, front, shell, policy, sandbox_mode);
+    let plan = (front == Front::Tui || args.plan).then(|| crate::plan::PlanSwitch::new(args.plan));
+    if let Some(plan) = &plan {
+        builder = builder.middleware(crate::plan::PlanMode::new(plan.clone()));
+    }
+    let gate = |config: InterruptConfig| match &plan {
+        Some(plan) => crate::plan::unless_planning(config, plan),
+        None => config,
+    };
+    let (rules, grants, manual) = approval_rules(args, &config, front, shell, policy, sandbox_mode);
+    for (tool, rule) in rules {
+        builder = builder.interrupt_on(tool, gate(rule));
+    }
     if let Some(tokens) = args.max_input_tokens {
         builder = builder.context_window(tokens);
     }
@@ -122,7 +134,7 @@ pub async fn prepare_watched(
     let (mut builder, watch) = checkpointing(builder, checkpointer, front, watch);
     if !args.auto_approve {
         for tool in &args.interrupt_on {
-            builder = builder.interrupt_on(tool, InterruptConfig::default());
+            builder = builder.interrupt_on(tool, gate(InterruptConfig::default()));
         }
     }
     let hooks_root = match &root {
@@ -178,6 +190,7 @@ pub async fn prepare_watched(
         trusted,
         subagents,
         manual,
+        plan,
         watch,
     })
 }
@@ -293,10 +306,9 @@ async fn open_workspace(
 }
 
 /// Which calls wait for approval: unconfined commands, confined ones that reach outside the
-/// sandbox, and in the TUI's `/manual` every change. Also the grants approvals make, and the
-/// TUI's switch.
+/// sandbox, and in the TUI's `/manual` every change — as (tool, rule) pairs. Also the grants
+/// approvals make, and the TUI's switch.
 fn approval_rules(
-    mut builder: AgentBuilder,
     args: &RunArgs,
     config: &Config,
     front: Front,
@@ -304,17 +316,18 @@ fn approval_rules(
     policy: Option<deepagents::backends::sandbox::SharedPolicy>,
     sandbox_mode: sandbox::SandboxMode,
 ) -> (
-    AgentBuilder,
+    Vec<(&'static str, InterruptConfig)>,
     Option<deepagents::backends::sandbox::SharedPolicy>,
     Option<approvals::ManualSwitch>,
 ) {
+    let mut rules = Vec::new();
     // `execute` is offered only by a backend with a shell; the builder refuses interrupts
     // for tools that are not offered. Confined commands need no approval: the sandbox is the
     // guard. Unconfined ones (`--sandbox off`) ask, but for those the allow-list names.
     if !args.auto_approve && sandbox_mode == sandbox::SandboxMode::Off && shell {
         let mut allowed = args.shell_allow.clone();
         allowed.extend(config.shell.allow.iter().cloned());
-        builder = builder.interrupt_on("execute", approvals::execute_config(allowed));
+        rules.push(("execute", approvals::execute_config(allowed)));
     }
     // Confined commands that name something outside the sandbox ask, where someone can
     // answer; elsewhere they run confined and fail where the sandbox stops them.
@@ -324,18 +337,18 @@ fn approval_rules(
     let manual = (front == Front::Tui && !args.auto_approve).then(approvals::ManualSwitch::default);
     if let Some(manual) = &manual {
         for tool in approvals::FILE_CHANGES {
-            builder = builder.interrupt_on(tool, approvals::manual_file_config(manual.clone()));
+            rules.push((tool, approvals::manual_file_config(manual.clone())));
         }
         if sandbox_mode != sandbox::SandboxMode::Off && shell {
-            builder = builder.interrupt_on(
+            rules.push((
                 "execute",
                 approvals::manual_execute_config(manual.clone(), grants.clone()),
-            );
+            ));
         }
     } else if let Some(policy) = &grants {
-        builder = builder.interrupt_on("execute", approvals::outside_config(policy.clone()));
+        rules.push(("execute", approvals::outside_config(policy.clone())));
     }
-    (builder, grants, manual)
+    (rules, grants, manual)
 }
 
 /// The subagents of `dirs` added to the built-in one; each name and description, for the

@@ -456,3 +456,48 @@ fn an_answer_cut_at_the_output_limit_is_said_to_be_cut() {
         "{result}"
     );
 }
+
+#[test]
+fn a_plan_run_reads_but_changes_nothing_and_tells_the_model_why() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.md"), "keep\n").unwrap();
+    let model = script(
+        dir.path(),
+        json!([
+            {"tool_calls": [
+                {"id": "r", "name": "read_file", "args": {"file_path": "/notes.md"}},
+                {"id": "w", "name": "write_file", "args": {"file_path": "/new.md", "content": "x\n"}}
+            ]},
+            {"text": "Plan: add /new.md."}
+        ]),
+    );
+    let root = dir.path().to_str().unwrap();
+    let output = run(&[
+        "--plan",
+        "--json",
+        "--model",
+        &model,
+        "--backend",
+        "filesystem",
+        "--root",
+        root,
+        "do it",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(!dir.path().join("new.md").exists());
+    let events = stdout(&output);
+    let results: Vec<Value> = events
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| e["type"] == "tool_call_finished")
+        .collect();
+    let refused = results
+        .iter()
+        .find(|e| e.to_string().contains("plan mode is on"))
+        .unwrap_or_else(|| panic!("no refusal in {events}"));
+    assert!(
+        refused.to_string().contains("write_file") || refused["call_id"] == "w",
+        "{refused}"
+    );
+    assert!(events.contains("Plan: add /new.md."), "{events}");
+}

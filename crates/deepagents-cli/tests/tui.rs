@@ -430,3 +430,48 @@ fn manual_mode_asks_before_changes_auto_does_not_and_the_thread_keeps_its_mode()
     let tui = Tui::start(data.path(), &args);
     assert!(tui.screen().contains("· manual"), "{}", tui.screen());
 }
+
+#[test]
+fn plan_mode_refuses_changes_until_the_plan_is_approved_then_they_run() {
+    if !have_tmux() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let model = script(
+        data.path(),
+        json!([
+            {"tool_calls": [{"id": "a", "name": "write_file", "args": {"file_path": "/early.md", "content": "too soon\n"}}]},
+            {"text": "Plan: write /plan.md with the result."},
+            {"tool_calls": [{"id": "b", "name": "write_file", "args": {"file_path": "/plan.md", "content": "done\n"}}]},
+            {"text": "Carried out."}
+        ]),
+    );
+    let args = [
+        "--model",
+        &model,
+        "--backend",
+        "filesystem",
+        "--root",
+        ".",
+        "--thread",
+        "planning",
+    ];
+    let tui = Tui::start(data.path(), &args);
+    // Shift-Tab turns plan mode on; the status bar says so.
+    tui.keys(&["BTab"]);
+    let screen = tui.wait_for("PLAN");
+    assert!(screen.contains("changes nothing"), "{screen}");
+    tui.type_line("change things");
+    tui.wait_for("Plan: write /plan.md");
+    let screen = tui.wait_for("approves this plan");
+    assert!(screen.contains("plan mode is on"), "{screen}");
+    assert!(!data.path().join("early.md").exists());
+    // Approving starts the work, with changes allowed again.
+    tui.type_line("/approve");
+    tui.wait_for("Carried out.");
+    assert_eq!(
+        std::fs::read_to_string(data.path().join("plan.md")).unwrap(),
+        "done\n"
+    );
+    assert!(!tui.screen().contains(" PLAN "), "{}", tui.screen());
+}

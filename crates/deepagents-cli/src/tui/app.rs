@@ -192,8 +192,10 @@ pub enum Action {
     Rename(String),
     /// Use this model from the next turn on.
     SwitchModel(String),
-    /// The approval mode changed: remember it for the thread.
+    /// The approval mode or plan mode changed: remember it for the thread.
     ModeChanged,
+    /// Plan mode ended with a plan: remember that and send this message.
+    ApprovePlan(String),
     /// Leave.
     Quit,
 }
@@ -236,6 +238,8 @@ pub struct App {
     /// The thread picker, when open.
     pub picker: Option<Picker>,
     pub mode: Mode,
+    /// Plan mode (Shift-Tab, `/plan`): the agent reads and plans, changes nothing.
+    pub plan: bool,
     pub status: Status,
     pub todos: Vec<Todo>,
     /// Lines scrolled up from the bottom of the conversation.
@@ -286,6 +290,7 @@ impl App {
             asked: None,
             picker: None,
             mode: Mode::Auto,
+            plan: false,
             status,
             todos: Vec::new(),
             scroll: 0,
@@ -518,6 +523,11 @@ impl App {
     /// The turn ended with an answer; what it and the session spent.
     pub fn finished(&mut self, spent: Spent, thread: Spent) -> Option<Action> {
         self.busy = false;
+        if self.plan {
+            self.cells.push(Cell::Notice(
+                "Plan mode: /approve (or Shift-Tab) approves this plan and the work starts; or say what to change".to_owned(),
+            ));
+        }
         if std::mem::take(&mut self.compacting) {
             self.cells.push(Cell::Notice(
                 "nothing was summarized: the conversation is still small for the window".to_owned(),
@@ -664,6 +674,37 @@ impl App {
     }
 
     /// A spinner step.
+    /// Shift-Tab, `/plan`, `/approve`: plan mode on, or off — and leaving it after a plan was
+    /// made approves the plan, so the agent starts on it.
+    fn toggle_plan(&mut self) -> Option<Action> {
+        if !self.plan {
+            self.plan = true;
+            self.cells.push(Cell::Notice(
+                "plan mode: the agent reads and plans, changes nothing until you approve (Shift-Tab or /approve)".to_owned(),
+            ));
+            return Some(Action::ModeChanged);
+        }
+        self.plan = false;
+        let planned = self
+            .cells
+            .iter()
+            .rev()
+            .take_while(
+                |cell| !matches!(cell, Cell::Notice(text) if text.starts_with("plan mode:")),
+            )
+            .any(|cell| matches!(cell, Cell::Assistant { depth: 0, .. }));
+        self.cells.push(Cell::Notice(format!(
+            "plan mode off: {} mode again",
+            self.mode.name()
+        )));
+        if planned && !self.busy {
+            let text = "The plan is approved: carry it out.".to_owned();
+            self.start_turn(&text);
+            return Some(Action::ApprovePlan(text));
+        }
+        Some(Action::ModeChanged)
+    }
+
     /// A tick of the clock; returns whether the screen changed (a spinner turns while a turn
     /// runs, the quit hint expires), so an idle session draws nothing.
     pub fn on_tick(&mut self) -> bool {
@@ -746,6 +787,7 @@ impl App {
                 self.complete();
                 None
             }
+            KeyCode::BackTab => self.toggle_plan(),
             KeyCode::Enter => self.submit(),
             KeyCode::Char(c) => {
                 self.input.insert(self.cursor, c);
@@ -956,6 +998,22 @@ impl App {
             "agents" => Some(Action::ListAgents),
             "remember" if rest.is_empty() => say(self, "usage: /remember TEXT".to_owned()),
             "remember" => Some(Action::Remember(rest.to_owned())),
+            "plan" if rest == "off" => {
+                if self.plan {
+                    self.toggle_plan()
+                } else {
+                    say(self, "plan mode is off".to_owned())
+                }
+            }
+            "plan" if self.plan => say(
+                self,
+                "plan mode is on: /approve approves the plan, /plan off leaves without approving"
+                    .to_owned(),
+            ),
+            "plan" => self.toggle_plan(),
+            "approve" if !self.plan => say(self, "no plan to approve: /plan first".to_owned()),
+            "approve" if self.busy => say(self, "wait for the plan (or Esc)".to_owned()),
+            "approve" => self.toggle_plan(),
             "yolo" => {
                 self.mode = Mode::Yolo;
                 self.cells.push(Cell::Notice(
@@ -1292,7 +1350,8 @@ const HELP: &str = "Enter sends · Shift/Alt-Enter or Ctrl-J: new line · Up/Dow
 Tab completes a /command or an @path · Ctrl-V: the clipboard's image · Ctrl-O: whole tool outputs · Ctrl-R: whole reasoning
 Esc interrupts the turn · Ctrl-C interrupts, twice quits · Ctrl-D on an empty line quits
 Approvals: y approve · s this tool for the session · n reject (a reason, Enter) · e edit the arguments · m answer instead · A everything
-Modes: /auto runs what the sandbox contains · /manual asks before every change · /yolo approves everything";
+Modes: /auto runs what the sandbox contains · /manual asks before every change · /yolo approves everything
+Shift-Tab or /plan: plan mode (reads, changes nothing) · /approve: approve the plan and start";
 
 /// The slash commands, with what they do (the palette shows them).
 pub const COMMANDS: &[(&str, &str)] = &[
@@ -1316,6 +1375,11 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("auto", "run what the sandbox contains, ask for the rest"),
     ("manual", "ask before every file change and command"),
     ("yolo", "approve every action"),
+    (
+        "plan",
+        "plan mode: read and plan, change nothing (off: leave)",
+    ),
+    ("approve", "approve the plan and start on it"),
     ("quit", "leave"),
 ];
 

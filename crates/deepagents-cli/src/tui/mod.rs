@@ -151,6 +151,7 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
     if start.auto_approve {
         app.mode = app::Mode::Yolo;
     }
+    app.plan = args.plan;
     app.root.clone_from(&session.root);
     let mut notes = notes::Notes::load();
     open(&session, &thread_id, &mut app, &notes).await?;
@@ -179,6 +180,9 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
         // The interrupt rules read the mode at every call: a switch applies at once.
         if let Some(manual) = &session.manual {
             manual.set(app.mode == app::Mode::Manual);
+        }
+        if let Some(plan) = &session.plan {
+            plan.set(app.plan);
         }
         if let Some(action) = pending.take() {
             dirty = true;
@@ -319,8 +323,16 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                     app.status.thread = title;
                 }
                 Action::ModeChanged => {
-                    let mode = app.mode;
-                    notes.update(&thread_id, |note| note.mode = mode);
+                    let (mode, plan) = (app.mode, app.plan);
+                    notes.update(&thread_id, |note| {
+                        note.mode = mode;
+                        note.plan = plan;
+                    });
+                }
+                Action::ApprovePlan(text) => {
+                    notes.update(&thread_id, |note| note.plan = false);
+                    // The approval is the next message, as if typed.
+                    pending = Some(Action::Send(text));
                 }
                 Action::ListThreads => {
                     let threads = match session.agent.checkpointer() {
@@ -531,6 +543,8 @@ async fn open(
     if session.manual.is_some() {
         app.mode = note.mode;
     }
+    // `--plan` starts in plan mode; otherwise the thread's.
+    app.plan = app.plan || note.plan;
     if let Some(run) = handle(session, id, false)?.state().await? {
         app.show_history(&run.state.messages);
         app.todos.clone_from(&run.state.todos);

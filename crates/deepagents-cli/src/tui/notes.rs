@@ -1,5 +1,5 @@
-//! What the TUI remembers about threads beyond their conversation: a title and the approval
-//! mode, in `tui-threads.json` of the data directory.
+//! What the TUI remembers about threads beyond their conversation: a title, the approval
+//! mode and plan mode, in `tui-threads.json` of the data directory.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,6 +15,9 @@ pub struct Note {
     /// The approval mode when it was last used.
     #[serde(default)]
     pub mode: super::app::Mode,
+    /// Whether plan mode was on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plan: bool,
 }
 
 /// The notes of every thread.

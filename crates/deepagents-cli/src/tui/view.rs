@@ -356,6 +356,13 @@ fn status_line(app: &App) -> Line<'static> {
     } else {
         spans.push(Span::raw(format!("· {} ", app.mode.name())));
     }
+    if app.plan {
+        spans.push(Span::styled(
+            " PLAN ",
+            Style::new().fg(Color::Black).bg(Color::Cyan).bold(),
+        ));
+        spans.push(Span::raw(" "));
+    }
     if !status.sandbox.is_empty() {
         spans.push(Span::raw(format!("· {} ", status.sandbox)));
     }
