@@ -157,7 +157,8 @@ def create_deep_agent(
     client is built with them) or a :class:`ScriptedModel`; ``tools`` are plain or async functions (their schema
     comes from type hints and the docstring); ``subagents`` are dicts with ``name``,
     ``description``, ``system_prompt`` and optional ``tools``, ``model``, ``interrupt_on``,
-    ``skills``, ``permissions``, ``response_format``. ``max_cost_usd`` and ``max_tokens``
+    ``skills``, ``permissions``, ``response_format``, ``mode`` (``"isolated"``, the default, or
+    ``"fork"``: the subagent continues this agent's conversation). ``max_cost_usd`` and ``max_tokens``
     are hard caps on what a run (with its subagents) spends. ``middleware`` are LangChain
     ``AgentMiddleware`` objects, run after the built-in ones (see ``_middleware`` for what
     their hooks may do)."""
@@ -187,6 +188,7 @@ def create_deep_agent(
                 "skills": list(sub.get("skills") or []),
                 "permissions": None if sub.get("permissions") is None else [permission_spec(r) for r in sub["permissions"]],
                 "response_format": _response_schema(sub.get("response_format")),
+                "mode": sub.get("mode"),
             }
         )
     model_spec = _model_spec(model, objects)

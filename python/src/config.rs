@@ -118,6 +118,9 @@ struct SubAgentConfig {
     permissions: Option<Vec<PermissionRule>>,
     #[serde(default)]
     response_format: Option<Value>,
+    /// `isolated` (the default) or `fork`.
+    #[serde(default)]
+    mode: Option<String>,
 }
 
 /// `true`, `false`, or `{"allowed_decisions": […], "description": …}`.
@@ -401,6 +404,12 @@ fn subagent(config: &SubAgentConfig, objects: &[Arc<Py<PyAny>>]) -> Result<SubAg
     }
     if let Some(schema) = &config.response_format {
         sub = sub.response_format(schema.clone());
+    }
+    if let Some(mode) = &config.mode {
+        let mode = mode
+            .parse::<deepagents::SubAgentMode>()
+            .map_err(|e| format!("subagent `{}`: {e}", config.name))?;
+        sub = sub.mode(mode);
     }
     Ok(sub)
 }

@@ -365,6 +365,57 @@ def test_an_unknown_subagent_type_lists_the_valid_ones() -> None:
     assert "helper" in out and "general-purpose" in out
 
 
+def test_a_fork_subagent_starts_from_the_parents_conversation(openai_mock: Any) -> None:
+    # Needs the extension rebuilt with subagent modes (python/src/config.rs `mode`).
+    def add(a: int, b: int) -> int:
+        """Adds two numbers."""
+        return a + b
+
+    openai_mock.by_model = {
+        "parent-model": [
+            {"call": ("add", {"a": 2, "b": 3})},
+            {"call": ("task", {"description": "Report the sum", "subagent_type": "twin"})},
+            {"text": "The twin says 5."},
+        ],
+        "twin-model": [{"text": "The sum is 5."}],
+        "loner-model": [{"text": "loner"}],
+    }
+    agent = create_deep_agent(
+        model="openai_chat:parent-model",
+        tools=[add],
+        system_prompt="You are the PARENT.",
+        subagents=[
+            {"name": "twin", "description": "Continues.", "system_prompt": "You are the FORK.", "model": "openai_chat:twin-model", "mode": "fork"},
+            {"name": "loner", "description": "Alone.", "system_prompt": "You are LONER.", "model": "openai_chat:loner-model"},
+        ],
+    )
+    result = agent.invoke({"messages": [("user", "what is 2+3?")]})
+    assert tool_results(result) == ["5", "The sum is 5."]
+    assert result["messages"][-1].content == "The twin says 5."
+    assert len(result["messages"]) == 6
+
+    fork = [r for r in openai_mock.requests if r["model"] == "twin-model"]
+    assert len(fork) == 1
+    messages = fork[0]["messages"]
+    system = json.dumps(messages[0])
+    assert messages[0]["role"] in ("system", "developer")
+    assert system.index("You are the PARENT.") < system.index("You are the FORK.")
+    rest = messages[1:]
+    assert [m["role"] for m in rest] == ["user", "assistant", "tool", "user"]
+    assert "what is 2+3?" in json.dumps(rest[0])
+    assert rest[1]["tool_calls"][0]["function"]["name"] == "add"
+    assert "Report the sum" in json.dumps(rest[3])
+    assert "task" not in json.dumps(rest[:3]), "the turn that called task is left out"
+
+
+def test_an_unknown_subagent_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="invalid subagent mode `forked`"):
+        create_deep_agent(
+            model=ScriptedModel([say("x")]),
+            subagents=[{"name": "x", "description": "d", "system_prompt": "p", "mode": "forked"}],
+        )
+
+
 def test_a_subagent_without_a_description_is_refused() -> None:
     with pytest.raises(ValueError, match="description"):
         create_deep_agent(model=ScriptedModel([say("x")]), subagents=[{"name": "x", "system_prompt": "p"}])

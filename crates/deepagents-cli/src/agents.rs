@@ -39,3 +39,49 @@ pub fn load(dirs: &[PathBuf]) -> anyhow::Result<Vec<SubAgent>> {
     }
     Ok(by_name.into_values().collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use deepagents::SubAgentMode;
+
+    use super::load;
+
+    #[test]
+    fn frontmatter_mode_fork_makes_a_fork_and_an_unknown_mode_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("twin.md"),
+            "---\nname: twin\ndescription: Continues the conversation.\nmode: fork\n---\nAlso check the tests.\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("solo.md"),
+            "---\nname: solo\ndescription: Works alone.\n---\nYou work alone.\n",
+        )
+        .unwrap();
+        let loaded = load(&[dir.path().to_path_buf()]).unwrap();
+        let modes: Vec<(&str, SubAgentMode)> = loaded
+            .iter()
+            .map(|s| (s.name(), s.context_mode()))
+            .collect();
+        assert_eq!(
+            modes,
+            [
+                ("solo", SubAgentMode::Isolated),
+                ("twin", SubAgentMode::Fork)
+            ]
+        );
+
+        std::fs::write(
+            dir.path().join("bad.md"),
+            "---\nname: bad\ndescription: d\nmode: forked\n---\nPrompt.\n",
+        )
+        .unwrap();
+        let error = format!(
+            "{:#}",
+            load(&[dir.path().to_path_buf()]).err().expect("refused")
+        );
+        assert!(error.contains("bad.md"), "{error}");
+        assert!(error.contains("invalid subagent mode `forked`"), "{error}");
+    }
+}

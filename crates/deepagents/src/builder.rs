@@ -29,7 +29,7 @@ use crate::middleware::{RemoteSubAgent, RemoteSubAgentsMiddleware};
 use crate::registry::{RegistryError, ToolRegistry};
 use crate::subagents::{
     DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_DEPTH, GENERAL_PURPOSE, GENERAL_PURPOSE_DESCRIPTION,
-    GENERAL_PURPOSE_PROMPT, SubAgent, SubAgentKind,
+    GENERAL_PURPOSE_PROMPT, SubAgent, SubAgentKind, SubAgentMode,
 };
 
 /// Model calls a run may make per user input unless [`AgentBuilder::max_turns`] says otherwise.
@@ -202,6 +202,29 @@ pub struct AgentBuilder {
     inherited_interrupts: BTreeMap<String, InterruptConfig>,
     checkpointer: Option<Arc<dyn Checkpointer>>,
     store: Option<Arc<dyn Store>>,
+}
+
+/// A fork's middleware: the parent's own (without the hooks middleware its builder added,
+/// which the fork's builder adds again), each replaced in place by one of `own` with the same
+/// name, then the rest of `own`.
+fn inherited_middleware(
+    parent: &[Arc<dyn Middleware>],
+    parent_has_hooks: bool,
+    own: Vec<Arc<dyn Middleware>>,
+) -> Vec<Arc<dyn Middleware>> {
+    let mut own: Vec<Option<Arc<dyn Middleware>>> = own.into_iter().map(Some).collect();
+    let mut merged: Vec<Arc<dyn Middleware>> = parent
+        .iter()
+        .filter(|m| !(parent_has_hooks && m.name() == "hooks"))
+        .map(|inherited| {
+            own.iter_mut()
+                .find(|m| m.as_ref().is_some_and(|m| m.name() == inherited.name()))
+                .and_then(Option::take)
+                .unwrap_or_else(|| Arc::clone(inherited))
+        })
+        .collect();
+    merged.extend(own.into_iter().flatten());
+    merged
 }
 
 /// Mounts a [`StoreBackend`] over `store` at [`MEMORIES_PREFIX`] on top of `backend`, unless
@@ -625,7 +648,9 @@ impl AgentBuilder {
 
     /// Builds the subagents: each inherits the model, tools, backend, permissions, interrupt
     /// configuration, hooks, custom state declarations, settings and planning of this builder
-    /// unless its spec says otherwise. Skills, memory, middleware and subagents are not inherited.
+    /// unless its spec says otherwise. Skills, memory, middleware and subagents are not inherited,
+    /// except by a fork, which inherits the system prompt, middleware, skills, memory and
+    /// summarization settings too (never the subagents).
     fn build_subagents(
         &self,
         raw_backend: &Arc<dyn Backend>,
@@ -643,13 +668,38 @@ impl AgentBuilder {
         }
         let mut built = BTreeMap::new();
         for subagent in subagents {
+            let fork = subagent.mode == SubAgentMode::Fork;
             let agent = match subagent.kind {
                 SubAgentKind::Prebuilt(agent) => agent,
                 SubAgentKind::Spec(spec) => {
+                    if fork && !spec.skills.is_empty() {
+                        return Err(BuildError::Subagent {
+                            name: subagent.name.clone(),
+                            message: "skills cannot be set on a subagent in fork mode; a fork \
+                                      inherits the parent's skills"
+                                .to_owned(),
+                        });
+                    }
+                    // A fork continues the parent's conversation under the parent's prompt:
+                    // its own prompt is an addendum.
+                    let system_prompt = if fork {
+                        [
+                            self.system_prompt.as_deref(),
+                            Some(spec.system_prompt.as_str()),
+                        ]
+                        .into_iter()
+                        .flatten()
+                        .map(str::trim)
+                        .filter(|part| !part.is_empty())
+                        .collect::<Vec<_>>()
+                        .join("\n\n")
+                    } else {
+                        spec.system_prompt
+                    };
                     let mut builder =
                         Agent::builder(spec.model.unwrap_or_else(|| Arc::clone(&self.model)))
                             .name(subagent.name.clone())
-                            .system_prompt(spec.system_prompt)
+                            .system_prompt(system_prompt)
                             .settings(self.settings.clone())
                             .todos(self.todos)
                             .max_turns(self.max_turns)
@@ -663,7 +713,15 @@ impl AgentBuilder {
                         builder.tool_sources = self.tool_sources.clone();
                     }
                     builder.tools = spec.tools.unwrap_or_else(|| self.tools.clone());
-                    builder.middleware = spec.middleware;
+                    builder.middleware = if fork {
+                        inherited_middleware(
+                            &self.middleware,
+                            self.hooks.as_ref().is_some_and(|h| !h.is_empty()),
+                            spec.middleware,
+                        )
+                    } else {
+                        spec.middleware
+                    };
                     builder.hooks = self.hooks.clone();
                     builder.permissions = spec.permissions.or_else(|| self.permissions.clone());
                     builder.response_format = spec.response_format;
@@ -675,7 +733,15 @@ impl AgentBuilder {
                             builder.inherited_interrupts.extend(self.interrupts.clone());
                         }
                     }
-                    builder.skills = spec.skills;
+                    if fork {
+                        builder.skills = self.skills.clone();
+                        builder.memory = self.memory.clone();
+                        builder.summarization = self.summarization;
+                        builder.summarization_config = self.summarization_config;
+                        builder.compact_tool = self.compact_tool;
+                    } else {
+                        builder.skills = spec.skills;
+                    }
                     // Inherited tools may update the parent's custom keys.
                     builder.state_values = self.state_values.clone();
                     builder.private_keys = self.private_keys.clone();
@@ -697,6 +763,7 @@ impl AgentBuilder {
                     Registered {
                         description: subagent.description,
                         agent,
+                        mode: subagent.mode,
                     },
                 )
                 .is_some()

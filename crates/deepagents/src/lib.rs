@@ -58,7 +58,7 @@ pub use error::{RunError, RunFailure};
 pub use journal::{open_thread, open_thread_waiting, reload};
 pub use run::{DEFAULT_CANCEL_GRACE, RunOptions, RunOutput, RunStatus};
 pub use stream::RunStream;
-pub use subagents::SubAgent;
+pub use subagents::{InvalidSubAgentMode, SubAgent, SubAgentMode};
 pub use thread::{Thread, ThreadError};
 pub use tools::ask_user::ASK_USER;
 #[cfg(feature = "remote")]

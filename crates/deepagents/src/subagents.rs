@@ -23,12 +23,58 @@ pub const DEFAULT_MAX_DEPTH: usize = 3;
 /// included (see [`AgentBuilder::subagent_limits`](crate::AgentBuilder::subagent_limits)).
 pub const DEFAULT_MAX_CONCURRENT: usize = 8;
 
+/// How a subagent's run begins.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SubAgentMode {
+    /// A clean context holding only the task description (the default).
+    #[default]
+    Isolated,
+    /// The conversation of the agent making the `task` call, as its model last saw it (after
+    /// summarization), without the turn that made the call, then the task description. The
+    /// subagent continues in a context of its own; only its final answer goes back.
+    Fork,
+}
+
+impl SubAgentMode {
+    /// `isolated` or `fork`, as configuration files spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Isolated => "isolated",
+            Self::Fork => "fork",
+        }
+    }
+}
+
+impl std::fmt::Display for SubAgentMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A mode name other than `isolated` and `fork`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid subagent mode `{0}`; expected `isolated` or `fork`")]
+pub struct InvalidSubAgentMode(pub String);
+
+impl std::str::FromStr for SubAgentMode {
+    type Err = InvalidSubAgentMode;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "isolated" => Ok(Self::Isolated),
+            "fork" => Ok(Self::Fork),
+            other => Err(InvalidSubAgentMode(other.to_owned())),
+        }
+    }
+}
+
 /// A subagent the `task` tool can start.
 #[derive(Clone)]
 pub struct SubAgent {
     pub(crate) name: String,
     pub(crate) description: String,
     pub(crate) kind: SubAgentKind,
+    pub(crate) mode: SubAgentMode,
 }
 
 #[derive(Clone)]
@@ -72,6 +118,7 @@ impl SubAgent {
                 system_prompt: system_prompt.into(),
                 ..SubAgentSpec::default()
             }),
+            mode: SubAgentMode::Isolated,
         }
     }
 
@@ -86,6 +133,7 @@ impl SubAgent {
             name: name.into(),
             description: description.into(),
             kind: SubAgentKind::Prebuilt(agent),
+            mode: SubAgentMode::Isolated,
         }
     }
 
@@ -99,6 +147,25 @@ impl SubAgent {
     /// When to use it, as the model is told.
     pub fn description(&self) -> &str {
         &self.description
+    }
+
+    /// How its runs begin (default [`SubAgentMode::Isolated`]).
+    ///
+    /// A [`Fork`](SubAgentMode::Fork) built from a spec also inherits the parent's system
+    /// prompt (its own [`system_prompt`](Self::new) is appended to it), middleware (one of its
+    /// own with the same name replaces the inherited one), skills, memory and summarization
+    /// settings; setting [`skills`](Self::skills) on a fork is refused when the agent is
+    /// built. It does not inherit the parent's subagents: it cannot start subagents itself.
+    /// A fork made [`from_agent`](Self::from_agent) receives the forked conversation but
+    /// keeps its own prompt and middleware.
+    pub fn mode(mut self, mode: SubAgentMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// The mode set with [`mode`](Self::mode).
+    pub fn context_mode(&self) -> SubAgentMode {
+        self.mode
     }
 
     /// Its own model instead of the parent's. No effect on [`from_agent`](Self::from_agent).
@@ -189,8 +256,9 @@ impl SubAgent {
         &self.name
     }
 
-    /// A subagent defined in markdown: YAML frontmatter with `name`, `description` and an
-    /// optional `model` spec, then the system prompt as the body. `source_name` (usually the
+    /// A subagent defined in markdown: YAML frontmatter with `name`, `description`, an
+    /// optional `model` spec and an optional `mode` (`isolated` or `fork`, see
+    /// [`mode`](Self::mode)), then the system prompt as the body. `source_name` (usually the
     /// file path) appears in errors.
     pub fn from_markdown(source_name: &str, text: &str) -> Result<Self, FrontmatterError> {
         let (meta, body): (MarkdownMeta, String) = frontmatter::parse(source_name, text)?;
@@ -203,12 +271,20 @@ impl SubAgent {
                 "`name` and `description` must not be empty".to_owned(),
             ));
         }
-        if body.is_empty() {
+        let mode = match &meta.mode {
+            Some(mode) => mode
+                .trim()
+                .parse::<SubAgentMode>()
+                .map_err(|e| error(e.to_string()))?,
+            None => SubAgentMode::Isolated,
+        };
+        // A fork's body is only an addendum to the inherited prompt, so it may be empty.
+        if body.is_empty() && mode == SubAgentMode::Isolated {
             return Err(error(
                 "the body (the subagent's system prompt) is empty".to_owned(),
             ));
         }
-        let mut subagent = Self::new(meta.name, meta.description, body);
+        let mut subagent = Self::new(meta.name, meta.description, body).mode(mode);
         if let Some(spec) = meta.model {
             let model = deepagents_models::from_spec(&spec)
                 .map_err(|e| error(format!("model `{spec}`: {}", error_chain(&e))))?;
@@ -226,6 +302,8 @@ struct MarkdownMeta {
     description: String,
     #[serde(default)]
     model: Option<String>,
+    #[serde(default)]
+    mode: Option<String>,
 }
 
 /// The general-purpose subagent's prompt.

@@ -1727,3 +1727,408 @@ impl Model for Router {
         }
     }
 }
+
+/// Subagent modes: an isolated subagent starts from its task alone, a fork from the parent's
+/// conversation as the parent's model saw it.
+mod forks {
+    use std::sync::{Arc, Mutex};
+
+    use deepagents::core::message::{AssistantMessage, ToolCall};
+    use deepagents::core::{ModelRequest, ModelResponse, StopReason, Usage};
+    use deepagents::{
+        Agent, Decision, EventSink, InterruptConfig, Message, Model, ModelError, Run, RunOptions,
+        SubAgent, SubAgentMode, decide,
+    };
+    use serde_json::json;
+
+    use super::{model, task, write};
+    use crate::support::{text, tool_results};
+
+    /// A subagent's model: records each request and answers with the next turn.
+    struct Recorder {
+        turns: Vec<AssistantMessage>,
+        requests: Mutex<Vec<ModelRequest>>,
+    }
+
+    impl Recorder {
+        fn new(turns: Vec<AssistantMessage>) -> Arc<Self> {
+            Arc::new(Self {
+                turns,
+                requests: Mutex::new(Vec::new()),
+            })
+        }
+
+        fn requests(&self) -> Vec<ModelRequest> {
+            self.requests.lock().unwrap().clone()
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Model for Recorder {
+        fn id(&self) -> &str {
+            "recorder"
+        }
+
+        async fn generate(&self, request: &ModelRequest) -> Result<ModelResponse, ModelError> {
+            let mut requests = self.requests.lock().unwrap();
+            requests.push(request.clone());
+            let message = self.turns[(requests.len() - 1).min(self.turns.len() - 1)].clone();
+            let stop_reason = if message.tool_calls.is_empty() {
+                StopReason::EndTurn
+            } else {
+                StopReason::ToolUse
+            };
+            Ok(ModelResponse {
+                message,
+                usage: Usage::default(),
+                stop_reason,
+            })
+        }
+    }
+
+    fn call(id: &str, name: &str, arguments: serde_json::Value) -> AssistantMessage {
+        AssistantMessage {
+            content: vec![deepagents::core::ContentBlock::text("child working")],
+            tool_calls: vec![ToolCall {
+                id: id.to_owned(),
+                name: name.to_owned(),
+                arguments,
+            }],
+        }
+    }
+
+    /// Adds `text` to the system prompt.
+    struct Section {
+        name: &'static str,
+        text: &'static str,
+    }
+
+    #[async_trait::async_trait]
+    impl deepagents::middleware::Middleware for Section {
+        fn name(&self) -> &str {
+            self.name
+        }
+        async fn before_model(
+            &self,
+            _ctx: &deepagents::core::RunContext,
+            request: &mut ModelRequest,
+            _state: &deepagents::core::AgentState,
+        ) -> Result<(), deepagents::middleware::MiddlewareError> {
+            request.push_system_section(self.text);
+            Ok(())
+        }
+    }
+
+    fn is_user(message: &Message, needle: &str) -> bool {
+        matches!(message, Message::User { .. }) && message.text().contains(needle)
+    }
+
+    #[tokio::test]
+    async fn a_fork_starts_from_the_parents_conversation_an_isolated_subagent_from_its_task() {
+        let script = json!({"turns": [
+            {"text": "Looking around first.", "tool_calls": [
+                {"id": "w1", "name": "write_file", "args": {"file_path": "/notes.md", "content": "code word: PELICAN\n"}}
+            ]},
+            {"text": "Delegating.", "tool_calls": [
+                task("t_iso", "alpha: report the code word", "loner"),
+                task("t_fork", "beta: report the code word", "twin")
+            ]},
+            {"text": "All done."}
+        ]});
+        let loner = Recorder::new(vec![AssistantMessage::text("loner answer")]);
+        let twin = Recorder::new(vec![
+            call(
+                "c1",
+                "write_file",
+                json!({"file_path": "/fork.md", "content": "forked\n"}),
+            ),
+            AssistantMessage::text("twin answer: PELICAN"),
+        ]);
+        let agent = Agent::builder(model(script))
+            .system_prompt("You are the PARENT.")
+            .middleware(Section {
+                name: "banner",
+                text: "PARENT BANNER",
+            })
+            .middleware(Section {
+                name: "section",
+                text: "PARENT SECTION",
+            })
+            .general_purpose_subagent(false)
+            .subagent(SubAgent::new("loner", "Works alone.", "You are LONER.").model(loner.clone()))
+            .subagent(
+                SubAgent::new("twin", "Continues the conversation.", "You are the FORK.")
+                    .model(twin.clone())
+                    .middleware(Section {
+                        name: "section",
+                        text: "FORK SECTION",
+                    })
+                    .mode(SubAgentMode::Fork),
+            )
+            .build()
+            .unwrap();
+        let output = agent.invoke("find the code word").await.unwrap();
+
+        // Isolated: the task description is the whole conversation.
+        let first = &loner.requests()[0];
+        assert_eq!(first.messages.len(), 1, "{:?}", first.messages);
+        assert!(is_user(&first.messages[0], "alpha: report the code word"));
+        assert_eq!(first.messages[0].text(), "alpha: report the code word");
+        let prompt = first.system_prompt.clone().unwrap_or_default();
+        assert!(
+            prompt.contains("You are LONER.") && !prompt.contains("PARENT"),
+            "{prompt}"
+        );
+
+        // Fork: the parent's conversation before the turn that called `task`, then the task.
+        let requests = twin.requests();
+        let first = &requests[0];
+        let messages: Vec<Message> = first.messages.iter().cloned().collect();
+        assert_eq!(messages.len(), 4, "{messages:?}");
+        assert!(is_user(&messages[0], "find the code word"));
+        match &messages[1] {
+            Message::Assistant(turn) => {
+                assert_eq!(turn.tool_calls[0].id, "w1");
+                assert!(messages[1].text().contains("Looking around first."));
+            }
+            other => panic!("expected the parent's first turn, got {other:?}"),
+        }
+        assert!(matches!(&messages[2], Message::Tool(result) if result.tool_call_id == "w1"));
+        assert!(is_user(&messages[3], "beta: report the code word"));
+        assert!(
+            messages[3].text().ends_with("beta: report the code word"),
+            "the task comes last: {}",
+            messages[3].text()
+        );
+        assert!(
+            !messages.iter().any(|m| m.text().contains("Delegating.")),
+            "the turn that made the call is left out"
+        );
+        let prompt = first.system_prompt.clone().unwrap_or_default();
+        let (parent_at, own_at) = (
+            prompt
+                .find("You are the PARENT.")
+                .expect("inherits the prompt"),
+            prompt.find("You are the FORK.").expect("keeps its own"),
+        );
+        assert!(parent_at < own_at, "its own prompt is appended: {prompt}");
+        assert!(
+            prompt.contains("PARENT BANNER"),
+            "inherits the middleware: {prompt}"
+        );
+        assert!(
+            prompt.contains("FORK SECTION") && !prompt.contains("PARENT SECTION"),
+            "its own middleware replaces the inherited one of the same name: {prompt}"
+        );
+        // The fork's next request continues its own context.
+        assert_eq!(requests.len(), 2);
+        assert_eq!(requests[1].messages.len(), 6);
+
+        // The parent gets each child's final answer and nothing else.
+        let results = tool_results(&output.run.state.messages);
+        let answers: Vec<(String, String)> = results
+            .iter()
+            .map(|r| (r.tool_call_id.clone(), text(r)))
+            .collect();
+        assert_eq!(
+            answers,
+            [
+                ("w1".to_owned(), answers[0].1.clone()),
+                ("t_iso".to_owned(), "loner answer".to_owned()),
+                ("t_fork".to_owned(), "twin answer: PELICAN".to_owned()),
+            ]
+        );
+        assert_eq!(
+            output.run.state.messages.len(),
+            7,
+            "user, 3 turns, 3 results"
+        );
+        assert!(
+            !output
+                .run
+                .state
+                .messages
+                .iter()
+                .any(|m| m.text().contains("child working")
+                    || m.text().contains("You are a subagent")),
+            "the fork's own messages stay in its context"
+        );
+        assert!(
+            output.run.state.files.contains_key("/fork.md"),
+            "files flow back"
+        );
+        assert_eq!(output.text, "All done.");
+    }
+
+    #[tokio::test]
+    async fn a_fork_sees_the_summary_in_place_of_summarized_messages() {
+        let script = json!({"turns": [
+            {"tool_calls": [task("t1", "gamma: carry on", "twin")]},
+            {"text": "done"}
+        ]});
+        let twin = Recorder::new(vec![AssistantMessage::text("twin done")]);
+        let agent = Agent::builder(model(script))
+            .general_purpose_subagent(false)
+            .subagent(
+                SubAgent::new("twin", "Continues.", "")
+                    .model(twin.clone())
+                    .mode(SubAgentMode::Fork),
+            )
+            .build()
+            .unwrap();
+        // An earlier exchange, the first two messages of which were summarized.
+        let mut run = Run::from_task("old question");
+        run.state
+            .messages
+            .push(Message::Assistant(AssistantMessage::text("old answer")));
+        run.push_user_input(vec![deepagents::core::ContentBlock::text("new question")]);
+        run.state.custom.insert(
+            deepagents::middleware::SUMMARY_KEY.to_owned(),
+            json!({"upto": 2, "text": "SUMMARY OF THE OLD EXCHANGE", "history_file": "/conversation_history/t.md", "count": 1}),
+        );
+        let output = agent
+            .run(run, RunOptions::default(), EventSink::discard())
+            .await
+            .unwrap();
+        assert_eq!(output.text, "done");
+        let messages: Vec<Message> = twin.requests()[0].messages.iter().cloned().collect();
+        assert_eq!(messages.len(), 3, "{messages:?}");
+        assert!(is_user(&messages[0], "SUMMARY OF THE OLD EXCHANGE"));
+        assert!(is_user(&messages[1], "new question"));
+        assert!(is_user(&messages[2], "gamma: carry on"));
+        assert!(
+            !messages
+                .iter()
+                .any(|m| m.text().contains("old question") || m.text().contains("old answer")),
+            "summarized messages stay replaced"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_paused_fork_resumes_with_its_forked_history() {
+        let script = json!({"turns": [
+            {"tool_calls": [write("/a.md", "a\n")]},
+            {"tool_calls": [task("t1", "delta: guarded work", "twin")]},
+            {"text": "all done"}
+        ]});
+        let twin = Recorder::new(vec![
+            call("g", "guarded", json!({})),
+            AssistantMessage::text("twin finished"),
+        ]);
+        let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let agent = Agent::builder(model(script))
+            .general_purpose_subagent(false)
+            .dyn_tool(super::fixtures::counting("guarded", &ran))
+            .interrupt_on("guarded", InterruptConfig::default())
+            .subagent(
+                SubAgent::new("twin", "Continues.", "")
+                    .model(twin.clone())
+                    .mode(SubAgentMode::Fork),
+            )
+            .build()
+            .unwrap();
+        let paused = agent
+            .run(
+                Run::from_task("start"),
+                RunOptions::default(),
+                EventSink::discard(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(crate::support::paused(&paused).len(), 1);
+        let mut run = paused.run;
+        decide(&mut run, vec![Decision::Approve]).unwrap();
+        let output = agent
+            .run(run, RunOptions::default(), EventSink::discard())
+            .await
+            .unwrap();
+        assert_eq!(output.text, "all done");
+        assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let requests = twin.requests();
+        assert_eq!(requests.len(), 2);
+        let resumed: Vec<Message> = requests[1].messages.iter().cloned().collect();
+        assert!(is_user(&resumed[0], "start"), "{resumed:?}");
+        assert!(resumed.iter().any(|m| is_user(m, "delta: guarded work")));
+        assert!(matches!(resumed.last(), Some(Message::Tool(r)) if r.tool_call_id == "g"));
+        let results = tool_results(&output.run.state.messages);
+        assert_eq!(text(results.last().unwrap()), "twin finished");
+    }
+
+    #[test]
+    fn fork_mode_refuses_skills_and_mode_names_are_checked() {
+        let error = Agent::builder(model(json!({"turns": [{"text": "x"}]})))
+            .subagent(
+                SubAgent::new("twin", "Continues.", "")
+                    .skills(["/skills"])
+                    .mode(SubAgentMode::Fork),
+            )
+            .build()
+            .err()
+            .expect("skills under fork are refused")
+            .to_string();
+        assert!(
+            error.contains("twin") && error.contains("skills"),
+            "{error}"
+        );
+        assert!(error.contains("fork"), "{error}");
+
+        assert_eq!("fork".parse::<SubAgentMode>().unwrap(), SubAgentMode::Fork);
+        assert_eq!(
+            "isolated".parse::<SubAgentMode>().unwrap(),
+            SubAgentMode::Isolated
+        );
+        let error = "forked".parse::<SubAgentMode>().unwrap_err().to_string();
+        assert!(
+            error.contains("`forked`") && error.contains("isolated"),
+            "{error}"
+        );
+        assert_eq!(
+            SubAgent::new("a", "b", "c").context_mode(),
+            SubAgentMode::Isolated
+        );
+
+        let fork = SubAgent::from_markdown(
+            "twin.md",
+            "---\nname: twin\ndescription: Continues.\nmode: fork\n---\n",
+        )
+        .unwrap();
+        assert_eq!(fork.context_mode(), SubAgentMode::Fork);
+        let error = SubAgent::from_markdown(
+            "bad.md",
+            "---\nname: bad\ndescription: d\nmode: clone\n---\nPrompt.\n",
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            error.contains("bad.md") && error.contains("`clone`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_task_tool_marks_forks() {
+        let agent = Agent::builder(model(json!({"turns": [{"text": "x"}]})))
+            .subagent(SubAgent::new("twin", "Continues.", "").mode(SubAgentMode::Fork))
+            .build()
+            .unwrap();
+        let spec = agent
+            .tool_specs()
+            .iter()
+            .find(|s| s.name == "task")
+            .unwrap();
+        assert!(
+            spec.description
+                .contains("- twin: Continues. (continues your conversation"),
+            "{}",
+            spec.description
+        );
+        assert_eq!(
+            spec.description
+                .matches("continues your conversation")
+                .count(),
+            1,
+            "only the fork is marked"
+        );
+    }
+}

@@ -15,8 +15,10 @@ class _Named(TypedDict):
 class SubAgent(_Named, total=False):
     """A subagent for ``create_deep_agent(subagents=[…])``: the ``task`` tool starts it
     by ``name``; the model chooses it by ``description``. The rest is optional: its own
-    ``system_prompt``, ``tools``, ``model``, ``interrupt_on``, ``skills``, ``permissions`` and
-    ``response_format``. ``middleware`` is refused."""
+    ``system_prompt``, ``tools``, ``model``, ``interrupt_on``, ``skills``, ``permissions``,
+    ``response_format`` and ``mode`` (``"isolated"``, the default, or ``"fork"``: it continues
+    the agent's conversation under the agent's prompt, its own ``system_prompt`` appended).
+    ``middleware`` is refused."""
 
     system_prompt: str
     tools: Sequence[Any]
@@ -26,6 +28,7 @@ class SubAgent(_Named, total=False):
     skills: list[str]
     permissions: list[Any]
     response_format: Any
+    mode: Literal["isolated", "fork"]
 
 
 class CompiledSubAgent(_Named, total=False):

@@ -37,6 +37,27 @@ struct LargeInputs {
 /// The offloaded user messages, typed.
 const LARGE_INPUTS: StateKey<LargeInputs> = StateKey::new(LARGE_INPUTS_KEY);
 
+/// What the model is shown of a long user message saved to `path`.
+fn saved_input(path: &str, text: &str) -> Message {
+    Message::user(format!(
+        "[A long message ({} characters) was saved to {path}; read it in pages with read_file or search it with grep.]\n\nPreview:\n{}",
+        text.len(),
+        preview(text)
+    ))
+}
+
+/// `messages` (the start of `state`'s conversation) with the long user messages recorded in
+/// `state` as saved, the way requests show them.
+pub(crate) fn with_saved_inputs(state: &AgentState, mut messages: Vec<Message>) -> Vec<Message> {
+    let inputs = LARGE_INPUTS.get(state).ok().flatten().unwrap_or_default();
+    for (index, path) in inputs.files {
+        if let Some(message @ Message::User { .. }) = messages.get_mut(index) {
+            *message = saved_input(&path, &message.text());
+        }
+    }
+    messages
+}
+
 /// Tools whose output is already paged and capped.
 const EXEMPT: &[&str] = &[
     "ls",
@@ -149,12 +170,7 @@ impl Middleware for LargeResultsMiddleware {
         let inputs = LARGE_INPUTS.get(state)?.unwrap_or_default();
         for (index, path) in inputs.files {
             if let Some(message @ Message::User { .. }) = request.messages.get_mut(index) {
-                let text = message.text();
-                *message = Message::user(format!(
-                    "[A long message ({} characters) was saved to {path}; read it in pages with read_file or search it with grep.]\n\nPreview:\n{}",
-                    text.len(),
-                    preview(&text)
-                ));
+                *message = saved_input(&path, &message.text());
             }
         }
         Ok(())

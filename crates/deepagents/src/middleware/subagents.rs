@@ -1,4 +1,5 @@
-//! The `task` tool: hand work to a subagent with a fresh context.
+//! The `task` tool: hand work to a subagent, which starts from a fresh context or from a
+//! fork of the caller's conversation.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::AssertUnwindSafe;
@@ -7,8 +8,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use deepagents_core::event::PathSegment;
 use deepagents_core::{
-    AgentState, Checkpointing, DynTool, Extensions, Message, ModelRequest, PausedRun, Run,
-    RunContext, RunLimits, StateUpdate, Tool, ToolContext, ToolError, ToolOutput, TypedTool,
+    AgentState, Checkpointing, ContentBlock, DynTool, Extensions, Message, ModelRequest, PausedRun,
+    Run, RunContext, RunLimits, StateUpdate, Tool, ToolContext, ToolError, ToolOutput, TypedTool,
 };
 use futures::FutureExt as _;
 use schemars::JsonSchema;
@@ -18,6 +19,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::{Middleware, MiddlewareError};
 use crate::agent::Agent;
 use crate::run::RunStatus;
+use crate::subagents::SubAgentMode;
 
 const PROMPT: &str = "\
 ## Subagents
@@ -26,25 +28,49 @@ returns only its answer, which keeps your context small. It sees nothing of this
 so describe the task completely, including what to return. Independent tasks can run in \
 parallel: call `task` several times in one turn.";
 
+/// Added to [`PROMPT`] when some subagent is a fork.
+const FORK_PROMPT: &str = "\
+Subagents marked as continuing your conversation are the exception: they start from this \
+conversation as you see it, so the task need not repeat what is already here.";
+
+/// Marks a fork in the `task` tool's list of subagents.
+const FORK_NOTE: &str = " (continues your conversation: it sees everything up to this call, so \
+say only what to do and what to return)";
+
+/// Put before the task of a fork: the conversation before it is the caller's, replayed.
+const FORK_PREAMBLE: &str = "\
+[You are a subagent, started by the agent whose conversation is above; its request to delegate \
+has already been made, and you are the one it went to. Do the task below yourself, relying \
+on the names, facts and figures already established above rather than generic answers. \
+Only your final reply goes back to that agent, so make it complete.]
+
+Your task:
+";
+
 /// Offers the `task` tool over a set of subagents. Its name is `subagents`.
 pub struct SubAgentsMiddleware {
     tool: Arc<dyn DynTool>,
+    /// Whether some subagent is a fork.
+    forks: bool,
 }
 
 /// A built subagent and when to use it.
 pub(crate) struct Registered {
     pub(crate) description: String,
     pub(crate) agent: Agent,
+    pub(crate) mode: SubAgentMode,
 }
 
 impl SubAgentsMiddleware {
     pub(crate) fn new(agents: BTreeMap<String, Registered>, shared_keys: BTreeSet<String>) -> Self {
+        let forks = agents.values().any(|r| r.mode == SubAgentMode::Fork);
         let tool = Task {
             agents: Arc::new(agents),
             shared_keys,
         };
         Self {
             tool: Arc::new(TypedTool::new(tool)),
+            forks,
         }
     }
 }
@@ -65,7 +91,11 @@ impl Middleware for SubAgentsMiddleware {
         request: &mut ModelRequest,
         _state: &AgentState,
     ) -> Result<(), MiddlewareError> {
-        request.push_system_section(PROMPT);
+        if self.forks {
+            request.push_system_section(&format!("{PROMPT} {FORK_PROMPT}"));
+        } else {
+            request.push_system_section(PROMPT);
+        }
         Ok(())
     }
 }
@@ -156,6 +186,28 @@ fn changes_since(start: &AgentState, end: &AgentState, changed_before: Vec<Strin
     changes
 }
 
+/// What a fork starts from: the conversation of the agent making the call `call_id`, up to
+/// the assistant turn that made it (left out: its calls have no results yet, and the task
+/// message that follows says what it asked), as that agent's model saw it — long user
+/// messages shown as saved and summarized messages replaced by their summary.
+fn forked_history(state: &AgentState, call_id: &str) -> Vec<Message> {
+    let messages: &[Message] = &state.messages;
+    let made_call = |m: &Message| match m {
+        Message::Assistant(turn) => turn.tool_calls.iter().any(|c| c.id == call_id),
+        _ => false,
+    };
+    let end = match messages.iter().rposition(made_call) {
+        Some(index) => index,
+        // Not found (a call made outside a model turn): drop a trailing turn with calls.
+        None => match messages.last() {
+            Some(Message::Assistant(a)) if !a.tool_calls.is_empty() => messages.len() - 1,
+            _ => messages.len(),
+        },
+    };
+    let history = super::offload::with_saved_inputs(state, messages[..end].to_vec());
+    super::summarization::summarized_view(state, history)
+}
+
 /// The last non-empty assistant text of a run.
 fn last_answer(run: &Run) -> String {
     run.state
@@ -183,6 +235,9 @@ impl Tool for Task {
         );
         for (name, registered) in self.agents.iter() {
             text.push_str(&format!("\n- {name}: {}", registered.description));
+            if registered.mode == SubAgentMode::Fork {
+                text.push_str(FORK_NOTE);
+            }
         }
         text
     }
@@ -232,14 +287,32 @@ impl Tool for Task {
                 (Run::clone(&paused.run), start, paused.changed_files.clone())
             }
             None => {
-                // The parent's files and shared custom values travel; its messages, plan,
-                // structured answer and private values do not.
+                // The parent's files and shared custom values travel; its structured answer,
+                // private values and summarization records do not. An isolated subagent gets
+                // neither its messages nor its plan; a fork gets both (the plan is part of the
+                // conversation it continues), but its own changes to them stay its own.
+                let fork = registered.mode == SubAgentMode::Fork;
                 let start = AgentState {
                     files: ctx.state.files.clone(),
                     custom: shared_custom(&ctx.state, &self.shared_keys, &registered.agent),
+                    todos: if fork {
+                        ctx.state.todos.clone()
+                    } else {
+                        Vec::new()
+                    },
                     ..AgentState::default()
                 };
-                let run = Run::from_task(args.description);
+                let run = if fork {
+                    let mut run = Run::default();
+                    run.state.messages = forked_history(&ctx.state, &ctx.call_id).into();
+                    run.push_user_input(vec![ContentBlock::text(format!(
+                        "{FORK_PREAMBLE}{}",
+                        args.description
+                    ))]);
+                    run
+                } else {
+                    Run::from_task(args.description)
+                };
                 let run = Run {
                     state: AgentState {
                         messages: run.state.messages,

@@ -690,6 +690,17 @@ fn summary_message(marker: &SummaryMarker) -> Message {
     ))
 }
 
+/// `messages` (the start of `state`'s conversation) as requests show them under the summary
+/// recorded in `state`: the summary, then what follows it.
+pub(crate) fn summarized_view(state: &AgentState, messages: Vec<Message>) -> Vec<Message> {
+    match SUMMARY.get(state) {
+        Ok(Some(marker)) if marker.upto > 0 && messages.len() >= marker.upto => {
+            visible(&marker, &messages)
+        }
+        _ => messages,
+    }
+}
+
 /// The messages a request carries under `marker`: the summary, then what follows it.
 fn visible(marker: &SummaryMarker, messages: &[Message]) -> Vec<Message> {
     if marker.upto == 0 || marker.text.is_empty() {
