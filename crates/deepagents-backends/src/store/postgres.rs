@@ -138,7 +138,10 @@ impl PostgresStore {
 
     /// The shared SQL over this store's database.
     fn sql(&self) -> Sql<'_, Postgres> {
-        Sql(&self.pool)
+        Sql {
+            reader: &self.pool,
+            writer: &self.pool,
+        }
     }
 
     /// Checkpoints kept in this store's database.

@@ -163,8 +163,12 @@ pub(super) fn pending<'m>(
         })
 }
 
-/// The store and checkpoint operations on the database behind a pool.
-pub(super) struct Sql<'a, D: Database>(pub(super) &'a Pool<D>);
+/// The store and checkpoint operations on a database: reads through one pool, writes through
+/// another (the same one where the database takes concurrent writers).
+pub(super) struct Sql<'a, D: Database> {
+    pub(super) reader: &'a Pool<D>,
+    pub(super) writer: &'a Pool<D>,
+}
 
 // The bounds say, once for every operation, that sqlx can run these queries on `D` and
 // move their text and integer columns in and out; both databases meet them.
@@ -191,7 +195,7 @@ where
         let row = sqlx::query("SELECT * FROM store_items WHERE namespace = $1 AND key = $2")
             .bind(encode(namespace))
             .bind(key)
-            .fetch_optional(self.0)
+            .fetch_optional(self.reader)
             .await
             .map_err(storage)?;
         row.as_ref().map(Self::item).transpose()
@@ -214,7 +218,7 @@ where
         .bind(key)
         .bind(value.to_string())
         .bind(now())
-        .execute(self.0)
+        .execute(self.writer)
         .await
         .map_err(storage)?;
         Ok(())
@@ -226,7 +230,7 @@ where
         let done = sqlx::query("DELETE FROM store_items WHERE namespace = $1 AND key = $2")
             .bind(encode(namespace))
             .bind(key)
-            .execute(self.0)
+            .execute(self.writer)
             .await
             .map_err(storage)?;
         Ok(D::rows_affected(&done) > 0)
@@ -255,7 +259,7 @@ where
             .bind(query.key_prefix.as_str())
             .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
             .bind(i64::try_from(query.offset).unwrap_or(i64::MAX))
-            .fetch_all(self.0)
+            .fetch_all(self.reader)
             .await
             .map_err(storage)?;
         rows.iter().map(Self::item).collect()
@@ -302,7 +306,7 @@ where
         new_thread: bool,
     ) -> Result<u64, CheckpointError> {
         let delta_json = pack(serde_json::to_string(delta).map_err(checkpoint_storage)?);
-        let mut session = D::begin(self.0, thread_id, Access::Append)
+        let mut session = D::begin(self.writer, thread_id, Access::Append)
             .await
             .map_err(checkpoint_storage)?;
         let conn = D::conn(&mut session).map_err(checkpoint_storage)?;
@@ -371,7 +375,7 @@ where
         thread_id: &str,
         at: Option<u64>,
     ) -> Result<Option<Run>, CheckpointError> {
-        let mut session = D::begin(self.0, thread_id, Access::Load)
+        let mut session = D::begin(self.reader, thread_id, Access::Load)
             .await
             .map_err(checkpoint_storage)?;
         let conn = D::conn(&mut session).map_err(checkpoint_storage)?;
@@ -438,7 +442,7 @@ where
             "SELECT id, created_at_ms, messages FROM checkpoints WHERE thread_id = $1 ORDER BY id",
         )
         .bind(thread_id)
-        .fetch_all(self.0)
+        .fetch_all(self.reader)
         .await
         .map_err(checkpoint_storage)?;
         rows.iter()
@@ -462,7 +466,7 @@ where
         );
         let rows = sqlx::query(&sql)
             .bind(CHILD_THREAD_SEPARATOR.to_string())
-            .fetch_all(self.0)
+            .fetch_all(self.reader)
             .await
             .map_err(checkpoint_storage)?;
         rows.iter()
@@ -484,7 +488,7 @@ where
 
     /// Deletes the thread's checkpoints and its children's; returns whether it had any.
     pub(super) async fn delete_thread(&self, thread_id: &str) -> Result<bool, CheckpointError> {
-        let mut session = D::begin(self.0, thread_id, Access::Delete)
+        let mut session = D::begin(self.writer, thread_id, Access::Delete)
             .await
             .map_err(checkpoint_storage)?;
         let conn = D::conn(&mut session).map_err(checkpoint_storage)?;

@@ -12,7 +12,9 @@ use deepagents_core::{
 };
 use serde_json::Value;
 use sqlx::pool::PoolConnection;
-use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteQueryResult};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteQueryResult, SqliteSynchronous,
+};
 use sqlx::{Sqlite, SqliteConnection, SqlitePool as Pool};
 
 use super::file_lock;
@@ -46,7 +48,12 @@ const MIGRATIONS: &[&str] = &[
 /// checkpoints: see [`SqliteStore::checkpointer`].
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
+    /// Readers: WAL lets them run beside the writer.
     pool: Pool,
+    /// The one connection this process writes through. SQLite admits one writer at a time;
+    /// writes of this process queue here, in order and without sleeping, instead of racing
+    /// for the database's lock and backing off on `SQLITE_BUSY`.
+    writer: Pool,
     leases: Leases,
 }
 
@@ -109,11 +116,20 @@ impl SqliteStore {
         let opening = file_lock::lock(&open_lock, Duration::from_secs(30))
             .await
             .map_err(|e| StoreError::Storage(open_error(path, &e.to_string(), e.kind())))?;
+        // In WAL mode NORMAL syncs at checkpoints, not at every commit: a commit survives the
+        // process being killed at any point; a power loss or OS crash may lose the last
+        // commits before the log's latest sync (see docs/configuration.md).
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
-            .busy_timeout(BUSY_TIMEOUT);
+            .busy_timeout(BUSY_TIMEOUT)
+            .synchronous(SqliteSynchronous::Normal);
         let pool = SqlitePoolOptions::new()
+            .connect_with(options.clone())
+            .await
+            .map_err(|e| StoreError::Storage(sqlite_open_error(path, &e)))?;
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
             .connect_with(options)
             .await
             .map_err(|e| StoreError::Storage(sqlite_open_error(path, &e)))?;
@@ -131,6 +147,7 @@ impl SqliteStore {
         }
         let store = Self::migrated(
             pool,
+            writer,
             &path.display().to_string(),
             Leases::Files(file_lock::lease_dir(path)),
         )
@@ -151,7 +168,13 @@ impl SqliteStore {
             .connect_with(options)
             .await
             .map_err(storage)?;
-        Self::migrated(pool, ":memory:", Leases::Local(LocalLeases::new())).await
+        Self::migrated(
+            pool.clone(),
+            pool,
+            ":memory:",
+            Leases::Local(LocalLeases::new()),
+        )
+        .await
     }
 
     /// The schema version this build writes: the number of migrations it knows. An opened
@@ -160,13 +183,17 @@ impl SqliteStore {
 
     async fn migrated(
         pool: SqlitePool,
+        writer: SqlitePool,
         location: &str,
         leases: Leases,
     ) -> Result<Self, StoreError> {
         // IMMEDIATE takes the write lock up front, so processes opening the store at once
         // queue on the busy timeout instead of failing on a lock upgrade; the transaction
         // object rolls back if the caller is cancelled.
-        let mut conn = pool.begin_with("BEGIN IMMEDIATE").await.map_err(storage)?;
+        let mut conn = writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(storage)?;
         let migrated = Self::migrate(&mut conn, location).await;
         if migrated.is_ok() {
             conn.commit().await.map_err(storage)?;
@@ -174,7 +201,11 @@ impl SqliteStore {
             conn.rollback().await.map_err(storage)?;
         }
         migrated?;
-        Ok(Self { pool, leases })
+        Ok(Self {
+            pool,
+            writer,
+            leases,
+        })
     }
 
     /// Applies the migrations the database lacks, inside the caller's transaction.
@@ -202,7 +233,10 @@ impl SqliteStore {
 
     /// The shared SQL over this store's database.
     fn sql(&self) -> Sql<'_, Sqlite> {
-        Sql(&self.pool)
+        Sql {
+            reader: &self.pool,
+            writer: &self.writer,
+        }
     }
 
     /// Checkpoints kept in this store's database.
@@ -277,9 +311,10 @@ impl Store for SqliteStore {
         // Closing the last connection folds the log in too, but connections of a pool close
         // concurrently and none may find itself last; truncating first makes sure.
         let _ = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await;
         self.pool.close().await;
+        self.writer.close().await;
     }
 }
 
