@@ -389,6 +389,25 @@ pub struct ServeArgs {
     /// loopback or link-local address is called only when listed by address.
     #[arg(long = "webhook-allow", value_name = "HOST[:PORT]")]
     pub webhook_allow: Vec<String>,
+    /// Take bearer JWTs verified with this JSON Web Key Set (https; http on loopback only),
+    /// each user (`sub`) its own tenant; beats `jwks_url` of `[server.auth]`.
+    #[arg(long = "jwks-url", value_name = "URL")]
+    pub jwks_url: Option<String>,
+    /// A PEM public key (RSA, EC or Ed25519) that verifies bearer JWTs (repeatable), beside
+    /// `public_keys` of `[server.auth]`.
+    #[arg(long = "jwt-public-key", value_name = "PATH")]
+    pub jwt_public_keys: Vec<std::path::PathBuf>,
+    /// The environment variable holding an HS256 secret that verifies bearer JWTs; beats
+    /// `hs256_secret_env` of `[server.auth]`.
+    #[arg(long = "jwt-secret-env", value_name = "NAME")]
+    pub jwt_secret_env: Option<String>,
+    /// The `iss` bearer JWTs must carry; beats `issuer` of `[server.auth]`.
+    #[arg(long = "jwt-issuer", value_name = "ISSUER")]
+    pub jwt_issuer: Option<String>,
+    /// An audience bearer JWTs' `aud` must name (repeatable); replaces `audience` of
+    /// `[server.auth]`.
+    #[arg(long = "jwt-audience", value_name = "AUDIENCE")]
+    pub jwt_audience: Vec<String>,
 }
 
 /// `--max-cost`: a positive number of dollars.

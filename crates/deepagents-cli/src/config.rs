@@ -97,6 +97,50 @@ pub struct ServerConfig {
     pub webhook_allowed_hosts: Vec<String>,
     /// The key webhook deliveries are signed with (`DEEPAGENTS_WEBHOOK_SECRET` beats it).
     pub webhook_secret: Option<String>,
+    /// `[server.auth]`: bearer JWTs, each user its own tenant.
+    pub auth: Option<AuthConfig>,
+}
+
+/// `[server.auth]`: bearer JWTs verified against a JWKS URL and/or static keys; the user id
+/// claim becomes the request's tenant.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// The identity provider's JSON Web Key Set (`https://…/.well-known/jwks.json`);
+    /// `--jwks-url` beats it.
+    pub jwks_url: Option<String>,
+    /// The `iss` tokens must carry; `--jwt-issuer` beats it.
+    pub issuer: Option<String>,
+    /// The audience (one or a list) of which a token's `aud` must name one; `--jwt-audience`
+    /// replaces it.
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub audience: Vec<String>,
+    /// PEM public keys (RSA, EC, Ed25519), relative to the config file's directory;
+    /// `--jwt-public-key` adds to them.
+    #[serde(default)]
+    pub public_keys: Vec<PathBuf>,
+    /// The environment variable holding an HS256 secret; `--jwt-secret-env` beats it.
+    pub hs256_secret_env: Option<String>,
+    /// The claim holding the user id (default `sub`).
+    pub user_claim: Option<String>,
+    /// Clock skew allowed for `exp`, `nbf` and `iat`, in seconds (default 60).
+    pub leeway_secs: Option<u64>,
+    /// The least seconds between two fetches of the JWKS for a `kid` it lacks (default 30).
+    pub jwks_refetch_secs: Option<u64>,
+}
+
+/// A string or a list of strings, as a list.
+fn one_or_many<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(one) => vec![one],
+        OneOrMany::Many(many) => many,
+    })
 }
 
 /// One `[[assistants]]` entry: an agent built as the flags build one, with these changes.
@@ -243,7 +287,14 @@ pub fn load(explicit: Option<&Path>) -> anyhow::Result<Config> {
 
 /// Parses and checks a config file's text; errors name the file, the line and the key.
 fn parse(text: &str, path: &Path) -> anyhow::Result<Config> {
-    let config: Config = toml::from_str(text).map_err(|e| describe(&e, text, path))?;
+    let mut config: Config = toml::from_str(text).map_err(|e| describe(&e, text, path))?;
+    if let (Some(auth), Some(dir)) = (&mut config.server.auth, path.parent()) {
+        for key in &mut auth.public_keys {
+            if key.is_relative() {
+                *key = dir.join(&*key);
+            }
+        }
+    }
     let at = |span: std::ops::Range<usize>, message: String| {
         let (line, key) = locate(text, span.start);
         anyhow!("{}", located(path, line, None, key.as_deref(), &message))

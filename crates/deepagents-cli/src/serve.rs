@@ -89,6 +89,7 @@ async fn start(args: ServeArgs) -> anyhow::Result<Started> {
         };
         api_keys.insert(key.to_owned(), tenant.to_owned());
     }
+    let jwt = jwt_options(&args, config.server.auth.as_ref())?;
     let session = prepare_watched(&args.run, Front::Server, true, None).await?;
     let Some(watch) = session.watch.clone() else {
         bail!("the agent keeps no threads, so it cannot be served");
@@ -130,10 +131,11 @@ async fn start(args: ServeArgs) -> anyhow::Result<Started> {
         .await
         .with_context(|| format!("cannot listen on {listen}; pass another --listen ADDRESS"))?;
     let address = listener.local_addr().context("cannot read the address")?;
-    let tenants = if api_keys.is_empty() {
-        "no API key asked for".to_owned()
-    } else {
-        format!("{} API keys", api_keys.len())
+    let tenants = match (api_keys.is_empty(), &jwt) {
+        (true, None) => "no API key asked for".to_owned(),
+        (false, None) => format!("{} API keys", api_keys.len()),
+        (true, Some(_)) => "bearer JWTs".to_owned(),
+        (false, Some(_)) => format!("bearer JWTs and {} API keys", api_keys.len()),
     };
     eprintln!(
         "deepagents serve: listening on http://{address} ({} assistants; {tenants})",
@@ -143,10 +145,11 @@ async fn start(args: ServeArgs) -> anyhow::Result<Started> {
         &args.cors,
         config.server.cors.as_deref(),
         address,
-        &api_keys,
+        !api_keys.is_empty() || jwt.is_some(),
     )?;
     let mut options = deepagents_server::ServerOptions::new(assistants, store, watch);
     options.api_keys = api_keys;
+    options.jwt = jwt;
     options.cors = cors;
     if let Some(max) = config.server.max_connections {
         if max == 0 {
@@ -176,6 +179,64 @@ async fn start(args: ServeArgs) -> anyhow::Result<Started> {
         options,
         sessions,
     })
+}
+
+/// Bearer JWTs as the flags and `[server.auth]` describe them; `None` when neither names a
+/// JWKS URL, a public key or a secret.
+fn jwt_options(
+    args: &ServeArgs,
+    configured: Option<&config::AuthConfig>,
+) -> anyhow::Result<Option<deepagents_server::JwtOptions>> {
+    let default = config::AuthConfig::default();
+    let auth = configured.unwrap_or(&default);
+    let mut options = deepagents_server::JwtOptions {
+        jwks_url: args.jwks_url.clone().or_else(|| auth.jwks_url.clone()),
+        issuer: args.jwt_issuer.clone().or_else(|| auth.issuer.clone()),
+        audience: if args.jwt_audience.is_empty() {
+            auth.audience.clone()
+        } else {
+            args.jwt_audience.clone()
+        },
+        ..deepagents_server::JwtOptions::default()
+    };
+    for path in auth.public_keys.iter().chain(&args.jwt_public_keys) {
+        let pem = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the JWT public key {}", path.display()))?;
+        options.public_keys.push(pem);
+    }
+    if let Some(name) = args
+        .jwt_secret_env
+        .as_ref()
+        .or(auth.hs256_secret_env.as_ref())
+    {
+        match std::env::var(name) {
+            Ok(secret) if !secret.is_empty() => options.hs256_secret = Some(secret.into_bytes()),
+            _ => bail!(
+                "the HS256 secret is to come from ${name} (--jwt-secret-env or hs256_secret_env of [server.auth]), which is not set"
+            ),
+        }
+    }
+    if let Some(claim) = &auth.user_claim {
+        options.user_claim.clone_from(claim);
+    }
+    if let Some(secs) = auth.leeway_secs {
+        options.leeway = std::time::Duration::from_secs(secs);
+    }
+    if let Some(secs) = auth.jwks_refetch_secs {
+        options.jwks_refetch_interval = std::time::Duration::from_secs(secs);
+    }
+    let keyed = options.jwks_url.is_some()
+        || !options.public_keys.is_empty()
+        || options.hs256_secret.is_some();
+    if !keyed {
+        if configured.is_some() || options.issuer.is_some() || !options.audience.is_empty() {
+            bail!(
+                "bearer JWTs need keys to verify them: jwks_url, public_keys or hs256_secret_env in [server.auth] (or --jwks-url, --jwt-public-key, --jwt-secret-env)"
+            );
+        }
+        return Ok(None);
+    }
+    Ok(Some(options))
 }
 
 /// The cluster `DEEPAGENTS_DATABASE_URL` (PostgreSQL) and `DEEPAGENTS_REDIS_URL` name: runs
@@ -218,14 +279,14 @@ async fn cluster(
 }
 
 /// Which web pages may call the server: `--cors`, else `cors` of `[server]`, else any page
-/// when only this machine can reach the server and no key is asked for — a browser UI on
+/// when only this machine can reach the server and no key or token is asked for — a browser UI on
 /// another local port then works out of the box, as it does with `langgraph dev` — and none
 /// otherwise, where allowing pages is the operator's choice.
 fn cors_origins(
     flags: &[String],
     configured: Option<&[String]>,
     address: std::net::SocketAddr,
-    api_keys: &BTreeMap<String, String>,
+    authenticated: bool,
 ) -> anyhow::Result<deepagents_server::CorsOrigins> {
     let chosen = if flags.is_empty() {
         configured
@@ -236,7 +297,7 @@ fn cors_origins(
         Some([none]) if none == "none" => Ok(deepagents_server::CorsOrigins::None),
         Some(origins) => deepagents_server::CorsOrigins::from_list(origins)
             .context("in --cors or `cors` of [server]"),
-        None if address.ip().is_loopback() && api_keys.is_empty() => {
+        None if address.ip().is_loopback() && !authenticated => {
             Ok(deepagents_server::CorsOrigins::Any)
         }
         None => Ok(deepagents_server::CorsOrigins::None),

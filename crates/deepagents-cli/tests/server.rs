@@ -350,6 +350,85 @@ fn the_official_sdk_passes_against_two_servers_sharing_postgres_and_redis() {
     sdk_check(&python, &first, root.path());
 }
 
+/// `[server.auth]` of the config file and the `--jwt-*` flags: each user's bearer JWT is its
+/// own tenant, beside the API keys; a token that must not pass is a 401 saying why.
+#[test]
+fn bearer_jwts_from_the_config_file_make_each_user_a_tenant() {
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let config = data.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[server.auth]\nhs256_secret_env = \"TEST_JWT_SECRET\"\naudience = \"deepagents\"\n",
+    )
+    .unwrap();
+    let secret = "a-test-secret-of-more-than-32-bytes-0123456789";
+    let config_arg = config.display().to_string();
+    let server = Server::start_with(
+        data.path(),
+        root.path(),
+        script(),
+        &[
+            "--config",
+            &config_arg,
+            "--jwt-issuer",
+            "https://idp.test/",
+            "--api-key",
+            "k=team",
+        ],
+        &[("TEST_JWT_SECRET", secret)],
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = |sub: &str, exp: u64| {
+        let claims =
+            json!({"sub": sub, "iss": "https://idp.test/", "aud": "deepagents", "exp": exp});
+        let key = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).unwrap();
+        let token = jsonwebtoken::encode(&jsonwebtoken::Header::default(), &claims, &key).unwrap();
+        format!("Bearer {token}")
+    };
+    let alice = token("alice", now + 600);
+    let bob = token("bob", now + 600);
+    let (status, _, body) = server.request(
+        "POST",
+        "/threads",
+        &[("Authorization", &alice)],
+        Some(&json!({})),
+    );
+    assert_eq!(status, 200, "{body}\n{}", server.log());
+    let thread: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let path = format!("/threads/{}", thread["thread_id"].as_str().unwrap());
+    assert_eq!(
+        server
+            .request("GET", &path, &[("Authorization", &alice)], None)
+            .0,
+        200
+    );
+    assert_eq!(
+        server
+            .request("GET", &path, &[("Authorization", &bob)], None)
+            .0,
+        404
+    );
+    assert_eq!(
+        server.request("GET", &path, &[("x-api-key", "k")], None).0,
+        404
+    );
+    let (status, _, body) = server.request(
+        "GET",
+        &path,
+        &[("Authorization", &token("alice", now - 3600))],
+        None,
+    );
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("token expired"), "{body}");
+    let (status, _, body) = server.request("GET", &path, &[], None);
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("Authorization: Bearer"), "{body}");
+}
+
 #[test]
 fn the_wire_has_the_platform_s_status_codes_framing_and_keys() {
     let data = tempfile::tempdir().unwrap();

@@ -4,7 +4,8 @@
 //! It serves [`Assistant`]s — built agents with a graph id — over threads kept in the agents'
 //! checkpointer and runs driven in this process, one at a time per thread. Threads' metadata
 //! and runs' records live in a [`Store`], beside the API's own store items; every one of them
-//! belongs to a tenant, named by the API key a request carries.
+//! belongs to a tenant, named by the API key a request carries or by the user of its bearer
+//! JWT ([`JwtOptions`]).
 //!
 //! ```no_run
 //! # async fn serve(agent: deepagents::Agent, store: std::sync::Arc<dyn deepagents::backends::Store>, watch: std::sync::Arc<deepagents_server::StepWatch>) -> std::io::Result<()> {
@@ -20,6 +21,7 @@
 //! ```
 
 mod api;
+mod auth;
 mod chat;
 #[cfg(feature = "cluster")]
 pub mod cluster;
@@ -41,6 +43,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use deepagents::Agent;
 use deepagents::backends::Store;
 
+pub use auth::JwtOptions;
 pub use connections::ConnectionLimits;
 pub use cors::CorsOrigins;
 pub use deepagents_langgraph::{Step, StepWatch, Subscription};
@@ -90,6 +93,9 @@ pub struct ServerOptions {
     /// API keys and the tenant each belongs to. Empty: no key is asked for and everything
     /// belongs to tenant `default` (for a server on 127.0.0.1).
     pub api_keys: BTreeMap<String, String>,
+    /// Bearer JWTs, beside the API keys: each verified token's user (its `sub`) is the
+    /// request's tenant. `None` (the default): no JWT is taken.
+    pub jwt: Option<JwtOptions>,
     /// The largest request body accepted (default 16 MiB).
     pub max_body_bytes: usize,
     /// Which web pages of other origins may call the server (default: none).
@@ -117,6 +123,7 @@ impl ServerOptions {
             store,
             watch,
             api_keys: BTreeMap::new(),
+            jwt: None,
             max_body_bytes: 16 * 1024 * 1024,
             cors: CorsOrigins::None,
             connections: ConnectionLimits::default(),
@@ -154,6 +161,9 @@ pub enum ServerError {
     /// A webhook setting cannot be used.
     #[error("{0}")]
     Webhooks(String),
+    /// A JWT setting cannot be used (a key that is not one, a short secret, a bad JWKS URL).
+    #[error("{0}")]
+    Jwt(String),
 }
 
 /// The server's routes, ready to be served (or nested in a larger application).
@@ -187,7 +197,13 @@ fn build(options: ServerOptions) -> Result<(axum::Router, Arc<runs::Runs>), Serv
     }
     let cors = options.cors.layer()?;
     let webhooks = webhooks::Webhooks::new(&options.webhooks).map_err(ServerError::Webhooks)?;
-    let (router, runs) = api::router(options);
+    let jwt = options
+        .jwt
+        .as_ref()
+        .map(auth::Verifier::new)
+        .transpose()
+        .map_err(ServerError::Jwt)?;
+    let (router, runs) = api::router(options, jwt);
     runs.set_webhooks(Arc::new(webhooks));
     Ok((
         match cors {

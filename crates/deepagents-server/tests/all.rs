@@ -16,6 +16,7 @@ mod connections;
 mod cors;
 mod crons;
 mod events;
+mod jwt;
 mod routes;
 mod webhooks;
 

@@ -36,6 +36,8 @@ struct Shared {
     watch: Arc<crate::StepWatch>,
     runs: Arc<Runs>,
     api_keys: BTreeMap<String, String>,
+    /// Verifies bearer JWTs, when they are taken.
+    jwt: Option<crate::auth::Verifier>,
     /// When the server was set up: its assistants' creation time (they are made with it).
     started_at: String,
     /// The crons, which its scheduler fires.
@@ -64,7 +66,7 @@ impl Shared {
 }
 
 /// The router and the runs it drives.
-pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
+pub fn router(options: ServerOptions, jwt: Option<crate::auth::Verifier>) -> (Router, Arc<Runs>) {
     let assistants: Vec<Arc<Assistant>> = options.assistants.into_iter().map(Arc::new).collect();
     #[cfg(feature = "cluster")]
     let runs = match options.cluster {
@@ -99,6 +101,7 @@ pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
         watch: options.watch,
         runs: Arc::clone(&runs),
         api_keys: options.api_keys,
+        jwt,
         started_at: rfc3339(now_ms()),
         crons: Arc::new(crons),
     });
@@ -215,34 +218,82 @@ pub fn router(options: ServerOptions) -> (Router, Arc<Runs>) {
     (router, runs)
 }
 
-/// The tenant of the request's API key (`x-api-key` or `Authorization: Bearer`); without
-/// configured keys, tenant `default`.
+/// The tenant of the request's API key (`x-api-key` or `Authorization: Bearer`) or of the
+/// user of its bearer JWT; with neither keys nor JWTs configured, tenant `default`.
 async fn authenticate(
     State(shared): State<AppState>,
     mut request: Request,
     next: Next,
-) -> Result<Response, ApiError> {
-    let tenant = if shared.api_keys.is_empty() {
+) -> Result<Response, Response> {
+    let tenant = if shared.api_keys.is_empty() && shared.jwt.is_none() {
         "default".to_owned()
     } else {
         let headers = request.headers();
-        let key = headers
+        let api_key = headers
             .get("x-api-key")
             .and_then(|v| v.to_str().ok())
-            .or_else(|| {
-                headers
-                    .get(header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.strip_prefix("Bearer "))
-            })
             .map(str::trim);
-        match key.and_then(|key| shared.api_keys.get(key)) {
-            Some(tenant) => tenant.clone(),
-            None => return Err(ApiError::unauthorized()),
+        let bearer = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.split_once(' ')
+                    .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            })
+            .map(|(_, credential)| credential.trim());
+        let keyed = [api_key, bearer]
+            .into_iter()
+            .flatten()
+            .find_map(|key| shared.api_keys.get(key));
+        match (keyed, &shared.jwt, bearer) {
+            (Some(tenant), _, _) => tenant.clone(),
+            // A bearer credential that is no API key and has a JWT's three parts.
+            (None, Some(jwt), Some(token)) if token.split('.').count() == 3 => {
+                match jwt.verify(token).await {
+                    Ok(user) => crate::auth::tenant_of(&user),
+                    Err(refusal) => return Err(token_refused(refusal)),
+                }
+            }
+            (None, None, _) => return Err(ApiError::unauthorized().into_response()),
+            (None, Some(_), _) => {
+                return Err(ApiError {
+                    status: StatusCode::UNAUTHORIZED,
+                    detail: "missing or unknown credentials; send a JWT as `Authorization: Bearer <token>` or an API key as `x-api-key`".to_owned(),
+                }
+                .into_response());
+            }
         }
     };
     request.extensions_mut().insert(Tenant(tenant));
     Ok(next.run(request).await)
+}
+
+/// The 401 (503 when the keys cannot be fetched) of a refused bearer token, with the
+/// `WWW-Authenticate` challenge of RFC 6750.
+fn token_refused(refusal: crate::auth::Refusal) -> Response {
+    let detail = refusal.detail();
+    if refusal.unavailable() {
+        return ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            detail: detail.to_owned(),
+        }
+        .into_response();
+    }
+    let mut response = ApiError {
+        status: StatusCode::UNAUTHORIZED,
+        detail: detail.to_owned(),
+    }
+    .into_response();
+    let challenge = format!(
+        "Bearer error=\"invalid_token\", error_description=\"{}\"",
+        detail.replace('`', "")
+    );
+    if let Ok(value) = header::HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
 }
 
 /// A JSON body that may be absent or empty (`{}` then).
