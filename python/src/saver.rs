@@ -111,7 +111,7 @@ impl Checkpointer for PyCheckpointer {
         let mut threads: Vec<ThreadInfo> =
             serde_json::from_value(answer).map_err(|e| storage("thread list", e))?;
         threads.retain(|t| !t.thread_id.contains(CHILD_THREAD_SEPARATOR));
-        threads.sort_by(|a, b| b.updated_at_ms.cmp(&a.updated_at_ms));
+        threads.sort_by_key(|t| std::cmp::Reverse(t.updated_at_ms));
         Ok(threads)
     }
 
