@@ -84,6 +84,17 @@ pub fn manual_file_config(manual: ManualSwitch) -> InterruptConfig {
     }
 }
 
+/// A fetch of a web page asks while `manual` is on.
+pub fn manual_fetch_config(manual: ManualSwitch) -> InterruptConfig {
+    InterruptConfig {
+        description: Some(
+            "Manual mode: every web fetch asks first (/auto stops asking).".to_owned(),
+        ),
+        predicate: Some(Arc::new(move |_: &serde_json::Value| manual.is_on())),
+        ..InterruptConfig::default()
+    }
+}
+
 /// A confined command asks while `manual` is on, and whenever it names something outside
 /// the sandbox (see [`outside_config`]).
 pub fn manual_execute_config(

@@ -314,10 +314,11 @@ pub struct RunArgs {
     /// Offer the compact_conversation tool, so the model can summarize its history on demand.
     #[arg(long)]
     pub compact_tool: bool,
-    /// Offer the fetch_url tool: the model reads web pages and text files by http(s) URL.
-    /// Off by default: it reaches any address the model names.
-    #[arg(long)]
-    pub fetch_url: bool,
+    /// Offer the web_fetch tool: the model reads web pages (as Markdown) and text files by
+    /// http(s) URL, public addresses only (internal hosts: `[web_fetch] allowed_hosts` in the
+    /// config file); `/manual` asks before each fetch. Off by default.
+    #[arg(long, alias = "fetch-url")]
+    pub web_fetch: bool,
     /// Start in plan mode: the agent reads and explores but changes nothing (file changes,
     /// commands and subagents are refused) and ends with a plan; in the TUI, `/approve` (or
     /// Shift-Tab) approves it and the work starts.

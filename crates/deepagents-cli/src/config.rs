@@ -53,6 +53,9 @@ pub struct Config {
     /// The repository backend (`--backend repo`).
     #[serde(default)]
     pub repo: RepoConfig,
+    /// The `web_fetch` tool (`--web-fetch`).
+    #[serde(default)]
+    pub web_fetch: WebFetchConfig,
     /// The confinement of `execute` (`--backend shell`).
     #[serde(default)]
     pub sandbox: crate::sandbox::SandboxConfig,
@@ -71,6 +74,16 @@ pub struct Config {
     /// `deepagents serve`: assistants besides the one the flags describe.
     #[serde(default)]
     pub assistants: Vec<AssistantConfig>,
+}
+
+/// `[web_fetch]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebFetchConfig {
+    /// Private, loopback or link-local hosts it may reach besides public ones, each `host`,
+    /// `host:port`, `ip` or `ip:port`.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// `[server]`.

@@ -45,7 +45,7 @@ const READ_ONLY: [&str; 7] = [
     "grep",
     "write_todos",
     "ask_user",
-    "fetch_url",
+    "web_fetch",
 ];
 
 const PROMPT: &str = "## Plan mode\nPlan mode is on: explore and read as much as you need (ls, read_file, glob, grep), but change nothing — file changes, commands and subagents are refused until the user approves a plan. Finish your turn with a concrete plan: the steps in write_todos and a short summary of what you will change and why. The user approves it or asks for changes.";

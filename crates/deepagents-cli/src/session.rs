@@ -231,13 +231,16 @@ fn limited(builder: AgentBuilder, args: &RunArgs, config: &Config) -> AgentBuild
         max_cost_usd: args.max_cost.or(config.limits.max_cost),
         max_tokens: args.max_tokens.or(config.limits.max_tokens),
     };
-    builder
+    let mut builder = builder
         .todos(args.todos)
         .compact_tool(args.compact_tool)
-        .fetch_url(args.fetch_url)
         .max_turns(args.max_turns)
         .spend_limits(limits)
-        .prices(config.price_book())
+        .prices(config.price_book());
+    if args.web_fetch {
+        builder = builder.web_fetch_allowed_hosts(config.web_fetch.allowed_hosts.iter().cloned());
+    }
+    builder
 }
 
 /// The backend `--backend` and `--repo` ask for, and the repository when it is one.
@@ -338,6 +341,12 @@ fn approval_rules(
     if let Some(manual) = &manual {
         for tool in approvals::FILE_CHANGES {
             rules.push((tool, approvals::manual_file_config(manual.clone())));
+        }
+        if args.web_fetch {
+            rules.push((
+                deepagents::WEB_FETCH,
+                approvals::manual_fetch_config(manual.clone()),
+            ));
         }
         if sandbox_mode != sandbox::SandboxMode::Off && shell {
             rules.push((

@@ -16,6 +16,8 @@ pub mod cassette;
 mod convert;
 #[cfg(feature = "providers")]
 mod discovery;
+#[cfg(feature = "http-client")]
+pub mod egress;
 #[cfg(feature = "providers")]
 pub mod encoded;
 #[cfg(feature = "providers")]

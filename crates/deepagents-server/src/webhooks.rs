@@ -12,10 +12,10 @@
 //! the URL's host and the answer's status; connection errors, 5xx and 429 are retried with
 //! an exponential back-off.
 
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use deepagents_models::egress::{self, Egress, EgressError};
 use hmac::{Hmac, Mac as _};
 use reqwest::Url;
 use reqwest::header::{CONTENT_TYPE, HeaderValue};
@@ -61,206 +61,26 @@ impl Default for WebhookOptions {
     }
 }
 
-/// One allowed host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Host {
-    Name(String),
-    Ip(IpAddr),
-}
-
-#[derive(Debug, Clone)]
-struct Entry {
-    host: Host,
-    port: Option<u16>,
-}
-
-/// An entry of the allow list, or why it is not one.
-fn parse_entry(text: &str) -> Result<Entry, String> {
-    let text = text.trim();
-    let bad = || {
-        format!(
-            "webhook host `{text}` is not HOST, HOST:PORT or [IPV6]:PORT (for example hooks.example.com or 127.0.0.1:9000)"
-        )
-    };
-    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-        let (host, after) = rest.split_once(']').ok_or_else(bad)?;
-        match after {
-            "" => (host, None),
-            _ => (host, Some(after.strip_prefix(':').ok_or_else(bad)?)),
-        }
-    } else {
-        match text.split_once(':') {
-            Some((host, port)) if !port.contains(':') => (host, Some(port)),
-            // A bare IPv6 address, without a port.
-            _ => (text, None),
-        }
-    };
-    let port = port
-        .map(|port| port.parse::<u16>().map_err(|_| bad()))
-        .transpose()?;
-    if host.is_empty() || host.contains(['/', '@', '?', '#', ' ']) {
-        return Err(bad());
-    }
-    let host = match host.parse::<IpAddr>() {
-        Ok(ip) => Host::Ip(ip.to_canonical()),
-        Err(_) if host.contains(':') => return Err(bad()),
-        Err(_) => Host::Name(host.trim_end_matches('.').to_ascii_lowercase()),
-    };
-    Ok(Entry { host, port })
-}
-
-/// Whether `ip` is an address a webhook must not reach unless listed: loopback, private,
-/// link-local, unspecified, shared (CGNAT), multicast, broadcast, documentation and
-/// reserved ranges.
-fn is_internal(ip: IpAddr) -> bool {
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            v4.is_unspecified()
-                || v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || v4.is_documentation()
-                || a == 0
-                || (a == 100 && (b & 0xc0) == 64)
-                || (a == 198 && (b & 0xfe) == 18)
-                || a >= 240
-        }
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            v6.is_multicast()
-                // ::/96: unspecified, loopback, IPv4-compatible.
-                || s[..6].iter().all(|&segment| segment == 0)
-                || (s[0] & 0xfe00) == 0xfc00
-                || (s[0] & 0xffc0) == 0xfe80
-                || (s[0] == 0x64 && s[1] == 0xff9b)
-                || (s[0] == 0x2001 && s[1] == 0x0db8)
-        }
-    }
-}
-
-/// The allow list, parsed.
-#[derive(Debug, Default)]
-struct Policy {
-    any: bool,
-    entries: Vec<Entry>,
-}
+/// The allow list as the webhook settings give it, with the message a refused URL gets.
+struct Policy(Arc<Egress>);
 
 impl Policy {
     fn new(allowed: &[String]) -> Result<Self, String> {
-        let mut policy = Self::default();
-        for text in allowed {
-            if text.trim() == "*" {
-                policy.any = true;
-            } else {
-                policy.entries.push(parse_entry(text)?);
-            }
-        }
-        Ok(policy)
-    }
-
-    /// Whether a connection may go to `ip`: a public address, or one listed.
-    fn address_allowed(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        !is_internal(ip) || self.entries.iter().any(|entry| entry.host == Host::Ip(ip))
+        Egress::new(allowed)
+            .map(|egress| Self(Arc::new(egress)))
+            .map_err(|why| format!("webhook_allowed_hosts: {why}"))
     }
 
     /// `text` as a URL a webhook may be sent to, or why not (naming the setting to change).
     fn check(&self, text: &str) -> Result<Url, String> {
-        let url = Url::parse(text)
-            .map_err(|error| format!("`webhook` is not a URL ({error}): `{text}`"))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(format!(
-                "`webhook` must be an http or https URL, not {}:",
-                url.scheme()
-            ));
-        }
-        let raw = url
-            .host_str()
-            .ok_or_else(|| "`webhook` URL has no host".to_owned())?;
-        let (host, shown) = match raw.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
-            Some(v6) => match v6.parse::<IpAddr>() {
-                Ok(ip) => (Host::Ip(ip.to_canonical()), raw.to_owned()),
-                Err(_) => return Err(format!("`webhook` has a bad host `{raw}`")),
-            },
-            None => match raw.parse::<IpAddr>() {
-                Ok(ip) => (Host::Ip(ip), raw.to_owned()),
-                Err(_) => (
-                    Host::Name(raw.trim_end_matches('.').to_ascii_lowercase()),
-                    raw.to_owned(),
-                ),
-            },
-        };
-        let port = url.port_or_known_default().unwrap_or(0);
-        let listed = self
-            .entries
-            .iter()
-            .any(|entry| entry.host == host && entry.port.is_none_or(|allowed| allowed == port));
-        let allowed = listed
-            || (self.any
-                && match host {
-                    Host::Ip(ip) => !is_internal(ip),
-                    Host::Name(_) => true,
-                });
-        if allowed {
-            return Ok(url);
-        }
-        let internal = matches!(host, Host::Ip(ip) if is_internal(ip));
-        Err(format!(
-            "`webhook` host `{shown}:{port}` is not allowed{}: add `{shown}:{port}` to `webhook_allowed_hosts` in [server] of the config file, or pass --webhook-allow {shown}:{port} to deepagents serve",
-            if internal {
-                " (a private, loopback or link-local address is called only when listed)"
-            } else {
-                ""
-            }
-        ))
-    }
-}
-
-/// Resolves webhook hosts, keeping only the addresses the policy allows: the connection goes
-/// to an address that was checked, whatever the name resolves to later.
-struct Resolver {
-    policy: Arc<Policy>,
-}
-
-/// A host that resolves to no address a webhook may reach.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "`{0}` resolves to no address a webhook may reach (private, loopback and link-local addresses only when listed in webhook_allowed_hosts)"
-)]
-struct Disallowed(String);
-
-impl reqwest::dns::Resolve for Resolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let policy = Arc::clone(&self.policy);
-        let host = name.as_str().to_owned();
-        Box::pin(async move {
-            let found: Vec<SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let allowed: Vec<SocketAddr> = found
-                .into_iter()
-                .filter(|address| policy.address_allowed(address.ip()))
-                .collect();
-            if allowed.is_empty() {
-                return Err(Box::new(Disallowed(host)) as Box<dyn std::error::Error + Send + Sync>);
-            }
-            Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
+        self.0.check(text).map_err(|error| match error {
+            EgressError::NotUrl(why) => format!("`webhook` is not a URL ({why}): `{text}`"),
+            EgressError::NotAllowed { ref host_port, .. } => format!(
+                "`webhook` {error}: add `{host_port}` to `webhook_allowed_hosts` in [server] of the config file, or pass --webhook-allow {host_port} to deepagents serve"
+            ),
+            other => format!("`webhook`: {other}"),
         })
     }
-}
-
-/// Whether `error` came from the resolver refusing every address.
-fn refused_address(error: &reqwest::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(cause) = source {
-        if cause.is::<Disallowed>() {
-            return true;
-        }
-        source = cause.source();
-    }
-    false
 }
 
 /// `sha256=<hex HMAC-SHA256 of body under secret>`.
@@ -291,7 +111,7 @@ pub(crate) fn url_of(record: &RunRecord) -> Option<&str> {
 
 /// The server's webhooks: the policy, the client, the retries.
 pub(crate) struct Webhooks {
-    policy: Arc<Policy>,
+    policy: Policy,
     client: reqwest::Client,
     secret: Option<String>,
     attempts: u32,
@@ -301,11 +121,9 @@ pub(crate) struct Webhooks {
 impl Webhooks {
     /// The webhooks `options` describe, or why they cannot work.
     pub(crate) fn new(options: &WebhookOptions) -> Result<Self, String> {
-        let policy = Arc::new(Policy::new(&options.allowed_hosts)?);
+        let policy = Policy::new(&options.allowed_hosts)?;
         let client = deepagents_models::http_client()
-            .dns_resolver(Arc::new(Resolver {
-                policy: Arc::clone(&policy),
-            }))
+            .dns_resolver(policy.0.resolver())
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .timeout(options.timeout)
@@ -397,7 +215,7 @@ impl Webhooks {
                         return;
                     }
                 }
-                Err(error) if refused_address(&error) => {
+                Err(error) if egress::refused(&error) => {
                     tracing::warn!(%host, error = %error.without_url(), "webhook not sent");
                     return;
                 }
@@ -451,9 +269,13 @@ mod tests {
         ] {
             assert!(any.check(internal).is_err(), "{internal}");
         }
-        assert!(!any.address_allowed("192.168.1.1".parse().unwrap()));
-        assert!(any.address_allowed("93.184.216.34".parse().unwrap()));
-        assert!(listed.address_allowed("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!any.0.address_allowed("192.168.1.1".parse().unwrap()));
+        assert!(any.0.address_allowed("93.184.216.34".parse().unwrap()));
+        assert!(
+            listed
+                .0
+                .address_allowed("::ffff:127.0.0.1".parse().unwrap())
+        );
         assert!(policy(&[]).check("https://hooks.example.com/").is_err());
         assert!(Policy::new(&["a/b".to_owned()]).is_err());
         assert!(Policy::new(&["host:port".to_owned()]).is_err());

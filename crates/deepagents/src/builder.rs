@@ -193,7 +193,8 @@ pub struct AgentBuilder {
     compact_tool: bool,
     ask_user: bool,
     #[cfg(feature = "remote")]
-    fetch_url: bool,
+    /// `Some`: `web_fetch` is offered, reaching public hosts and these internal ones.
+    web_fetch: Option<Vec<String>>,
     #[cfg(feature = "remote")]
     remote_subagents: Vec<RemoteSubAgent>,
     interrupts: BTreeMap<String, InterruptConfig>,
@@ -314,7 +315,7 @@ impl AgentBuilder {
             compact_tool: false,
             ask_user: false,
             #[cfg(feature = "remote")]
-            fetch_url: false,
+            web_fetch: None,
             #[cfg(feature = "remote")]
             remote_subagents: Vec::new(),
             interrupts: BTreeMap::new(),
@@ -531,13 +532,25 @@ impl AgentBuilder {
         self
     }
 
-    /// Offers the `fetch_url` tool (off by default): the model reads a web page or text file
-    /// by its http(s) URL, HTML as readable text, capped. It reaches any address the model
-    /// names — local ones too — so offer it only where that is wanted (or put it behind
-    /// [`interrupt_on`](Self::interrupt_on)).
+    /// Offers the `web_fetch` tool (off by default): the model reads a web page or text file
+    /// by its http(s) URL, HTML as Markdown, capped. It reaches public addresses only, plus
+    /// the internal hosts [`web_fetch_allowed_hosts`](Self::web_fetch_allowed_hosts) lists;
+    /// put it behind [`interrupt_on`](Self::interrupt_on) where each fetch should be asked.
     #[cfg(feature = "remote")]
-    pub fn fetch_url(mut self, enabled: bool) -> Self {
-        self.fetch_url = enabled;
+    pub fn web_fetch(mut self, enabled: bool) -> Self {
+        self.web_fetch = match (enabled, self.web_fetch.take()) {
+            (false, _) => None,
+            (true, hosts) => Some(hosts.unwrap_or_default()),
+        };
+        self
+    }
+
+    /// Private, loopback or link-local hosts `web_fetch` may reach too, each `host`,
+    /// `host:port`, `ip` or `ip:port` (an intranet wiki, a local docs server); a name is
+    /// reached only at the addresses listed. Offers the tool.
+    #[cfg(feature = "remote")]
+    pub fn web_fetch_allowed_hosts(mut self, hosts: impl IntoIterator<Item = String>) -> Self {
+        self.web_fetch.get_or_insert_with(Vec::new).extend(hosts);
         self
     }
 
@@ -781,8 +794,8 @@ impl AgentBuilder {
                 .push(Arc::new(crate::middleware::HooksMiddleware::new(hooks)));
         }
         #[cfg(feature = "remote")]
-        if self.fetch_url {
-            let tool = crate::tools::fetch_url::FetchUrl::new().map_err(BuildError::Tool)?;
+        if let Some(hosts) = &self.web_fetch {
+            let tool = crate::tools::web_fetch::WebFetch::new(hosts).map_err(BuildError::Tool)?;
             self.tools.push(Arc::new(TypedTool::new(tool)));
         }
         if self.ask_user {

@@ -62,7 +62,7 @@ pub use subagents::{InvalidSubAgentMode, SubAgent, SubAgentMode};
 pub use thread::{Thread, ThreadError};
 pub use tools::ask_user::ASK_USER;
 #[cfg(feature = "remote")]
-pub use tools::fetch_url::FETCH_URL;
+pub use tools::web_fetch::WEB_FETCH;
 
 /// The backends (where files live), re-exported.
 pub use deepagents_backends as backends;

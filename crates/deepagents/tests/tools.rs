@@ -562,7 +562,7 @@ fn built_in_tool_descriptions_have_no_stray_whitespace() {
         .ask_user(true)
         .context_window(100_000)
         .compact_tool(true)
-        .fetch_url(true)
+        .web_fetch(true)
         .response_format(json!({"type": "object", "properties": {"a": {"type": "string"}}}))
         .remote_subagent(deepagents::middleware::RemoteSubAgent {
             name: "far".into(),
@@ -578,7 +578,7 @@ fn built_in_tool_descriptions_have_no_stray_whitespace() {
         "execute",
         "write_todos",
         "ask_user",
-        "fetch_url",
+        "web_fetch",
         "compact_conversation",
         "final_answer",
         "task",
@@ -606,10 +606,10 @@ fn built_in_tool_descriptions_have_no_stray_whitespace() {
     );
 }
 
-/// `fetch_url` reads a page as text, says when it cut it, and refuses what it cannot read:
-/// an error status, binary content, a scheme other than http(s).
+/// `web_fetch` reads a page as Markdown, says when it cut it, and refuses what it cannot read:
+/// an error status, binary content, a scheme other than http(s), a redirect loop.
 #[tokio::test]
-async fn fetch_url_reads_pages_as_text_and_refuses_what_it_cannot_read() {
+async fn web_fetch_reads_pages_as_markdown_and_refuses_what_it_cannot_read() {
     use wiremock::matchers::{method, path};
     use wiremock::{Mock, MockServer, ResponseTemplate};
     let server = MockServer::start().await;
@@ -619,13 +619,20 @@ async fn fetch_url_reads_pages_as_text_and_refuses_what_it_cannot_read() {
     Mock::given(method("GET"))
         .and(path("/notes"))
         .respond_with(html(
-            "<html><head><title>x</title><script>var secret = 1;</script></head><body><h1>Notes</h1><p>Ship it &amp; tell them.</p></body></html>",
+            "<html><head><title>x</title><script>var secret = 1;</script></head><body><h1>Notes</h1><p>Ship it &amp; tell <a href=\"/team\">them</a>.</p><ul><li>one</li><li>two</li></ul></body></html>",
         ))
         .mount(&server)
         .await;
     Mock::given(method("GET"))
         .and(path("/long"))
         .respond_with(ResponseTemplate::new(200).set_body_raw("a".repeat(5000), "text/plain"))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/huge"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_raw("b".repeat(6 * 1024 * 1024), "text/plain"),
+        )
         .mount(&server)
         .await;
     Mock::given(method("GET"))
@@ -640,19 +647,33 @@ async fn fetch_url_reads_pages_as_text_and_refuses_what_it_cannot_read() {
         .respond_with(ResponseTemplate::new(404).set_body_string("no such page"))
         .mount(&server)
         .await;
+    Mock::given(method("GET"))
+        .and(path("/loop"))
+        .respond_with(ResponseTemplate::new(302).insert_header("location", "/loop"))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/moved"))
+        .respond_with(ResponseTemplate::new(301).insert_header("location", "/notes"))
+        .mount(&server)
+        .await;
     let url = |p: &str| format!("{}{p}", server.uri());
-    let call = |id: &str, args: serde_json::Value| json!({"id": id, "name": deepagents::FETCH_URL, "args": args});
+    let call = |id: &str, args: serde_json::Value| json!({"id": id, "name": deepagents::WEB_FETCH, "args": args});
     let agent = Agent::builder(scripted(json!([
         {"tool_calls": [
             call("page", json!({"url": url("/notes")})),
             call("long", json!({"url": url("/long"), "max_chars": 100})),
+            call("huge", json!({"url": url("/huge"), "max_chars": 10})),
             call("png", json!({"url": url("/logo.png")})),
             call("gone", json!({"url": url("/gone")})),
-            call("ftp", json!({"url": "ftp://example.com/file"}))
+            call("ftp", json!({"url": "ftp://example.com/file"})),
+            call("loop", json!({"url": url("/loop")})),
+            call("moved", json!({"url": url("/moved")}))
         ]},
         {"text": "read"}
     ])))
-    .fetch_url(true)
+    // The mock listens on loopback, which is reached only when listed.
+    .web_fetch_allowed_hosts(["127.0.0.1".to_owned()])
     .build()
     .unwrap();
     let output = agent.invoke("read them").await.unwrap();
@@ -665,7 +686,13 @@ async fn fetch_url_reads_pages_as_text_and_refuses_what_it_cannot_read() {
             .unwrap_or_else(|| panic!("no result for {id}"))
     };
     let page = text(by_id("page"));
-    assert!(page.contains("Notes\nShip it & tell them."), "{page}");
+    assert!(
+        page.contains(&format!(
+            "# Notes\n\nShip it & tell [them]({}/team).\n\n- one\n- two",
+            server.uri()
+        )),
+        "{page}"
+    );
     assert!(!page.contains("secret") && !page.contains('<'), "{page}");
     let long = text(by_id("long"));
     assert!(
@@ -676,7 +703,82 @@ async fn fetch_url_reads_pages_as_text_and_refuses_what_it_cannot_read() {
         long.contains("[Cut: 100 of 5000 characters shown"),
         "{long}"
     );
+    let huge = text(by_id("huge"));
+    assert!(huge.contains("the page was cut at 5242880 bytes"), "{huge}");
     assert_error_containing(by_id("png"), "image/png, not text");
     assert_error_containing(by_id("gone"), "404");
-    assert_error_containing(by_id("ftp"), "Only http and https");
+    assert_error_containing(by_id("ftp"), "only http and https");
+    assert_error_containing(by_id("loop"), "redirects");
+    let moved = text(by_id("moved"));
+    assert!(
+        moved.contains("redirected to") && moved.contains("# Notes"),
+        "{moved}"
+    );
+}
+
+/// Private and loopback addresses are not reached unless listed: by address, by a name that
+/// resolves there, or through a redirect.
+#[tokio::test]
+async fn web_fetch_reaches_no_internal_address_it_was_not_allowed() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/secret"))
+        .respond_with(ResponseTemplate::new(200).set_body_string("the secret"))
+        .mount(&server)
+        .await;
+    let port = server.address().port();
+    let call = |id: &str, url: String| json!({"id": id, "name": deepagents::WEB_FETCH, "args": {"url": url}});
+    let agent = Agent::builder(scripted(json!([
+        {"tool_calls": [
+            call("ip", format!("http://127.0.0.1:{port}/secret")),
+            call("name", format!("http://localhost:{port}/secret")),
+            call("mapped", format!("http://[::ffff:127.0.0.1]:{port}/secret")),
+            call("metadata", "http://169.254.169.254/latest/meta-data".to_owned()),
+            call("private", "http://10.0.0.1/".to_owned())
+        ]},
+        {"text": "done"}
+    ])))
+    .web_fetch(true)
+    .build()
+    .unwrap();
+    let output = agent.invoke("fetch").await.unwrap();
+    let results = tool_results(&output.run.state.messages);
+    assert_eq!(results.len(), 5);
+    for result in &results {
+        let body = text(result);
+        assert!(
+            !body.contains("the secret"),
+            "{}: {body}",
+            result.tool_call_id
+        );
+        assert_error_containing(result, "not");
+    }
+    // A public name redirecting inside is refused at the redirect: the mock plays the public
+    // host by being listed, and sends the fetch to an unlisted internal port.
+    let inner = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(200).set_body_string("inside"))
+        .mount(&inner)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/jump"))
+        .respond_with(ResponseTemplate::new(302).insert_header(
+            "location",
+            format!("http://127.0.0.1:{}/", inner.address().port()),
+        ))
+        .mount(&server)
+        .await;
+    let agent = Agent::builder(scripted(json!([
+        {"tool_calls": [call("jump", format!("http://127.0.0.1:{port}/jump"))]},
+        {"text": "done"}
+    ])))
+    .web_fetch_allowed_hosts([format!("127.0.0.1:{port}")])
+    .build()
+    .unwrap();
+    let output = agent.invoke("fetch").await.unwrap();
+    let results = tool_results(&output.run.state.messages);
+    assert!(!text(results[0]).contains("inside"), "{}", text(results[0]));
+    assert_error_containing(results[0], "redirect");
 }

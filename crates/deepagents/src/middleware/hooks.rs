@@ -21,7 +21,7 @@
 //! Matchers (for the tool events) are regular expressions matched against the whole tool
 //! name, ours or its Claude Code alias (`execute` ↔ `Bash`, `read_file` ↔ `Read`,
 //! `write_file` ↔ `Write`, `edit_file` ↔ `Edit`, `glob` ↔ `Glob`, `grep` ↔ `Grep`, `ls` ↔
-//! `LS`, `task` ↔ `Task`, `write_todos` ↔ `TodoWrite`, `fetch_url` ↔ `WebFetch`, and an MCP
+//! `LS`, `task` ↔ `Task`, `write_todos` ↔ `TodoWrite`, `web_fetch` ↔ `WebFetch`, and an MCP
 //! server's `SERVER__TOOL` ↔ `mcp__SERVER__TOOL` for the servers named with
 //! [`Hooks::mcp_tool_prefixes`]); empty or `*` matches every tool. The input's `tool_name` is the Claude Code name where there is one
 //! (`agent_tool_name` is ours).
@@ -49,7 +49,7 @@ pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 /// Our tool names and their Claude Code aliases.
 const ALIASES: [(&str, &str); 10] = [
     ("execute", "Bash"),
-    ("fetch_url", "WebFetch"),
+    ("web_fetch", "WebFetch"),
     ("read_file", "Read"),
     ("write_file", "Write"),
     ("edit_file", "Edit"),

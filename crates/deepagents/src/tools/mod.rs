@@ -3,7 +3,7 @@
 
 pub(crate) mod ask_user;
 pub(crate) mod execute;
-#[cfg(feature = "remote")]
-pub(crate) mod fetch_url;
 pub(crate) mod filesystem;
 pub(crate) mod output;
+#[cfg(feature = "remote")]
+pub(crate) mod web_fetch;
