@@ -189,7 +189,7 @@ fn unknown_keys_are_refused_with_the_known_ones() {
     let (_home, error) = config_error("modle = \"a:b\"\n");
     assert!(error.contains("line 1, key `modle`"), "{error}");
     assert!(
-        error.contains("expected one of `model`, `read_only_memory`, `virtual_mode`, `shell`, `repo`, `sandbox`, `providers`, `models`, `limits`"),
+        error.contains("expected one of `model`, `read_only_memory`, `virtual_mode`, `shell`, `repo`, `web_fetch`, `sandbox`, `providers`, `models`, `limits`"),
         "{error}"
     );
 
