@@ -16,6 +16,7 @@ mod prompts;
 #[cfg(feature = "remote")]
 mod remote;
 mod run_context;
+mod skill_tools;
 mod spend;
 mod state_merge;
 mod structured;

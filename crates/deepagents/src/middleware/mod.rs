@@ -70,7 +70,9 @@ pub use remote::{ASYNC_TASKS_KEY, RemoteSetupError, RemoteSubAgent, RemoteSubAge
 pub(crate) use response_format::final_structured_answer;
 pub use response_format::{FINAL_ANSWER_TOOL, ResponseFormatMiddleware, STRUCTURED_RESPONSE_KEY};
 pub use shorten::ShortenOldEditsMiddleware;
-pub use skills::{SKILL_WARNINGS_KEY, SKILLS_KEY, SkillInfo, SkillWarning, SkillsMiddleware};
+pub use skills::{
+    LOADED_SKILLS_KEY, SKILL_WARNINGS_KEY, SKILLS_KEY, SkillInfo, SkillWarning, SkillsMiddleware,
+};
 pub(crate) use subagents::Registered;
 pub use subagents::SubAgentsMiddleware;
 pub(crate) use summarization::CompactFirst;
