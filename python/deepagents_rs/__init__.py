@@ -30,7 +30,7 @@ from ._backends import (
     StoreBackend,
 )
 from ._messages import Command, Interrupt, Message, ToolRuntime
-from ._tools import mutating
+from ._tools import interrupt, mutating
 from ._native import __version__
 from .graph import DeepAgentState
 from .middleware import CompiledSubAgent, FsToolName, SubAgent
@@ -67,6 +67,7 @@ __all__ = [
     "ToolRuntime",
     "__version__",
     "create_deep_agent",
+    "interrupt",
     "mutating",
 ]
 

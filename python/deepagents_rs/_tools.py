@@ -5,8 +5,10 @@ into error results the model sees)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import enum
+import importlib
 import inspect
 import json
 import re
@@ -225,6 +227,111 @@ def background_loop() -> asyncio.AbstractEventLoop:
     return _BackgroundLoop.get()
 
 
+class _Suspend(Exception):
+    """Raised by ``interrupt()`` for a question not answered yet: the call stops and the run
+    pauses on it."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__("interrupt() outside a tool call of a deepagents_rs agent")
+        self.value = value
+
+
+class _Asked:
+    """The answers a tool call got to its earlier ``interrupt()`` calls (LangGraph's resume
+    values, in order), and how many it asked this time."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.resume = answers
+        self.asked = 0
+
+    def interrupt_counter(self) -> int:
+        self.asked += 1
+        return self.asked - 1
+
+    def get_null_resume(self, consume: bool = False) -> Any:
+        return None
+
+
+_ASKED: contextvars.ContextVar[_Asked | None] = contextvars.ContextVar("deepagents_rs_asked", default=None)
+
+
+def interrupt(value: Any) -> Any:
+    """Asks the person running the agent ``value`` (a question, a form: JSON) from inside a
+    tool, as LangGraph's ``interrupt`` does: the run pauses on it, and once answered
+    (``Command(resume=answer)``) the tool runs again and this call returns the answer.
+    ``langgraph.types.interrupt`` works the same in this package's tools."""
+    asked = _ASKED.get()
+    if asked is None:
+        raise RuntimeError("interrupt() is for the tools of a deepagents_rs agent, called while the agent runs them")
+    index = asked.interrupt_counter()
+    if index < len(asked.resume):
+        return asked.resume[index]
+    raise _Suspend(value)
+
+
+def _answers(native_call: Any) -> list[Any]:
+    answers = getattr(native_call, "answers_json", None)
+    if answers is None:
+        return []
+    return [a.get("given") for a in json.loads(answers())]
+
+
+def _langgraph_config(asked: _Asked) -> Any:
+    """A runnable config under which LangGraph's own ``interrupt`` reads ``asked``: the
+    resume values so far, and a question beyond them raises ``GraphInterrupt``."""
+    try:
+        constants = importlib.import_module("langgraph._internal._constants")
+        runnable_config = importlib.import_module("langchain_core.runnables.config")
+    except ImportError:
+        return None
+    config = {
+        "configurable": {
+            constants.CONFIG_KEY_SCRATCHPAD: asked,
+            constants.CONFIG_KEY_SEND: lambda writes: None,
+            constants.CONFIG_KEY_CHECKPOINT_NS: "deepagents_rs",
+        }
+    }
+    return runnable_config.var_child_runnable_config, config
+
+
+def _suspended(error: BaseException) -> Any:
+    """The value a tool asked, when ``error`` is its ``interrupt()``; ``_MISSING`` otherwise."""
+    if isinstance(error, _Suspend):
+        return error.value
+    if type(error).__name__ in ("GraphInterrupt", "NodeInterrupt") and error.args:
+        first = error.args[0]
+        if isinstance(first, (list, tuple)) and first:
+            return getattr(first[0], "value", first[0])
+    return _MISSING
+
+
+_MISSING = object()
+
+
+def _with_asked(asked: _Asked, run: Callable[[], Any]) -> Any:
+    token = _ASKED.set(asked)
+    langgraph = _langgraph_config(asked)
+    lg_token = langgraph[0].set(langgraph[1]) if langgraph else None
+    try:
+        return run()
+    finally:
+        if langgraph and lg_token is not None:
+            langgraph[0].reset(lg_token)
+        _ASKED.reset(token)
+
+
+async def _awaited_with(asked: _Asked, awaitable: Any) -> Any:
+    token = _ASKED.set(asked)
+    langgraph = _langgraph_config(asked)
+    lg_token = langgraph[0].set(langgraph[1]) if langgraph else None
+    try:
+        return await awaitable
+    finally:
+        if langgraph and lg_token is not None:
+            langgraph[0].reset(lg_token)
+        _ASKED.reset(token)
+
+
 def _adapter(
     name: str,
     call: Callable[..., Any],
@@ -242,16 +349,20 @@ def _adapter(
                     args[key] = model.model_validate(args[key])
             if runtime_param is not None:
                 args[runtime_param] = ToolRuntime(native_call)
+            asked = _Asked(_answers(native_call))
             if is_async:
                 loop = native_call.event_loop or background_loop()
-                result = asyncio.run_coroutine_threadsafe(call(**args), loop).result()
+                result = asyncio.run_coroutine_threadsafe(_awaited_with(asked, call(**args)), loop).result()
             else:
-                result = call(**args)
+                result = _with_asked(asked, lambda: call(**args))
             if inspect.isawaitable(result):
                 loop = native_call.event_loop or background_loop()
-                result = asyncio.run_coroutine_threadsafe(_await(result), loop).result()
+                result = asyncio.run_coroutine_threadsafe(_awaited_with(asked, result), loop).result()
             return json.dumps({"content": _content(result)})
         except Exception as error:  # noqa: BLE001 - every failure is the model's to see
+            value = _suspended(error)
+            if value is not _MISSING:
+                return json.dumps({"suspend": value, "description": value if isinstance(value, str) else None}, default=str)
             return json.dumps(
                 {"content": f"Error: {type(error).__name__}: {error}", "error": True}
             )

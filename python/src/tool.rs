@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use deepagents::core::{
-    AgentState, DynTool, Run, RunContext, ToolContext, ToolError, ToolOutput, ToolSpec,
+    AgentState, Answer, DynTool, Run, RunContext, ToolContext, ToolError, ToolOutput, ToolSpec,
 };
 use pyo3::prelude::*;
 use serde_json::Value;
@@ -38,7 +38,8 @@ impl DynTool for PyTool {
     }
 
     async fn call(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let call = ToolCall::of_run(&ctx.run, ctx.call_id.clone(), Arc::clone(&ctx.state));
+        let mut call = ToolCall::of_run(&ctx.run, ctx.call_id.clone(), Arc::clone(&ctx.state));
+        call.answers = ctx.answers(&self.spec.name);
         let function = Arc::clone(&self.function);
         let name = self.spec.name.clone();
         // Python runs on a blocking-pool thread, so the loop's workers never wait for the GIL.
@@ -58,6 +59,18 @@ impl DynTool for PyTool {
                 self.spec.name
             ))
         })?;
+        if let Some(request) = answer.get("suspend") {
+            let description = answer
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            return Ok(ToolOutput::suspend(
+                &ctx,
+                &self.spec.name,
+                request.clone(),
+                description,
+            ));
+        }
         let content = answer
             .get("content")
             .and_then(Value::as_str)
@@ -83,6 +96,8 @@ pub struct ToolCall {
     assistant_id: Option<String>,
     data: Option<Arc<RunData>>,
     state: Arc<AgentState>,
+    /// What `interrupt(…)` calls of this tool call were answered, in order.
+    answers: Vec<Answer>,
 }
 
 impl ToolCall {
@@ -95,6 +110,7 @@ impl ToolCall {
             assistant_id: Some(run.assistant_id.clone()),
             data: run.runtime.get::<Arc<RunData>>().cloned(),
             state,
+            answers: Vec::new(),
         }
     }
 }
@@ -135,6 +151,21 @@ impl ToolCall {
             Some(data) => data.event_loop.clone_ref(py),
             None => py.None(),
         }
+    }
+
+    /// The answers to this call's earlier `interrupt(…)` calls, as a JSON list of
+    /// `{"given": value}` or `{"declined": reason}`.
+    fn answers_json(&self) -> String {
+        Value::Array(
+            self.answers
+                .iter()
+                .map(|answer| match answer {
+                    Answer::Given(value) => serde_json::json!({"given": value}),
+                    Answer::Declined(reason) => serde_json::json!({"declined": reason}),
+                })
+                .collect(),
+        )
+        .to_string()
     }
 
     /// The state as the step began (messages, todos, files), as JSON.

@@ -443,6 +443,7 @@ mod tests {
             arguments: json!({"command": "rm -rf build"}),
             description: Some("A shell command wants to run.".into()),
             allowed: allowed.to_vec(),
+            request: None,
             path: vec![],
         }
     }

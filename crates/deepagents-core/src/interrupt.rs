@@ -69,6 +69,13 @@ pub struct PendingAction {
     pub description: Option<String>,
     /// The decisions allowed.
     pub allowed: Vec<DecisionKind>,
+    /// What a tool that suspended itself asks ([`ToolOutput::suspend`]): a question, a form,
+    /// anything JSON; answered with [`Decision::Respond`] (or declined with
+    /// [`Decision::Reject`]). `None` for a call paused before it ran, for approval.
+    ///
+    /// [`ToolOutput::suspend`]: crate::ToolOutput::suspend
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<Value>,
     /// Which agent waits: empty for the run's own calls; for a call inside a subagent, the
     /// `task` call that started it and the subagent's name, once per level (as in events).
     #[serde(

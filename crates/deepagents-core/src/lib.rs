@@ -39,6 +39,6 @@ pub use state::{
     Todo, TodoStatus,
 };
 pub use tool::{
-    DynTool, DynamicTool, RuntimeContext, Tool, ToolContext, ToolError, ToolOutput, ToolSource,
-    ToolSourceError, ToolSpec, TypedTool,
+    Answer, DynTool, DynamicTool, RuntimeContext, Tool, ToolContext, ToolError, ToolOutput,
+    ToolSource, ToolSourceError, ToolSpec, TypedTool,
 };

@@ -75,6 +75,50 @@ impl ToolOutput {
         self
     }
 
+    /// The call stops here and the run pauses until someone answers `request` (a question, a
+    /// form: any JSON; `description` is what they are told). The answer resumes the same call:
+    /// the tool `tool` runs again with the answers so far in [`ToolContext::answers`], so it
+    /// asks only what is not answered yet. The pause is checkpointed like an approval: it
+    /// survives a restart, and every front end shows it as an interrupt, answered with
+    /// [`Decision::Respond`] or declined with [`Decision::Reject`].
+    ///
+    /// [`Decision::Respond`]: crate::interrupt::Decision::Respond
+    /// [`Decision::Reject`]: crate::interrupt::Decision::Reject
+    pub fn suspend(
+        ctx: &ToolContext,
+        tool: &str,
+        request: Value,
+        description: Option<String>,
+    ) -> Self {
+        let answers: Vec<Value> = ctx.answers(tool).iter().map(Answer::to_json).collect();
+        let mut asked = crate::run::Run::default();
+        let asked_so_far = answers.len();
+        asked
+            .state
+            .custom
+            .insert(ANSWERS_KEY.to_owned(), Value::Array(answers));
+        asked.control.pending = vec![crate::interrupt::PendingAction {
+            call_id: format!("{}-ask-{asked_so_far}", ctx.call_id),
+            name: tool.to_owned(),
+            arguments: request.clone(),
+            description,
+            allowed: vec![
+                crate::interrupt::DecisionKind::Respond,
+                crate::interrupt::DecisionKind::Reject,
+            ],
+            request: Some(request),
+            path: AgentPath::default(),
+        }];
+        Self {
+            paused: Some(PausedRun {
+                subagent: tool.to_owned(),
+                run: Box::new(asked),
+                changed_files: Vec::new(),
+            }),
+            ..Self::default()
+        }
+    }
+
     /// Attaches a state update.
     pub fn with_update(mut self, update: StateUpdate) -> Self {
         self.update = update;
@@ -150,6 +194,54 @@ impl fmt::Debug for RuntimeContext {
     }
 }
 
+/// Where a suspended call's stored run keeps the answers it got before the latest question.
+const ANSWERS_KEY: &str = "answers";
+
+/// An answer to what a tool asked with [`ToolOutput::suspend`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    /// The answer: the JSON a client resumed with, or the text a person typed (read as JSON
+    /// when it is JSON).
+    Given(Value),
+    /// They declined; the reason, when given.
+    Declined(Option<String>),
+}
+
+impl Answer {
+    /// The answer a decision gives.
+    fn of(decision: &crate::interrupt::Decision) -> Self {
+        use crate::interrupt::Decision;
+        match decision {
+            Decision::Respond { message } => Self::Given(
+                serde_json::from_str(message).unwrap_or_else(|_| Value::String(message.clone())),
+            ),
+            Decision::Reject { message } => Self::Declined(message.clone()),
+            // Approval and edits are not offered for a question; read them as consent.
+            Decision::Approve => Self::Given(Value::Bool(true)),
+            Decision::Edit { arguments } => Self::Given(arguments.clone()),
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        match self {
+            Self::Given(value) => serde_json::json!({"given": value}),
+            Self::Declined(reason) => serde_json::json!({"declined": reason}),
+        }
+    }
+
+    fn from_json(value: &Value) -> Self {
+        match value.get("given") {
+            Some(given) => Self::Given(given.clone()),
+            None => Self::Declined(
+                value
+                    .get("declined")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            ),
+        }
+    }
+}
+
 /// What a tool gets besides its arguments.
 #[derive(Clone, Debug)]
 pub struct ToolContext {
@@ -182,6 +274,29 @@ impl ToolContext {
     /// The agent running the tool (`[]` for the main agent).
     pub fn agent_path(&self) -> &AgentPath {
         self.run.agent_path()
+    }
+
+    /// The answers this call of `tool` got to what it asked with [`ToolOutput::suspend`], in
+    /// the order it asked; empty on its first run.
+    pub fn answers(&self, tool: &str) -> Vec<Answer> {
+        let Some(paused) = self.paused.as_deref().filter(|p| p.subagent == tool) else {
+            return Vec::new();
+        };
+        let run = &paused.run;
+        let mut answers: Vec<Answer> = run
+            .state
+            .custom
+            .get(ANSWERS_KEY)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(Answer::from_json)
+            .collect();
+        // The latest question's decision, once given.
+        if let Some(decision) = run.control.decisions.values().next() {
+            answers.push(Answer::of(decision));
+        }
+        answers
     }
 }
 

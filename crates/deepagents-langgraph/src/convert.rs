@@ -191,6 +191,12 @@ pub fn interrupt_id(run: &Run) -> String {
 /// Pending approvals as the reference harness interrupts for them: one interrupt whose
 /// value lists the actions and what may be decided for each.
 pub fn interrupts(pending: &[PendingAction], id: &str) -> Value {
+    // A tool that asked with `interrupt(value)`: its value, as LangGraph shows it.
+    if let [action] = pending
+        && let Some(request) = &action.request
+    {
+        return json!([{ "id": id, "value": request }]);
+    }
     let kind = |kind: &DecisionKind| match kind {
         DecisionKind::Approve => "approve",
         DecisionKind::Edit => "edit",
@@ -202,7 +208,11 @@ pub fn interrupts(pending: &[PendingAction], id: &str) -> Value {
         .map(|action| {
             // UIs show the description on the approval card; one is always given.
             let description = action.description.clone().unwrap_or_else(|| {
-                format!("Review this call of `{}` before it runs.", action.name)
+                if action.request.is_some() {
+                    format!("`{}` asks for an answer.", action.name)
+                } else {
+                    format!("Review this call of `{}` before it runs.", action.name)
+                }
             });
             let mut request = json!({
                 "name": action.name,
@@ -262,6 +272,9 @@ pub struct Resume {
 /// already, or never one of this thread's: a conflict with the thread's state), else with
 /// [`RunError::InvalidDecision`] for decisions that cannot be read or do not fit.
 pub fn resume(resume: &Value, run: Option<&Run>) -> Result<Resume, RunError> {
+    if let Some(answered) = answers(resume, run) {
+        return answered;
+    }
     let (interrupt, body) = form(resume)?;
     // A named interrupt is checked first: decisions for a pause the caller did not see are
     // refused whatever they hold.
@@ -296,6 +309,57 @@ pub fn resume(resume: &Value, run: Option<&Run>) -> Result<Resume, RunError> {
         pause,
         decisions: decisions(&list, pending)?,
     })
+}
+
+/// A resume of a pause in which only tools' questions wait (`interrupt(value)` in a tool):
+/// any value but a decision list is the answer to each, as LangGraph takes it, under the
+/// interrupt's id or not. `None` when the pause holds approvals or the value is decisions.
+fn answers(resume: &Value, run: Option<&Run>) -> Option<Result<Resume, RunError>> {
+    let run = run?;
+    let pending = &run.control.pending;
+    if pending.is_empty() || pending.iter().any(|action| action.request.is_none()) {
+        return None;
+    }
+    let pause = deepagents::pause_id(run)?;
+    let (interrupt, body) = match resume {
+        Value::Object(map) if map.contains_key("decisions") => return None,
+        Value::Object(map) if map.len() == 1 => match map.iter().next() {
+            Some((key, inner)) if key.starts_with("interrupt-") => (Some(key.clone()), inner),
+            _ => (None, resume),
+        },
+        _ => (None, resume),
+    };
+    if let Some(id) = &interrupt
+        && let Err(error) = deepagents::check_pause(run, id)
+    {
+        return Some(Err(error));
+    }
+    if let Value::Object(map) = body
+        && map.contains_key("decisions")
+    {
+        return None;
+    }
+    // One question takes the value whole; several take a list, one answer each, in order.
+    let values: Vec<&Value> = match (pending.len(), body) {
+        (1, value) => vec![value],
+        (n, Value::Array(list)) if list.len() == n => list.iter().collect(),
+        (n, _) => {
+            return Some(Err(RunError::InvalidDecision(format!(
+                "{n} questions wait: resume with a list of {n} answers, one per question in order"
+            ))));
+        }
+    };
+    // Answers are kept as JSON text: the tool reads back exactly the value sent.
+    Some(Ok(Resume {
+        interrupt,
+        pause,
+        decisions: values
+            .into_iter()
+            .map(|value| Decision::Respond {
+                message: value.to_string(),
+            })
+            .collect(),
+    }))
 }
 
 /// The interrupt a `command.resume` names, if it names one (see [`resume`]); what it decides
@@ -961,6 +1025,7 @@ mod tests {
                 DecisionKind::Edit,
                 DecisionKind::Reject,
             ],
+            request: None,
             path: Vec::new(),
         }
     }

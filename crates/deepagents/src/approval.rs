@@ -391,6 +391,7 @@ pub(crate) fn gate(
                 arguments: call.arguments.clone(),
                 description: config.description_for(&call.arguments),
                 allowed: config.allowed.clone(),
+                request: None,
                 path: Vec::new(),
             }),
             Some(Decision::Approve) => to_run.push(call),
@@ -475,6 +476,7 @@ mod tests {
             arguments: json!({"file_path": "/a", "content": "x"}),
             description: None,
             allowed: vec![DecisionKind::Approve, DecisionKind::Reject],
+            request: None,
             path: Vec::new(),
         }
     }

@@ -469,3 +469,128 @@ async fn decisions_for_an_earlier_pause_are_refused_even_when_call_ids_repeat() 
         RunError::StalePause { current: None, .. }
     ));
 }
+
+/// A tool asks mid-call (`ToolOutput::suspend`): the run pauses on its question, survives a
+/// restart, and each answer runs the same call again with the answers so far, until it
+/// finishes; a declined question reaches the tool too.
+#[tokio::test]
+async fn a_tool_that_asks_pauses_and_the_answers_resume_the_same_call() {
+    let store: Arc<dyn deepagents::Checkpointer> =
+        Arc::new(deepagents::InMemoryCheckpointer::new());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let book = {
+        let runs = runs.clone();
+        Arc::new(
+            DynamicTool::new(
+                "book",
+                "Books a trip, asking where and when",
+                json!({"type": "object"}),
+                move |_, ctx| {
+                    let runs = runs.clone();
+                    async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        let answers = ctx.answers("book");
+                        Ok(match answers.as_slice() {
+                            [] => ToolOutput::suspend(
+                                &ctx,
+                                "book",
+                                json!({"question": "Where to?"}),
+                                Some("Where to?".into()),
+                            ),
+                            [deepagents::core::Answer::Given(city)] => ToolOutput::suspend(
+                                &ctx,
+                                "book",
+                                json!({"question": format!("When to {city}?")}),
+                                None,
+                            ),
+                            [
+                                deepagents::core::Answer::Given(city),
+                                deepagents::core::Answer::Given(day),
+                            ] => ToolOutput::text(format!("booked {city} on {day}")),
+                            other => ToolOutput::text(format!("not booked: {other:?}")),
+                        })
+                    }
+                },
+            )
+            .unwrap(),
+        )
+    };
+    let agent = || {
+        Agent::builder(scripted(json!([
+            {"tool_calls": [{"id": "b", "name": "book", "args": {}}]},
+            {"text": "Done."}
+        ])))
+        .dyn_tool(book.clone())
+        .checkpointer(store.clone())
+        .build()
+        .unwrap()
+    };
+    let paused = agent()
+        .thread("trip")
+        .unwrap()
+        .invoke("book me")
+        .await
+        .unwrap();
+    let pending = crate::support::paused(&paused);
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].request, Some(json!({"question": "Where to?"})));
+    assert_eq!(pending[0].description.as_deref(), Some("Where to?"));
+    assert_eq!(
+        pending[0].allowed,
+        [DecisionKind::Respond, DecisionKind::Reject]
+    );
+    // A new process answers (JSON text, as a client's resume value arrives).
+    let second = agent()
+        .thread("trip")
+        .unwrap()
+        .decide(vec![Decision::Respond {
+            message: "\"Paris\"".into(),
+        }])
+        .await
+        .unwrap();
+    let pending = crate::support::paused(&second);
+    assert_eq!(
+        pending[0].request,
+        Some(json!({"question": "When to \"Paris\"?"}))
+    );
+    let done = agent()
+        .thread("trip")
+        .unwrap()
+        .decide(vec![Decision::Respond {
+            message: "Friday".into(),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(done.status, deepagents::RunStatus::Finished);
+    assert_eq!(done.text, "Done.");
+    let results = tool_results(&done.run.state.messages);
+    assert_eq!(text(results[0]), "booked \"Paris\" on \"Friday\"");
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+
+    // Declining reaches the tool, which decides what that means.
+    let declined_store: Arc<dyn deepagents::Checkpointer> =
+        Arc::new(deepagents::InMemoryCheckpointer::new());
+    let agent = Agent::builder(scripted(json!([
+        {"tool_calls": [{"id": "b", "name": "book", "args": {}}]},
+        {"text": "Not booked."}
+    ])))
+    .dyn_tool(book.clone())
+    .checkpointer(declined_store)
+    .build()
+    .unwrap();
+    agent.thread("no").unwrap().invoke("book").await.unwrap();
+    let done = agent
+        .thread("no")
+        .unwrap()
+        .decide(vec![Decision::Reject {
+            message: Some("not now".into()),
+        }])
+        .await
+        .unwrap();
+    let results = tool_results(&done.run.state.messages);
+    assert!(
+        text(results[0]).contains("Declined(Some(\"not now\"))"),
+        "{}",
+        text(results[0])
+    );
+}

@@ -313,6 +313,7 @@ fn protocol_samples() -> String {
                 arguments: json!({"command": "rm -rf build"}),
                 description: Some("Run a shell command".into()),
                 allowed: vec![DecisionKind::Approve, DecisionKind::Reject],
+                request: None,
                 path: path.clone(),
             }],
         },

@@ -1681,6 +1681,7 @@ mod tests {
             arguments: serde_json::json!({"command": "rm -r build"}),
             description: None,
             allowed: vec![DecisionKind::Approve, DecisionKind::Reject],
+            request: None,
             path: Vec::new(),
         };
         assert_eq!(app.paused(vec![action("a"), action("b")]), None);

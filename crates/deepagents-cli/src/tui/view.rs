@@ -1183,6 +1183,7 @@ mod tests {
                 arguments: serde_json::json!({"command": "rm -rf build"}),
                 description: Some("Runs without the sandbox.".into()),
                 allowed: vec![DecisionKind::Approve, DecisionKind::Reject],
+                request: None,
                 path: vec![deepagents::core::event::PathSegment {
                     call_id: "t".into(),
                     name: "cleaner".into(),
@@ -1209,6 +1210,7 @@ mod tests {
                 arguments: serde_json::json!({"question": "Which colour?"}),
                 description: None,
                 allowed: vec![DecisionKind::Respond, DecisionKind::Reject],
+                request: None,
                 path: Vec::new(),
             }],
             decisions: Vec::new(),
