@@ -431,8 +431,8 @@ fn workspace_memory_and_skills_reach_the_system_prompt_with_later_sources_winnin
         &root_path.join(".deepagents/skills/deploy/SKILL.md"),
         &skill("deploy", "The old way to deploy."),
     );
-    // A skill that brings tools, in Claude's format: `write_file` waits until it is read
-    // (`execute` too, but this run has no shell; a tool the agent lacks is not mentioned).
+    // A Claude skill naming the tools it uses: the harness's own (`Write`, `Bash`) are
+    // offered anyway, so it brings none and nothing is withheld.
     write(
         &root_path.join(".deepagents/skills/lint/SKILL.md"),
         "---\nname: lint\ndescription: Lint the code.\nallowed-tools: Read, Write, Bash(cargo clippy:*)\n---\nRun clippy.\n",
@@ -489,9 +489,7 @@ fn workspace_memory_and_skills_reach_the_system_prompt_with_later_sources_winnin
     );
     assert!(!skills.contains("The old way"), "{skills}");
     assert!(
-        skills.contains(
-            "- lint: Lint the code. (/.deepagents/skills/lint/SKILL.md) — brings tools: write_file\n"
-        ),
+        skills.contains("- lint: Lint the code. (/.deepagents/skills/lint/SKILL.md)\n"),
         "{skills}"
     );
     let tools: Vec<&str> = bodies[0]["tools"]
@@ -501,7 +499,7 @@ fn workspace_memory_and_skills_reach_the_system_prompt_with_later_sources_winnin
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
     assert!(
-        !tools.contains(&"write_file") && tools.contains(&"read_file"),
+        tools.contains(&"write_file") && tools.contains(&"read_file"),
         "{tools:?}"
     );
     // A skill breaking the naming rules is listed, and the user is told on stderr.

@@ -38,7 +38,7 @@ fn tool(name: &str) -> Arc<DynamicTool> {
 
 const DEPLOY: &str =
     "---\nname: deploy\ndescription: Deploy the service.\ntools: [my_tool]\n---\nCall my_tool.\n";
-const REVIEW: &str = "---\nname: review\ndescription: Review the changes.\nallowed-tools: Read, Grep, Write, Bash(git status:*)\n---\nLook, then write notes.\n";
+const REVIEW: &str = "---\nname: review\ndescription: Review the changes.\nallowed-tools: Read, Grep, Write, Bash(git status:*), review_notes\n---\nLook, then write notes.\n";
 const GITHUB: &str = "---\nname: triage\ndescription: Triage issues.\nmetadata:\n  include_tools: mcp__github\n---\nUse the GitHub tools.\n";
 const PLAIN: &str = "---\nname: plain\ndescription: Brings nothing.\n---\nJust text.\n";
 
@@ -57,6 +57,7 @@ fn builder(turns: Value, requests: &Arc<Mutex<Vec<ModelRequest>>>) -> AgentBuild
     Agent::builder(scripted(turns))
         .dyn_tool(tool("my_tool"))
         .dyn_tool(tool("other_tool"))
+        .dyn_tool(tool("review_notes"))
         .dyn_tool(tool("github__create_issue"))
         .dyn_tool(tool("github__list_issues"))
         .dyn_tool(tool("gitlab__list_issues"))
@@ -77,7 +78,7 @@ async fn a_skills_tools_are_offered_only_once_it_is_read() {
         json!([
             {"tool_calls": [{"name": "my_tool", "args": {}}]},
             {"tool_calls": [{"name": "read_file", "args": {"file_path": "/skills/deploy/SKILL.md", "limit": 3}}]},
-            {"tool_calls": [{"name": "my_tool", "args": {}}, {"name": "write_file", "args": {"file_path": "/notes.md", "content": "x"}}]},
+            {"tool_calls": [{"name": "my_tool", "args": {}}, {"name": "review_notes", "args": {}}]},
             {"tool_calls": [{"name": "read_file", "args": "{\"file_path\": \"/skills/review/SKILL.md\"}"}]},
             {"text": "done"}
         ]),
@@ -98,7 +99,7 @@ async fn a_skills_tools_are_offered_only_once_it_is_read() {
     let first = offered(&requests[0]);
     for withheld in [
         "my_tool",
-        "write_file",
+        "review_notes",
         "github__create_issue",
         "github__list_issues",
     ] {
@@ -107,6 +108,7 @@ async fn a_skills_tools_are_offered_only_once_it_is_read() {
     for kept in [
         "other_tool",
         "gitlab__list_issues",
+        "write_file",
         "read_file",
         "grep",
         "ls",
@@ -121,9 +123,9 @@ async fn a_skills_tools_are_offered_only_once_it_is_read() {
         ),
         "{section}"
     );
-    // Claude's names in ours; Read and Grep are always offered, so not brought.
+    // Claude's names in ours; the harness's own tools are always offered, so not brought.
     assert!(
-        section.contains("(/skills/review/SKILL.md) — brings tools: write_file\n"),
+        section.contains("(/skills/review/SKILL.md) — brings tools: review_notes\n"),
         "{section}"
     );
     assert!(
@@ -144,11 +146,11 @@ async fn a_skills_tools_are_offered_only_once_it_is_read() {
     assert!(!offered(&requests[1]).contains(&"my_tool"));
     let after = offered(&requests[2]);
     assert!(after.contains(&"my_tool"), "{after:?}");
-    assert!(!after.contains(&"write_file") && !after.contains(&"github__list_issues"));
+    assert!(!after.contains(&"review_notes") && !after.contains(&"github__list_issues"));
     assert_eq!(text(results[2]), "my_tool ran");
     assert_error_containing(results[3], "comes with the skill `review`");
     // Arguments sent as a JSON string count as a read too.
-    assert!(offered(&requests[4]).contains(&"write_file"));
+    assert!(offered(&requests[4]).contains(&"review_notes"));
     assert_eq!(
         output.run.state.custom["skills_loaded"],
         json!(["deploy", "review"])

@@ -36,8 +36,26 @@ Some skills bring tools of their own (named after `brings tools:`). Those tools 
 only once you have read the skill's SKILL.md with read_file, and stay available for the rest \
 of the conversation.";
 
-/// The tools the model needs to find and read a skill: never withheld, whatever a skill names.
-const ALWAYS_OFFERED: [&str; 4] = ["read_file", "ls", "glob", "grep"];
+/// The harness's own tools: never withheld, whatever a skill names. The model needs some to
+/// find and read a skill, and Claude skills list the ones they use (`Read`, `Write`, `Bash`)
+/// though every agent has them: a skill brings the tools the agent would not offer
+/// otherwise (its own, an MCP server's).
+const ALWAYS_OFFERED: [&str; 14] = [
+    "read_file",
+    "ls",
+    "glob",
+    "grep",
+    "write_file",
+    "edit_file",
+    "delete",
+    "execute",
+    "write_todos",
+    "task",
+    "ask_user",
+    "web_fetch",
+    "compact_conversation",
+    "final_answer",
+];
 
 /// A skill as listed in the prompt.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,7 +138,8 @@ pub struct SkillWarning {
 /// from the model until it reads that skill's SKILL.md with `read_file`; the read is recorded
 /// in the state ([`LOADED_SKILLS_KEY`]), so they stay offered for the rest of the thread,
 /// across resumes and compaction. A call to a withheld tool is refused with a message naming
-/// the skill to read. `read_file`, `ls`, `glob` and `grep` are never withheld.
+/// the skill to read. The harness's own tools (file tools, `execute`, `write_todos`, `task`,
+/// …) are never withheld.
 pub struct SkillsMiddleware {
     backend: Arc<dyn Backend>,
     sources: Vec<VPath>,
