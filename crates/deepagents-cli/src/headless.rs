@@ -60,6 +60,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => Target::Once(options),
     };
     let session = args.thread.clone().unwrap_or_default();
+    let tracer = tracer();
     let outcome = drive(
         &agent,
         &target,
@@ -71,8 +72,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         args.auto_approve,
         grants.as_ref(),
         front_hooks.as_ref().map(|hooks| (hooks, session.as_str())),
+        tracer.as_deref(),
     )
     .await;
+    // The runs' spans go out before the process ends.
+    if let Some(tracer) = &tracer {
+        tracer.shutdown(std::time::Duration::from_secs(5)).await;
+    }
     if let Some(hooks) = &front_hooks {
         hooks
             .notify(
@@ -199,7 +205,23 @@ struct Output {
     quiet: bool,
 }
 
-/// Runs to the end, answering pauses, and prints the events and the answer.
+/// The exporter of the runs' traces when the `OTEL_*` variables name an endpoint; a setting
+/// that cannot be used is a warning, not a failed run.
+fn tracer() -> Option<Arc<deepagents_server::otel::Tracer>> {
+    let started = deepagents_server::otel::TraceOptions::from_env().and_then(|options| {
+        options
+            .map(deepagents_server::otel::Tracer::start)
+            .transpose()
+    });
+    started.unwrap_or_else(|why| {
+        eprintln!("warning: no traces are exported: {why}");
+        None
+    })
+}
+
+/// Runs to the end, answering pauses, and prints the events and the answer; each run (the
+/// first, then each after answering a pause) is a trace when `tracer` is given.
+#[allow(clippy::too_many_arguments)]
 async fn drive(
     agent: &Agent,
     target: &Target,
@@ -208,6 +230,7 @@ async fn drive(
     auto_approve: bool,
     grants: Option<&deepagents::backends::sandbox::SharedPolicy>,
     hooks: Option<(&deepagents::middleware::Hooks, &str)>,
+    tracer: Option<&deepagents_server::otel::Tracer>,
 ) -> anyhow::Result<Ended> {
     // Waiting for another run of the thread (`--wait`) ends with a signal.
     let Ok(first) = shutdown::or_signal(first_stream(agent, target, input)).await else {
@@ -217,7 +240,11 @@ async fn drive(
     let mut stdout = std::io::stdout().lock();
     let mut progress = progress::Progress::default();
     loop {
+        let mut trace = tracer.map(|tracer| tracer.run(Vec::new()));
         while let Some(event) = stream.next().await {
+            if let Some(trace) = &mut trace {
+                trace.event(&event);
+            }
             if print.json {
                 serde_json::to_writer(&mut stdout, &event)?;
                 stdout.write_all(b"\n")?;
@@ -228,8 +255,19 @@ async fn drive(
         }
         let output = match stream.outcome().await {
             Ok(output) => output,
-            Err(failure) => return Ok(Ended::Failed(failure)),
+            Err(failure) => {
+                if let Some(trace) = &mut trace {
+                    match &failure.error {
+                        deepagents::RunError::Cancelled => trace.finish("interrupted", None),
+                        error => trace.finish("error", Some(&error.to_string())),
+                    }
+                }
+                return Ok(Ended::Failed(failure));
+            }
         };
+        if let Some(trace) = &mut trace {
+            trace.finish("success", None);
+        }
         if output.status == RunStatus::Finished {
             if !print.json {
                 writeln!(stdout, "{}", output.text)?;

@@ -90,6 +90,10 @@ async fn start(args: ServeArgs) -> anyhow::Result<Started> {
         api_keys.insert(key.to_owned(), tenant.to_owned());
     }
     let jwt = jwt_options(&args, config.server.auth.as_ref())?;
+    // The standard OTEL_* variables; one that cannot be used stops start-up.
+    let traces = deepagents_server::otel::TraceOptions::from_env()
+        .map_err(anyhow::Error::msg)
+        .context("cannot export traces")?;
     let session = prepare_watched(&args.run, Front::Server, true, None).await?;
     let Some(watch) = session.watch.clone() else {
         bail!("the agent keeps no threads, so it cannot be served");
@@ -173,6 +177,13 @@ async fn start(args: ServeArgs) -> anyhow::Result<Started> {
         .filter(|secret| !secret.is_empty())
         .or_else(|| config.server.webhook_secret.clone());
     options.cluster = cluster(args.jobs).await?;
+    if let Some(traces) = &traces {
+        eprintln!(
+            "deepagents serve: exporting traces to {} (OTLP/HTTP JSON)",
+            traces.endpoint
+        );
+    }
+    options.traces = traces;
     sessions.insert(0, session);
     Ok(Started {
         listener,

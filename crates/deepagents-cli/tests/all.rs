@@ -25,6 +25,13 @@ pub fn bin() -> std::process::Command {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_deepagents"));
     command.env_remove("DEEPAGENTS_MODEL");
     command.env_remove("DEEPAGENTS_CONFIG");
+    // Traces only where a test asks for them.
+    for name in [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ] {
+        command.env_remove(name);
+    }
     command.env(
         "DEEPAGENTS_DATA_DIR",
         std::env::temp_dir().join("deepagents-cli-tests"),

@@ -501,3 +501,109 @@ fn a_plan_run_reads_but_changes_nothing_and_tells_the_model_why() {
     );
     assert!(events.contains("Plan: add /new.md."), "{events}");
 }
+
+/// A receiver of OTLP exports on 127.0.0.1 (HTTP/1.1, one request a connection or more):
+/// its address and the JSON bodies it got, as they come.
+fn otlp_receiver() -> (String, std::sync::mpsc::Receiver<(String, Value)>) {
+    use std::io::{BufRead as _, BufReader, Read as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let (sender, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let sender = sender.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let target = line
+                        .split_whitespace()
+                        .nth(1)
+                        .unwrap_or_default()
+                        .to_owned();
+                    let mut length = 0;
+                    loop {
+                        let mut header = String::new();
+                        reader.read_line(&mut header).unwrap();
+                        if header.trim().is_empty() {
+                            break;
+                        }
+                        if let Some((name, value)) = header.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    reader.read_exact(&mut body).unwrap();
+                    let _ = sender.send((target, serde_json::from_slice(&body).unwrap()));
+                    reader
+                        .get_mut()
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                        .unwrap();
+                }
+            });
+        }
+    });
+    (format!("http://{address}"), received)
+}
+
+/// With `OTEL_EXPORTER_OTLP_ENDPOINT` set, a headless run is a trace: its span, a span per
+/// model call and per tool call under it, exported before the process exits.
+#[test]
+fn a_headless_run_exports_its_trace_when_an_otlp_endpoint_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = script(
+        dir.path(),
+        json!([
+            {"tool_calls": [{"id": "c1", "name": "write_todos", "args": {"todos": [{"content": "look", "status": "in_progress"}]}}],
+             "usage": {"input_tokens": 50, "output_tokens": 5}},
+            {"text": "done", "usage": {"input_tokens": 70, "output_tokens": 2}}
+        ]),
+    );
+    let (endpoint, received) = otlp_receiver();
+    let output = bin()
+        .args(["run", "--todos", "--model", &model, "go"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_SERVICE_NAME", "headless-test")
+        .env_remove("OTEL_SDK_DISABLED")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let mut spans = Vec::new();
+    while let Ok((target, body)) = received.recv_timeout(std::time::Duration::from_secs(5)) {
+        assert_eq!(target, "/v1/traces");
+        let resource = body["resourceSpans"][0]["resource"].to_string();
+        assert!(resource.contains("headless-test"), "{resource}");
+        for scope in body["resourceSpans"][0]["scopeSpans"].as_array().unwrap() {
+            spans.extend(scope["spans"].as_array().unwrap().iter().cloned());
+        }
+        if spans.len() >= 4 {
+            break;
+        }
+    }
+    let names: Vec<&str> = spans.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    let count = |name: &str| names.iter().filter(|n| **n == name).count();
+    assert_eq!(count("deepagents.run"), 1, "{names:?}");
+    assert_eq!(count("deepagents.model_call"), 2, "{names:?}");
+    assert_eq!(count("deepagents.tool_call"), 1, "{names:?}");
+    let run = spans
+        .iter()
+        .find(|s| s["name"] == "deepagents.run")
+        .unwrap();
+    assert!(run.get("parentSpanId").is_none(), "{run}");
+    assert!(
+        run["attributes"].to_string().contains("deepagents.run_id"),
+        "{run}"
+    );
+    for span in &spans {
+        assert_eq!(span["traceId"], run["traceId"], "{span}");
+        if span["name"] != "deepagents.run" {
+            assert_eq!(span["parentSpanId"], run["spanId"], "{span}");
+        }
+    }
+}

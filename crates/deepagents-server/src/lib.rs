@@ -30,6 +30,8 @@ mod cors;
 mod crons;
 mod error;
 mod metrics;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod protocol;
 mod records;
 mod runs;
@@ -113,6 +115,10 @@ pub struct ServerOptions {
     /// every run it accepts.
     #[cfg(feature = "cluster")]
     pub cluster: Option<Arc<cluster::Cluster>>,
+    /// Where runs' traces are exported (OTLP over HTTP); `None` (the default): nowhere.
+    /// [`otel::TraceOptions::from_env`] reads the standard `OTEL_*` variables.
+    #[cfg(feature = "otel")]
+    pub traces: Option<otel::TraceOptions>,
 }
 
 impl ServerOptions {
@@ -131,6 +137,8 @@ impl ServerOptions {
             webhooks: WebhookOptions::default(),
             #[cfg(feature = "cluster")]
             cluster: None,
+            #[cfg(feature = "otel")]
+            traces: None,
         }
     }
 }
@@ -164,6 +172,10 @@ pub enum ServerError {
     /// A JWT setting cannot be used (a key that is not one, a short secret, a bad JWKS URL).
     #[error("{0}")]
     Jwt(String),
+    /// The trace exporter cannot be set up (a header that is not one).
+    #[cfg(feature = "otel")]
+    #[error("{0}")]
+    Traces(String),
 }
 
 /// The server's routes, ready to be served (or nested in a larger application).
@@ -171,7 +183,9 @@ pub fn router(options: ServerOptions) -> Result<axum::Router, ServerError> {
     build(options).map(|(router, _)| router)
 }
 
-fn build(options: ServerOptions) -> Result<(axum::Router, Arc<runs::Runs>), ServerError> {
+fn build(
+    #[cfg_attr(not(feature = "otel"), allow(unused_mut))] mut options: ServerOptions,
+) -> Result<(axum::Router, Arc<runs::Runs>), ServerError> {
     if options.assistants.is_empty() {
         return Err(ServerError::NoAssistants);
     }
@@ -203,8 +217,19 @@ fn build(options: ServerOptions) -> Result<(axum::Router, Arc<runs::Runs>), Serv
         .map(auth::Verifier::new)
         .transpose()
         .map_err(ServerError::Jwt)?;
+    #[cfg(feature = "otel")]
+    let tracer = options
+        .traces
+        .take()
+        .map(otel::Tracer::start)
+        .transpose()
+        .map_err(ServerError::Traces)?;
     let (router, runs) = api::router(options, jwt);
     runs.set_webhooks(Arc::new(webhooks));
+    #[cfg(feature = "otel")]
+    if let Some(tracer) = tracer {
+        runs.set_tracer(tracer);
+    }
     Ok((
         match cors {
             Some(cors) => router.layer(cors),
@@ -235,6 +260,11 @@ pub async fn serve(
     };
     connections::serve(listener, router, &limits, shutdown).await;
     runs.settled().await;
+    // The runs' last spans go out before the server is gone.
+    #[cfg(feature = "otel")]
+    if let Some(tracer) = runs.tracer() {
+        tracer.shutdown(std::time::Duration::from_secs(5)).await;
+    }
     Ok(())
 }
 

@@ -154,6 +154,9 @@ pub struct Runs {
     pub protocol: crate::protocol::Tapes,
     /// Where runs that named a `webhook` are reported when they end.
     webhooks: std::sync::OnceLock<Arc<crate::webhooks::Webhooks>>,
+    /// Where runs' traces are exported, when anywhere.
+    #[cfg(feature = "otel")]
+    tracer: std::sync::OnceLock<Arc<crate::otel::Tracer>>,
 }
 
 impl Runs {
@@ -192,12 +195,26 @@ impl Runs {
             stopping: std::sync::atomic::AtomicBool::new(false),
             protocol: crate::protocol::Tapes::default(),
             webhooks: std::sync::OnceLock::new(),
+            #[cfg(feature = "otel")]
+            tracer: std::sync::OnceLock::new(),
         })
     }
 
     /// Sets the server's webhooks (once, as the server is set up).
     pub(crate) fn set_webhooks(&self, webhooks: Arc<crate::webhooks::Webhooks>) {
         let _ = self.webhooks.set(webhooks);
+    }
+
+    /// Sets where runs' traces go (once, as the server is set up).
+    #[cfg(feature = "otel")]
+    pub(crate) fn set_tracer(&self, tracer: Arc<crate::otel::Tracer>) {
+        let _ = self.tracer.set(tracer);
+    }
+
+    /// Where runs' traces go, when anywhere.
+    #[cfg(feature = "otel")]
+    pub(crate) fn tracer(&self) -> Option<&Arc<crate::otel::Tracer>> {
+        self.tracer.get()
     }
 
     /// The server's webhooks.
@@ -741,6 +758,36 @@ impl Runs {
         .with_ids(ids)
         .with_input(record.kwargs.get("input"));
         let mut clock = crate::metrics::CallClock::default();
+        // The run's spans, made from its events.
+        #[cfg(feature = "otel")]
+        let mut trace = self.tracer.get().map(|tracer| {
+            tracer.run(vec![
+                ("deepagents.run_id".to_owned(), record.run_id.clone().into()),
+                (
+                    "deepagents.thread_id".to_owned(),
+                    record.thread_id.clone().into(),
+                ),
+                (
+                    "gen_ai.conversation.id".to_owned(),
+                    record.thread_id.clone().into(),
+                ),
+                (
+                    "deepagents.assistant_id".to_owned(),
+                    record.assistant_id.clone().into(),
+                ),
+                (
+                    "deepagents.graph_id".to_owned(),
+                    assistant.graph_id.clone().into(),
+                ),
+                (
+                    "gen_ai.agent.name".to_owned(),
+                    assistant.graph_id.clone().into(),
+                ),
+                ("gen_ai.operation.name".to_owned(), "invoke_agent".into()),
+                ("deepagents.tenant".to_owned(), job.tenant.clone().into()),
+                ("deepagents.attempt".to_owned(), i64::from(attempt).into()),
+            ])
+        });
         // A resume refused before anything ran leaves the thread as it was.
         let mut refused = false;
         let started = match unreadable {
@@ -760,6 +807,10 @@ impl Runs {
                         if job.delete_thread_after {
                             live.keep_last(&step.run);
                         }
+                    }
+                    #[cfg(feature = "otel")]
+                    if let Some(trace) = &mut trace {
+                        trace.event(&event);
                     }
                     framer.event(&event);
                     protocol.event(&event);
@@ -784,6 +835,10 @@ impl Runs {
         drop(steps);
         if live.is_handed_back() {
             tracing::info!("run handed back to the queue");
+            #[cfg(feature = "otel")]
+            if let Some(trace) = &mut trace {
+                trace.finish("handed_back", None);
+            }
             #[cfg(feature = "cluster")]
             tape.flushed(Duration::from_secs(5)).await;
             return;
@@ -794,6 +849,17 @@ impl Runs {
             Ok(_) | Err(RunError::Cancelled) => crate::protocol::Outcome::Interrupted,
             Err(error) => crate::protocol::Outcome::Failed(error.to_string()),
         };
+        #[cfg(feature = "otel")]
+        if let Some(trace) = &mut trace {
+            match &outcome {
+                Ok(_) => trace.finish("success", None),
+                Err(RunError::Cancelled) if action.as_deref() == Some("rollback") => {
+                    trace.finish("rolled_back", None)
+                }
+                Err(RunError::Cancelled) => trace.finish("interrupted", None),
+                Err(error) => trace.finish("error", Some(&error.to_string())),
+            }
+        }
         match outcome {
             Ok(output) => {
                 let thread_status = if output.pending.is_empty() {

@@ -17,6 +17,8 @@ mod cors;
 mod crons;
 mod events;
 mod jwt;
+#[cfg(feature = "otel")]
+mod otel;
 mod routes;
 mod webhooks;
 

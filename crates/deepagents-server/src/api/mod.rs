@@ -350,7 +350,12 @@ async fn info() -> Json<Value> {
 
 async fn metrics(State(shared): State<AppState>) -> Response {
     let (active, queued) = shared.runs.counts().await;
-    let text = shared.runs.metrics.render(active, queued);
+    #[cfg_attr(not(feature = "otel"), allow(unused_mut))]
+    let mut text = shared.runs.metrics.render(active, queued);
+    #[cfg(feature = "otel")]
+    if let Some(tracer) = shared.runs.tracer() {
+        text.push_str(&tracer.render_metrics());
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
