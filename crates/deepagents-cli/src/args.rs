@@ -61,6 +61,11 @@ pub enum Command {
     /// Serve the agent over HTTP with the LangGraph Platform API (the official
     /// langgraph-sdk clients and UIs built on them work unchanged).
     Serve(Box<ServeArgs>),
+    /// Serve the agent to an editor over ACP, the Agent Client Protocol (JSON-RPC on stdin
+    /// and stdout): Zed, JetBrains IDEs, Neovim and VS Code clients start it and drive it.
+    /// Takes the flags of `run`; each session's root is the directory the editor gives.
+    #[cfg(feature = "acp")]
+    Acp(Box<RunArgs>),
     /// Print a shell completion script on stdout
     ///
     /// Install it where the shell looks for completions:

@@ -4,6 +4,8 @@
 //! the flags, `session` builds the agent a front end drives, `headless` runs one task, `tui`
 //! is the interactive agent and `serve` the HTTP server.
 
+#[cfg(feature = "acp")]
+mod acp;
 mod agents;
 mod approvals;
 mod args;
@@ -100,6 +102,8 @@ fn on_one_thread(command: Option<Command>, default: ChatArgs) -> anyhow::Result<
             Some(Command::Mcp(command)) => commands::mcp_command(command).await,
             Some(Command::Sandbox(command)) => commands::sandbox_command(command).await,
             Some(Command::Completions { shell }) => commands::completions(shell),
+            #[cfg(feature = "acp")]
+            Some(Command::Acp(args)) => acp::run(*args).await,
             Some(Command::Serve(_)) => bail!("`serve` runs on a runtime of its own"),
         }
     });

@@ -23,12 +23,16 @@ pub enum Front {
     Tui,
     /// `deepagents serve`: approvals are the API's interrupts; nothing reads the terminal.
     Server,
+    /// `deepagents acp`: an editor asks the person (ACP permission requests) and switches
+    /// between asking before every change and not (session modes); stdin is the protocol.
+    #[cfg_attr(not(feature = "acp"), allow(dead_code))]
+    Acp,
 }
 
 impl Front {
     /// Whether someone can decide approvals.
     fn can_approve(self) -> bool {
-        matches!(self, Self::Tui | Self::Server)
+        matches!(self, Self::Tui | Self::Server | Self::Acp)
             || std::io::IsTerminal::is_terminal(&std::io::stdin())
     }
 }
@@ -337,7 +341,8 @@ fn approval_rules(
     let grants = policy.filter(|_| !args.auto_approve && front.can_approve());
     // The TUI switches between asking before every change (`/manual`) and only before what
     // leaves the sandbox (`/auto`) while it runs.
-    let manual = (front == Front::Tui && !args.auto_approve).then(approvals::ManualSwitch::default);
+    let manual = (matches!(front, Front::Tui | Front::Acp) && !args.auto_approve)
+        .then(approvals::ManualSwitch::default);
     if let Some(manual) = &manual {
         for tool in approvals::FILE_CHANGES {
             rules.push((tool, approvals::manual_file_config(manual.clone())));
@@ -422,7 +427,7 @@ fn askers(front: Front, auto_approve: bool) -> Askers {
         },
         // Nobody at a terminal: hooks' `ask` is refused unless everything is approved, and
         // MCP servers are not offered questions.
-        Front::Server => Askers {
+        Front::Server | Front::Acp => Askers {
             approver: auto_approve.then(hooks::always),
             elicitor: None,
             questions: None,

@@ -1,6 +1,8 @@
 //! End-to-end tests of the `deepagents` binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
+#[cfg(feature = "acp")]
+mod acp;
 mod backends;
 mod chat_page;
 mod completions;
