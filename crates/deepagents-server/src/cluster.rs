@@ -7,6 +7,15 @@
 //! queued run that its server's heartbeat reads. Each server holds an advisory lock on a
 //! connection of its own while it lives: PostgreSQL drops it the moment the server's
 //! process dies, so its runs are taken over at once rather than when their leases run out.
+//!
+//! Nothing polls at speed: what changes the queue says so with a PostgreSQL `NOTIFY` on
+//! [`CHANNEL`] in the statement that changes it (so only once it is committed), and each
+//! server's one `LISTEN` connection turns those into [`Event`]s — a run became claimable
+//! (admitted, handed back, its thread's earlier run ended), a run was asked to stop or taken
+//! over, a run ended — which wake its dispatcher, the heartbeat of the run concerned, and the
+//! `wait`s and `join`s of that run. A slow safety poll ([`Timings::poll`]) covers what sends
+//! nothing (a server that died, a lease that ran out) and notifications lost while the
+//! listener reconnects.
 
 use std::time::Duration;
 
@@ -18,8 +27,15 @@ use crate::stream::Frame;
 
 /// How long a claimed run stays claimed without a heartbeat.
 pub const LEASE: Duration = Duration::from_secs(10);
-/// How often the server running a run renews its lease and looks for a cancellation.
-pub const HEARTBEAT: Duration = Duration::from_millis(500);
+/// How often the server running a run renews its lease (a cancellation wakes it at once).
+pub const HEARTBEAT: Duration = Duration::from_millis(2500);
+/// How often a server looks at the queue unasked: for runs of servers that died or whose
+/// lease ran out, and for what a lost notification would have said.
+pub const POLL: Duration = Duration::from_secs(2);
+/// The PostgreSQL channel of the queue's notifications: `c:CLUSTER` (a run of cluster
+/// `CLUSTER` may be claimable), `x:RUN` (run `RUN` was asked to stop, or taken over),
+/// `e:RUN` (run `RUN` ended).
+pub const CHANNEL: &str = "deepagents_runs";
 /// How long a run's frames stay in Redis after it ended.
 const FRAMES_TTL_SECS: i64 = 3600;
 /// How long a thread's shared protocol events stay in Redis after its latest one.
@@ -43,6 +59,48 @@ pub struct Cluster {
     database_url: String,
     /// How many runs this server drives at once; `None`: no limit.
     jobs: Option<usize>,
+    /// Lease, heartbeat and safety poll.
+    timings: Timings,
+    /// What the listener heard.
+    events: tokio::sync::broadcast::Sender<Event>,
+    /// Stops the listener with the cluster.
+    _listening: tokio_util::sync::DropGuard,
+}
+
+/// How long a claim lasts and how often a server looks unasked.
+#[derive(Clone, Copy, Debug)]
+pub struct Timings {
+    /// How long a claimed run stays claimed without a heartbeat ([`LEASE`]).
+    pub lease: Duration,
+    /// How often a run's lease is renewed, and this server's liveness lock checked
+    /// ([`HEARTBEAT`]); well under `lease`.
+    pub heartbeat: Duration,
+    /// The safety poll ([`POLL`]): how often the dispatcher, the `wait`s and the `join`s look
+    /// without a notification.
+    pub poll: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Self {
+            lease: LEASE,
+            heartbeat: HEARTBEAT,
+            poll: POLL,
+        }
+    }
+}
+
+/// What a server's listener heard on [`CHANNEL`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A run of this cluster may be claimable.
+    Claimable,
+    /// A run was asked to stop, or was taken over: its server should look now.
+    Cancel(String),
+    /// A run ended: its record is final.
+    Ended(String),
+    /// The listener connected again: notifications may have been lost, look at everything.
+    Resync,
 }
 
 /// A run this server claimed.
@@ -98,6 +156,78 @@ fn frames_key(run_id: &str) -> String {
 }
 
 const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+/// The application name of the listener connection of worker `worker` (in
+/// `pg_stat_activity`).
+pub fn listener_name(worker: &str) -> String {
+    format!("deepagents listen {worker}")
+}
+
+/// A listener on [`CHANNEL`], on a connection of `pool` (its own).
+async fn listener(pool: &sqlx::PgPool) -> Result<sqlx::postgres::PgListener, sqlx::Error> {
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
+
+/// Turns the notifications `listener` hears into `events` for servers of cluster `name`,
+/// until `stop`. A lost connection is made again (at once, then backing off up to `poll`),
+/// followed by [`Event::Resync`]: what was sent meanwhile is lost.
+async fn listen(
+    mut listener: sqlx::postgres::PgListener,
+    pool: sqlx::PgPool,
+    name: String,
+    events: tokio::sync::broadcast::Sender<Event>,
+    poll: Duration,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let claimable = format!("c:{name}");
+    loop {
+        let received = tokio::select! {
+            () = stop.cancelled() => return,
+            received = listener.try_recv() => received,
+        };
+        match received {
+            Ok(Some(notification)) => {
+                let payload = notification.payload();
+                let event = if payload == claimable {
+                    Event::Claimable
+                } else if let Some(run_id) = payload.strip_prefix("x:") {
+                    Event::Cancel(run_id.to_owned())
+                } else if let Some(run_id) = payload.strip_prefix("e:") {
+                    Event::Ended(run_id.to_owned())
+                } else {
+                    continue;
+                };
+                let _ = events.send(event);
+            }
+            // Connected again already (listening again).
+            Ok(None) => {
+                tracing::warn!("the queue's listener lost its connection and made it again");
+                let _ = events.send(Event::Resync);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the queue's listener failed; connecting it again");
+                drop(listener);
+                let mut pause = Duration::from_millis(50);
+                listener = loop {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        () = tokio::time::sleep(pause) => {}
+                    }
+                    match self::listener(&pool).await {
+                        Ok(listener) => break listener,
+                        Err(error) => {
+                            tracing::warn!(%error, "the queue's listener cannot connect; the safety poll goes on");
+                            pause = (pause * 2).min(poll);
+                        }
+                    }
+                };
+                let _ = events.send(Event::Resync);
+            }
+        }
+    }
+}
 
 impl Cluster {
     /// Joins cluster `name`: the queue at `database_url` and Redis at `redis_url`, creating
@@ -165,15 +295,38 @@ impl Cluster {
         // Non-negative, so it reads back the same from `pg_locks.objid` (an unsigned oid).
         let liveness_key = (id.as_u128() as u32 & 0x7fff_ffff) as i32;
         let liveness = hold_liveness(database_url, liveness_key).await?;
+        let worker = format!("{}-{id}", std::process::id());
+        // The listener's connection, on a pool of its own that makes it again when lost.
+        let options: sqlx::postgres::PgConnectOptions = database_url.parse()?;
+        let listener_pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .connect_with(options.application_name(&listener_name(&worker)))
+            .await?;
+        let heard = listener(&listener_pool).await?;
+        let (events, _) = tokio::sync::broadcast::channel(1024);
+        let stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(listen(
+            heard,
+            listener_pool,
+            name.to_owned(),
+            events.clone(),
+            POLL,
+            stop.clone(),
+        ));
         Ok(Self {
             pool,
             connection,
             name: name.to_owned(),
-            worker: format!("{}-{id}", std::process::id()),
+            worker,
             liveness_key,
             liveness: tokio::sync::Mutex::new(Some(liveness)),
             database_url: database_url.to_owned(),
             jobs: None,
+            timings: Timings::default(),
+            events,
+            _listening: stop.drop_guard(),
         })
     }
 
@@ -187,6 +340,49 @@ impl Cluster {
     /// How many runs this server drives at once; `None`: no limit.
     pub fn jobs(&self) -> Option<usize> {
         self.jobs
+    }
+
+    /// Claims last `timings.lease`, renewed every `timings.heartbeat`; the safety poll is
+    /// `timings.poll` (see [`Timings`]).
+    pub fn with_timings(mut self, timings: Timings) -> Self {
+        self.timings = timings;
+        self
+    }
+
+    /// Lease, heartbeat and safety poll.
+    pub fn timings(&self) -> Timings {
+        self.timings
+    }
+
+    /// What this server's listener hears from now on.
+    pub fn events(&self) -> tokio::sync::broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    /// Waits for an event `wanted` accepts, or one that says to look at everything
+    /// ([`Event::Resync`], events missed), or the safety poll, whichever comes first.
+    pub async fn woken(
+        &self,
+        events: &mut tokio::sync::broadcast::Receiver<Event>,
+        wanted: impl Fn(&Event) -> bool,
+    ) {
+        use tokio::sync::broadcast::error::RecvError;
+        let poll = tokio::time::sleep(self.timings.poll);
+        tokio::pin!(poll);
+        loop {
+            tokio::select! {
+                () = &mut poll => return,
+                event = events.recv() => match event {
+                    Ok(Event::Resync) | Err(RecvError::Lagged(_)) => return,
+                    Ok(event) if wanted(&event) => return,
+                    Ok(_) => {}
+                    Err(RecvError::Closed) => {
+                        poll.await;
+                        return;
+                    }
+                },
+            }
+        }
     }
 
     /// The database, for the claims of crons' firings.
@@ -203,7 +399,7 @@ impl Cluster {
     /// (until then, the server's runs may be taken over: their heartbeats then stop them).
     pub async fn keep_alive(&self) {
         loop {
-            tokio::time::sleep(HEARTBEAT).await;
+            tokio::time::sleep(self.timings.heartbeat).await;
             let mut held = self.liveness.lock().await;
             let alive = match held.as_mut() {
                 Some(connection) => sqlx::query("SELECT 1").execute(connection).await.is_ok(),
@@ -237,7 +433,7 @@ impl Cluster {
             .bind(thread_id)
             .bind(job.to_string())
             .bind(&self.name)
-            .bind(LEASE.as_millis() as i64)
+            .bind(self.timings.lease.as_millis() as i64)
             .bind(self.liveness_key)
             .execute(&self.pool)
             .await?;
@@ -282,7 +478,7 @@ impl Cluster {
             .bind(thread_id)
             .bind(job.to_string())
             .bind(&self.name)
-            .bind(LEASE.as_millis() as i64)
+            .bind(self.timings.lease.as_millis() as i64)
             .bind(self.liveness_key)
             .execute(&mut *tx)
             .await?;
@@ -309,7 +505,8 @@ impl Cluster {
         action: &str,
     ) -> Result<(), ClusterError> {
         sqlx::query(
-            "UPDATE deepagents_server_queue SET cancel = $3 WHERE tenant = $1 AND thread_id = $2 AND cluster = $4",
+            "WITH asked AS (UPDATE deepagents_server_queue SET cancel = $3 WHERE tenant = $1 AND thread_id = $2 AND cluster = $4 RETURNING run_id)
+             SELECT pg_notify('deepagents_runs', 'x:' || run_id) FROM asked",
         )
         .bind(tenant)
         .bind(thread_id)
@@ -322,7 +519,10 @@ impl Cluster {
 
     /// Asks run `run_id` to stop, wherever it runs; `false` when it is not queued.
     pub async fn cancel(&self, run_id: &str, action: &str) -> Result<bool, ClusterError> {
-        let done = sqlx::query("UPDATE deepagents_server_queue SET cancel = $2 WHERE run_id = $1")
+        let done = sqlx::query(
+            "WITH asked AS (UPDATE deepagents_server_queue SET cancel = $2 WHERE run_id = $1 RETURNING run_id)
+             SELECT pg_notify('deepagents_runs', 'x:' || run_id) FROM asked",
+        )
             .bind(run_id)
             .bind(action)
             .execute(&self.pool)
@@ -357,7 +557,7 @@ impl Cluster {
         );
         let row = sqlx::query(&sql)
             .bind(&self.worker)
-            .bind(LEASE.as_millis() as i64)
+            .bind(self.timings.lease.as_millis() as i64)
             .bind(&self.name)
             .bind(self.liveness_key)
             .bind(LIVENESS)
@@ -366,10 +566,23 @@ impl Cluster {
         let Some(row) = row else {
             return Ok(None);
         };
+        let run_id: String = row.try_get("run_id")?;
+        let was: String = row.try_get("was")?;
+        if was == "running" {
+            // Taken over from a server that may still run it: it stops at once, not at its
+            // next heartbeat.
+            if let Err(error) = sqlx::query("SELECT pg_notify('deepagents_runs', 'x:' || $1)")
+                .bind(&run_id)
+                .execute(&self.pool)
+                .await
+            {
+                tracing::warn!(%run_id, %error, "the server that ran a run taken over was not told");
+            }
+        }
         Ok(Some(Claimed {
-            run_id: row.try_get("run_id")?,
+            run_id,
             tenant: row.try_get("tenant")?,
-            admitted: row.try_get::<String, _>("was")? != "intake",
+            admitted: was != "intake",
             attempt: row.try_get("attempt")?,
             job: serde_json::from_str(&row.try_get::<String, _>("job")?)
                 .map_err(|error| ClusterError::Database(sqlx::Error::Decode(Box::new(error))))?,
@@ -387,7 +600,7 @@ impl Cluster {
         let row = sqlx::query(&sql)
             .bind(run_id)
             .bind(&self.worker)
-            .bind(LEASE.as_millis() as i64)
+            .bind(self.timings.lease.as_millis() as i64)
             .fetch_optional(&self.pool)
             .await?;
         Ok(match row {
@@ -401,7 +614,8 @@ impl Cluster {
     /// out): the caller should remove the record and refuse the run.
     pub async fn admit(&self, run_id: &str) -> Result<bool, ClusterError> {
         let done = sqlx::query(
-            "UPDATE deepagents_server_queue SET status = CASE WHEN status = 'intake' THEN 'pending' ELSE status END, lease_until = CASE WHEN status = 'intake' THEN 0 ELSE lease_until END WHERE run_id = $1",
+            "WITH admitted AS (UPDATE deepagents_server_queue SET status = CASE WHEN status = 'intake' THEN 'pending' ELSE status END, lease_until = CASE WHEN status = 'intake' THEN 0 ELSE lease_until END WHERE run_id = $1 RETURNING cluster)
+             SELECT pg_notify('deepagents_runs', 'c:' || cluster) FROM admitted",
         )
         .bind(run_id)
         .execute(&self.pool)
@@ -411,7 +625,10 @@ impl Cluster {
 
     /// Hands a run this server stopped back to the queue, for the next server to claim now.
     pub async fn release(&self, run_id: &str) -> Result<(), ClusterError> {
-        sqlx::query("UPDATE deepagents_server_queue SET status = 'pending', worker = NULL, lease_until = 0 WHERE run_id = $1 AND worker = $2")
+        sqlx::query(
+            "WITH released AS (UPDATE deepagents_server_queue SET status = 'pending', worker = NULL, lease_until = 0 WHERE run_id = $1 AND worker = $2 RETURNING cluster)
+             SELECT pg_notify('deepagents_runs', 'c:' || cluster) FROM released",
+        )
             .bind(run_id)
             .bind(&self.worker)
             .execute(&self.pool)
@@ -419,9 +636,17 @@ impl Cluster {
         Ok(())
     }
 
-    /// The run ended: out of the queue.
+    /// The run ended: out of the queue. Its waiters are told, and the servers when its
+    /// thread has another run queued (which may start now).
     pub async fn finish(&self, run_id: &str) -> Result<(), ClusterError> {
-        sqlx::query("DELETE FROM deepagents_server_queue WHERE run_id = $1 AND (worker = $2 OR worker IS NULL)")
+        // The statement sees the queue as it was before the deletion: hence `o.run_id <> …`.
+        sqlx::query(
+            "WITH ended AS (DELETE FROM deepagents_server_queue WHERE run_id = $1 AND (worker = $2 OR worker IS NULL) RETURNING run_id, cluster, tenant, thread_id)
+             SELECT pg_notify('deepagents_runs', 'e:' || e.run_id),
+                    CASE WHEN EXISTS (SELECT 1 FROM deepagents_server_queue o WHERE o.cluster = e.cluster AND o.tenant = e.tenant AND o.thread_id = e.thread_id AND o.run_id <> e.run_id)
+                         THEN pg_notify('deepagents_runs', 'c:' || e.cluster) END
+             FROM ended e",
+        )
             .bind(run_id)
             .bind(&self.worker)
             .execute(&self.pool)

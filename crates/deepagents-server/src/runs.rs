@@ -1072,6 +1072,9 @@ impl Runs {
         let jobs = cluster
             .jobs()
             .map(|jobs| Arc::new(tokio::sync::Semaphore::new(jobs)));
+        // Subscribed before the first claim: what is admitted after a claim found nothing
+        // wakes the wait that follows.
+        let mut events = cluster.events();
         while !self.stopping.load(std::sync::atomic::Ordering::Acquire) {
             // A free slot before a claim: a run claimed here is not left waiting for one.
             let slot = match &jobs {
@@ -1094,8 +1097,12 @@ impl Runs {
                 Ok(None) => {}
                 Err(error) => tracing::warn!(%error, "cannot claim runs; trying again"),
             }
-            // Runs queued here wake it at once; others' within the poll interval.
-            let _ = tokio::time::timeout(Duration::from_millis(200), self.queued.notified()).await;
+            // Runs queued here wake it at once, others' by their notification, and the
+            // rest (a dead server's runs, lapsed leases, lost notifications) the safety poll.
+            tokio::select! {
+                () = self.queued.notified() => {}
+                () = cluster.woken(&mut events, |event| *event == crate::cluster::Event::Claimable) => {}
+            }
         }
     }
 
@@ -1165,9 +1172,29 @@ impl Runs {
             let cluster = Arc::clone(&cluster);
             let live = Arc::clone(&live);
             let run_id = run_id.clone();
+            let mut events = cluster.events();
+            let every = cluster.timings().heartbeat;
             tokio::spawn(async move {
                 loop {
-                    tokio::time::sleep(crate::cluster::HEARTBEAT).await;
+                    // A cancellation (or a take-over) is looked at once it is notified; the
+                    // lease is renewed every `heartbeat` in any case.
+                    let renew = tokio::time::sleep(every);
+                    tokio::pin!(renew);
+                    loop {
+                        use tokio::sync::broadcast::error::RecvError;
+                        tokio::select! {
+                            () = &mut renew => break,
+                            event = events.recv() => match event {
+                                Ok(crate::cluster::Event::Cancel(id)) if id == run_id => break,
+                                Ok(crate::cluster::Event::Resync) | Err(RecvError::Lagged(_)) => break,
+                                Ok(_) => {}
+                                Err(RecvError::Closed) => {
+                                    renew.as_mut().await;
+                                    break;
+                                }
+                            },
+                        }
+                    }
                     match cluster.heartbeat(&run_id).await {
                         Ok(crate::cluster::Heartbeat::Held(Some(action))) => live.stop(&action),
                         Ok(crate::cluster::Heartbeat::Held(None)) => {}

@@ -12,6 +12,8 @@ use deepagents::models::ScriptedModel;
 use deepagents_server::{Assistant, ServerError, ServerOptions, StepWatch};
 use serde_json::json;
 
+#[cfg(feature = "cluster")]
+mod cluster;
 mod connections;
 mod cors;
 mod crons;

@@ -584,12 +584,26 @@ pub(super) async fn ended(
     if let Some(live) = shared.runs.get(&record.run_id) {
         live.ended().await;
     }
-    // Run elsewhere (another server of the cluster), or settled just now: its record says.
+    // Run elsewhere (another server of the cluster), or settled just now: its record says,
+    // read again when the run's end is notified (or at the cluster's safety poll).
+    #[cfg(feature = "cluster")]
+    let mut events = shared
+        .runs
+        .cluster()
+        .map(|cluster| (Arc::clone(cluster), cluster.events()));
     let records = shared.records(tenant);
     loop {
         match records.run(&record.thread_id, &record.run_id).await? {
             Some(now) if now.ended() => return Ok(now),
-            Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Some(_) => {
+                #[cfg(feature = "cluster")]
+                if let Some((cluster, events)) = &mut events {
+                    let ended = crate::cluster::Event::Ended(record.run_id.clone());
+                    cluster.woken(events, |event| *event == ended).await;
+                    continue;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
             // Rolled back: it left nothing.
             None => {
                 return Ok(RunRecord {
