@@ -365,6 +365,25 @@ pub enum ThreadsCommand {
         /// The thread id.
         id: String,
     },
+    /// Rewind a thread to before one of its turns: its files (under the root, and in the
+    /// state) and its conversation, as the snapshot taken before that turn holds them.
+    /// Without TURN, lists the turns.
+    Rewind {
+        /// The thread id.
+        id: String,
+        /// The turn (1 for the first user message); `deepagents threads rewind ID` lists them.
+        turn: Option<u64>,
+        /// Rewind the files only; the conversation goes on.
+        #[arg(long, conflicts_with = "conversation_only")]
+        files_only: bool,
+        /// Rewind the conversation only; the files stay as they are.
+        #[arg(long)]
+        conversation_only: bool,
+        /// Overwrite files changed by hand since the snapshot (listed otherwise, and nothing
+        /// changes).
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 /// Flags of `deepagents serve`.

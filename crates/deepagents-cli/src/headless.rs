@@ -41,6 +41,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         grants,
         hooks: front_hooks,
         mcp,
+        root,
         ..
     } = session?;
 
@@ -60,6 +61,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => Target::Once(options),
     };
     let session = args.thread.clone().unwrap_or_default();
+    // A new message on a thread: what the agent may change is recorded first (`threads
+    // rewind`).
+    let turn = match (&target, &input) {
+        (Target::Thread { thread, .. }, Some(input)) => {
+            crate::rewind::before_turn(thread, root.as_deref(), input).await
+        }
+        _ => None,
+    };
     let tracer = tracer();
     let outcome = drive(
         &agent,
@@ -75,6 +84,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         tracer.as_deref(),
     )
     .await;
+    if let Target::Thread { thread, .. } = &target {
+        crate::rewind::after_turn(thread, turn, root.as_deref()).await;
+    }
     // The runs' spans go out before the process ends.
     if let Some(tracer) = &tracer {
         tracer.shutdown(std::time::Duration::from_secs(5)).await;

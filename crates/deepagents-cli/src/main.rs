@@ -18,6 +18,7 @@ mod local_context;
 mod mcp;
 mod plan;
 mod progress;
+mod rewind;
 mod sandbox;
 mod serve;
 mod session;

@@ -1,4 +1,4 @@
-//! `deepagents threads`: list, show and delete conversation threads.
+//! `deepagents threads`: list, show, delete and rewind conversation threads.
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -65,7 +65,25 @@ async fn command_on(
             if !checkpointer.delete_thread(&id).await? {
                 bail!("no thread `{id}`; `deepagents threads list` shows them");
             }
+            if let Some(snapshots) = crate::rewind::snapshots() {
+                let _ = snapshots.delete_thread(&id);
+            }
             writeln!(out, "deleted {id}")?;
+        }
+        ThreadsCommand::Rewind {
+            id,
+            turn,
+            files_only,
+            conversation_only,
+            force,
+        } => {
+            drop(out);
+            let options = deepagents::rewind::RewindOptions {
+                files: !conversation_only,
+                conversation: !files_only,
+                force,
+            };
+            return crate::rewind::command(checkpointer, &id, turn, options).await;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -12,6 +12,7 @@ mod escape;
 mod protocol_v2;
 mod providers;
 mod repo;
+mod rewind;
 mod run;
 mod server;
 mod signals;

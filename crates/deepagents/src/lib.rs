@@ -39,6 +39,7 @@ pub mod frontmatter;
 mod journal;
 pub mod middleware;
 mod registry;
+pub mod rewind;
 mod run;
 mod stream;
 pub mod subagents;

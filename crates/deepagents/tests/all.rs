@@ -15,6 +15,7 @@ mod middleware_capture;
 mod prompts;
 #[cfg(feature = "remote")]
 mod remote;
+mod rewind;
 mod run_context;
 mod skill_tools;
 mod spend;

@@ -196,8 +196,22 @@ pub enum Action {
     ModeChanged,
     /// Plan mode ended with a plan: remember that and send this message.
     ApprovePlan(String),
+    /// List the turns to rewind to (`None`), or rewind to before this one: its files, its
+    /// conversation, or both.
+    Rewind(Option<u64>, RewindWhat),
     /// Leave.
     Quit,
+}
+
+/// What `/rewind N` rewinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RewindWhat {
+    /// The files and the conversation.
+    Both,
+    /// The files only (`/rewind N files`).
+    Files,
+    /// The conversation only (`/rewind N conversation`).
+    Conversation,
 }
 
 /// The status bar's facts.
@@ -956,6 +970,25 @@ impl App {
             "new" if self.busy => say(self, "wait for the turn to end (or Esc)".to_owned()),
             "new" => Some(Action::NewThread),
             "threads" => Some(Action::ListThreads),
+            "rewind" if self.busy => say(self, "wait for the turn to end (or Esc)".to_owned()),
+            "rewind" => {
+                let mut words = rest.split_whitespace();
+                let turn = words.next().map(str::parse::<u64>);
+                let what = match words.next() {
+                    None => Some(RewindWhat::Both),
+                    Some("files") => Some(RewindWhat::Files),
+                    Some("conversation") => Some(RewindWhat::Conversation),
+                    Some(_) => None,
+                };
+                match (turn, what) {
+                    (None, _) => Some(Action::Rewind(None, RewindWhat::Both)),
+                    (Some(Ok(turn)), Some(what)) => Some(Action::Rewind(Some(turn), what)),
+                    _ => say(
+                        self,
+                        "usage: /rewind [TURN [files|conversation]]".to_owned(),
+                    ),
+                }
+            }
             "resume" if rest.is_empty() => say(self, "usage: /resume THREAD_ID".to_owned()),
             "resume" if self.busy => say(self, "wait for the turn to end (or Esc)".to_owned()),
             "resume" => Some(Action::Resume(rest.to_owned())),
@@ -1364,6 +1397,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("tokens", "the same, in tokens"),
     ("context", "how full the context window is, and with what"),
     ("compact", "summarize older messages before the next turn"),
+    ("rewind", "[N]: list the turns, or go back to before turn N"),
     ("model", "SPEC: use another model from the next turn"),
     ("todos", "the plan"),
     ("rename", "TITLE: name this thread"),

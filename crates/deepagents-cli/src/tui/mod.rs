@@ -164,6 +164,10 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
     let mut keys = EventStream::new();
     let mut tick = tokio::time::interval(Duration::from_millis(120));
     let mut turn: Option<Turn> = None;
+    // The turn whose snapshot was taken last (`/rewind`), and a rewind waiting for its
+    // second confirmation because it would overwrite files changed by hand.
+    let mut snapshot_turn: Option<u64> = None;
+    let mut confirm_rewind: Option<(u64, app::RewindWhat)> = None;
     let mut pending = start.first.map(|first| {
         app.cells.push(Cell::User(first.clone()));
         app.busy = true;
@@ -209,9 +213,11 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                     for note in notes {
                         app.cells.push(Cell::Notice(note));
                     }
-                    let started = handle(&session, &thread_id, app.take_compact())?
-                        .stream_content(content)
-                        .await;
+                    let thread = handle(&session, &thread_id, app.take_compact())?;
+                    confirm_rewind = None;
+                    snapshot_turn =
+                        crate::rewind::before_turn(&thread, session.root.as_deref(), &text).await;
+                    let started = thread.stream_content(content).await;
                     match started {
                         Ok(stream) => turn = Some(Turn { stream }),
                         Err(e) => pending = app.failed(e.to_string(), Default::default()),
@@ -259,6 +265,53 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                         open(&session, &thread_id, &mut app, &notes).await?;
                         app.cells
                             .push(Cell::Notice(format!("opened thread {thread_id}")));
+                    }
+                }
+                Action::Rewind(None, _) => {
+                    let checkpointer = session.agent.checkpointer().cloned();
+                    app.cells.push(match checkpointer {
+                        Some(c) => match crate::rewind::listing(c.as_ref(), &thread_id).await {
+                            Ok(list) => Cell::Notice(format!(
+                                "{list}\n/rewind N goes back to before turn N (files and conversation; /rewind N files, /rewind N conversation)"
+                            )),
+                            Err(e) => Cell::Error(format!("{e:#}")),
+                        },
+                        None => Cell::Error("this session keeps no thread".to_owned()),
+                    });
+                }
+                Action::Rewind(Some(n), what) => {
+                    let force = confirm_rewind.take() == Some((n, what));
+                    let options = deepagents::rewind::RewindOptions {
+                        files: what != app::RewindWhat::Conversation,
+                        conversation: what != app::RewindWhat::Files,
+                        force,
+                    };
+                    let Some(checkpointer) = session.agent.checkpointer().cloned() else {
+                        app.cells
+                            .push(Cell::Error("this session keeps no thread".to_owned()));
+                        continue;
+                    };
+                    match crate::rewind::rewind(checkpointer.as_ref(), &thread_id, n, options).await
+                    {
+                        Ok(lines) => {
+                            if options.conversation {
+                                app.cells.clear();
+                                app.todos.clear();
+                                open(&session, &thread_id, &mut app, &notes).await?;
+                            }
+                            app.cells.push(Cell::Notice(format!(
+                                "rewound to before turn {n}\n{}",
+                                lines.join("\n")
+                            )));
+                        }
+                        Err(deepagents::rewind::RewindError::Conflicts(paths)) => {
+                            confirm_rewind = Some((n, what));
+                            app.cells.push(Cell::Error(format!(
+                                "changed by hand since the snapshot: {}\nnothing was changed; /rewind {n} again overwrites them",
+                                paths.join(", ")
+                            )));
+                        }
+                        Err(e) => app.cells.push(Cell::Error(e.to_string())),
                     }
                 }
                 Action::Copy(text) => {
@@ -408,7 +461,11 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                 None => {
                     dirty = true;
                     if let Some(ended) = turn.take() {
-                        pending = match ended.stream.outcome().await {
+                        let outcome = ended.stream.outcome().await;
+                        let thread = handle(&session, &thread_id, false)?;
+                        crate::rewind::after_turn(&thread, snapshot_turn, session.root.as_deref())
+                            .await;
+                        pending = match outcome {
                             Ok(output) if output.status == RunStatus::Finished => {
                                 if output.cut() {
                                     app.cells.push(Cell::Notice(
