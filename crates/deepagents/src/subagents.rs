@@ -80,7 +80,7 @@ pub struct SubAgent {
 #[derive(Clone)]
 pub(crate) enum SubAgentKind {
     /// Built by the parent from this spec, inheriting what is not set.
-    Spec(SubAgentSpec),
+    Spec(Box<SubAgentSpec>),
     /// A ready agent, used as is.
     Prebuilt(Agent),
 }
@@ -114,10 +114,10 @@ impl SubAgent {
         Self {
             name: name.into(),
             description: description.into(),
-            kind: SubAgentKind::Spec(SubAgentSpec {
+            kind: SubAgentKind::Spec(Box::new(SubAgentSpec {
                 system_prompt: system_prompt.into(),
                 ..SubAgentSpec::default()
-            }),
+            })),
             mode: SubAgentMode::Isolated,
         }
     }
