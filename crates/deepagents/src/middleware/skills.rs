@@ -660,13 +660,14 @@ mod tests {
 
     #[test]
     fn claude_allowed_tools_become_our_names() {
+        // Claude's names are the harness's own tools, never withheld: only the rest is brought.
         let (tools, warnings) = tools_of(
-            "allowed-tools: Read, Grep, Bash(git status:*), Bash(git diff:*) Edit WebFetch",
+            "allowed-tools: Read, Grep, Bash(git status:*), Bash(git diff:*) Edit WebFetch lint_report",
         );
-        assert_eq!(tools, ["execute", "edit_file", "web_fetch"]);
+        assert_eq!(tools, ["lint_report"]);
         assert!(warnings.is_empty(), "{warnings:?}");
         let (tools, _) = tools_of("allowed-tools:\n  - Write\n  - mcp__github__create_issue");
-        assert_eq!(tools, ["write_file", "github__create_issue"]);
+        assert_eq!(tools, ["github__create_issue"]);
     }
 
     #[test]
@@ -684,7 +685,7 @@ mod tests {
     #[test]
     fn unusable_tool_lists_warn_and_keep_the_skill() {
         let (tools, warnings) = tools_of("tools: 5\nallowed-tools: \"Bash, @@\"");
-        assert_eq!(tools, ["execute"]);
+        assert!(tools.is_empty(), "{tools:?}");
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(warnings[0].contains("`tools` should be a list"));
         assert!(warnings[1].contains("`@@`"));
