@@ -356,10 +356,11 @@ fn a_hook_s_ask_and_a_server_s_question_are_answered_in_the_tui() {
     tui.keys(&["y"]);
     let screen = tui.wait_for("The MCP server fixture asks: Who are you?");
     assert!(data.path().join("asked.txt").exists(), "{screen}");
-    assert!(screen.contains("[1/2] age (integer)"), "{screen}");
-    tui.type_line("36");
-    tui.wait_for("[2/2] name (string)");
+    // The fields in the order the server's schema gives them.
+    assert!(screen.contains("[1/2] name (string)"), "{screen}");
     tui.type_line("Ada");
+    tui.wait_for("[2/2] age (integer)");
+    tui.type_line("36");
     let screen = tui.wait_for("All answered.");
     assert!(screen.contains("hello Ada, 36"), "{screen}");
 }

@@ -56,7 +56,11 @@ async fn bare_prompt_without_file_tools() {
 #[tokio::test]
 async fn tool_schemas() {
     let request = first_request(|b| b.todos(true)).await;
-    insta::assert_json_snapshot!(request.tools);
+    // Keys sorted: a workspace build may write JSON objects in insertion order
+    // (serde_json's preserve_order, which a dependency of the binary turns on).
+    insta::with_settings!({sort_maps => true}, {
+        insta::assert_json_snapshot!(request.tools);
+    });
 }
 
 /// The prompt with every host directory replaced by a stable name.
@@ -125,7 +129,9 @@ async fn execute_tool_schema() {
     let root = tempfile::tempdir().unwrap();
     let request = first_request(|b| b.backend(Arc::new(shell(root.path())))).await;
     let execute = request.tools.iter().find(|t| t.name == "execute").unwrap();
-    insta::assert_json_snapshot!(execute);
+    insta::with_settings!({sort_maps => true}, {
+        insta::assert_json_snapshot!(execute);
+    });
 }
 
 /// A host directory routed into the tree but hidden by the shell's sandbox is listed as
