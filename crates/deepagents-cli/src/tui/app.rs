@@ -259,6 +259,9 @@ pub struct App {
     /// Lines scrolled up from the bottom of the conversation.
     pub scroll: usize,
     /// When Ctrl-C was pressed with nothing to interrupt: a second press soon after quits.
+    /// When Esc was pressed on an empty input with no turn running: a second press soon
+    /// after lists the turns to rewind to.
+    rewind_armed: Option<Instant>,
     quit_armed: Option<Instant>,
     /// Spinner frame, advanced by ticks.
     pub tick: usize,
@@ -309,6 +312,7 @@ impl App {
             todos: Vec::new(),
             scroll: 0,
             quit_armed: None,
+            rewind_armed: None,
             tick: 0,
             expanded: false,
             show_reasoning: false,
@@ -775,6 +779,18 @@ impl App {
             KeyCode::Esc if self.busy => {
                 self.cells.push(Cell::Notice("interrupted".to_owned()));
                 Some(Action::Interrupt)
+            }
+            // Esc Esc on an empty input: the turns to rewind to, as `/rewind` lists them.
+            KeyCode::Esc if self.input.is_empty() => {
+                if self
+                    .rewind_armed
+                    .take()
+                    .is_some_and(|at| at.elapsed() < Duration::from_secs(1))
+                {
+                    return Some(Action::Rewind(None, RewindWhat::Both));
+                }
+                self.rewind_armed = Some(Instant::now());
+                None
             }
             KeyCode::Enter
                 if key
@@ -1381,7 +1397,7 @@ impl App {
 
 const HELP: &str = "Enter sends · Shift/Alt-Enter or Ctrl-J: new line · Up/Down: earlier messages · PgUp/PgDn: scroll
 Tab completes a /command or an @path · Ctrl-V: the clipboard's image · Ctrl-O: whole tool outputs · Ctrl-R: whole reasoning
-Esc interrupts the turn · Ctrl-C interrupts, twice quits · Ctrl-D on an empty line quits
+Esc interrupts the turn (Esc Esc on an empty line: the turns to /rewind to) · Ctrl-C interrupts, twice quits · Ctrl-D on an empty line quits
 Approvals: y approve · s this tool for the session · n reject (a reason, Enter) · e edit the arguments · m answer instead · A everything
 Modes: /auto runs what the sandbox contains · /manual asks before every change · /yolo approves everything
 Shift-Tab or /plan: plan mode (reads, changes nothing) · /approve: approve the plan and start";
@@ -1621,6 +1637,20 @@ mod tests {
         for c in text.chars() {
             app.on_key(key(KeyCode::Char(c)));
         }
+    }
+
+    #[test]
+    fn esc_twice_on_an_empty_input_lists_the_turns_to_rewind_to() {
+        let mut app = App::new(Status::default());
+        assert_eq!(app.on_key(key(KeyCode::Esc)), None);
+        assert_eq!(
+            app.on_key(key(KeyCode::Esc)),
+            Some(Action::Rewind(None, RewindWhat::Both))
+        );
+        // Not while typing, and a single press does nothing.
+        type_text(&mut app, "draft");
+        assert_eq!(app.on_key(key(KeyCode::Esc)), None);
+        assert_eq!(app.on_key(key(KeyCode::Esc)), None);
     }
 
     #[test]
