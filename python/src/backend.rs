@@ -25,24 +25,13 @@ pub struct PyBackend {
 impl PyBackend {
     /// Runs `op` on the Python object, on a blocking-pool thread.
     async fn call(&self, op: &'static str, path: &str, args: Value) -> Result<Value, BackendError> {
-        let adapter = Arc::clone(&self.adapter);
-        let io = |message: String| BackendError::Io {
-            operation: op,
-            path: path.to_owned(),
-            message,
-        };
-        let answer = tokio::task::spawn_blocking(move || {
-            Python::attach(|py| -> PyResult<String> {
-                adapter
-                    .call_method1(py, "call", (op, args.to_string()))?
-                    .extract(py)
-            })
-        })
-        .await
-        .map_err(|e| io(format!("the Python backend crashed: {e}")))?
-        .map_err(|e| io(format!("the Python backend's adapter failed: {e}")))?;
-        let mut answer: Value = serde_json::from_str(&answer)
-            .map_err(|e| io(format!("the Python backend answered badly: {e}")))?;
+        let mut answer = crate::call_adapter(&self.adapter, op, args)
+            .await
+            .map_err(|why| BackendError::Io {
+                operation: op,
+                path: path.to_owned(),
+                message: format!("the Python backend {why}"),
+            })?;
         if let Some(error) = answer.get("error").filter(|e| !e.is_null()) {
             let text = |key: &str| error.get(key).and_then(Value::as_str).unwrap_or_default();
             let path = path.to_owned();

@@ -23,6 +23,39 @@ use std::sync::OnceLock;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
+/// Calls `adapter.call(op, args)` — the JSON protocol of the package's Python adapters for
+/// backends, stores and savers — on a blocking-pool thread, so the loop's workers never wait
+/// for the GIL; returns the answer read as JSON, or what went wrong, for the caller to name.
+async fn call_adapter(
+    adapter: &std::sync::Arc<Py<PyAny>>,
+    op: &'static str,
+    args: serde_json::Value,
+) -> Result<serde_json::Value, String> {
+    let adapter = std::sync::Arc::clone(adapter);
+    let answer = tokio::task::spawn_blocking(move || {
+        Python::attach(|py| -> PyResult<String> {
+            adapter
+                .call_method1(py, "call", (op, args.to_string()))?
+                .extract(py)
+        })
+    })
+    .await
+    .map_err(|e| format!("crashed: {e}"))?
+    .map_err(|e| format!("the adapter failed: {e}"))?;
+    serde_json::from_str(&answer).map_err(|e| format!("answered badly: {e}"))
+}
+
+/// The value of an adapter's `{"ok": …}` answer, or the text of its `{"error": "…"}`.
+fn adapter_ok(mut answer: serde_json::Value) -> Result<serde_json::Value, String> {
+    if let Some(error) = answer.get("error").and_then(serde_json::Value::as_str) {
+        return Err(error.to_owned());
+    }
+    Ok(answer
+        .get_mut("ok")
+        .map(serde_json::Value::take)
+        .unwrap_or(serde_json::Value::Null))
+}
+
 /// The runtime every agent of the process runs on: started on first use, two workers at
 /// least (a Python tool blocks a blocking-pool thread, never a worker).
 fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {

@@ -19,24 +19,10 @@ pub struct PyStore {
 impl PyStore {
     /// Runs `op` on the Python object, on a blocking-pool thread.
     async fn call(&self, op: &'static str, args: Value) -> Result<Value, StoreError> {
-        let adapter = Arc::clone(&self.adapter);
-        let failed = |why: String| StoreError::Storage(format!("the Python store's {op}: {why}"));
-        let answer = tokio::task::spawn_blocking(move || {
-            Python::attach(|py| -> PyResult<String> {
-                adapter
-                    .call_method1(py, "call", (op, args.to_string()))?
-                    .extract(py)
-            })
-        })
-        .await
-        .map_err(|e| failed(format!("crashed: {e}")))?
-        .map_err(|e| failed(format!("the adapter failed: {e}")))?;
-        let mut answer: Value =
-            serde_json::from_str(&answer).map_err(|e| failed(format!("answered badly: {e}")))?;
-        if let Some(error) = answer.get("error").and_then(Value::as_str) {
-            return Err(failed(error.to_owned()));
-        }
-        Ok(answer.get_mut("ok").map(Value::take).unwrap_or(Value::Null))
+        crate::call_adapter(&self.adapter, op, args)
+            .await
+            .and_then(crate::adapter_ok)
+            .map_err(|why| StoreError::Storage(format!("the Python store's {op}: {why}")))
     }
 }
 

@@ -6,8 +6,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -346,17 +346,7 @@ pub(super) async fn crons_search(
             value
         })
         .collect();
-    let mut response = Json(page).into_response();
-    let next = offset.saturating_add(limit);
-    if next < total
-        && let Ok(next) = HeaderValue::from_str(&next.to_string())
-    {
-        response.headers_mut().insert("X-Pagination-Next", next);
-    }
-    if let Ok(total) = HeaderValue::from_str(&total.to_string()) {
-        response.headers_mut().insert("X-Pagination-Total", total);
-    }
-    Ok(response)
+    Ok(super::paginated(page, offset, limit, total))
 }
 
 pub(super) async fn crons_count(

@@ -362,3 +362,20 @@ async fn metrics(State(shared): State<AppState>) -> Response {
 fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
+
+/// One page of a search as the SDKs read it: the items, `X-Pagination-Total` and, when more
+/// follow, `X-Pagination-Next` (the offset of the next page).
+fn paginated(page: Vec<Value>, offset: usize, limit: usize, total: usize) -> Response {
+    let mut response = Json(page).into_response();
+    // Saturating: a client may send any offset and limit, up to the largest integer.
+    let next = offset.saturating_add(limit);
+    if next < total
+        && let Ok(next) = header::HeaderValue::from_str(&next.to_string())
+    {
+        response.headers_mut().insert("X-Pagination-Next", next);
+    }
+    if let Ok(total) = header::HeaderValue::from_str(&total.to_string()) {
+        response.headers_mut().insert("X-Pagination-Total", total);
+    }
+    response
+}

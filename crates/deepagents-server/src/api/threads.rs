@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use axum::{Extension, Json};
 use deepagents::core::{Checkpointer, Run};
 use serde::Deserialize;
@@ -306,18 +306,7 @@ pub(super) async fn threads_search(
     for record in threads.iter().skip(offset).take(limit) {
         page.push(thread_view(&shared, &tenant, record).await?);
     }
-    let mut response = Json(page).into_response();
-    // Saturating: a client may send any offset and limit, up to the largest integer.
-    let next = offset.saturating_add(limit);
-    if next < total
-        && let Ok(next) = HeaderValue::from_str(&next.to_string())
-    {
-        response.headers_mut().insert("X-Pagination-Next", next);
-    }
-    if let Ok(total) = HeaderValue::from_str(&total.to_string()) {
-        response.headers_mut().insert("X-Pagination-Total", total);
-    }
-    Ok(response)
+    Ok(super::paginated(page, offset, limit, total))
 }
 
 pub(super) async fn threads_count(
