@@ -309,6 +309,32 @@ impl FilesystemBackend {
         }
     }
 
+    /// Where the file at `path` really is on the host, after the checks that reading it
+    /// (`change` false) or changing it (`change` true) makes, without reading or changing
+    /// anything: for a caller that hands the file to another program (an editor holding it
+    /// in a buffer), which must never be given a path outside the root or inside a protected
+    /// name.
+    ///
+    /// For a read the file must exist and be a regular file; the answer is where it resolves
+    /// (symlinks inside the root followed). For a change the path is checked as a write
+    /// checks it — by its virtual path against the protected names, then where it would land
+    /// once symlinks at the name are followed hop by hop beneath the root — and the answer is
+    /// that place, existing or not; missing parent directories are checked as a write would
+    /// create them, but not created. The answer holds when it is given: a process changing
+    /// the tree meanwhile may move what it names.
+    pub async fn host_path(&self, path: &VPath, change: bool) -> Result<PathBuf, BackendError> {
+        let owned = path.clone();
+        let operation = if change { "write" } else { "read" };
+        self.blocking(operation, path.to_string(), move |inner| {
+            if change {
+                inner.host_path_to_change(&owned)
+            } else {
+                inner.host_path_to_read(&owned)
+            }
+        })
+        .await
+    }
+
     /// Runs blocking filesystem work off the async runtime.
     async fn blocking<T, F>(
         &self,
@@ -420,6 +446,18 @@ fn io_error(error: &std::io::Error, operation: &'static str, path: &str) -> Back
 }
 
 /// Refuses anything but a regular file, naming the kind.
+/// Where an open descriptor is on the host, as the kernel says (`/proc/self/fd`): the path
+/// it was really opened at, whatever spelling led there.
+fn fd_path(
+    fd: BorrowedFd<'_>,
+    operation: &'static str,
+    shown: &str,
+) -> Result<PathBuf, BackendError> {
+    use std::os::fd::AsRawFd as _;
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|e| io_error(&e, operation, shown))
+}
+
 fn check_regular(stat: &Stat, shown: &str) -> Result<(), BackendError> {
     if is_dir(stat) {
         return Err(BackendError::IsDirectory {
@@ -690,6 +728,66 @@ impl Inner {
         }
         entries.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(entries)
+    }
+
+    /// [`FilesystemBackend::host_path`] for a read.
+    fn host_path_to_read(&self, path: &VPath) -> Result<PathBuf, BackendError> {
+        // Opened for reading (openat2 refuses O_PATH with the flags `open_regular` adds).
+        let (file, _) = self.open_regular(path, OFlags::RDONLY, "read")?;
+        fd_path(file.as_fd(), "read", path.as_str())
+    }
+
+    /// [`FilesystemBackend::host_path`] for a change.
+    fn host_path_to_change(&self, path: &VPath) -> Result<PathBuf, BackendError> {
+        let shown = path.as_str();
+        if path.is_root() {
+            return Err(BackendError::IsDirectory {
+                path: shown.to_owned(),
+            });
+        }
+        self.protected.check_path(path, Change::Entry)?;
+        // The deepest directory on the way that exists: the parents a write would create
+        // below it are checked as `ensure_parents` checks them before creating each.
+        let segments: Vec<&str> = path.segments().collect();
+        let dir_flags = OFlags::PATH | OFlags::DIRECTORY;
+        let mut depth = segments.len() - 1;
+        let ancestor = loop {
+            let prefix = if depth == 0 {
+                ".".to_owned()
+            } else {
+                segments[..depth].join("/")
+            };
+            match self.root_dir.open(&prefix, dir_flags, Mode::empty()) {
+                Ok(fd) => break fd,
+                Err(Errno::NOENT) if depth > 0 => depth -= 1,
+                Err(Errno::NOTDIR) => {
+                    return Err(BackendError::NotADirectory {
+                        path: format!("/{prefix}"),
+                    });
+                }
+                Err(e) => return Err(host_error(e, "write", shown)),
+            }
+        };
+        if depth + 1 < segments.len() {
+            self.protected.check_entry(
+                &self.root_dir,
+                ancestor.as_fd(),
+                segments[depth],
+                Change::Entry,
+                path,
+            )?;
+            let mut host = fd_path(ancestor.as_fd(), "write", shown)?;
+            host.extend(&segments[depth..]);
+            return Ok(host);
+        }
+        // The parent exists: where the write lands, through any symlink at the name.
+        let (dir, name) = self.write_target(path, "write")?;
+        self.protected
+            .check_entry(&self.root_dir, dir.as_fd(), &name, Change::Entry, path)?;
+        if let Ok(stat) = rustix::fs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            check_regular(&stat, shown)?;
+        }
+        Ok(fd_path(dir.as_fd(), "write", shown)?.join(name))
     }
 
     /// Opens an existing regular file for `flags`, whatever its size.

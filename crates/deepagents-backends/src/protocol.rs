@@ -28,6 +28,9 @@ pub struct BackendContext {
     /// The run's per-run values ([`RunContext::extensions`]): a backend that makes a backend
     /// per run (see [`PerRunBackend`](crate::PerRunBackend)) keeps it here.
     pub extensions: Extensions,
+    /// The tool call this operation serves, when a tool made it: a backend that shows its
+    /// work elsewhere (an editor's terminal) attaches it to the call.
+    pub call_id: Option<String>,
 }
 
 impl BackendContext {
@@ -41,6 +44,7 @@ impl BackendContext {
             assistant_id: Some(run.assistant_id.clone()),
             mount: None,
             extensions: run.extensions.clone(),
+            call_id: None,
         }
     }
 

@@ -9,6 +9,12 @@
 //! `session/cancel` stops it. Calls that wait for approval become `session/request_permission`
 //! requests; the session modes switch between asking before every change (`manual`) and
 //! only before what the rules hold (`auto`), as `/manual` and `/auto` do in the TUI.
+//!
+//! What the editor offers in `initialize` is used ([`editor`]): its buffers for reading and
+//! writing text files, and its terminal for `execute` when commands run unconfined. Each
+//! prompt takes a rewind snapshot first, as `run --thread` and the TUI do.
+
+mod editor;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -29,7 +35,7 @@ use futures::StreamExt as _;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::RunArgs;
-use crate::session::{Front, Session, prepare};
+use crate::session::{Front, Session, prepare, prepare_with_layer};
 use crate::{approvals, shutdown};
 
 /// The connection to the editor, as handlers and turns see it.
@@ -54,11 +60,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let server = Arc::new(Server {
         args,
+        client: Mutex::new(acp::ClientCapabilities::default()),
         sessions: Mutex::new(HashMap::new()),
         turns: Mutex::new(Vec::new()),
     });
     let connection = {
-        let (new, load, prompt, mode, cancel) = (
+        let (init, new, load, prompt, mode, cancel) = (
+            server.clone(),
             server.clone(),
             server.clone(),
             server.clone(),
@@ -69,9 +77,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .v1()
             .name("deepagents")
             .on_receive_request(
-                async |request: acp::InitializeRequest,
-                       responder: Responder<acp::InitializeResponse>,
-                       _cx: Cx| { responder.respond(initialize(&request)) },
+                async move |request: acp::InitializeRequest,
+                            responder: Responder<acp::InitializeResponse>,
+                            _cx: Cx| {
+                    *lock(&init.client) = request.client_capabilities.clone();
+                    responder.respond(initialize(&request))
+                },
                 agent_client_protocol::on_receive_request!(),
             )
             .on_receive_request(
@@ -80,9 +91,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                             cx: Cx| {
                     let server = new.clone();
                     server.clone().spawn(async move {
-                        reply(responder, server.new_session(request).await);
+                        reply(responder, server.new_session(request, &cx).await);
                     });
-                    drop(cx);
                     Ok(())
                 },
                 agent_client_protocol::on_receive_request!(),
@@ -177,6 +187,8 @@ fn notify(cx: &Cx, session: &str, update: acp::SessionUpdate) {
 struct Server {
     /// The flags: every session's agent is built from them, rooted at its directory.
     args: RunArgs,
+    /// What the editor said it offers (`initialize`).
+    client: Mutex<acp::ClientCapabilities>,
     /// By session id (the thread id).
     sessions: Mutex<HashMap<String, Arc<AcpSession>>>,
     /// Requests being answered, awaited on the way out so that runs checkpoint.
@@ -193,6 +205,8 @@ struct AcpSession {
     turn: Mutex<Option<CancellationToken>>,
     /// Tools the person allowed for the rest of the session ("always allow").
     always: Mutex<HashSet<String>>,
+    /// The calls of its turns, as the editor's terminals see them.
+    calls: Arc<editor::Calls>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -209,19 +223,34 @@ impl Server {
         turns.push(handle);
     }
 
-    /// The agent for a session rooted at `cwd`.
-    async fn build(&self, cwd: &Path) -> anyhow::Result<Session> {
+    /// The agent for session `id` rooted at `cwd`, using what the editor offers; the calls
+    /// its terminals follow.
+    async fn build(
+        &self,
+        cwd: &Path,
+        id: &str,
+        cx: &Cx,
+    ) -> anyhow::Result<(Session, Arc<editor::Calls>)> {
         let mut args = self.args.clone();
         args.root = Some(cwd.to_owned());
-        prepare(&args, Front::Acp, false).await
+        let client = lock(&self.client).clone();
+        let link = Arc::new(editor::Link::new(cx.clone(), id, &client));
+        let calls = link.calls.clone();
+        let session = if link.offers_anything() {
+            prepare_with_layer(&args, Front::Acp, &editor::Layer(link)).await?
+        } else {
+            prepare(&args, Front::Acp, false).await?
+        };
+        Ok((session, calls))
     }
 
-    fn add(&self, id: &str, session: Session) -> Arc<AcpSession> {
+    fn add(&self, id: &str, (session, calls): (Session, Arc<editor::Calls>)) -> Arc<AcpSession> {
         let session = Arc::new(AcpSession {
             id: id.to_owned(),
             session,
             turn: Mutex::new(None),
             always: Mutex::new(HashSet::new()),
+            calls,
         });
         lock(&self.sessions).insert(id.to_owned(), session.clone());
         session
@@ -238,9 +267,10 @@ impl Server {
     async fn new_session(
         &self,
         request: acp::NewSessionRequest,
+        cx: &Cx,
     ) -> anyhow::Result<acp::NewSessionResponse> {
-        let session = self.build(&request.cwd).await?;
         let id = new_session_id();
+        let session = self.build(&request.cwd, &id, cx).await?;
         let session = self.add(&id, session);
         Ok(acp::NewSessionResponse::new(id).modes(modes(&session.session)))
     }
@@ -252,7 +282,7 @@ impl Server {
         cx: &Cx,
     ) -> anyhow::Result<acp::LoadSessionResponse> {
         let id = request.session_id.0.to_string();
-        let session = self.build(&request.cwd).await?;
+        let (session, calls) = self.build(&request.cwd, &id, cx).await?;
         let thread = session.agent.thread(id.as_str())?;
         let Some(run) = thread.state().await? else {
             session.store.close().await;
@@ -262,7 +292,7 @@ impl Server {
         for update in replay(&run, root.as_deref()) {
             notify(cx, &id, update);
         }
-        let session = self.add(&id, session);
+        let session = self.add(&id, (session, calls));
         Ok(acp::LoadSessionResponse::new().modes(modes(&session.session)))
     }
 
@@ -368,10 +398,28 @@ async fn turn(
             cancel: cancel.clone(),
             ..RunOptions::default()
         });
+    // What the agent may change is recorded first, so `threads rewind` undoes the turn.
+    let root = session.session.root.clone();
+    let said = result_text(&input);
+    let snapshot = crate::rewind::before_turn(&thread, root.as_deref(), &said).await;
+    let outcome = drive(session, &thread, input, cx, cancel).await;
+    crate::rewind::after_turn(&thread, snapshot, root.as_deref()).await;
+    outcome
+}
+
+/// Drives a turn's run to its end, answering pauses with permission requests.
+async fn drive(
+    session: &AcpSession,
+    thread: &deepagents::Thread,
+    input: Vec<ContentBlock>,
+    cx: &Cx,
+    cancel: &CancellationToken,
+) -> anyhow::Result<acp::StopReason> {
     let mut view = View {
         session: session.id.clone(),
         root: session.session.root.clone(),
         calls: HashMap::new(),
+        editor: Some(session.calls.clone()),
     };
     let mut stream = thread.stream_content(input).await?;
     loop {
@@ -670,6 +718,8 @@ struct View {
     root: Option<PathBuf>,
     /// By call id: the tool, its diff, and the output so far.
     calls: HashMap<String, CallView>,
+    /// The session's calls as its terminals follow them (none when replaying).
+    editor: Option<Arc<editor::Calls>>,
 }
 
 struct CallView {
@@ -739,9 +789,40 @@ impl View {
 
     /// Sends what one event shows. Subagents' events stay inside their `task` call.
     fn event(&mut self, event: &Event, cx: &Cx) {
-        if !event.path.is_empty() {
-            return;
+        // Every call, a subagent's too, is followed: a command waits to know whether the
+        // editor was told of its call before showing its terminal there.
+        let mut terminal = None;
+        if let Some(editor) = self.editor.clone() {
+            match &event.kind {
+                EventKind::ToolCallStarted { call_id, .. } => {
+                    // Announced below, before the command (which runs after this event) can
+                    // ask: the notification goes out first.
+                    if event.path.is_empty() {
+                        self.event_at_top(event, cx, None);
+                    }
+                    editor.started(call_id, event.path.is_empty());
+                    return;
+                }
+                EventKind::ToolCallFinished { call_id, .. } => {
+                    terminal = editor.finished(call_id);
+                }
+                EventKind::ToolOutputDelta { call_id, .. }
+                    if editor.terminal(call_id).is_some() =>
+                {
+                    // The editor shows the terminal's own output.
+                    return;
+                }
+                _ => {}
+            }
         }
+        if event.path.is_empty() {
+            self.event_at_top(event, cx, terminal);
+        }
+    }
+
+    /// Sends what one event of the main agent shows; `terminal` is the editor's terminal a
+    /// finished call's command ran in.
+    fn event_at_top(&mut self, event: &Event, cx: &Cx, terminal: Option<acp::TerminalId>) {
         let chunk = |text: &str| acp::ContentChunk::new(acp::ContentBlock::from(text.to_owned()));
         match &event.kind {
             EventKind::TextDelta { text } => notify(
@@ -793,8 +874,11 @@ impl View {
                 let text = result_text(content);
                 let ok = *status == deepagents::core::message::ToolStatus::Ok;
                 let diff = self.calls.get(call_id).and_then(|call| call.diff.clone());
-                let shown = match diff {
-                    Some(diff) if ok => vec![diff.into()],
+                let shown = match (diff, terminal) {
+                    (_, Some(terminal)) => {
+                        vec![acp::ToolCallContent::Terminal(acp::Terminal::new(terminal))]
+                    }
+                    (Some(diff), None) if ok => vec![diff.into()],
                     _ => vec![text_content(text.clone())],
                 };
                 let fields = acp::ToolCallUpdateFields::new()
@@ -831,6 +915,7 @@ fn replay(run: &deepagents::Run, root: Option<&Path>) -> Vec<acp::SessionUpdate>
         session: String::new(),
         root: root.map(Path::to_owned),
         calls: HashMap::new(),
+        editor: None,
     };
     let chunk = |block: acp::ContentBlock| acp::ContentChunk::new(block);
     let mut updates = Vec::new();

@@ -85,6 +85,27 @@ pub async fn prepare_watched(
     may_ask: bool,
     watch: Option<Arc<deepagents_server::StepWatch>>,
 ) -> anyhow::Result<Session> {
+    prepare_layered(args, front, may_ask, watch, None).await
+}
+
+/// [`prepare`] with `layer` around the workspace's disk (`deepagents acp`: the editor's
+/// buffers and terminal).
+#[cfg_attr(not(feature = "acp"), allow(dead_code))]
+pub async fn prepare_with_layer(
+    args: &RunArgs,
+    front: Front,
+    layer: &dyn workspace::DiskLayer,
+) -> anyhow::Result<Session> {
+    prepare_layered(args, front, false, None, Some(layer)).await
+}
+
+async fn prepare_layered(
+    args: &RunArgs,
+    front: Front,
+    may_ask: bool,
+    watch: Option<Arc<deepagents_server::StepWatch>>,
+    layer: Option<&dyn workspace::DiskLayer>,
+) -> anyhow::Result<Session> {
     let config = config::load(args.config.as_deref())?;
     let (spec, model) = load_model(args, &config)?;
     // A local server may say its window (asked once, here, so the agent's thresholds use it).
@@ -97,7 +118,7 @@ pub async fn prepare_watched(
     let virtual_mode = args.virtual_mode.or(config.virtual_mode).unwrap_or(true);
     let sandbox_mode = args.sandbox.or(config.sandbox.mode).unwrap_or_default();
     let (workspace, permissions) =
-        open_workspace(args, &config, front, virtual_mode, sandbox_mode).await?;
+        open_workspace(args, &config, front, (virtual_mode, sandbox_mode), layer).await?;
     let workspace::Workspace {
         backend,
         memory,
@@ -283,8 +304,8 @@ async fn open_workspace(
     args: &RunArgs,
     config: &Config,
     front: Front,
-    virtual_mode: bool,
-    sandbox_mode: sandbox::SandboxMode,
+    (virtual_mode, sandbox_mode): (bool, sandbox::SandboxMode),
+    layer: Option<&dyn workspace::DiskLayer>,
 ) -> anyhow::Result<(workspace::Workspace, Option<Permissions>)> {
     let (backend, repo) = backend_kind(args, config)?;
     let permissions = args
@@ -306,6 +327,7 @@ async fn open_workspace(
             sandbox_engine: args.sandbox_engine,
             sandbox_config: &config.sandbox,
             permissions: permissions.as_ref(),
+            layer,
         },
     )
     .await?;

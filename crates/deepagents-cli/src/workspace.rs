@@ -215,6 +215,57 @@ pub struct DiskOptions<'a> {
     pub sandbox_config: &'a crate::sandbox::SandboxConfig,
     /// The permission rules of the file tools, which the confinement follows where it can.
     pub permissions: Option<&'a Permissions>,
+    /// What the front end puts around the disk (an editor's buffers and terminal).
+    pub layer: Option<&'a dyn DiskLayer>,
+}
+
+/// A front end's own layer around the workspace's disk backend: `deepagents acp` reads and
+/// writes text files through the editor's buffers, and may run commands in its terminal.
+/// The layer sits beneath the permission rules, the mounts and the harness's own routes, so
+/// every path it gets has passed them; the checks of the disk itself (confinement to the
+/// root, protected names) it makes through [`Disk::fs`].
+pub trait DiskLayer: Send + Sync {
+    /// The backend to use in place of `disk.backend`.
+    fn wrap(&self, disk: Disk) -> Arc<dyn Backend>;
+}
+
+/// The workspace's disk, as a [`DiskLayer`] gets it.
+pub struct Disk {
+    /// The disk backend: the filesystem, or the shell over it.
+    pub backend: Arc<dyn Backend>,
+    /// The filesystem under it, with the shell's protected names: its checks and host paths.
+    pub fs: FilesystemBackend,
+    /// Whether commands run confined (`--sandbox` is not `off`); `false` without a shell.
+    pub confined: bool,
+    /// The default timeout of commands (`[shell] timeout`), when set.
+    pub timeout: Option<std::time::Duration>,
+    /// The output cap of commands (`[shell] max_output`), when set.
+    pub max_output: Option<usize>,
+    /// The variables every command gets (`[shell] env`).
+    pub env: Vec<(String, String)>,
+}
+
+impl Disk {
+    /// `backend` over `fs`, with the shell settings of `options`.
+    fn new(
+        backend: Arc<dyn Backend>,
+        fs: FilesystemBackend,
+        confined: bool,
+        options: &crate::config::ShellConfig,
+    ) -> Self {
+        Self {
+            backend,
+            fs,
+            confined,
+            timeout: options.timeout.map(std::time::Duration::from_secs),
+            max_output: options.max_output,
+            env: options
+                .env
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect(),
+        }
+    }
 }
 
 /// The shell over `fs` as `options` configure it.
@@ -294,9 +345,12 @@ pub async fn open(
                     }
                     shared_policy = shell.sandbox().cloned();
                 }
-                Arc::new(shell)
+                let (fs, confined) = (shell.filesystem().clone(), shared_policy.is_some());
+                let disk = Disk::new(Arc::new(shell), fs, confined, disk_options.shell);
+                layered(disk, disk_options.layer)
             } else {
-                Arc::new(fs)
+                let disk = Disk::new(Arc::new(fs.clone()), fs, false, disk_options.shell);
+                layered(disk, disk_options.layer)
             }
         }
     };
@@ -359,6 +413,14 @@ pub async fn open(
         root: workspace_root,
         sandbox: shared_policy,
     })
+}
+
+/// The disk backend, inside the front end's layer when it has one.
+fn layered(disk: Disk, layer: Option<&dyn DiskLayer>) -> Arc<dyn Backend> {
+    match layer {
+        Some(layer) => layer.wrap(disk),
+        None => disk.backend,
+    }
 }
 
 fn read_only(backend: impl Backend + 'static, policy: ReadOnlyPolicy) -> Arc<dyn Backend> {

@@ -20,8 +20,19 @@ struct Editor {
 }
 
 impl Editor {
-    /// Starts `deepagents acp` with its data in `data` and these flags.
+    /// Starts `deepagents acp` with its data in `data` and these flags, as an editor that
+    /// offers neither its files nor its terminal.
     fn start(data: &Path, model: &str, flags: &[&str]) -> Self {
+        Self::start_offering(
+            data,
+            model,
+            flags,
+            json!({"fs": {"readTextFile": false, "writeTextFile": false}}),
+        )
+    }
+
+    /// [`Editor::start`] as an editor offering `capabilities` (`clientCapabilities`).
+    fn start_offering(data: &Path, model: &str, flags: &[&str], capabilities: Value) -> Self {
         let mut child = bin()
             .env("DEEPAGENTS_DATA_DIR", data)
             .args(["acp", "--model", model])
@@ -51,7 +62,7 @@ impl Editor {
         };
         let init = editor.call(
             "initialize",
-            json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": false, "writeTextFile": false}}}),
+            json!({"protocolVersion": 1, "clientCapabilities": capabilities}),
         );
         assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
         editor
@@ -78,14 +89,19 @@ impl Editor {
     }
 
     /// Reads until the response to `id`; the messages before it. `answer` answers the
-    /// agent's requests (permission requests).
+    /// agent's requests (permission requests, the editor's files and terminals); an answer
+    /// `{"_error": MESSAGE}` is sent as an error.
     fn until(&mut self, id: u64, mut answer: impl FnMut(&Value) -> Value) -> (Vec<Value>, Value) {
         let mut seen = Vec::new();
         loop {
             let message = self.receive();
             if message.get("method").is_some() && message.get("id").is_some() {
                 let result = answer(&message);
-                let reply = json!({"jsonrpc": "2.0", "id": message["id"], "result": result});
+                let reply = match result.get("_error") {
+                    Some(error) => json!({"jsonrpc": "2.0", "id": message["id"],
+                        "error": {"code": -32603, "message": error}}),
+                    None => json!({"jsonrpc": "2.0", "id": message["id"], "result": result}),
+                };
                 seen.push(message);
                 self.send(&reply);
             } else if message.get("method").is_some() {
@@ -417,4 +433,354 @@ fn a_permission_request_cancelled_ends_the_turn_and_the_session_goes_on() {
     let (seen, stop) = editor.prompt(&session, "never mind", |r| panic!("asked {r}"));
     assert_eq!(stop, "end_turn", "{seen:?}");
     editor.finish();
+}
+
+/// The requests among `messages` with this method.
+fn requests<'a>(messages: &'a [Value], method: &str) -> Vec<&'a Value> {
+    messages
+        .iter()
+        .filter(|m| m["method"] == method && m.get("id").is_some())
+        .collect()
+}
+
+/// The last `tool_call_update` of call `id` that carries `field`.
+fn last_update<'a>(messages: &'a [Value], id: &str, field: &str) -> &'a Value {
+    updates(messages, "tool_call_update")
+        .into_iter()
+        .rfind(|u| u["toolCallId"] == id && u.get(field).is_some())
+        .unwrap_or_else(|| panic!("no update of {id} with {field}: {messages:?}"))
+}
+
+#[test]
+fn the_editors_buffers_are_read_and_written_instead_of_the_disk() {
+    let work = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().canonicalize().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(root.join("notes.md"), "on disk\n").unwrap();
+    std::fs::write(root.join("closed.md"), "closed\n").unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "secret\n").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), root.join("escape.txt")).unwrap();
+    std::fs::create_dir(root.join("private")).unwrap();
+    std::fs::write(root.join("private/key.txt"), "key\n").unwrap();
+    let rules = work.path().join("permissions.toml");
+    std::fs::write(
+        &rules,
+        "[[rules]]\noperations = [\"read\", \"write\"]\npaths = [\"/private/**\"]\nmode = \"deny\"\n",
+    )
+    .unwrap();
+    let call = |id: &str, name: &str, args: Value| json!({"id": id, "name": name, "args": args});
+    let model = script(
+        work.path(),
+        &json!({"turns": [
+            {"tool_calls": [call("r1", "read_file", json!({"file_path": "/notes.md"}))]},
+            {"tool_calls": [call("r2", "read_file", json!({"file_path": "/closed.md"}))]},
+            {"tool_calls": [call("e1", "edit_file", json!({"file_path": "/notes.md", "old_string": "unsaved", "new_string": "edited"}))]},
+            {"tool_calls": [write("w1", "/new.md", "fresh\n")]},
+            {"tool_calls": [call("x1", "read_file", json!({"file_path": "/escape.txt"}))]},
+            {"tool_calls": [call("x2", "edit_file", json!({"file_path": "/escape.txt", "old_string": "secret", "new_string": "mine"}))]},
+            {"tool_calls": [call("x3", "read_file", json!({"file_path": "/private/key.txt"}))]},
+            {"tool_calls": [write("x4", "/private/new.txt", "no\n")]},
+            {"text": "Done."}
+        ]}),
+    );
+    let flags = ["--permissions", rules.to_str().unwrap()];
+    let offered = json!({"fs": {"readTextFile": true, "writeTextFile": true}});
+    let mut editor = Editor::start_offering(work.path(), &model, &flags, offered);
+    let (session, _) = editor.new_session(&root);
+    let notes = root.join("notes.md");
+    let mut buffer = "an unsaved buffer\n".to_owned();
+    let mut written = Vec::new();
+    let (seen, stop) = editor.prompt(&session, "work on the notes", |request| {
+        let params = &request["params"];
+        assert_eq!(params["sessionId"], session.as_str(), "{request}");
+        let path = params["path"].as_str().unwrap();
+        match request["method"].as_str().unwrap() {
+            "fs/read_text_file" if path == notes.to_str().unwrap() => json!({"content": buffer}),
+            "fs/read_text_file" => {
+                assert_eq!(path, root.join("closed.md").to_str().unwrap(), "{request}");
+                json!({"_error": "the buffer could not be opened"})
+            }
+            "fs/write_text_file" => {
+                let content = params["content"].as_str().unwrap().to_owned();
+                if path == notes.to_str().unwrap() {
+                    buffer = content.clone();
+                }
+                written.push((path.to_owned(), content));
+                json!({})
+            }
+            other => panic!("unexpected request {other}: {request}"),
+        }
+    });
+    assert_eq!(stop, "end_turn");
+
+    // The read saw the buffer, not the disk.
+    let read = last_update(&seen, "r1", "rawOutput");
+    assert_eq!(read["status"], "completed", "{read}");
+    assert!(
+        read["rawOutput"]
+            .as_str()
+            .unwrap()
+            .contains("an unsaved buffer"),
+        "{read}"
+    );
+    // The edit and the new file went to the editor; the disk is as it was.
+    assert_eq!(
+        written,
+        [
+            (
+                notes.to_str().unwrap().to_owned(),
+                "an edited buffer\n".to_owned()
+            ),
+            (
+                root.join("new.md").to_str().unwrap().to_owned(),
+                "fresh\n".to_owned()
+            ),
+        ]
+    );
+    assert_eq!(last_update(&seen, "e1", "rawOutput")["status"], "completed");
+    // The editor's error is the call's, said as such.
+    let failed = last_update(&seen, "r2", "rawOutput");
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let said = failed["rawOutput"].as_str().unwrap();
+    assert!(
+        said.contains("the editor could not read it: the buffer could not be opened"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "on disk\n");
+    assert!(!root.join("new.md").exists());
+    // A symlink out of the root and the paths the rules deny fail, the editor never asked.
+    for id in ["x1", "x2", "x3", "x4"] {
+        let refused = last_update(&seen, id, "rawOutput");
+        assert_eq!(refused["status"], "failed", "{refused}");
+        let said = refused["rawOutput"].as_str().unwrap();
+        assert!(said.starts_with("permission denied for /"), "{said}");
+    }
+    assert_eq!(requests(&seen, "fs/read_text_file").len(), 3, "{seen:?}");
+    assert_eq!(requests(&seen, "fs/write_text_file").len(), 2, "{seen:?}");
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(),
+        "secret\n"
+    );
+    editor.finish();
+}
+
+#[test]
+fn without_the_editors_offer_files_and_commands_stay_local() {
+    let work = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().canonicalize().unwrap();
+    let model = script(
+        work.path(),
+        &json!({"turns": [
+            {"tool_calls": [write("w1", "/local.md", "here\n")]},
+            {"tool_calls": [{"id": "c1", "name": "execute", "args": {"command": "cat local.md; exit 2"}}]},
+            {"text": "Done."}
+        ]}),
+    );
+    let flags = ["--backend", "shell", "--sandbox", "off", "--auto-approve"];
+    let offered = json!({"fs": {"readTextFile": false, "writeTextFile": false}, "terminal": false});
+    let mut editor = Editor::start_offering(work.path(), &model, &flags, offered);
+    let (session, _) = editor.new_session(&root);
+    let (seen, stop) = editor.prompt(&session, "go", |r| panic!("asked {r}"));
+    assert_eq!(stop, "end_turn");
+    assert_eq!(
+        std::fs::read_to_string(root.join("local.md")).unwrap(),
+        "here\n"
+    );
+    let ran = last_update(&seen, "c1", "rawOutput");
+    let output = ran["rawOutput"].as_str().unwrap();
+    assert!(
+        output.contains("here") && output.contains("[Exit code 2]"),
+        "{ran}"
+    );
+    assert_eq!(ran["content"][0]["type"], "content", "{ran}");
+    editor.finish();
+}
+
+#[test]
+fn commands_run_in_the_editors_terminal_after_approval() {
+    let work = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().canonicalize().unwrap();
+    let model = script(
+        work.path(),
+        &json!({"turns": [
+            {"tool_calls": [{"id": "c1", "name": "execute", "args": {"command": "make test"}}]},
+            {"text": "It failed."}
+        ]}),
+    );
+    // Unconfined commands ask first, as they do without an editor's terminal.
+    let flags = ["--backend", "shell", "--sandbox", "off"];
+    let offered = json!({"terminal": true});
+    let mut editor = Editor::start_offering(work.path(), &model, &flags, offered);
+    let (session, _) = editor.new_session(&root);
+    let (seen, stop) = editor.prompt(&session, "run the tests", |request| {
+        let params = &request["params"];
+        match request["method"].as_str().unwrap() {
+            "session/request_permission" => {
+                json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}})
+            }
+            "terminal/create" => {
+                assert_eq!(params["command"], "/bin/sh", "{request}");
+                assert_eq!(params["args"], json!(["-c", "make test"]), "{request}");
+                assert_eq!(params["cwd"], root.to_str().unwrap(), "{request}");
+                json!({"terminalId": "term-1"})
+            }
+            "terminal/wait_for_exit" => {
+                assert_eq!(params["terminalId"], "term-1");
+                json!({"exitCode": 2})
+            }
+            "terminal/output" => json!({"output": "1 test failed\n", "truncated": false}),
+            "terminal/release" => json!({}),
+            other => panic!("unexpected request {other}: {request}"),
+        }
+    });
+    assert_eq!(stop, "end_turn");
+    let methods: Vec<&str> = seen
+        .iter()
+        .filter(|m| m.get("id").is_some())
+        .filter_map(|m| m["method"].as_str())
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            "session/request_permission",
+            "terminal/create",
+            "terminal/wait_for_exit",
+            "terminal/output",
+            "terminal/release"
+        ]
+    );
+    // The terminal is shown in the call before it is released, and stays there.
+    let position = |pred: &dyn Fn(&Value) -> bool| seen.iter().position(pred).unwrap();
+    let embedded = position(&|m| {
+        m["params"]["update"]["toolCallId"] == "c1"
+            && m["params"]["update"]["content"][0]["terminalId"] == "term-1"
+    });
+    let released = position(&|m| m["method"] == "terminal/release");
+    assert!(embedded < released, "{seen:?}");
+    let finished = last_update(&seen, "c1", "rawOutput");
+    assert_eq!(finished["status"], "completed", "{finished}");
+    assert_eq!(finished["content"][0]["type"], "terminal", "{finished}");
+    assert_eq!(finished["content"][0]["terminalId"], "term-1", "{finished}");
+    let output = finished["rawOutput"].as_str().unwrap();
+    assert!(
+        output.contains("1 test failed") && output.contains("[Exit code 2]"),
+        "{output}"
+    );
+    editor.finish();
+}
+
+#[test]
+fn cancel_kills_the_editors_terminal() {
+    let work = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let model = script(
+        work.path(),
+        &json!({"turns": [
+            {"tool_calls": [{"id": "s1", "name": "execute", "args": {"command": "sleep 120"}}]},
+            {"text": "Not reached."}
+        ]}),
+    );
+    let flags = ["--backend", "shell", "--sandbox", "off", "--auto-approve"];
+    let mut editor = Editor::start_offering(work.path(), &model, &flags, json!({"terminal": true}));
+    let (session, _) = editor.new_session(root.path());
+    let id = editor.request(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "wait"}]}),
+    );
+    let answer = |editor: &mut Editor, request: &Value, result: Value| {
+        editor.send(&json!({"jsonrpc": "2.0", "id": request["id"], "result": result}));
+    };
+    // The command starts; while the editor waits for it to exit, the person cancels.
+    loop {
+        let message = editor.receive();
+        match message["method"].as_str() {
+            Some("terminal/create") => answer(&mut editor, &message, json!({"terminalId": "t-9"})),
+            Some("terminal/wait_for_exit") => break,
+            _ => assert!(message.get("result").is_none(), "the turn ended: {message}"),
+        }
+    }
+    editor.send(
+        &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}),
+    );
+    let (mut killed, mut released, mut stopped) = (false, false, None);
+    while !(killed && released && stopped.is_some()) {
+        let message = editor.receive();
+        match message["method"].as_str() {
+            Some("terminal/kill") => {
+                assert!(!released, "released before killed");
+                assert_eq!(message["params"]["terminalId"], "t-9");
+                killed = true;
+                answer(&mut editor, &message, json!({}));
+            }
+            Some("terminal/release") => {
+                assert_eq!(message["params"]["terminalId"], "t-9");
+                released = true;
+                answer(&mut editor, &message, json!({}));
+            }
+            Some("terminal/output" | "terminal/wait_for_exit") => {
+                panic!("asked after the cancel: {message}")
+            }
+            _ if message["id"] == id => stopped = Some(message["result"]["stopReason"].clone()),
+            _ => {}
+        }
+    }
+    assert_eq!(stopped.unwrap(), "cancelled");
+    editor.finish();
+}
+
+#[test]
+fn a_turn_from_the_editor_is_rewound() {
+    let work = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().canonicalize().unwrap();
+    std::fs::write(root.join("kept.md"), "before\n").unwrap();
+    let model = script(
+        work.path(),
+        &json!({"turns": [
+            {"tool_calls": [
+                write("w1", "/made.md", "new\n"),
+                {"id": "e1", "name": "edit_file", "args": {"file_path": "/kept.md", "old_string": "before", "new_string": "after"}}
+            ]},
+            {"text": "Changed."}
+        ]}),
+    );
+    let mut editor = Editor::start(work.path(), &model, &[]);
+    let (session, _) = editor.new_session(&root);
+    let (_, stop) = editor.prompt(&session, "change the files", |r| panic!("asked {r}"));
+    assert_eq!(stop, "end_turn");
+    editor.finish();
+    assert_eq!(
+        std::fs::read_to_string(root.join("kept.md")).unwrap(),
+        "after\n"
+    );
+
+    let deepagents = |args: &[&str]| {
+        bin()
+            .env("DEEPAGENTS_DATA_DIR", work.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let listed = deepagents(&["threads", "rewind", &session]);
+    let said = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    assert_eq!(said, "  1  change the files\n");
+    let rewound = deepagents(&["threads", "rewind", &session, "1"]);
+    assert!(
+        rewound.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rewound.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("kept.md")).unwrap(),
+        "before\n"
+    );
+    assert!(!root.join("made.md").exists());
 }

@@ -33,7 +33,9 @@ pub(crate) fn page_chars(window_tokens: u64) -> usize {
 
 /// The context a backend call runs with, derived from the tool's.
 pub(crate) fn backend_context(ctx: &ToolContext) -> BackendContext {
-    BackendContext::for_run(&ctx.run, Arc::clone(&ctx.state))
+    let mut context = BackendContext::for_run(&ctx.run, Arc::clone(&ctx.state));
+    context.call_id = Some(ctx.call_id.clone());
+    context
 }
 
 /// A backend error as the model should see it.
