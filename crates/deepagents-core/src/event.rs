@@ -313,6 +313,21 @@ pub enum EventKind {
         /// What confines them.
         confinement: Confinement,
     },
+    /// A background task (an async subagent started with `start_async_task`) ended, and its
+    /// outcome joined the conversation as a message the model reads next: emitted by the run
+    /// that delivers it, once per ending, after `run_started` (a run woken by the task) or
+    /// before a model call (a run already going).
+    BackgroundTaskFinished {
+        /// The id `start_async_task` returned.
+        task_id: String,
+        /// The subagent that did the task.
+        subagent: String,
+        /// `success`, `error`, `paused` (it asked for a decision, which a background task
+        /// cannot get) or another status a remote server reported.
+        status: String,
+        /// Its answer, or what went wrong.
+        answer: String,
+    },
     /// The run stopped on an error.
     Error {
         /// What kind of failure.

@@ -14,9 +14,12 @@ use deepagents_core::{
 
 use crate::agent::Agent;
 use crate::approval::InterruptConfig;
+use crate::background::{Background, LocalAgent};
 use crate::config::AgentConfig;
 use crate::context::FALLBACK_CONTEXT_TOKENS;
-use crate::middleware::Registered;
+#[cfg(feature = "remote")]
+use crate::middleware::RemoteSubAgent;
+use crate::middleware::{AsyncSubAgentsMiddleware, Registered};
 use crate::middleware::{
     DEFAULT_OFFLOAD_THRESHOLD, DanglingToolCallsMiddleware, FilesystemMiddleware,
     GuidanceMiddleware, HumanInTheLoopMiddleware, LargeResultsMiddleware, MemoryMiddleware,
@@ -24,8 +27,6 @@ use crate::middleware::{
     SubAgentsMiddleware, SummarizationConfig, SummarizationMiddleware, TodoListMiddleware, compose,
 };
 use crate::middleware::{HISTORY_DIR, LARGE_RESULTS_DIR};
-#[cfg(feature = "remote")]
-use crate::middleware::{RemoteSubAgent, RemoteSubAgentsMiddleware};
 use crate::registry::{RegistryError, ToolRegistry};
 use crate::subagents::{
     DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_DEPTH, GENERAL_PURPOSE, GENERAL_PURPOSE_DESCRIPTION,
@@ -777,6 +778,7 @@ impl AgentBuilder {
                         description: subagent.description,
                         agent,
                         mode: subagent.mode,
+                        asynchronous: subagent.asynchronous,
                     },
                 )
                 .is_some()
@@ -785,6 +787,43 @@ impl AgentBuilder {
             }
         }
         Ok(built)
+    }
+
+    /// The registry of the async subagents (`locals`) and remote agents; `None` when there
+    /// are neither.
+    fn background(
+        &self,
+        locals: BTreeMap<String, Registered>,
+    ) -> Result<Option<Arc<Background>>, BuildError> {
+        let locals: BTreeMap<String, LocalAgent> = locals
+            .into_iter()
+            .map(|(name, r)| {
+                let local = LocalAgent {
+                    description: r.description,
+                    agent: r.agent,
+                };
+                (name, local)
+            })
+            .collect();
+        #[cfg(feature = "remote")]
+        {
+            if locals.is_empty() && self.remote_subagents.is_empty() {
+                return Ok(None);
+            }
+            let remotes = crate::middleware::remote::clients(self.remote_subagents.clone())
+                .map_err(|e| BuildError::Subagent {
+                    name: e.name.clone(),
+                    message: e.message.clone(),
+                })?;
+            if let Some(name) = remotes.keys().find(|name| locals.contains_key(*name)) {
+                return Err(BuildError::DuplicateSubagent(name.clone()));
+            }
+            Ok(Some(Arc::new(Background::new(locals, remotes))))
+        }
+        #[cfg(not(feature = "remote"))]
+        {
+            Ok((!locals.is_empty()).then(|| Arc::new(Background::new(locals))))
+        }
     }
 
     /// Checks the configuration and builds the agent.
@@ -846,6 +885,8 @@ impl AgentBuilder {
         } else {
             None
         };
+        let (subagents, asynchronous) = split_async(subagents.unwrap_or_default());
+        let background = self.background(asynchronous)?;
         let mut backend = raw_backend;
         if let Some(permissions) = self.permissions {
             backend = Arc::new(PermissionedBackend::new(backend, permissions));
@@ -878,20 +919,16 @@ impl AgentBuilder {
             .map(|(key, _)| key.clone())
             .filter(|key| !self.private_keys.contains(key))
             .collect();
-        if let Some(subagents) = subagents {
+        if !subagents.is_empty() {
             built_ins.push(Arc::new(SubAgentsMiddleware::new(
                 subagents,
                 shared_keys.clone(),
             )));
         }
-        #[cfg(feature = "remote")]
-        if !self.remote_subagents.is_empty() {
-            let middleware = RemoteSubAgentsMiddleware::new(self.remote_subagents.clone())
-                .map_err(|e| BuildError::Subagent {
-                    name: e.name.clone(),
-                    message: e.message.clone(),
-                })?;
-            built_ins.push(Arc::new(middleware));
+        if let Some(background) = &background {
+            built_ins.push(Arc::new(AsyncSubAgentsMiddleware::new(Arc::clone(
+                background,
+            ))));
         }
         let mut structured: Option<Arc<dyn Middleware>> = None;
         if let Some(schema) = self.response_format {
@@ -1009,7 +1046,15 @@ impl AgentBuilder {
                 interrupts,
                 shared_keys,
                 checkpointer: self.checkpointer,
+                background,
             }),
         })
     }
+}
+
+/// Splits built subagents into those `task` runs and the async ones.
+fn split_async(
+    all: BTreeMap<String, Registered>,
+) -> (BTreeMap<String, Registered>, BTreeMap<String, Registered>) {
+    all.into_iter().partition(|(_, r)| !r.asynchronous)
 }

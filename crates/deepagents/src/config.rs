@@ -36,4 +36,6 @@ pub(crate) struct AgentConfig {
     pub(crate) shared_keys: BTreeSet<String>,
     /// Where threads are saved ([`AgentBuilder::checkpointer`]).
     pub(crate) checkpointer: Option<Arc<dyn Checkpointer>>,
+    /// The background tasks of the async subagents, when there are any.
+    pub(crate) background: Option<Arc<crate::background::Background>>,
 }

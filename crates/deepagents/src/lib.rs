@@ -30,6 +30,7 @@
 
 mod agent;
 pub mod approval;
+mod background;
 mod builder;
 mod config;
 pub mod context;
@@ -47,6 +48,7 @@ mod thread;
 mod tools;
 
 pub use agent::Agent;
+pub use background::Completion;
 pub use approval::{
     Decision, DecisionKind, InterruptConfig, PendingAction, check_pause, decide, decide_pause,
     pause_id, pending_actions,

@@ -75,6 +75,8 @@ pub struct SubAgent {
     pub(crate) description: String,
     pub(crate) kind: SubAgentKind,
     pub(crate) mode: SubAgentMode,
+    /// Started in the background with `start_async_task` instead of `task`.
+    pub(crate) asynchronous: bool,
 }
 
 #[derive(Clone)]
@@ -119,6 +121,7 @@ impl SubAgent {
                 ..SubAgentSpec::default()
             })),
             mode: SubAgentMode::Isolated,
+            asynchronous: false,
         }
     }
 
@@ -134,6 +137,7 @@ impl SubAgent {
             description: description.into(),
             kind: SubAgentKind::Prebuilt(agent),
             mode: SubAgentMode::Isolated,
+            asynchronous: false,
         }
     }
 
@@ -161,6 +165,23 @@ impl SubAgent {
     pub fn mode(mut self, mode: SubAgentMode) -> Self {
         self.mode = mode;
         self
+    }
+
+    /// Makes it an async subagent (the reference's `async: true`): the model starts it in
+    /// the background with `start_async_task` instead of waiting on `task`, goes on with
+    /// its own work, and can check, update, cancel and list it like a remote agent's task.
+    /// It runs in a clean context (the mode is ignored) in a child thread of the parent's
+    /// thread, so the parent needs a checkpointer. When it ends, its answer is delivered to
+    /// the parent as a message: at the parent's next model call when a run is going, and as
+    /// a new turn when the thread is idle ([`Thread::wake`](crate::Thread::wake)).
+    pub fn asynchronous(mut self, asynchronous: bool) -> Self {
+        self.asynchronous = asynchronous;
+        self
+    }
+
+    /// Whether it is an async subagent ([`asynchronous`](Self::asynchronous)).
+    pub fn is_async(&self) -> bool {
+        self.asynchronous
     }
 
     /// The mode set with [`mode`](Self::mode).
@@ -257,8 +278,9 @@ impl SubAgent {
     }
 
     /// A subagent defined in markdown: YAML frontmatter with `name`, `description`, an
-    /// optional `model` spec and an optional `mode` (`isolated` or `fork`, see
-    /// [`mode`](Self::mode)), then the system prompt as the body. `source_name` (usually the
+    /// optional `model` spec, an optional `mode` (`isolated` or `fork`, see
+    /// [`mode`](Self::mode)) and an optional `async` (`true` makes it an async subagent, see
+    /// [`asynchronous`](Self::asynchronous)), then the system prompt as the body. `source_name` (usually the
     /// file path) appears in errors.
     pub fn from_markdown(source_name: &str, text: &str) -> Result<Self, FrontmatterError> {
         let (meta, body): (MarkdownMeta, String) = frontmatter::parse(source_name, text)?;
@@ -284,7 +306,9 @@ impl SubAgent {
                 "the body (the subagent's system prompt) is empty".to_owned(),
             ));
         }
-        let mut subagent = Self::new(meta.name, meta.description, body).mode(mode);
+        let mut subagent = Self::new(meta.name, meta.description, body)
+            .mode(mode)
+            .asynchronous(meta.asynchronous);
         if let Some(spec) = meta.model {
             let model = deepagents_models::from_spec(&spec)
                 .map_err(|e| error(format!("model `{spec}`: {}", error_chain(&e))))?;
@@ -304,6 +328,9 @@ struct MarkdownMeta {
     model: Option<String>,
     #[serde(default)]
     mode: Option<String>,
+    /// The reference's spelling of an async subagent.
+    #[serde(default, rename = "async")]
+    asynchronous: bool,
 }
 
 /// The general-purpose subagent's prompt.

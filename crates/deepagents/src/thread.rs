@@ -9,7 +9,9 @@ use deepagents_core::{
 
 use crate::agent::Agent;
 use crate::approval::{Decision, PendingAction};
+use crate::background::Completion;
 use crate::error::{RunError, RunFailure};
+use crate::middleware::async_tasks::takes_message;
 use crate::run::{RunOptions, RunOutput};
 use crate::stream::RunStream;
 
@@ -124,6 +126,12 @@ impl Thread {
             self.lease_wait,
         )
         .await?;
+        if let Some(background) = &self.agent.inner.background {
+            // Endings of this thread's tasks that a restart left undelivered, found again.
+            background
+                .recover(&self.checkpointer, &self.id, &run.state)
+                .await;
+        }
         if let Some(input) = input
             && !self.took_input(&run)
         {
@@ -279,6 +287,97 @@ impl Thread {
     ) -> Result<RunOutput, RunFailure> {
         let (run, options) = self.open_decided(Some(pause), decisions).await?;
         self.agent.run(run, options, events).await
+    }
+
+    /// How many background tasks of this thread (async subagents started with
+    /// `start_async_task`) run now in this process.
+    pub fn background_running(&self) -> usize {
+        self.agent
+            .inner
+            .background
+            .as_ref()
+            .map_or(0, |b| b.running_for(&self.id))
+    }
+
+    /// Waits until background tasks of this thread have ended and the thread can take their
+    /// answers (it is not paused), and returns those endings; then [`wake`](Self::wake) or
+    /// [`stream_wake`](Self::stream_wake) runs the turn they start. `None` when nothing is
+    /// left to wait for: no task of the thread runs, none waits for delivery. A task that
+    /// ended while this process was down is found again here (its ending is read from its
+    /// child thread, or it runs on), as by every run of the thread. The endings are not taken
+    /// by this call: a run of the thread that starts first delivers them instead (then this
+    /// call waits on).
+    pub async fn next_wake(&self) -> Result<Option<Vec<Completion>>, CheckpointError> {
+        let Some(background) = self.agent.inner.background.as_ref() else {
+            return Ok(None);
+        };
+        loop {
+            // Subscribed before looking, so an ending between the look and the wait is seen.
+            let mut ended = background.subscribe();
+            if let Some(run) = self.state().await? {
+                background
+                    .recover(&self.checkpointer, &self.id, &run.state)
+                    .await;
+                if takes_message(&run.state)
+                    && let Some((_, endings)) = background.deliveries(&self.id, &run.state)
+                {
+                    return Ok(Some(endings));
+                }
+            }
+            if background.running_for(&self.id) == 0 {
+                return Ok(None);
+            }
+            loop {
+                match ended.recv().await {
+                    Ok(thread) if thread == self.id => break,
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(None),
+                }
+            }
+        }
+    }
+
+    /// Runs the turn that background tasks' endings start: their answers join the
+    /// conversation as a message (each announced by a
+    /// [`BackgroundTaskFinished`](deepagents_core::EventKind::BackgroundTaskFinished) event)
+    /// and the model answers it. `None`, with nothing run, when there is nothing to deliver
+    /// (see [`next_wake`](Self::next_wake)). Fails like [`invoke`](Self::invoke), also with
+    /// [`CheckpointError::Busy`] while another run holds the thread: that run delivers them.
+    pub async fn wake(&self) -> Result<Option<RunOutput>, RunFailure> {
+        self.wake_with(EventSink::discard()).await
+    }
+
+    /// Like [`wake`](Self::wake), sending events to `events`.
+    pub async fn wake_with(&self, events: EventSink) -> Result<Option<RunOutput>, RunFailure> {
+        match self.open_woken().await.map_err(not_loaded)? {
+            Some((run, options)) => self.agent.run(run, options, events).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Like [`wake`](Self::wake), on a background task, streaming events.
+    pub async fn stream_wake(&self) -> Result<Option<RunStream>, CheckpointError> {
+        Ok(self
+            .open_woken()
+            .await?
+            .map(|(run, options)| self.agent.stream_run(run, options)))
+    }
+
+    /// Loads the thread for a woken turn, when it has endings to take.
+    async fn open_woken(&self) -> Result<Option<(Run, RunOptions)>, CheckpointError> {
+        let Some(background) = self.agent.inner.background.clone() else {
+            return Ok(None);
+        };
+        let (mut run, options) = self.open(None).await?;
+        if !takes_message(&run.state) || background.deliveries(&self.id, &run.state).is_none() {
+            return Ok(None);
+        }
+        // A new turn: its steps, tokens and spending count from here, as after user input.
+        run.steps = 0;
+        run.usage = deepagents_core::Usage::default();
+        run.spent = deepagents_core::Spent::default();
+        Ok(Some((run, options)))
     }
 
     /// The actions the thread's run waits on (empty when it is not paused or does not exist).

@@ -4,6 +4,7 @@
 mod support;
 
 mod approval;
+mod background;
 mod builder;
 mod cancellation;
 mod context;

@@ -247,6 +247,7 @@ const PROTOCOL_SHAPES: &[(u32, u64)] = &[
     (1, 0xcd6c_b582_a5e6_77d2),
     (1, 0x1d7f_2c84_c965_aedc),
     (1, 0x92bd_8e78_74b3_37f4),
+    (1, 0xd6f1_c80e_6d5d_6f48),
 ];
 
 /// One event of every kind, as JSON lines.
@@ -351,6 +352,12 @@ fn protocol_samples() -> String {
                 },
             )]
             .into(),
+        },
+        EventKind::BackgroundTaskFinished {
+            task_id: "bg-0123456789abcdef".into(),
+            subagent: "researcher".into(),
+            status: "success".into(),
+            answer: "Found 3 sources.".into(),
         },
         EventKind::Error {
             kind: ErrorKind::TurnLimit,

@@ -94,7 +94,7 @@ async fn background_tasks_start_check_update_list_and_cancel() {
     let results = tool_results(&output.run.state.messages);
     assert_eq!(
         text(results[0]),
-        "Started background task th1 on counter. Check it with check_async_task."
+        "Started background task th1 on counter. Its answer will come to you as a message when it ends; go on meanwhile."
     );
     assert_eq!(text(results[1]), "Task th1 is still running.");
     assert_eq!(text(results[2]), "Task th1 received the new instructions.");
@@ -107,7 +107,7 @@ async fn background_tasks_start_check_update_list_and_cancel() {
     assert_error_containing(results[6], "No background task `nope`");
     assert_error_containing(
         results[7],
-        "Unknown remote agent `ghost`. Use one of: counter.",
+        "Unknown background agent `ghost`. Use one of: counter.",
     );
     let tasks = &output.run.state.custom[ASYNC_TASKS_KEY];
     assert_eq!(tasks["th1"]["status"], "cancelled");
@@ -134,4 +134,74 @@ async fn an_unreachable_server_is_an_error_the_model_can_act_on() {
         tool_results(&output.run.state.messages)[0],
         "The remote agent `far` at http://127.0.0.1:9 could not be reached",
     );
+}
+
+#[tokio::test]
+async fn a_remote_tasks_ending_wakes_its_parent_without_polling() {
+    let server = MockServer::start().await;
+    let ok = |body: serde_json::Value| ResponseTemplate::new(200).set_body_json(body);
+    Mock::given(method("POST"))
+        .and(path("/threads"))
+        .respond_with(ok(json!({"thread_id": "th9"})))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/threads/th9/runs"))
+        .respond_with(ok(json!({"run_id": "r9", "status": "pending"})))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/threads/th9/runs/r9/join"))
+        .respond_with(ok(json!({})))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/threads/th9/runs/r9"))
+        .respond_with(ok(json!({"run_id": "r9", "status": "success"})))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/threads/th9/state"))
+        .respond_with(ok(json!({"values": {"messages": [
+            {"type": "ai", "content": "There are 3 files."}
+        ]}})))
+        .mount(&server)
+        .await;
+    let agent = Agent::builder(scripted(json!([
+        call("start_async_task", json!({"description": "count", "subagent_type": "counter"})),
+        {"text": "Started."},
+        {"text": "The counter found 3 files."}
+    ])))
+    .checkpointer(std::sync::Arc::new(
+        deepagents::core::InMemoryCheckpointer::new(),
+    ))
+    .remote_subagent(RemoteSubAgent {
+        name: "counter".into(),
+        description: "Counts things.".into(),
+        url: server.uri(),
+        graph_id: "g".into(),
+        headers: vec![],
+    })
+    .build()
+    .unwrap();
+    let thread = agent.thread("remote-wake").unwrap();
+    assert_eq!(thread.invoke("go").await.unwrap().text, "Started.");
+    let endings = tokio::time::timeout(std::time::Duration::from_secs(20), thread.next_wake())
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("a wake");
+    assert_eq!(endings[0].task_id, "th9");
+    assert_eq!(endings[0].answer, "There are 3 files.");
+    let woken = thread.wake().await.unwrap().expect("a woken turn");
+    assert_eq!(woken.text, "The counter found 3 files.");
+    assert!(
+        woken
+            .run
+            .state
+            .messages
+            .iter()
+            .any(|m| m.text().contains("There are 3 files."))
+    );
+    assert!(thread.wake().await.unwrap().is_none());
 }

@@ -29,6 +29,7 @@
 //! there, under a type of your own, never in the middleware value.
 
 mod approvals;
+pub(crate) mod async_tasks;
 mod dangling;
 mod filesystem;
 mod guidance;
@@ -36,7 +37,7 @@ mod hooks;
 mod memory;
 mod offload;
 #[cfg(feature = "remote")]
-mod remote;
+pub(crate) mod remote;
 mod response_format;
 mod shorten;
 mod skills;
@@ -65,8 +66,10 @@ pub use offload::{
     DEFAULT_OFFLOAD_THRESHOLD, LARGE_INPUT_THRESHOLD, LARGE_INPUTS_KEY, LARGE_RESULTS_DIR,
     LargeResultsMiddleware,
 };
+pub use crate::background::ASYNC_TASKS_KEY;
+pub use async_tasks::AsyncSubAgentsMiddleware;
 #[cfg(feature = "remote")]
-pub use remote::{ASYNC_TASKS_KEY, RemoteSetupError, RemoteSubAgent, RemoteSubAgentsMiddleware};
+pub use remote::{RemoteSetupError, RemoteSubAgent};
 pub(crate) use response_format::final_structured_answer;
 pub use response_format::{FINAL_ANSWER_TOOL, ResponseFormatMiddleware, STRUCTURED_RESPONSE_KEY};
 pub use shorten::ShortenOldEditsMiddleware;

@@ -59,6 +59,8 @@ pub(crate) struct Registered {
     pub(crate) description: String,
     pub(crate) agent: Agent,
     pub(crate) mode: SubAgentMode,
+    /// Started with `start_async_task`, not `task`.
+    pub(crate) asynchronous: bool,
 }
 
 impl SubAgentsMiddleware {
