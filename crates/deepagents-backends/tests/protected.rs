@@ -293,3 +293,79 @@ async fn protected_names_hold_in_non_virtual_mode() {
         .await
         .unwrap();
 }
+
+async fn host(
+    fs: &FilesystemBackend,
+    path: &str,
+    change: bool,
+) -> Result<std::path::PathBuf, BackendError> {
+    fs.host_path(&p(path), change).await
+}
+
+#[tokio::test]
+async fn host_path_checks_as_reads_and_writes_do() {
+    let (tmp, shell) = sandboxed();
+    let fs = shell.filesystem();
+    let root = fs.root().to_path_buf();
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "secret").unwrap();
+    std::fs::create_dir(root.join(".git")).unwrap();
+    std::fs::write(root.join(".git/config"), "[core]").unwrap();
+    std::fs::create_dir(root.join("src")).unwrap();
+    std::fs::write(root.join("src/lib.rs"), "fn main() {}").unwrap();
+    symlink("src/lib.rs", root.join("alias.rs")).unwrap();
+    symlink(outside.join("secret.txt"), root.join("escape.txt")).unwrap();
+    symlink(".git", root.join("git-link")).unwrap();
+
+    // Reads: existing regular files, where they really are.
+    let read = |path: &'static str| host(fs, path, false);
+    assert_eq!(read("/src/lib.rs").await.unwrap(), root.join("src/lib.rs"));
+    assert_eq!(read("/alias.rs").await.unwrap(), root.join("src/lib.rs"));
+    assert_eq!(
+        read("/.git/config").await.unwrap(),
+        root.join(".git/config")
+    );
+    assert!(matches!(
+        read("/escape.txt").await,
+        Err(BackendError::PermissionDenied { .. })
+    ));
+    assert!(matches!(
+        read("/missing.txt").await,
+        Err(BackendError::NotFound { .. })
+    ));
+    assert!(matches!(
+        read("/src").await,
+        Err(BackendError::IsDirectory { .. })
+    ));
+
+    // Changes: where the write would land, new parents included; nothing is created.
+    let change = |path: &'static str| host(fs, path, true);
+    assert_eq!(change("/alias.rs").await.unwrap(), root.join("src/lib.rs"));
+    assert_eq!(
+        change("/new/dir/file.md").await.unwrap(),
+        root.join("new/dir/file.md")
+    );
+    assert!(!root.join("new").exists());
+    for refused in [
+        "/escape.txt",
+        "/.git/config",
+        "/.git/new",
+        "/git-link/config",
+        "/.agents/skills/x.md",
+    ] {
+        let error = change(refused).await.unwrap_err();
+        assert!(
+            matches!(error, BackendError::PermissionDenied { .. }),
+            "{refused}: {error}"
+        );
+    }
+    assert!(matches!(
+        change("/src").await,
+        Err(BackendError::IsDirectory { .. })
+    ));
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret.txt")).unwrap(),
+        "secret"
+    );
+}
