@@ -784,3 +784,98 @@ fn a_turn_from_the_editor_is_rewound() {
     );
     assert!(!root.join("made.md").exists());
 }
+
+#[test]
+fn a_command_past_its_timeout_is_killed_in_the_editors_terminal() {
+    let work = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let model = script(
+        work.path(),
+        &json!({"turns": [
+            {"tool_calls": [{"id": "s1", "name": "execute", "args": {"command": "sleep 120", "timeout": 1}}]},
+            {"text": "It hung."}
+        ]}),
+    );
+    let flags = ["--backend", "shell", "--sandbox", "off", "--auto-approve"];
+    let offered = json!({"terminal": true});
+    let mut editor = Editor::start_offering(work.path(), &model, &flags, offered);
+    let (session, _) = editor.new_session(root.path());
+    let id = editor.request(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "wait"}]}),
+    );
+    let mut seen = Vec::new();
+    let response = loop {
+        let message = editor.receive();
+        if message["id"] == id && message.get("method").is_none() {
+            break message;
+        }
+        seen.push(message.clone());
+        let result = match message["method"].as_str() {
+            Some("terminal/create") => json!({"terminalId": "t-1"}),
+            Some("terminal/output") => json!({"output": "partial\n", "truncated": false,
+                "exitStatus": {"signal": "SIGKILL"}}),
+            Some("terminal/kill" | "terminal/release") => json!({}),
+            // The wait is never answered: the command runs on until it is killed.
+            _ => continue,
+        };
+        editor.send(&json!({"jsonrpc": "2.0", "id": message["id"], "result": result}));
+    };
+    assert_eq!(response["result"]["stopReason"], "end_turn", "{response}");
+    let asked: Vec<&str> = seen
+        .iter()
+        .filter(|m| m.get("id").is_some())
+        .filter_map(|m| m["method"].as_str())
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            "terminal/create",
+            "terminal/wait_for_exit",
+            "terminal/kill",
+            "terminal/output",
+            "terminal/release"
+        ]
+    );
+    let finished = last_update(&seen, "s1", "rawOutput");
+    let output = finished["rawOutput"].as_str().unwrap();
+    assert!(output.contains("partial"), "{output}");
+    assert!(output.contains("ran past its timeout"), "{output}");
+    editor.finish();
+}
+
+#[test]
+fn with_a_sandbox_commands_stay_in_it_though_the_editor_offers_a_terminal() {
+    if std::process::Command::new("bwrap")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(std::env::var_os("CI").is_none(), "bubblewrap is missing");
+        eprintln!("skipped: bubblewrap is not installed");
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let model = script(
+        work.path(),
+        &json!({"turns": [
+            {"tool_calls": [{"id": "c1", "name": "execute", "args": {"command": "echo confined"}}]},
+            {"text": "Done."}
+        ]}),
+    );
+    let flags = ["--backend", "shell"];
+    let offered = json!({"terminal": true});
+    let mut editor = Editor::start_offering(work.path(), &model, &flags, offered);
+    let (session, _) = editor.new_session(root.path());
+    // No terminal/* request: the answer closure refuses any.
+    let (seen, stop) = editor.prompt(&session, "run it", |r| panic!("asked {r}"));
+    assert_eq!(stop, "end_turn");
+    let ran = last_update(&seen, "c1", "rawOutput");
+    let output = ran["rawOutput"].as_str().unwrap();
+    assert!(
+        output.contains("confined") && output.contains("[Exit code 0]"),
+        "{ran}"
+    );
+    editor.finish();
+}
