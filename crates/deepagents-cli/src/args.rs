@@ -346,6 +346,12 @@ pub struct RunArgs {
     /// failing.
     #[arg(long, requires = "thread")]
     pub wait: bool,
+    /// `run`: after the answer, wait up to SECONDS in all for the run's background tasks
+    /// (async subagents); each ending starts a new turn, whose answer is printed too. Tasks
+    /// still running then are left to the thread: their answers come the next time it runs.
+    /// 0: do not wait.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub background_wait: u64,
     /// The task; `-` reads it from stdin. Optional with --thread (resume).
     pub task: Option<String>,
 }

@@ -53,10 +53,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let timed_out = cancel_after(args.timeout, options.cancel.clone());
     let input = task.filter(|t| !t.trim().is_empty());
+    let background = Background {
+        wait: std::time::Duration::from_secs(args.background_wait),
+        cancel: options.cancel.clone(),
+    };
+    // Async subagents report to a thread: a run without one gets a thread of its own, in
+    // memory, gone with the process.
+    let scratch = args.thread.is_none() && agent.background_endings().is_some();
     let target = match &args.thread {
         Some(id) => Target::Thread {
             thread: agent.thread(id.as_str())?.with_options(options),
             wait: args.wait,
+            background,
+        },
+        None if scratch => Target::Thread {
+            thread: agent
+                .thread_in(
+                    Arc::new(deepagents::core::InMemoryCheckpointer::new()),
+                    "run",
+                )?
+                .with_options(options),
+            wait: false,
+            background,
         },
         None => Target::Once(options),
     };
@@ -64,7 +82,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // A new message on a thread: what the agent may change is recorded first (`threads
     // rewind`).
     let turn = match (&target, &input) {
-        (Target::Thread { thread, .. }, Some(input)) => {
+        (Target::Thread { thread, .. }, Some(input)) if !scratch => {
             crate::rewind::before_turn(thread, root.as_deref(), input).await
         }
         _ => None,
@@ -84,7 +102,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         tracer.as_deref(),
     )
     .await;
-    if let Target::Thread { thread, .. } = &target {
+    if let Target::Thread { thread, .. } = &target
+        && !scratch
+    {
         crate::rewind::after_turn(thread, turn, root.as_deref()).await;
     }
     // The runs' spans go out before the process ends.
@@ -166,6 +186,7 @@ enum Target {
     Thread {
         thread: deepagents::Thread,
         wait: bool,
+        background: Background,
     },
     /// A run of its own, with these options.
     Once(RunOptions),
@@ -182,7 +203,7 @@ async fn first_stream(
             let run = deepagents::Run::from_task(input.unwrap_or_default());
             return Ok(agent.stream_run(run, options.clone()));
         }
-        Target::Thread { thread, wait } => (thread, *wait),
+        Target::Thread { thread, wait, .. } => (thread, *wait),
     };
     if input.is_none() && thread.state().await?.is_none() {
         bail!(
@@ -251,6 +272,8 @@ async fn drive(
     let mut stream = first?;
     let mut stdout = std::io::stdout().lock();
     let mut progress = progress::Progress::default();
+    // When waiting for background tasks must end (`--background-wait`), from the first wait.
+    let mut deadline = None;
     loop {
         let mut trace = tracer.map(|tracer| tracer.run(Vec::new()));
         while let Some(event) = stream.next().await {
@@ -293,6 +316,14 @@ async fn drive(
                     "warning: the answer was cut at the model's output limit and is not complete; raise max_output_tokens in config.toml, or ask for less (exit status {})",
                     exit::CUT
                 );
+            }
+            if let Target::Thread {
+                thread, background, ..
+            } = target
+                && let Some(next) = woken(thread, background, &mut deadline, print).await?
+            {
+                stream = next;
+                continue;
             }
             return Ok(Ended::Finished { cut: output.cut() });
         }
@@ -339,6 +370,58 @@ async fn drive(
                 agent.stream_run(run, options.clone())
             }
         };
+    }
+}
+
+/// How `run` waits for a thread's background tasks after an answer (`--background-wait`).
+struct Background {
+    /// How long in all.
+    wait: std::time::Duration,
+    /// The run's token: a signal or `--timeout` ends the wait too.
+    cancel: tokio_util::sync::CancellationToken,
+}
+
+/// After an answer on `thread`: waits for the next ending of its background tasks (until
+/// `deadline`, set at the first wait) and starts the turn that ending wakes; `None` when no
+/// task is left, the time is up (a warning says what is left) or the run was cancelled.
+async fn woken(
+    thread: &deepagents::Thread,
+    background: &Background,
+    deadline: &mut Option<tokio::time::Instant>,
+    print: Output,
+) -> anyhow::Result<Option<RunStream>> {
+    if background.wait.is_zero() {
+        return Ok(None);
+    }
+    let until = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + background.wait);
+    loop {
+        let running = thread.background_running();
+        if running > 0 && !print.quiet && !print.json {
+            eprintln!(
+                "waiting for {running} background task{} (--background-wait)",
+                if running == 1 { "" } else { "s" }
+            );
+        }
+        let wake = tokio::select! {
+            wake = thread.next_wake() => wake?,
+            () = tokio::time::sleep_until(until) => {
+                eprintln!(
+                    "warning: {} background task(s) still running after {} s (--background-wait); their answers come the next time thread `{}` runs (never for a run without --thread)",
+                    thread.background_running(),
+                    background.wait.as_secs(),
+                    thread.id()
+                );
+                return Ok(None);
+            }
+            () = background.cancel.cancelled() => return Ok(None),
+        };
+        if wake.is_none() {
+            return Ok(None);
+        }
+        if let Some(stream) = thread.stream_wake().await? {
+            return Ok(Some(stream));
+        }
+        // Another run of the thread took the endings first: wait for the next.
     }
 }
 

@@ -349,3 +349,73 @@ fn hooks_see_a_subagent_start_and_its_tool_calls() {
         "{logged}"
     );
 }
+
+/// `async: true` in a markdown subagent: `run` starts it in the background, answers, waits
+/// for it, and its ending starts one more turn whose answer is printed too.
+#[test]
+fn a_headless_run_waits_for_its_async_subagent_and_runs_the_turn_it_wakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join("agents");
+    std::fs::create_dir(&agents).unwrap();
+    std::fs::write(
+        agents.join("helper.md"),
+        "---\nname: helper\ndescription: Computes answers.\nasync: true\n---\nYou compute.\n",
+    )
+    .unwrap();
+    // The helper looks around for a while, so the parent has answered before it ends.
+    let mut helper: Vec<Value> = (0..30)
+        .map(|_| json!({"tool_calls": [{"name": "ls", "args": {}}]}))
+        .collect();
+    helper.push(json!({"text": "42"}));
+    let model = write_script(
+        dir.path(),
+        json!({
+            "turns": [
+                {"tool_calls": [{"name": "start_async_task", "args": {"subagent_type": "helper", "description": "compute: the answer"}}]},
+                {"text": "Started."},
+                {"text": "The helper says 42."}
+            ],
+            "conversations": [{"when_task_contains": "compute:", "turns": helper}]
+        }),
+    );
+    let output = bin()
+        .args([
+            "run",
+            "--json",
+            "--backend",
+            "state",
+            "--background-wait",
+            "60",
+            "--model",
+            &model,
+            "--agents",
+        ])
+        .arg(&agents)
+        .arg("go")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let events: Vec<Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let finals: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "final" && e["path"] == json!([]))
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(finals, ["Started.", "The helper says 42."]);
+    let endings: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "background_task_finished")
+        .collect();
+    assert_eq!(endings.len(), 1, "{endings:?}");
+    assert_eq!(endings[0]["subagent"], "helper");
+    assert_eq!(endings[0]["status"], "success");
+    assert_eq!(endings[0]["answer"], "42");
+}

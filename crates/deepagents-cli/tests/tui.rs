@@ -476,3 +476,48 @@ fn plan_mode_refuses_changes_until_the_plan_is_approved_then_they_run() {
     );
     assert!(!tui.screen().contains(" PLAN "), "{}", tui.screen());
 }
+
+#[test]
+fn an_async_subagent_ending_while_idle_starts_the_next_turn_in_the_tui() {
+    if !have_tmux() {
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let agents = data.path().join("agents");
+    std::fs::create_dir(&agents).unwrap();
+    std::fs::write(
+        agents.join("helper.md"),
+        "---\nname: helper\ndescription: Computes answers.\nasync: true\n---\nYou compute.\n",
+    )
+    .unwrap();
+    // The helper looks around for a while, so the turn that started it has ended first.
+    let mut helper: Vec<Value> = (0..30)
+        .map(|_| json!({"tool_calls": [{"name": "ls", "args": {}}]}))
+        .collect();
+    helper.push(json!({"text": "42"}));
+    let path = data.path().join("script.json");
+    std::fs::write(
+        &path,
+        json!({
+            "turns": [
+                {"tool_calls": [{"name": "start_async_task", "args": {"subagent_type": "helper", "description": "compute: the answer"}}]},
+                {"text": "Started in the background."},
+                {"text": "The helper says 42."}
+            ],
+            "conversations": [{"when_task_contains": "compute:", "turns": helper}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let model = format!("scripted:{}", path.display());
+    let agents = agents.display().to_string();
+    let tui = Tui::start(
+        data.path(),
+        &["--model", &model, "--backend", "state", "--agents", &agents],
+    );
+    tui.type_line("go");
+    tui.wait_for("Started in the background.");
+    // Nobody types: the ending starts the turn.
+    let screen = tui.wait_for("The helper says 42.");
+    assert!(screen.contains("(helper) ended: success"), "{screen}");
+}

@@ -78,6 +78,20 @@ impl Agent {
         crate::driver::drive(&self.inner, run, &options, &events).await
     }
 
+    /// Like [`thread`](Self::thread), saved in `checkpointer` instead of the agent's own
+    /// (which it need not have): a conversation kept elsewhere, such as in memory for a run
+    /// that should leave nothing behind but still needs a thread (async subagents report to
+    /// one).
+    pub fn thread_in(
+        &self,
+        checkpointer: Arc<dyn Checkpointer>,
+        thread_id: impl Into<String>,
+    ) -> Result<Thread, ThreadError> {
+        let id = thread_id.into();
+        deepagents_core::validate_thread_id(&id).map_err(ThreadError::InvalidId)?;
+        Ok(Thread::new(self.clone(), checkpointer, id))
+    }
+
     /// The ids of threads whose background tasks end, one per ending, from now on; `None`
     /// when the agent has no async subagents. A front end that serves many threads (a server)
     /// listens here and wakes the thread: [`Thread::wake`]. A receiver that falls behind

@@ -452,6 +452,16 @@ impl App {
             EventKind::Sandbox { confinement } if depth == 0 => {
                 self.status.sandbox = confinement.engine.clone();
             }
+            EventKind::BackgroundTaskFinished {
+                task_id,
+                subagent,
+                status,
+                ..
+            } => {
+                self.cells.push(Cell::Notice(format!(
+                    "background task {task_id} ({subagent}) ended: {status}; its answer went to the agent"
+                )));
+            }
             _ => {}
         }
     }

@@ -164,6 +164,10 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
     let mut keys = EventStream::new();
     let mut tick = tokio::time::interval(Duration::from_millis(120));
     let mut turn: Option<Turn> = None;
+    // Async subagents' endings: one that belongs to the open thread starts its next turn
+    // once the TUI is idle. Checked at start too: a task may have ended while it was closed.
+    let mut endings = session.agent.background_endings();
+    let mut wake_due = true;
     // The turn whose snapshot was taken last (`/rewind`), and a rewind waiting for its
     // second confirmation because it would overwrite files changed by hand.
     let mut snapshot_turn: Option<u64> = None;
@@ -254,6 +258,7 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                     open(&session, &thread_id, &mut app, &notes).await?;
                     app.cells
                         .push(Cell::Notice(format!("new thread {thread_id}")));
+                    wake_due = true;
                 }
                 Action::Resume(id) => {
                     if let Err(e) = deepagents::validate_thread_id(&id) {
@@ -265,6 +270,7 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                         open(&session, &thread_id, &mut app, &notes).await?;
                         app.cells
                             .push(Cell::Notice(format!("opened thread {thread_id}")));
+                        wake_due = true;
                     }
                 }
                 Action::Rewind(None, _) => {
@@ -360,6 +366,7 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                             old.store.close().await;
                             drop(old);
                             questions = session.questions.take();
+                            endings = session.agent.background_endings();
                             args = next;
                             app.status.model.clone_from(&spec);
                             app.status.window = session.window;
@@ -409,6 +416,13 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                 }
             }
             continue;
+        }
+        if wake_due && turn.is_none() && app.pause.is_none() {
+            wake_due = false;
+            if let Some(stream) = woken(&session, &thread_id, &mut app).await? {
+                turn = Some(Turn { stream });
+                dirty = true;
+            }
         }
         let due = drawn_at.map(|at| at + FRAME);
         if dirty && due.is_none_or(|due| tokio::time::Instant::now() >= due) {
@@ -460,6 +474,8 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                 }
                 None => {
                     dirty = true;
+                    // An ending that came after the turn's last model call waits for it.
+                    wake_due = true;
                     if let Some(ended) = turn.take() {
                         let outcome = ended.stream.outcome().await;
                         let thread = handle(&session, &thread_id, false)?;
@@ -498,6 +514,16 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                 }
                 None => questions = None,
             },
+            ended = async {
+                match endings.as_mut() {
+                    Some(endings) => endings.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => match ended {
+                Ok(id) => wake_due |= id == thread_id,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => wake_due = true,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => endings = None,
+            },
             _ = tick.tick() => dirty |= app.on_tick(),
         }
     }
@@ -526,6 +552,28 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
     match failed {
         Some(e) => Err(e),
         None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// The turn that background tasks' endings start on thread `id`, when it has any to take:
+/// the TUI shows it as it would a turn of the person's.
+async fn woken(session: &Session, id: &str, app: &mut App) -> anyhow::Result<Option<RunStream>> {
+    if session.agent.background_endings().is_none() {
+        return Ok(None);
+    }
+    let thread = handle(session, id, false)?;
+    match thread.stream_wake().await {
+        Ok(Some(stream)) => {
+            // Its `background_task_finished` event says which task; the answer follows.
+            app.busy = true;
+            Ok(Some(stream))
+        }
+        Ok(None) => Ok(None),
+        // Another process holds the thread: its run takes the endings.
+        Err(error) => {
+            app.cells.push(Cell::Error(error.to_string()));
+            Ok(None)
+        }
     }
 }
 
