@@ -1035,7 +1035,12 @@ impl Runs {
                 .stream_content(content.clone())
                 .await
                 .map_err(RunError::Checkpoint),
-            (None, None) => thread.stream_resume().await.map_err(RunError::Checkpoint),
+            // A run without input: a turn that background tasks' endings start (their
+            // answers are its input), else the continuation of what the thread left.
+            (None, None) => match thread.stream_wake().await.map_err(RunError::Checkpoint)? {
+                Some(stream) => Ok(stream),
+                None => thread.stream_resume().await.map_err(RunError::Checkpoint),
+            },
         }
     }
 }

@@ -22,6 +22,7 @@ mod jwt;
 #[cfg(feature = "otel")]
 mod otel;
 mod routes;
+mod wakes;
 mod webhooks;
 
 fn agent(checkpointer: Arc<dyn deepagents::core::Checkpointer>) -> Agent {

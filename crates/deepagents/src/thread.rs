@@ -314,15 +314,8 @@ impl Thread {
         loop {
             // Subscribed before looking, so an ending between the look and the wait is seen.
             let mut ended = background.subscribe();
-            if let Some(run) = self.state().await? {
-                background
-                    .recover(&self.checkpointer, &self.id, &run.state)
-                    .await;
-                if takes_message(&run.state)
-                    && let Some((_, endings)) = background.deliveries(&self.id, &run.state)
-                {
-                    return Ok(Some(endings));
-                }
+            if let Some(endings) = self.pending_wake().await? {
+                return Ok(Some(endings));
             }
             if background.running_for(&self.id) == 0 {
                 return Ok(None);
@@ -336,6 +329,26 @@ impl Thread {
                 }
             }
         }
+    }
+
+    /// Like [`next_wake`](Self::next_wake) without waiting: the endings the thread could take
+    /// now, if any (`None` also while it is paused).
+    pub async fn pending_wake(&self) -> Result<Option<Vec<Completion>>, CheckpointError> {
+        let Some(background) = self.agent.inner.background.as_ref() else {
+            return Ok(None);
+        };
+        let Some(run) = self.state().await? else {
+            return Ok(None);
+        };
+        background
+            .recover(&self.checkpointer, &self.id, &run.state)
+            .await;
+        if !takes_message(&run.state) {
+            return Ok(None);
+        }
+        Ok(background
+            .deliveries(&self.id, &run.state)
+            .map(|(_, endings)| endings))
     }
 
     /// Runs the turn that background tasks' endings start: their answers join the

@@ -28,6 +28,7 @@ mod runs;
 mod sse;
 mod store;
 mod threads;
+mod wakes;
 
 /// What every handler shares.
 struct Shared {
@@ -106,6 +107,7 @@ pub fn router(options: ServerOptions, jwt: Option<crate::auth::Verifier>) -> (Ro
         crons: Arc::new(crons),
     });
     crons::start_scheduler(&shared);
+    wakes::start_listeners(&shared);
     let api = Router::new()
         .route("/assistants/search", post(assistants::assistants_search))
         .route("/assistants/count", post(assistants::assistants_count))

@@ -85,18 +85,21 @@ pub(crate) fn takes_message(state: &AgentState) -> bool {
 
 /// The async subagents' names and descriptions, local ones first.
 fn agents(background: &Background) -> Vec<(String, String)> {
-    let mut all: Vec<(String, String)> = background
+    let locals = background
         .locals
         .iter()
-        .map(|(name, local)| (name.clone(), local.description.clone()))
-        .collect();
+        .map(|(name, local)| (name.clone(), local.description.clone()));
     #[cfg(feature = "remote")]
-    all.extend(
-        background
-            .remotes
-            .values()
-            .map(|r| (r.spec.name.clone(), r.spec.description.clone())),
-    );
+    let all = locals
+        .chain(
+            background
+                .remotes
+                .values()
+                .map(|r| (r.spec.name.clone(), r.spec.description.clone())),
+        )
+        .collect();
+    #[cfg(not(feature = "remote"))]
+    let all = locals.collect();
     all
 }
 
