@@ -245,6 +245,26 @@ impl Background {
         Some(generation)
     }
 
+    /// Starts generation `generation` of local task `task_id` of thread `parent` with
+    /// `message`, for a task this process no longer knows (it ended before a restart).
+    pub(crate) fn restart_local(
+        self: &Arc<Self>,
+        parent: &str,
+        checkpointer: Arc<dyn Checkpointer>,
+        task_id: &str,
+        subagent: &str,
+        message: String,
+        generation: u32,
+    ) {
+        let job = Job {
+            task_id: task_id.to_owned(),
+            parent: parent.to_owned(),
+            subagent: subagent.to_owned(),
+            checkpointer,
+        };
+        self.spawn_local(job, Some(message), generation);
+    }
+
     /// Stops a task and forgets it: its ending is never delivered.
     pub(crate) fn cancel(&self, task_id: &str) {
         if let Some(entry) = self.lock().remove(task_id)

@@ -389,8 +389,24 @@ async fn a_restart_between_the_ending_and_its_delivery_loses_nothing() {
     within(ended.recv()).await.unwrap();
     // The process "restarts": a new agent over the same store knows nothing in memory.
     drop(first);
-    let after = Fake::new(vec![say("The helper says 42.")]);
-    let second = agent(after.clone(), Fake::new(vec![say("unused")]), store.clone());
+    let after = Fake::new(vec![
+        say("The helper says 42."),
+        Box::new(|messages| AssistantMessage {
+            content: vec![],
+            tool_calls: vec![ToolCall {
+                id: "call_update".into(),
+                name: "update_async_task".into(),
+                arguments: json!({"task_id": started_task(messages), "message": "and again"}),
+            }],
+        }),
+        say("Asked again."),
+        say("The helper now says 43."),
+    ]);
+    let second = agent(
+        after.clone(),
+        Fake::new(vec![say("The answer is 43.")]),
+        store.clone(),
+    );
     let thread = second.thread("restart").unwrap();
     let endings = within(thread.next_wake()).await.unwrap().expect("a wake");
     assert_eq!(endings[0].answer, "The answer is 42.");
@@ -398,6 +414,16 @@ async fn a_restart_between_the_ending_and_its_delivery_loses_nothing() {
     assert_eq!(woken.text, "The helper says 42.");
     assert!(after.last_request_text().contains("The answer is 42."));
     assert!(thread.wake().await.unwrap().is_none());
+    // A task that ended before the restart takes new instructions in its child thread.
+    assert_eq!(
+        thread.invoke("ask again").await.unwrap().text,
+        "Asked again."
+    );
+    let endings = within(thread.next_wake()).await.unwrap().expect("a wake");
+    assert_eq!(endings[0].answer, "The answer is 43.");
+    assert_eq!(endings[0].generation, 2);
+    let woken = thread.wake().await.unwrap().expect("a woken turn");
+    assert_eq!(woken.text, "The helper now says 43.");
 }
 
 #[tokio::test]

@@ -568,8 +568,8 @@ async fn woken(session: &Session, id: &str, app: &mut App) -> anyhow::Result<Opt
             app.busy = true;
             Ok(Some(stream))
         }
-        Ok(None) => Ok(None),
         // Another process holds the thread: its run takes the endings.
+        Ok(None) | Err(deepagents::CheckpointError::Busy { .. }) => Ok(None),
         Err(error) => {
             app.cells.push(Cell::Error(error.to_string()));
             Ok(None)

@@ -380,13 +380,30 @@ impl Tool for UpdateTask {
     async fn call(&self, args: UpdateArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let mut task = known_task(&ctx.state, &args.task_id)?;
         if task.local {
-            let Some(generation) = self.0.update_local(&args.task_id, args.message) else {
-                return Err(ToolError::RespondToModel(format!(
-                    "Task {} is no longer known to this process; start a new one.",
-                    args.task_id
-                )));
+            task.generation = match self.0.update_local(&args.task_id, args.message.clone()) {
+                Some(generation) => generation,
+                // Ended before a restart: its child thread goes on with the new message.
+                None => {
+                    let (Some(parent), Some(checkpoint)) =
+                        (parent_thread(&ctx), ctx.run.checkpoint.as_ref())
+                    else {
+                        return Err(ToolError::RespondToModel(format!(
+                            "Task {} cannot be continued from here; start a new one.",
+                            args.task_id
+                        )));
+                    };
+                    let generation = task.generation + 1;
+                    self.0.restart_local(
+                        &parent,
+                        Arc::clone(&checkpoint.checkpointer),
+                        &args.task_id,
+                        &task.agent,
+                        args.message,
+                        generation,
+                    );
+                    generation
+                }
             };
-            task.generation = generation;
             task.status = "running".to_owned();
         } else {
             update_remote(&self.0, &args, &mut task, parent_thread(&ctx)).await?;
