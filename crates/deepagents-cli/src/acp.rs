@@ -460,7 +460,7 @@ async fn drive(
                     let _ = stream.outcome().await;
                 }
                 for action in &output.pending {
-                    view.failed(&action.call_id, cx);
+                    view.failed(action.tool_call_id(), cx);
                 }
                 return Ok(acp::StopReason::Cancelled);
             }
@@ -470,7 +470,7 @@ async fn drive(
         }
         for (action, decision) in output.pending.iter().zip(&decisions) {
             if !matches!(decision, Decision::Approve | Decision::Edit { .. }) {
-                view.failed(&action.call_id, cx);
+                view.failed(action.tool_call_id(), cx);
             }
         }
         let started = match &pause {

@@ -391,7 +391,7 @@ fn edit(
 /// Which subagent asks, for calls made inside one: "[general-purpose] ", nested ones joined
 /// with " › ".
 fn origin(action: &PendingAction) -> String {
-    let names: Vec<&str> = action.path.iter().map(|s| s.name.as_str()).collect();
+    let names: Vec<&str> = action.agents().iter().map(|s| s.name.as_str()).collect();
     if names.is_empty() {
         String::new()
     } else {

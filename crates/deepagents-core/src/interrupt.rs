@@ -85,3 +85,37 @@ pub struct PendingAction {
     )]
     pub path: AgentPath,
 }
+
+impl PendingAction {
+    /// The tool call's own path segment when this action is a question that call asked
+    /// ([`ToolOutput::suspend`](crate::ToolOutput::suspend)): the run records a suspended call
+    /// like a subagent paused inside it, one level down, so decisions reach it the same way.
+    fn asking_segment(&self) -> Option<&crate::event::PathSegment> {
+        let last = self.path.last()?;
+        let asks = self.request.is_some()
+            && last.name == self.name
+            && self
+                .call_id
+                .strip_prefix(last.call_id.as_str())
+                .is_some_and(|rest| rest.starts_with("-ask-"));
+        asks.then_some(last)
+    }
+
+    /// The id of the model's tool call this action is about: for a question a tool asked
+    /// mid-call, the call that asked it (front ends attach the question to that call);
+    /// otherwise [`call_id`](Self::call_id).
+    pub fn tool_call_id(&self) -> &str {
+        self.asking_segment()
+            .map_or(self.call_id.as_str(), |segment| segment.call_id.as_str())
+    }
+
+    /// The subagents the action waits in, outermost first: [`path`](Self::path) without the
+    /// level a question adds for the call that asked it. Empty for the run's own calls and
+    /// their questions.
+    pub fn agents(&self) -> &[crate::event::PathSegment] {
+        match self.asking_segment() {
+            Some(_) => &self.path[..self.path.len() - 1],
+            None => &self.path,
+        }
+    }
+}

@@ -217,11 +217,13 @@ pub fn interrupts(pending: &[PendingAction], id: &str) -> Value {
             let mut request = json!({
                 "name": action.name,
                 "args": action.arguments,
-                "id": action.call_id,
+                // A question a tool asked carries the id of the call that asked it.
+                "id": action.tool_call_id(),
                 "description": description,
             });
-            if !action.path.is_empty() {
-                request["agent_path"] = serde_json::to_value(&action.path).unwrap_or(Value::Null);
+            if !action.agents().is_empty() {
+                request["agent_path"] =
+                    serde_json::to_value(action.agents()).unwrap_or(Value::Null);
             }
             request
         })

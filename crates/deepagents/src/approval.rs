@@ -377,15 +377,14 @@ pub(crate) fn gate(
     let mut pending = Vec::new();
     let mut rewritten: Option<usize> = None;
     for mut call in calls {
-        let Some(config) = interrupts
+        let config = interrupts
             .get(&call.name)
-            .filter(|c| c.applies(&call.arguments) && !resuming.contains(&call.id))
-        else {
-            to_run.push(call);
-            continue;
-        };
-        match decisions.get(&call.id) {
-            None => pending.push(PendingAction {
+            .filter(|c| c.applies(&call.arguments) && !resuming.contains(&call.id));
+        // A decision without a configuration answers a pause this agent no longer makes:
+        // a question (`ask_user`) that an earlier version asked as a gate before the call.
+        match (config, decisions.get(&call.id)) {
+            (None, None) => to_run.push(call),
+            (Some(config), None) => pending.push(PendingAction {
                 call_id: call.id.clone(),
                 name: call.name.clone(),
                 arguments: call.arguments.clone(),
@@ -394,25 +393,18 @@ pub(crate) fn gate(
                 request: None,
                 path: Vec::new(),
             }),
-            Some(Decision::Approve) => to_run.push(call),
-            Some(Decision::Edit { arguments }) => {
+            (_, Some(Decision::Approve)) => to_run.push(call),
+            (_, Some(Decision::Edit { arguments })) => {
                 if let Some(index) = edit_call(run, &call.id, arguments) {
                     rewritten = Some(rewritten.map_or(index, |i| i.min(index)));
                 }
                 call.arguments = arguments.clone();
                 to_run.push(call);
             }
-            Some(Decision::Reject { message }) => settled.push(ToolResult::error(
-                &call,
-                format!(
-                    "The user rejected this call{}. Do not retry it unchanged.",
-                    message
-                        .as_deref()
-                        .map(|m| format!(": {}", m.trim_end_matches('.')))
-                        .unwrap_or_default()
-                ),
-            )),
-            Some(Decision::Respond { message }) => settled.push(ToolResult {
+            (_, Some(Decision::Reject { message })) => {
+                settled.push(ToolResult::error(&call, rejected(message.as_deref())));
+            }
+            (_, Some(Decision::Respond { message })) => settled.push(ToolResult {
                 status: ToolStatus::Ok,
                 ..ToolResult::error(&call, message.clone())
             }),
@@ -430,6 +422,16 @@ pub(crate) fn gate(
         record_pause(run, &pending);
         Gate::Pause(pending)
     }
+}
+
+/// What the model is told about a call the person rejected (or a question they declined).
+pub(crate) fn rejected(reason: Option<&str>) -> String {
+    format!(
+        "The user rejected this call{}. Do not retry it unchanged.",
+        reason
+            .map(|m| format!(": {}", m.trim_end_matches('.')))
+            .unwrap_or_default()
+    )
 }
 
 /// The history shows the arguments that actually ran. Returns the index of the message it

@@ -840,9 +840,6 @@ impl AgentBuilder {
         if self.ask_user {
             self.tools
                 .push(Arc::new(TypedTool::new(crate::tools::ask_user::AskUser)));
-            self.interrupts
-                .entry(crate::tools::ask_user::ASK_USER.to_owned())
-                .or_insert_with(crate::tools::ask_user::interrupt);
         }
         if self.max_turns == 0 {
             return Err(BuildError::ZeroMaxTurns);
@@ -973,7 +970,7 @@ impl AgentBuilder {
                 Self::parse_paths(&self.memory)?,
             )));
         }
-        // Questions (`ask_user`) pause on the same mechanism but are not approvals.
+        // Questions (`ask_user`) are not approvals, even where an application gates the tool.
         let approved: Vec<String> = explicit
             .keys()
             .chain(implied.keys())

@@ -245,7 +245,12 @@ impl Driver<'_> {
                 NextAction::CallModel => self.call_model(run, journal).await?,
                 NextAction::ExecuteTools(calls) => {
                     let resuming = approval::has_paused_subagents(run);
-                    let calls = if agent.interrupts.is_empty() && !resuming {
+                    // Decisions without an interrupt configuration answer an earlier version's
+                    // question gate (see `approval::gate`).
+                    let calls = if agent.interrupts.is_empty()
+                        && !resuming
+                        && run.control.decisions.is_empty()
+                    {
                         calls
                     } else {
                         // `decide` changed these since the last save. The paused subagent runs,

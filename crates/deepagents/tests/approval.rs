@@ -334,6 +334,11 @@ async fn ask_user_pauses_until_the_answer_which_becomes_the_result() {
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].name, deepagents::ASK_USER);
     assert_eq!(pending[0].arguments["question"], "Which colour?");
+    // The question waits like any tool's own (a suspended call), shown on the call that
+    // asked it, in no subagent.
+    assert_eq!(pending[0].request.as_ref(), Some(&pending[0].arguments));
+    assert_eq!(pending[0].tool_call_id(), "q");
+    assert!(pending[0].agents().is_empty());
     assert_eq!(
         pending[0].allowed,
         [DecisionKind::Respond, DecisionKind::Reject]
@@ -369,6 +374,65 @@ async fn ask_user_pauses_until_the_answer_which_becomes_the_result() {
     assert_eq!(output.status, deepagents::RunStatus::Finished);
     assert_eq!(output.text, "Painting it.");
     assert_eq!(answered, Some(("q".to_owned(), "blue".to_owned())));
+}
+
+/// A thread an earlier version paused on `ask_user` as an approval gate before the call (the
+/// question pending for the call itself, no suspended call stored) still loads, and the
+/// answer given for it is the call's result; a refusal tells the model the user declined.
+#[tokio::test]
+async fn a_question_paused_as_a_gate_by_an_earlier_version_resumes() {
+    use deepagents::core::{AssistantMessage, Message, Run, ToolCall};
+    for (decision, expected) in [
+        (
+            Decision::Respond {
+                message: "blue".into(),
+            },
+            "blue".to_owned(),
+        ),
+        (
+            Decision::Reject {
+                message: Some("no time".into()),
+            },
+            "The user rejected this call: no time. Do not retry it unchanged.".to_owned(),
+        ),
+    ] {
+        let store: Arc<dyn deepagents::Checkpointer> =
+            Arc::new(deepagents::InMemoryCheckpointer::new());
+        let arguments = json!({"question": "Which colour?"});
+        let mut old = Run::from_task("paint");
+        let mut asking = AssistantMessage::text("");
+        asking.tool_calls = vec![ToolCall {
+            id: "q".into(),
+            name: "ask_user".into(),
+            arguments: arguments.clone(),
+        }];
+        old.state.messages.push(Message::Assistant(asking));
+        old.control.pending = vec![deepagents::PendingAction {
+            call_id: "q".into(),
+            name: "ask_user".into(),
+            arguments,
+            description: None,
+            allowed: vec![DecisionKind::Respond, DecisionKind::Reject],
+            request: None,
+            path: Vec::new(),
+        }];
+        store.create("t", &old).await.unwrap();
+        let agent = Agent::builder(scripted(json!([
+            {"tool_calls": [{"id": "q", "name": "ask_user", "args": {"question": "Which colour?"}}]},
+            {"text": "Painting it."}
+        ])))
+        .ask_user(true)
+        .checkpointer(store.clone())
+        .build()
+        .unwrap();
+        let thread = agent.thread("t").unwrap();
+        assert_eq!(thread.pending().await.unwrap().len(), 1);
+        let output = thread.decide(vec![decision]).await.unwrap();
+        assert_eq!(output.status, deepagents::RunStatus::Finished);
+        let results = tool_results(&output.run.state.messages);
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0].content[0].as_text(), Some(expected.as_str()));
+    }
 }
 
 /// A paused thread resumed without decisions stays paused, through the streaming resume too.

@@ -1387,18 +1387,20 @@ impl App {
                 _ => None,
             };
             if let Some((ok, text)) = settled {
-                if self.tool_cell(&action.call_id).is_none() {
+                // A question a tool asked belongs to the call that asked it.
+                let call_id = action.tool_call_id().to_owned();
+                if self.tool_cell(&call_id).is_none() {
                     self.cells.push(Cell::Tool {
-                        call_id: action.call_id.clone(),
+                        call_id: call_id.clone(),
                         name: action.name.clone(),
                         arguments: short_arguments(&action.arguments),
-                        depth: action.path.len(),
+                        depth: action.agents().len(),
                         state: ToolState::Running,
                         output: String::new(),
                         diff: None,
                     });
                 }
-                self.finish_tool(&action.call_id, ok, 0, &text);
+                self.finish_tool(&call_id, ok, 0, &text);
             }
         }
         self.approve_allowed()

@@ -214,13 +214,13 @@ fn approval_lines(app: &App, width: u16) -> Vec<Line<'static>> {
         return Vec::new();
     };
     let mut lines = vec![Line::raw("")];
-    let who = if action.path.is_empty() {
+    let who = if action.agents().is_empty() {
         String::new()
     } else {
         format!(
             " (in {})",
             action
-                .path
+                .agents()
                 .iter()
                 .map(|s| s.name.as_str())
                 .collect::<Vec<_>>()

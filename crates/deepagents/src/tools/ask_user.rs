@@ -1,15 +1,16 @@
 //! `ask_user`: the model asks the person it works for a question and waits for the answer.
 //!
-//! The question is a pause like an approval: the call waits in the run (and in its
-//! checkpoint, across restarts) until the person answers with a `respond` decision, whose
-//! message becomes the call's result, or declines with `reject`.
+//! The tool suspends its call ([`ToolOutput::suspend`]), the mechanism any tool uses to ask
+//! mid-call: the question waits in the run (and in its checkpoint, across restarts) until the
+//! person answers with a `respond` decision, whose message becomes the call's result, or
+//! declines with `reject`. Threads paused by an earlier version, where the question was an
+//! approval gate before the call, still resume: the decision given for the call itself is
+//! settled as its result (see `approval::gate`).
 
-use deepagents_core::interrupt::DecisionKind;
+use deepagents_core::interrupt::Decision;
 use deepagents_core::{Tool, ToolContext, ToolError, ToolOutput};
 use schemars::JsonSchema;
 use serde::Deserialize;
-
-use crate::approval::InterruptConfig;
 
 /// The tool's name.
 pub const ASK_USER: &str = "ask_user";
@@ -25,21 +26,11 @@ pub(crate) struct AskUserArgs {
     question: String,
     /// Suggested answers, if the question has a few likely ones.
     #[serde(default)]
-    #[expect(
-        dead_code,
-        reason = "front ends read the options from the call's arguments while it waits"
-    )]
     options: Vec<String>,
 }
 
-/// The pause every `ask_user` call makes: only the person's answer or refusal continue it.
-pub(crate) fn interrupt() -> InterruptConfig {
-    InterruptConfig {
-        allowed: vec![DecisionKind::Respond, DecisionKind::Reject],
-        description: Some("The agent asks you a question; your answer is its result.".to_owned()),
-        ..InterruptConfig::default()
-    }
-}
+/// What the person is told about a question.
+const DESCRIPTION: &str = "The agent asks you a question; your answer is its result.";
 
 impl Tool for AskUser {
     type Args = AskUserArgs;
@@ -55,11 +46,32 @@ impl Tool for AskUser {
             .to_owned()
     }
 
-    async fn call(&self, args: AskUserArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        // Reached only where nothing pauses for the answer (an agent without the pause).
-        Err(ToolError::RespondToModel(format!(
-            "Nobody can answer here, so \"{}\" stays open: decide yourself and say what you assumed.",
-            args.question
-        )))
+    async fn call(&self, args: AskUserArgs, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        // The decision itself rather than `ctx.answers`: the answer is the text the person
+        // typed, exactly, even when it reads as JSON.
+        let decision = ctx
+            .paused
+            .as_deref()
+            .filter(|paused| paused.subagent == ASK_USER)
+            .and_then(|paused| paused.run.control.decisions.values().next());
+        match decision {
+            Some(Decision::Respond { message }) => Ok(ToolOutput::text(message.clone())),
+            Some(Decision::Reject { message }) => Err(ToolError::RespondToModel(
+                crate::approval::rejected(message.as_deref()),
+            )),
+            // Approval and edits are not offered for a question; ask again.
+            Some(Decision::Approve | Decision::Edit { .. }) | None => {
+                let mut request = serde_json::json!({"question": args.question});
+                if !args.options.is_empty() {
+                    request["options"] = serde_json::json!(args.options);
+                }
+                Ok(ToolOutput::suspend(
+                    &ctx,
+                    ASK_USER,
+                    request,
+                    Some(DESCRIPTION.to_owned()),
+                ))
+            }
+        }
     }
 }
