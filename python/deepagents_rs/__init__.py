@@ -33,11 +33,12 @@ from ._messages import Command, Interrupt, Message, ToolRuntime
 from ._tools import interrupt, mutating
 from ._native import __version__
 from .graph import DeepAgentState
-from .middleware import CompiledSubAgent, FsToolName, SubAgent
+from .middleware import AsyncSubAgent, CompiledSubAgent, FsToolName, SubAgent
 from .middleware._unsupported import unsupported as _unsupported
 
 __all__ = [
     "AgentError",
+    "AsyncSubAgent",
     "Command",
     "CompiledSubAgent",
     "CompositeBackend",

@@ -6,6 +6,8 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import json
+import os
+import time
 import uuid
 from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 
@@ -108,6 +110,50 @@ def _subagent_tools(name: str, tools: Sequence[Any], parent: Mapping[str, dict[s
     return out
 
 
+def _is_async(sub: Mapping[str, Any]) -> bool:
+    """``"async": True``: the subagent runs in the background (``start_async_task``)."""
+    value = sub.get("async", False)
+    if not isinstance(value, bool):
+        raise TypeError(f"subagent {sub.get('name')!r}: 'async' must be True or False, not {value!r}")
+    return value
+
+
+# The keys the Agent Protocol SDK reads an API key from, in its order.
+_API_KEY_VARIABLES = ("LANGGRAPH_API_KEY", "LANGSMITH_API_KEY", "LANGCHAIN_API_KEY")
+
+
+def _remote_subagent(sub: Mapping[str, Any]) -> dict[str, Any]:
+    """The reference's ``AsyncSubAgent`` (``name``, ``description``, ``graph_id``, ``url``,
+    ``headers``) as a remote agent of the harness."""
+    name = sub.get("name")
+    missing = [k for k in ("name", "description", "graph_id") if not sub.get(k)]
+    if missing:
+        raise ValueError(f"an async subagent needs {' and '.join(missing)}: {dict(sub)!r}")
+    url = sub.get("url")
+    if not url:
+        # Without a url the reference reaches a graph of its own LangGraph server in-process,
+        # which only exists inside that server.
+        raise ValueError(f"async subagent {name!r} needs a url: the Agent Protocol server that runs graph {sub['graph_id']!r}")
+    if sub.get("mode", "isolated") != "isolated":
+        raise ValueError(f"async subagent {name!r}: mode={sub['mode']!r} is not supported; remote subagents get the task description only")
+    if sub.get("update_strategy", "interrupt") != "interrupt":
+        raise ValueError(f"async subagent {name!r}: update_strategy={sub['update_strategy']!r} is not supported; an update interrupts the running task")
+    if sub.get("webhook") is not None:
+        raise ValueError(f"async subagent {name!r}: webhook= is not supported; its ending is delivered to this agent's thread")
+    if sub.get("notify_parent", True) is not True:
+        raise ValueError(f"async subagent {name!r}: notify_parent=False is not supported; its ending is always delivered to this agent's thread")
+    headers = {str(k): str(v) for k, v in (sub.get("headers") or {}).items()}
+    lower = {k.lower() for k in headers}
+    # What the reference and its SDK send unless told otherwise.
+    if "x-auth-scheme" not in lower:
+        headers["x-auth-scheme"] = "langsmith"
+    if "x-api-key" not in lower:
+        key = next((os.environ[v].strip().strip('"').strip("'") for v in _API_KEY_VARIABLES if os.environ.get(v)), None)
+        if key:
+            headers["x-api-key"] = key
+    return {"name": name, "description": sub["description"], "url": str(url), "graph_id": str(sub["graph_id"]), "headers": headers}
+
+
 def _response_schema(response_format: Any) -> Any:
     response_format = _unwrapped_format(response_format)
     if response_format is None:
@@ -158,7 +204,9 @@ def create_deep_agent(
     comes from type hints and the docstring); ``subagents`` are dicts with ``name``,
     ``description``, ``system_prompt`` and optional ``tools``, ``model``, ``interrupt_on``,
     ``skills``, ``permissions``, ``response_format``, ``mode`` (``"isolated"``, the default, or
-    ``"fork"``: the subagent continues this agent's conversation). ``max_cost_usd`` and ``max_tokens``
+    ``"fork"``: the subagent continues this agent's conversation), ``async`` (``True``: started
+    in the background with ``start_async_task``), or the reference's ``AsyncSubAgent`` specs
+    (``graph_id`` and ``url`` of an Agent Protocol server). ``max_cost_usd`` and ``max_tokens``
     are hard caps on what a run (with its subagents) spends. ``middleware`` are LangChain
     ``AgentMiddleware`` objects, run after the built-in ones (see ``_middleware`` for what
     their hooks may do)."""
@@ -169,7 +217,12 @@ def create_deep_agent(
     tool_objects = {str(t.name): t for t in all_tools if hasattr(t, "name") and hasattr(t, "invoke")}
     by_name = {t["name"]: t for t in parent_tools}
     subagent_specs = []
+    remote_specs = []
     for sub in subagents or []:
+        if "graph_id" in sub:
+            # The reference tells its AsyncSubAgent specs apart by `graph_id`.
+            remote_specs.append(_remote_subagent(sub))
+            continue
         if sub.get("middleware"):
             raise TypeError(f"subagent {sub.get('name')!r}: middleware on subagents is not supported; pass it to create_deep_agent for the main agent")
         if "runnable" in sub or "graph" in sub:
@@ -189,6 +242,7 @@ def create_deep_agent(
                 "permissions": None if sub.get("permissions") is None else [permission_spec(r) for r in sub["permissions"]],
                 "response_format": _response_schema(sub.get("response_format")),
                 "mode": sub.get("mode"),
+                "asynchronous": _is_async(sub),
             }
         )
     model_spec = _model_spec(model, objects)
@@ -201,6 +255,7 @@ def create_deep_agent(
         "system_prompt": system_prompt,
         "tools": parent_tools,
         "subagents": subagent_specs,
+        "remote_subagents": remote_specs,
         "general_purpose_subagent": general_purpose_subagent,
         "skills": list(skills or []),
         "memory": list(memory or []),
@@ -261,6 +316,17 @@ def _version(version: str) -> bool:
     return version == "v2"
 
 
+# How long one native wait lasts: Python sees Ctrl-C and cancellation between waits.
+_WAIT_SLICE = 0.25
+
+
+def _slice(deadline: float | None) -> float:
+    """The next native wait: a slice, or what is left before ``deadline``."""
+    if deadline is None:
+        return _WAIT_SLICE
+    return max(0.0, min(_WAIT_SLICE, deadline - time.monotonic()))
+
+
 def _thread_id(config: Mapping[str, Any] | None) -> str | None:
     if not config:
         return None
@@ -271,7 +337,7 @@ def _thread_id(config: Mapping[str, Any] | None) -> str | None:
 
 class DeepAgent:
     """An agent made by :func:`create_deep_agent`: ``invoke``/``stream`` and their async
-    twins, ``get_state``."""
+    twins, ``get_state``, and waiting for async subagents (``wait_for_background``)."""
 
     def __init__(self, native: Any, response_format: Any) -> None:
         self._native = native
@@ -522,6 +588,38 @@ class DeepAgent:
             wire["messages"] = [message_to_wire(m) for m in messages]
         checkpoint = self._native.update_state_json(thread_id, json.dumps(wire, default=str))
         return {"configurable": {"thread_id": thread_id, "checkpoint_id": str(checkpoint)}}
+
+    def background_running(self, config: Mapping[str, Any]) -> int:
+        """How many async subagent tasks the thread started run now in this process."""
+        return int(self._native.background_running(self._require_thread(config, "background_running")))
+
+    def wait_for_background(self, config: Mapping[str, Any], *, timeout: float | None = None) -> list[dict[str, Any]]:
+        """Waits until async subagents the thread started have ended, and returns their
+        endings (``task_id``, ``subagent``, ``status``, ``answer``) without delivering them;
+        ``[]`` when none runs and none waits for delivery. ``agent.invoke(None, config)`` then
+        runs the turn they start (the model answers them); the thread's next ``invoke`` with
+        input takes them too. Raises ``TimeoutError`` after ``timeout`` seconds."""
+        thread_id = self._require_thread(config, "wait_for_background")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            endings = self._native.next_wake_json(thread_id, _slice(deadline))
+            if endings is not None:
+                return list(json.loads(endings))
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"async subagents of thread {thread_id!r} still run after {timeout} s")
+
+    async def await_background(self, config: Mapping[str, Any], *, timeout: float | None = None) -> list[dict[str, Any]]:
+        """:meth:`wait_for_background` without blocking the event loop."""
+        thread_id = self._require_thread(config, "await_background")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        loop = asyncio.get_running_loop()
+        while True:
+            # Short slices, so a cancelled task leaves no executor thread waiting long.
+            endings = await loop.run_in_executor(None, self._native.next_wake_json, thread_id, _slice(deadline))
+            if endings is not None:
+                return list(json.loads(endings))
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"async subagents of thread {thread_id!r} still run after {timeout} s")
 
     def _require_thread(self, config: Mapping[str, Any], what: str) -> str:
         thread_id = _thread_id(config)

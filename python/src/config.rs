@@ -12,6 +12,7 @@ use deepagents::backends::{
     PermissionRule, Permissions, PostgresStore, SqliteStore, StateBackend, Store, StoreBackend,
 };
 use deepagents::core::{Checkpointer, InMemoryCheckpointer, Model, SpendLimits, ToolSpec};
+use deepagents::middleware::RemoteSubAgent;
 use deepagents::models::ScriptedModel;
 use deepagents::{Agent, AgentBuilder, DecisionKind, InterruptConfig, SubAgent};
 use deepagents_langgraph::StepWatch;
@@ -37,6 +38,9 @@ pub struct AgentConfig {
     tools: Vec<ToolConfig>,
     #[serde(default)]
     subagents: Vec<SubAgentConfig>,
+    /// The reference's `AsyncSubAgent` specs (`graph_id` on an Agent Protocol server).
+    #[serde(default)]
+    remote_subagents: Vec<RemoteSubAgentConfig>,
     #[serde(default)]
     general_purpose_subagent: Option<bool>,
     #[serde(default)]
@@ -121,6 +125,21 @@ struct SubAgentConfig {
     /// `isolated` (the default) or `fork`.
     #[serde(default)]
     mode: Option<String>,
+    /// `"async": True`: started in the background with `start_async_task`.
+    #[serde(default)]
+    asynchronous: bool,
+}
+
+/// An async subagent on an Agent Protocol server, as the reference's `AsyncSubAgent` names it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RemoteSubAgentConfig {
+    name: String,
+    description: String,
+    url: String,
+    graph_id: String,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
 }
 
 /// `true`, `false`, or `{"allowed_decisions": […], "description": …}`.
@@ -283,6 +302,19 @@ pub async fn build(config: AgentConfig, objects: Vec<Arc<Py<PyAny>>>) -> Result<
     for sub in &config.subagents {
         builder = builder.subagent(subagent(sub, &objects)?);
     }
+    for remote in &config.remote_subagents {
+        builder = builder.remote_subagent(RemoteSubAgent {
+            name: remote.name.clone(),
+            description: remote.description.clone(),
+            url: remote.url.clone(),
+            graph_id: remote.graph_id.clone(),
+            headers: remote
+                .headers
+                .iter()
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect(),
+        });
+    }
     let visible_keys: Arc<[String]> = config
         .middleware
         .iter()
@@ -410,6 +442,9 @@ fn subagent(config: &SubAgentConfig, objects: &[Arc<Py<PyAny>>]) -> Result<SubAg
             .parse::<deepagents::SubAgentMode>()
             .map_err(|e| format!("subagent `{}`: {e}", config.name))?;
         sub = sub.mode(mode);
+    }
+    if config.asynchronous {
+        sub = sub.asynchronous(true);
     }
     Ok(sub)
 }

@@ -145,6 +145,56 @@ impl NativeAgent {
             .map_err(|error| PyValueError::new_err(update_error(error)))
     }
 
+    /// How many async subagent tasks of thread `thread_id` run now in this process.
+    fn background_running(&self, thread_id: String) -> PyResult<usize> {
+        Ok(self
+            .built
+            .agent
+            .thread(&thread_id)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?
+            .background_running())
+    }
+
+    /// Waits up to `timeout` seconds for endings of thread `thread_id`'s async subagent tasks
+    /// that the thread can take, as JSON (a list of `task_id`, `subagent`, `status`,
+    /// `answer`; empty when nothing is left to wait for); `None` when the time ran out first.
+    /// Nothing is delivered: the thread's next run takes them. The wait is cut into the
+    /// caller's slices so Python sees Ctrl-C and task cancellation between them.
+    fn next_wake_json(
+        &self,
+        py: Python<'_>,
+        thread_id: String,
+        timeout: f64,
+    ) -> PyResult<Option<String>> {
+        let thread = self
+            .built
+            .agent
+            .thread(&thread_id)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let runtime = crate::runtime()?;
+        let limit = Duration::from_secs_f64(timeout.max(0.0));
+        let waited = py.detach(|| {
+            runtime.block_on(async { tokio::time::timeout(limit, thread.next_wake()).await })
+        });
+        let Ok(endings) = waited else {
+            return Ok(None);
+        };
+        let endings = endings.map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let list: Vec<Value> = endings
+            .unwrap_or_default()
+            .into_iter()
+            .map(|ending| {
+                json!({
+                    "task_id": ending.task_id,
+                    "subagent": ending.subagent,
+                    "status": ending.status,
+                    "answer": ending.answer,
+                })
+            })
+            .collect();
+        Ok(Some(Value::Array(list).to_string()))
+    }
+
     /// The checkpoints of thread `thread_id`, oldest first, as JSON.
     fn history_json(&self, py: Python<'_>, thread_id: String) -> PyResult<String> {
         let runtime = crate::runtime()?;
@@ -386,7 +436,8 @@ async fn start(
     } else {
         None
     };
-    if !seed.is_empty() {
+    let seeded = !seed.is_empty();
+    if seeded {
         let (_, run) = convert::update_state(built.watch.as_ref(), thread_id, &Value::Object(seed))
             .await
             .map_err(|error| match error {
@@ -398,6 +449,13 @@ async fn start(
     let steps = built.watch.subscribe(thread_id);
     let stream = match content {
         Some(content) => thread.stream_content(content).await,
+        // `invoke(None, config)` on a thread whose async subagents have ended: the turn their
+        // endings start (their answers are its input), as the server runs it; else the
+        // continuation of what the thread left.
+        None if !seeded => match thread.stream_wake().await.map_err(checkpoint)? {
+            Some(stream) => Ok(stream),
+            None => thread.stream_resume().await,
+        },
         None => thread.stream_resume().await,
     }
     .map_err(checkpoint)?;

@@ -102,7 +102,7 @@ def test_the_reference_import_paths_resolve() -> None:
         ("deepagents_rs.middleware.skills", "SkillsMiddleware", "skills="),
         ("deepagents_rs.middleware.memory", "MemoryMiddleware", "memory="),
         ("deepagents_rs.middleware.summarization", "SummarizationMiddleware", "compacts"),
-        ("deepagents_rs.middleware.async_subagents", "AsyncSubAgent", "async subagents"),
+        ("deepagents_rs.middleware.async_subagents", "AsyncSubAgentMiddleware", "async subagents"),
     ],
 )
 def test_names_that_are_not_provided_fail_to_import_with_the_alternative(module: str, name: str, hint: str) -> None:

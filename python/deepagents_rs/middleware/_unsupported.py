@@ -6,7 +6,7 @@ from typing import NoReturn
 
 _FILES = "the file tools are built in: choose where files live with create_deep_agent(backend=…) and restrict them with permissions=[FilesystemPermission(…)]"
 _SUMMARY = "the harness compacts the conversation itself when the context fills"
-_ASYNC = "async subagents (remote LangGraph deployments) are not supported; use subagents=[{…}], which run in this process"
+_ASYNC = "async subagents are built in: pass AsyncSubAgent specs ({'name', 'description', 'graph_id', 'url'}) or subagents with 'async': True to create_deep_agent(subagents=[…])"
 
 ALTERNATIVES = {
     "FilesystemMiddleware": _FILES,
@@ -20,7 +20,6 @@ ALTERNATIVES = {
     "SummarizationToolMiddleware": _SUMMARY,
     "create_summarization_tool_middleware": _SUMMARY,
     "DEEPAGENTS_DEFAULT_SUMMARY_PROMPT": _SUMMARY,
-    "AsyncSubAgent": _ASYNC,
     "AsyncSubAgentMiddleware": _ASYNC,
     "TaskEvent": _ASYNC,
     "PatchToolCallsMiddleware": "dangling tool calls are answered by the harness itself",

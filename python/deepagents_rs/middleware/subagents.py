@@ -12,12 +12,18 @@ class _Named(TypedDict):
     description: str
 
 
-class SubAgent(_Named, total=False):
+# `async` is a keyword, so the key can only be declared this way.
+_AsyncFlag = TypedDict("_AsyncFlag", {"async": bool}, total=False)
+
+
+class SubAgent(_Named, _AsyncFlag, total=False):
     """A subagent for ``create_deep_agent(subagents=[…])``: the ``task`` tool starts it
     by ``name``; the model chooses it by ``description``. The rest is optional: its own
     ``system_prompt``, ``tools``, ``model``, ``interrupt_on``, ``skills``, ``permissions``,
     ``response_format`` and ``mode`` (``"isolated"``, the default, or ``"fork"``: it continues
     the agent's conversation under the agent's prompt, its own ``system_prompt`` appended).
+    ``"async": True`` makes it an async subagent: ``start_async_task`` starts it in the
+    background and its ending is delivered to the thread (see ``DeepAgent.wait_for_background``).
     ``middleware`` is refused."""
 
     system_prompt: str
