@@ -48,7 +48,9 @@ def _langchain_messages() -> Any:
     a ``None`` in ``sys.modules`` hides it, as Python's import system has it)."""
     global _LANGCHAIN_ABSENT
     module = sys.modules.get("langchain_core.messages", _MISSING)
-    if module is not _MISSING:
+    # A module another thread is still importing (a tool of a background task) is in
+    # sys.modules half made: the import below waits for it instead.
+    if module is not _MISSING and not getattr(getattr(module, "__spec__", None), "_initializing", False):
         return module
     if _LANGCHAIN_ABSENT:
         return None

@@ -139,10 +139,12 @@ def test_async_must_be_a_bool() -> None:
 
 
 class _AgentProtocol(BaseHTTPRequestHandler):
-    """The few Agent Protocol calls a remote task makes: a thread, a run that has already
-    succeeded, its join, and the thread's state with the remote agent's answer."""
+    """The few Agent Protocol calls a remote task makes: a thread, a run that is running
+    until ``done`` is set and then has succeeded, its join, and the thread's state with the
+    remote agent's answer."""
 
     requests: list[tuple[str, str, dict[str, str]]] = []
+    done: threading.Event = threading.Event()
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -171,12 +173,12 @@ class _AgentProtocol(BaseHTTPRequestHandler):
         elif self.path.endswith("/join"):
             self._answer({})
         else:
-            self._answer({"run_id": "remote-run", "status": "success"})
+            self._answer({"run_id": "remote-run", "status": "success" if self.done.is_set() else "running"})
 
 
 @pytest.fixture
 def agent_protocol() -> Iterator[tuple[str, type[_AgentProtocol]]]:
-    handler = type("Handler", (_AgentProtocol,), {"requests": []})
+    handler = type("Handler", (_AgentProtocol,), {"requests": [], "done": threading.Event()})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
@@ -202,7 +204,9 @@ def test_a_remote_async_subagent_runs_on_its_server_and_its_ending_is_delivered(
     config = {"configurable": {"thread_id": "r1"}}
     first = agent.invoke("find seven", config)
     assert text(first["messages"][-1]) == "Asked the researcher."
+    assert agent.background_running(config) == 1
 
+    server.done.set()
     endings = agent.wait_for_background(config, timeout=30)
     assert [(e["subagent"], e["status"], e["answer"]) for e in endings] == [("researcher", "success", "Remote says 7.")]
     woken = agent.invoke(None, config)
