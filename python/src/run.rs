@@ -381,7 +381,10 @@ async fn start(
         // Recorded for the pause they were read for, checked again under the thread's
         // lease: a run that answered it meanwhile makes this one fail instead.
         let stream = thread
-            .stream_decide_pause(&resume.pause, resume.decisions)
+            .stream(deepagents::Input::DecidePause {
+                pause: resume.pause,
+                decisions: resume.decisions,
+            })
             .await
             .map_err(|failure| (failure.error, Some(*failure.run)))?;
         return Ok((stream, steps));
@@ -447,18 +450,14 @@ async fn start(
         *before = Some(run);
     }
     let steps = built.watch.subscribe(thread_id);
-    let stream = match content {
-        Some(content) => thread.stream_content(content).await,
-        // `invoke(None, config)` on a thread whose async subagents have ended: the turn their
-        // endings start (their answers are its input), as the server runs it; else the
-        // continuation of what the thread left.
-        None if !seeded => match thread.stream_wake().await.map_err(checkpoint)? {
-            Some(stream) => Ok(stream),
-            None => thread.stream_resume().await,
-        },
-        None => thread.stream_resume().await,
-    }
-    .map_err(checkpoint)?;
+    // `invoke(None, config)` on a thread whose async subagents have ended: the turn their
+    // endings start (their answers are its input), as the server runs it; else the
+    // continuation of what the thread left.
+    let input = content.map_or(deepagents::Input::Resume, deepagents::Input::Content);
+    let stream = thread
+        .stream(input)
+        .await
+        .map_err(|failure| (failure.error, None))?;
     Ok((stream, steps))
 }
 

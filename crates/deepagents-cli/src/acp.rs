@@ -421,7 +421,7 @@ async fn drive(
         calls: HashMap::new(),
         editor: Some(session.calls.clone()),
     };
-    let mut stream = thread.stream_content(input).await?;
+    let mut stream = thread.stream(deepagents::Input::Content(input)).await?;
     loop {
         while let Some(event) = stream.next().await {
             view.event(&event, cx);
@@ -451,10 +451,9 @@ async fn drive(
                 // takes the next prompt; the run stops before the model is called again.
                 cancel.cancel();
                 let refused = output.pending.iter().map(|_| cancelled()).collect();
-                let stream = match &pause {
-                    Some(pause) => thread.stream_decide_pause(pause, refused).await,
-                    None => thread.stream_decide(refused).await,
-                };
+                let stream = thread
+                    .stream(deepagents::Input::decide(pause.clone(), refused))
+                    .await;
                 if let Ok(mut stream) = stream {
                     while stream.next().await.is_some() {}
                     let _ = stream.outcome().await;
@@ -473,10 +472,9 @@ async fn drive(
                 view.failed(action.tool_call_id(), cx);
             }
         }
-        let started = match &pause {
-            Some(pause) => thread.stream_decide_pause(pause, decisions).await,
-            None => thread.stream_decide(decisions).await,
-        };
+        let started = thread
+            .stream(deepagents::Input::decide(pause.clone(), decisions))
+            .await;
         stream = started.map_err(|failure| anyhow!("{}", failure.error))?;
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context as _, bail};
-use deepagents::{Agent, CheckpointError, RunOptions, RunStatus, RunStream};
+use deepagents::{Agent, CheckpointError, RunError, RunOptions, RunStatus, RunStream};
 use futures::StreamExt as _;
 
 use crate::args::RunArgs;
@@ -213,19 +213,21 @@ async fn first_stream(
     }
     let start = async |thread: &deepagents::Thread| match &input {
         Some(input) => thread.stream(input.clone()).await,
-        None => thread.stream_resume().await,
+        None => thread.stream(deepagents::Input::Resume).await,
     };
     match start(thread).await {
         Ok(stream) => Ok(stream),
-        Err(error @ CheckpointError::Busy { .. }) if wait => {
-            eprintln!("waiting: {error}");
-            let waiting = thread.clone().with_lease_wait(std::time::Duration::MAX);
-            Ok(start(&waiting).await?)
-        }
-        Err(error @ CheckpointError::Busy { .. }) => {
-            bail!("{error}; pass --wait to wait for it")
-        }
-        Err(error) => Err(error.into()),
+        Err(failure) => match failure.error {
+            RunError::Checkpoint(error @ CheckpointError::Busy { .. }) if wait => {
+                eprintln!("waiting: {error}");
+                let waiting = thread.clone().with_lease_wait(std::time::Duration::MAX);
+                Ok(start(&waiting).await?)
+            }
+            RunError::Checkpoint(error @ CheckpointError::Busy { .. }) => {
+                bail!("{error}; pass --wait to wait for it")
+            }
+            error => Err(error.into()),
+        },
     }
 }
 
@@ -355,10 +357,9 @@ async fn drive(
             // Recorded for the pause that was shown: if another process answered it while
             // the person decided, this fails instead of deciding the next pause.
             Target::Thread { thread, .. } => {
-                let started = match output.pause_id() {
-                    Some(pause) => thread.stream_decide_pause(&pause, decisions).await,
-                    None => thread.stream_decide(decisions).await,
-                };
+                let started = thread
+                    .stream(deepagents::Input::decide(output.pause_id(), decisions))
+                    .await;
                 match started {
                     Ok(stream) => stream,
                     Err(failure) => return Ok(Ended::Failed(failure)),
@@ -418,8 +419,10 @@ async fn woken(
         if wake.is_none() {
             return Ok(None);
         }
-        if let Some(stream) = thread.stream_wake().await? {
-            return Ok(Some(stream));
+        match thread.stream(deepagents::Input::Wake).await {
+            Ok(stream) => return Ok(Some(stream)),
+            Err(failure) if matches!(failure.error, RunError::NothingToWake) => {}
+            Err(failure) => return Err(failure.error.into()),
         }
         // Another run of the thread took the endings first: wait for the next.
     }

@@ -254,7 +254,7 @@ pub struct Resume {
     /// `None` for the forms that name none.
     pub interrupt: Option<String>,
     /// The pause the decisions answer: the one named, else the one they were read against.
-    /// Front ends record them for it ([`deepagents::Thread::stream_decide_pause`]), so the
+    /// Front ends record them for it ([`deepagents::Input::DecidePause`]), so the
     /// check is made again under the thread's lease, and a run that answered the pause in
     /// between makes this one fail rather than apply to the next pause.
     pub pause: String,

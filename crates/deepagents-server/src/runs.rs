@@ -1021,26 +1021,32 @@ impl Runs {
         let taken =
             before.is_some_and(|run| run.control.input_key.as_deref() == Some(&job.record.run_id));
         match (&job.resume, &job.input) {
-            (Some(_), _) if taken => thread.stream_resume().await.map_err(RunError::Checkpoint),
+            (Some(_), _) if taken => thread
+                .stream(deepagents::Input::Resume)
+                .await
+                .map_err(|f| f.error),
             (Some(resume), _) => {
                 let resume = convert::resume(resume, before)?;
                 // Recorded for the pause they were read for, checked again under the
                 // thread's lease: a run that answered it meanwhile makes this one fail.
                 thread
-                    .stream_decide_pause(&resume.pause, resume.decisions)
+                    .stream(deepagents::Input::DecidePause {
+                        pause: resume.pause,
+                        decisions: resume.decisions,
+                    })
                     .await
                     .map_err(|failure| failure.error)
             }
             (None, Some(content)) => thread
-                .stream_content(content.clone())
+                .stream(deepagents::Input::Content(content.clone()))
                 .await
-                .map_err(RunError::Checkpoint),
+                .map_err(|failure| failure.error),
             // A run without input: a turn that background tasks' endings start (their
             // answers are its input), else the continuation of what the thread left.
-            (None, None) => match thread.stream_wake().await.map_err(RunError::Checkpoint)? {
-                Some(stream) => Ok(stream),
-                None => thread.stream_resume().await.map_err(RunError::Checkpoint),
-            },
+            (None, None) => thread
+                .stream(deepagents::Input::Resume)
+                .await
+                .map_err(|f| f.error),
         }
     }
 }

@@ -94,7 +94,7 @@ impl Agent {
 
     /// The ids of threads whose background tasks end, one per ending, from now on; `None`
     /// when the agent has no async subagents. A front end that serves many threads (a server)
-    /// listens here and wakes the thread: [`Thread::wake`]. A receiver that falls behind
+    /// listens here and wakes the thread: [`Input::Wake`](crate::Input::Wake). A receiver that falls behind
     /// loses the oldest ids (and is told so), so check the threads it may have missed.
     pub fn background_endings(&self) -> Option<tokio::sync::broadcast::Receiver<String>> {
         self.inner.background.as_ref().map(|b| b.subscribe())

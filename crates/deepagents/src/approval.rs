@@ -121,7 +121,7 @@ pub fn pending_actions(run: &Run) -> Vec<PendingAction> {
 /// even when a model reuses call ids: besides the waiting calls' ids it covers where each was
 /// made in the conversation (and, for a call inside a subagent, in the subagent's). Front ends
 /// show it with the pause and take it back with the decisions ([`decide_pause`],
-/// [`Thread::decide_pause`](crate::Thread::decide_pause)), so that decisions made for one pause
+/// [`Input::DecidePause`](crate::Input::DecidePause)), so that decisions made for one pause
 /// (a retried request, a screen showing an old pause) are refused rather than applied to
 /// another pause nobody saw. It reads `interrupt-<first call id>-<16 hex digits>`; treat it as
 /// opaque.

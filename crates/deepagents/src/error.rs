@@ -48,6 +48,10 @@ pub enum RunError {
         /// The pause the run waits in now; `None` when it waits for no decision.
         current: Option<String>,
     },
+    /// A run of [`Input::Wake`](crate::Input::Wake) found no background task's ending for
+    /// the thread to take; nothing ran.
+    #[error("no background task's ending waits for this thread, so there is no turn to run")]
+    NothingToWake,
     /// The run could not be checkpointed.
     #[error("checkpoint failed: {0}")]
     Checkpoint(deepagents_core::CheckpointError),
@@ -73,7 +77,10 @@ impl RunError {
             Self::Middleware { .. } => ErrorKind::Middleware,
             Self::State(_) => ErrorKind::State,
             Self::Checkpoint(_) => ErrorKind::Checkpoint,
-            Self::InvalidDecision(_) | Self::StalePause { .. } => ErrorKind::InvalidDecision,
+            // The input does not fit the thread as it stands (never an event: nothing ran).
+            Self::InvalidDecision(_) | Self::StalePause { .. } | Self::NothingToWake => {
+                ErrorKind::InvalidDecision
+            }
             Self::Cancelled => ErrorKind::Cancelled,
             Self::Crashed(_) => ErrorKind::Crashed,
             Self::SpendCap(_) => ErrorKind::SpendCap,

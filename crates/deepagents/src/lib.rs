@@ -48,11 +48,11 @@ mod thread;
 mod tools;
 
 pub use agent::Agent;
-pub use background::Completion;
 pub use approval::{
     Decision, DecisionKind, InterruptConfig, PendingAction, check_pause, decide, decide_pause,
     pause_id, pending_actions,
 };
+pub use background::Completion;
 pub use builder::{
     AgentBuilder, BuildError, DEFAULT_MAX_TURNS, MEMORIES_NAMESPACE, MEMORIES_PREFIX,
     RESERVED_KEY_PREFIX,
@@ -62,7 +62,7 @@ pub use journal::{open_thread, open_thread_waiting, reload};
 pub use run::{DEFAULT_CANCEL_GRACE, RunOptions, RunOutput, RunStatus};
 pub use stream::RunStream;
 pub use subagents::{InvalidSubAgentMode, SubAgent, SubAgentMode};
-pub use thread::{Thread, ThreadError};
+pub use thread::{Input, Thread, ThreadError};
 pub use tools::ask_user::ASK_USER;
 #[cfg(feature = "remote")]
 pub use tools::web_fetch::WEB_FETCH;

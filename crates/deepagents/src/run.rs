@@ -58,7 +58,7 @@ pub enum RunStatus {
     /// It reached its final answer.
     Finished,
     /// It paused: [`RunOutput::pending`] lists what it waits on. Give one decision per action
-    /// ([`Thread::decide`](crate::Thread::decide), or [`decide`](crate::decide) on the run) to continue it.
+    /// ([`Input::Decide`](crate::Input::Decide), or [`decide`](crate::decide) on the run) to continue it.
     Interrupted,
 }
 
@@ -93,7 +93,7 @@ impl RunOutput {
 
     /// The id of the pause the run ended in (see [`pause_id`](crate::approval::pause_id));
     /// `None` when it finished. Give it back with the decisions
-    /// ([`Thread::decide_pause`](crate::Thread::decide_pause)) so they answer this pause only.
+    /// ([`Input::DecidePause`](crate::Input::DecidePause)) so they answer this pause only.
     pub fn pause_id(&self) -> Option<String> {
         crate::approval::pause_id(&self.run)
     }

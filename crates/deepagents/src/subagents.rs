@@ -173,7 +173,7 @@ impl SubAgent {
     /// It runs in a clean context (the mode is ignored) in a child thread of the parent's
     /// thread, so the parent needs a checkpointer. When it ends, its answer is delivered to
     /// the parent as a message: at the parent's next model call when a run is going, and as
-    /// a new turn when the thread is idle ([`Thread::wake`](crate::Thread::wake)).
+    /// a new turn when the thread is idle ([`Input::Wake`](crate::Input::Wake)).
     pub fn asynchronous(mut self, asynchronous: bool) -> Self {
         self.asynchronous = asynchronous;
         self

@@ -43,6 +43,76 @@ pub struct Thread {
     options: RunOptions,
     lease_wait: Duration,
     input_key: Option<String>,
+    events: EventSink,
+}
+
+/// What a run of a [`Thread`] starts from: [`Thread::run`] and [`Thread::stream`] take it.
+/// Text converts into it, so `thread.run("hi")` adds a user message and runs.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Input {
+    /// A user message of text.
+    Text(String),
+    /// A user message of any content: text with images (a front end's attachments),
+    /// documents, audio.
+    Content(Vec<ContentBlock>),
+    /// No input: a run stopped by a crash, a cancellation or an error goes on from its latest
+    /// checkpoint (calls in flight at a crash are settled: see
+    /// [`Control::in_flight`](deepagents_core::Control::in_flight)); endings of background
+    /// tasks waiting for the thread start a new turn, as with [`Wake`](Self::Wake). A paused
+    /// run stays paused (it reports the pause again).
+    Resume,
+    /// Answers whatever pause the thread waits in when the run starts: one decision per
+    /// [`pending`](Thread::pending) action, in order (see [`crate::decide`]), then continues
+    /// the run. When the decisions were made for a pause someone was shown, use
+    /// [`DecidePause`](Self::DecidePause), which refuses them for any other.
+    Decide(Vec<Decision>),
+    /// Answers the pause `pause` names ([`RunOutput::pause_id`], [`crate::pause_id`] of the
+    /// [`state`](Thread::state)); when the thread no longer waits in it (another run decided
+    /// it, or the id is not one of this thread's) the run fails with
+    /// [`RunError::StalePause`] and changes nothing.
+    DecidePause {
+        /// The pause the decisions answer.
+        pause: String,
+        /// One decision per pending action, in order.
+        decisions: Vec<Decision>,
+    },
+    /// The turn that background tasks' endings start: their answers join the conversation as
+    /// a message (each announced by a
+    /// [`BackgroundTaskFinished`](deepagents_core::EventKind::BackgroundTaskFinished) event)
+    /// and the model answers it. With nothing to deliver (see [`Thread::next_wake`]) the run
+    /// fails with [`RunError::NothingToWake`] and nothing runs; while another run holds the
+    /// thread it fails with [`CheckpointError::Busy`]: that run delivers them.
+    Wake,
+}
+
+impl Input {
+    /// Decisions for the pause `pause` names ([`DecidePause`](Self::DecidePause)), or, with
+    /// none named, for whatever pause the thread waits in ([`Decide`](Self::Decide)).
+    pub fn decide(pause: Option<String>, decisions: Vec<Decision>) -> Self {
+        match pause {
+            Some(pause) => Self::DecidePause { pause, decisions },
+            None => Self::Decide(decisions),
+        }
+    }
+}
+
+impl From<&str> for Input {
+    fn from(text: &str) -> Self {
+        Self::Text(text.to_owned())
+    }
+}
+
+impl From<String> for Input {
+    fn from(text: String) -> Self {
+        Self::Text(text)
+    }
+}
+
+impl From<Vec<ContentBlock>> for Input {
+    fn from(content: Vec<ContentBlock>) -> Self {
+        Self::Content(content)
+    }
 }
 
 impl std::fmt::Debug for Thread {
@@ -72,6 +142,7 @@ impl Thread {
             options: RunOptions::default(),
             lease_wait: Duration::ZERO,
             input_key: None,
+            events: EventSink::discard(),
         }
     }
 
@@ -147,65 +218,73 @@ impl Thread {
         Ok((run, options))
     }
 
-    /// Adds `input` to the conversation and runs until the final answer.
-    pub async fn invoke(&self, input: impl Into<String>) -> Result<RunOutput, RunFailure> {
-        self.invoke_with(Some(input.into()), EventSink::discard())
-            .await
+    /// Starts a run of the thread from `input` and waits for its end: the final answer, or
+    /// the pause it waits in ([`RunStatus::Interrupted`](crate::RunStatus::Interrupted)).
+    /// Events go to the handle's sink ([`with_events`](Self::with_events)). Decisions that do
+    /// not fit the pause fail with [`RunError::InvalidDecision`], for another pause with
+    /// [`RunError::StalePause`], both before anything runs or changes; a thread another run
+    /// holds fails with [`RunError::Checkpoint`] ([`CheckpointError::Busy`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(thread: deepagents::Thread) -> Result<(), deepagents::RunFailure> {
+    /// let output = thread.run("Summarize README.md").await?;
+    /// println!("{}", output.text);
+    /// # Ok(()) }
+    /// ```
+    pub async fn run(&self, input: impl Into<Input>) -> Result<RunOutput, RunFailure> {
+        let (run, options) = self.open_input(input.into()).await?;
+        self.agent.run(run, options, self.events.clone()).await
     }
 
-    /// Like [`invoke`](Self::invoke), sending events to `events`; with `input` `None`, like
-    /// [`resume`](Self::resume).
-    pub async fn invoke_with(
-        &self,
-        input: Option<String>,
-        events: EventSink,
-    ) -> Result<RunOutput, RunFailure> {
-        let (run, options) = self
-            .open(input.map(|text| vec![ContentBlock::text(text)]))
-            .await
-            .map_err(not_loaded)?;
-        self.agent.run(run, options, events).await
-    }
-
-    /// Adds `input` to the conversation and runs it on a background task, streaming events.
-    /// Fails before the run starts when the thread cannot be loaded (or another run holds it).
-    pub async fn stream(&self, input: impl Into<String>) -> Result<RunStream, CheckpointError> {
-        self.stream_content(vec![ContentBlock::text(input)]).await
-    }
-
-    /// Like [`stream`](Self::stream), with input of any content: text with images (a front
-    /// end's attachments), documents, audio.
-    pub async fn stream_content(
-        &self,
-        content: Vec<ContentBlock>,
-    ) -> Result<RunStream, CheckpointError> {
-        let (run, options) = self.open(Some(content)).await?;
+    /// Like [`run`](Self::run), on a background task: the stream yields the run's events and
+    /// then its outcome. Fails like `run` before the run starts.
+    pub async fn stream(&self, input: impl Into<Input>) -> Result<RunStream, RunFailure> {
+        let (run, options) = self.open_input(input.into()).await?;
         Ok(self.agent.stream_run(run, options))
     }
 
-    /// Like [`resume`](Self::resume), on a background task, streaming events.
-    pub async fn stream_resume(&self) -> Result<RunStream, CheckpointError> {
-        let (run, options) = self.open(None).await?;
-        Ok(self.agent.stream_run(run, options))
+    /// Sends the events of this handle's [`run`](Self::run)s to `events` (default: none are
+    /// kept). [`stream`](Self::stream) yields them instead.
+    pub fn with_events(mut self, events: EventSink) -> Self {
+        self.events = events;
+        self
     }
 
-    /// Like [`decide`](Self::decide), on a background task, streaming events. Decisions that
-    /// do not fit the pause fail here, before anything runs or changes.
-    pub async fn stream_decide(&self, decisions: Vec<Decision>) -> Result<RunStream, RunFailure> {
-        let (run, options) = self.open_decided(None, decisions).await?;
-        Ok(self.agent.stream_run(run, options))
+    /// Loads the thread under its lease and takes `input` into it.
+    async fn open_input(&self, input: Input) -> Result<(Run, RunOptions), RunFailure> {
+        match input {
+            Input::Text(text) => self
+                .open(Some(vec![ContentBlock::text(text)]))
+                .await
+                .map_err(not_loaded),
+            Input::Content(content) => self.open(Some(content)).await.map_err(not_loaded),
+            Input::Resume => self.open_resumed().await.map_err(not_loaded),
+            Input::Decide(decisions) => self.open_decided(None, decisions).await,
+            Input::DecidePause { pause, decisions } => {
+                self.open_decided(Some(&pause), decisions).await
+            }
+            Input::Wake => match self.open_woken().await.map_err(not_loaded)? {
+                Some(opened) => Ok(opened),
+                None => Err(RunFailure {
+                    error: RunError::NothingToWake,
+                    run: Box::default(),
+                }),
+            },
+        }
     }
 
-    /// Like [`decide_pause`](Self::decide_pause), on a background task, streaming events.
-    /// Decisions for another pause, or that do not fit this one, fail here, before anything
-    /// runs or changes.
-    pub async fn stream_decide_pause(
-        &self,
-        pause: &str,
-        decisions: Vec<Decision>,
-    ) -> Result<RunStream, RunFailure> {
-        let (run, options) = self.open_decided(Some(pause), decisions).await?;
-        Ok(self.agent.stream_run(run, options))
+    /// Loads the thread to continue it without input: background tasks' endings waiting for
+    /// it start a new turn, as [`Input::Wake`] does; otherwise the run goes on from where it
+    /// stopped.
+    async fn open_resumed(&self) -> Result<(Run, RunOptions), CheckpointError> {
+        let (mut run, options) = self.open(None).await?;
+        if let Some(background) = &self.agent.inner.background
+            && takes_message(&run.state)
+            && background.deliveries(&self.id, &run.state).is_some()
+        {
+            new_turn(&mut run);
+        }
+        Ok((run, options))
     }
 
     /// Loads the thread under its lease and records `decisions`, for the pause `pause` names
@@ -238,57 +317,6 @@ impl Thread {
         }
     }
 
-    /// Continues the thread without new input: a run stopped by a crash, a cancellation or an
-    /// error goes on from its latest checkpoint (calls in flight at a crash are settled: see
-    /// [`Control::in_flight`](deepagents_core::Control::in_flight)). A paused run stays paused until
-    /// [`decide`](Self::decide).
-    pub async fn resume(&self) -> Result<RunOutput, RunFailure> {
-        self.invoke_with(None, EventSink::discard()).await
-    }
-
-    /// Answers a pause: one decision per [`pending`](Self::pending) action, in order (see
-    /// [`crate::decide`]), then continues the run. Invalid decisions fail with
-    /// [`RunError::InvalidDecision`] and change nothing. The decisions answer whatever pause
-    /// the thread waits in when the run starts; when they were made for a pause someone was
-    /// shown, use [`decide_pause`](Self::decide_pause), which refuses them for any other.
-    pub async fn decide(&self, decisions: Vec<Decision>) -> Result<RunOutput, RunFailure> {
-        self.decide_with(decisions, EventSink::discard()).await
-    }
-
-    /// Like [`decide`](Self::decide), sending events to `events`.
-    pub async fn decide_with(
-        &self,
-        decisions: Vec<Decision>,
-        events: EventSink,
-    ) -> Result<RunOutput, RunFailure> {
-        let (run, options) = self.open_decided(None, decisions).await?;
-        self.agent.run(run, options, events).await
-    }
-
-    /// Answers the pause `pause` names ([`RunOutput::pause_id`], [`crate::pause_id`] of the
-    /// [`state`](Self::state)), then continues the run. When the thread no longer waits in
-    /// that pause (another run decided it, or the id is not one of this thread's), it fails
-    /// with [`RunError::StalePause`] and changes nothing; otherwise as [`decide`](Self::decide).
-    pub async fn decide_pause(
-        &self,
-        pause: &str,
-        decisions: Vec<Decision>,
-    ) -> Result<RunOutput, RunFailure> {
-        self.decide_pause_with(pause, decisions, EventSink::discard())
-            .await
-    }
-
-    /// Like [`decide_pause`](Self::decide_pause), sending events to `events`.
-    pub async fn decide_pause_with(
-        &self,
-        pause: &str,
-        decisions: Vec<Decision>,
-        events: EventSink,
-    ) -> Result<RunOutput, RunFailure> {
-        let (run, options) = self.open_decided(Some(pause), decisions).await?;
-        self.agent.run(run, options, events).await
-    }
-
     /// How many background tasks of this thread (async subagents started with
     /// `start_async_task`) run now in this process.
     pub fn background_running(&self) -> usize {
@@ -300,8 +328,8 @@ impl Thread {
     }
 
     /// Waits until background tasks of this thread have ended and the thread can take their
-    /// answers (it is not paused), and returns those endings; then [`wake`](Self::wake) or
-    /// [`stream_wake`](Self::stream_wake) runs the turn they start. `None` when nothing is
+    /// answers (it is not paused), and returns those endings; then a run of
+    /// [`Input::Wake`] (or [`Input::Resume`]) runs the turn they start. `None` when nothing is
     /// left to wait for: no task of the thread runs, none waits for delivery. A task that
     /// ended while this process was down is found again here (its ending is read from its
     /// child thread, or it runs on), as by every run of the thread. The endings are not taken
@@ -351,32 +379,6 @@ impl Thread {
             .map(|(_, endings)| endings))
     }
 
-    /// Runs the turn that background tasks' endings start: their answers join the
-    /// conversation as a message (each announced by a
-    /// [`BackgroundTaskFinished`](deepagents_core::EventKind::BackgroundTaskFinished) event)
-    /// and the model answers it. `None`, with nothing run, when there is nothing to deliver
-    /// (see [`next_wake`](Self::next_wake)). Fails like [`invoke`](Self::invoke), also with
-    /// [`CheckpointError::Busy`] while another run holds the thread: that run delivers them.
-    pub async fn wake(&self) -> Result<Option<RunOutput>, RunFailure> {
-        self.wake_with(EventSink::discard()).await
-    }
-
-    /// Like [`wake`](Self::wake), sending events to `events`.
-    pub async fn wake_with(&self, events: EventSink) -> Result<Option<RunOutput>, RunFailure> {
-        match self.open_woken().await.map_err(not_loaded)? {
-            Some((run, options)) => self.agent.run(run, options, events).await.map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// Like [`wake`](Self::wake), on a background task, streaming events.
-    pub async fn stream_wake(&self) -> Result<Option<RunStream>, CheckpointError> {
-        Ok(self
-            .open_woken()
-            .await?
-            .map(|(run, options)| self.agent.stream_run(run, options)))
-    }
-
     /// Loads the thread for a woken turn, when it has endings to take.
     async fn open_woken(&self) -> Result<Option<(Run, RunOptions)>, CheckpointError> {
         let Some(background) = self.agent.inner.background.clone() else {
@@ -386,10 +388,7 @@ impl Thread {
         if !takes_message(&run.state) || background.deliveries(&self.id, &run.state).is_none() {
             return Ok(None);
         }
-        // A new turn: its steps, tokens and spending count from here, as after user input.
-        run.steps = 0;
-        run.usage = deepagents_core::Usage::default();
-        run.spent = deepagents_core::Spent::default();
+        new_turn(&mut run);
         Ok(Some((run, options)))
     }
 
@@ -416,6 +415,14 @@ impl Thread {
     pub async fn state_at(&self, checkpoint: u64) -> Result<Option<Run>, CheckpointError> {
         upgraded(self.checkpointer.load(&self.id, Some(checkpoint)).await?)
     }
+}
+
+/// Starts a new turn without user input (background tasks' endings are its input): its steps,
+/// tokens and spending count from here, as after user input.
+fn new_turn(run: &mut Run) {
+    run.steps = 0;
+    run.usage = deepagents_core::Usage::default();
+    run.spent = deepagents_core::Spent::default();
 }
 
 /// A run as loaded, in this version's format (a thread of the earlier format is upgraded in

@@ -329,7 +329,7 @@ async fn ask_user_pauses_until_the_answer_which_becomes_the_result() {
         .build()
         .unwrap()
     };
-    let paused = agent().thread("t").unwrap().invoke("paint").await.unwrap();
+    let paused = agent().thread("t").unwrap().run("paint").await.unwrap();
     let pending = crate::support::paused(&paused);
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].name, deepagents::ASK_USER);
@@ -347,7 +347,7 @@ async fn ask_user_pauses_until_the_answer_which_becomes_the_result() {
         agent()
             .thread("t")
             .unwrap()
-            .decide(vec![Decision::Approve])
+            .run(deepagents::Input::Decide(vec![Decision::Approve]))
             .await
             .is_err(),
         "a question is answered, not approved"
@@ -356,9 +356,9 @@ async fn ask_user_pauses_until_the_answer_which_becomes_the_result() {
     // Another process answers; the events of the continued run stream.
     let thread = agent().thread("t").unwrap();
     let mut stream = thread
-        .stream_decide(vec![Decision::Respond {
+        .stream(deepagents::Input::Decide(vec![Decision::Respond {
             message: "blue".into(),
-        }])
+        }]))
         .await
         .unwrap();
     let mut answered = None;
@@ -427,7 +427,10 @@ async fn a_question_paused_as_a_gate_by_an_earlier_version_resumes() {
         .unwrap();
         let thread = agent.thread("t").unwrap();
         assert_eq!(thread.pending().await.unwrap().len(), 1);
-        let output = thread.decide(vec![decision]).await.unwrap();
+        let output = thread
+            .run(deepagents::Input::Decide(vec![decision]))
+            .await
+            .unwrap();
         assert_eq!(output.status, deepagents::RunStatus::Finished);
         let results = tool_results(&output.run.state.messages);
         assert_eq!(results.len(), 1);
@@ -445,8 +448,8 @@ async fn stream_resume_of_a_paused_thread_reports_the_pause_again() {
         .build()
         .unwrap();
     let thread = agent.thread("t").unwrap();
-    crate::support::paused(&thread.invoke("plan").await.unwrap());
-    let mut stream = thread.stream_resume().await.unwrap();
+    crate::support::paused(&thread.run("plan").await.unwrap());
+    let mut stream = thread.stream(deepagents::Input::Resume).await.unwrap();
     let mut interrupted = 0;
     while let Some(event) = stream.next().await {
         if matches!(event.kind, deepagents::EventKind::Interrupted { .. }) {
@@ -472,11 +475,14 @@ async fn decisions_for_an_earlier_pause_are_refused_even_when_call_ids_repeat() 
     .build()
     .unwrap();
     let thread = agent.thread("t").unwrap();
-    let first = thread.invoke("write both").await.unwrap();
+    let first = thread.run("write both").await.unwrap();
     crate::support::paused(&first);
     let first_id = first.pause_id().unwrap();
     let second = thread
-        .decide_pause(&first_id, vec![Decision::Approve])
+        .run(deepagents::Input::DecidePause {
+            pause: String::from(&first_id),
+            decisions: vec![Decision::Approve],
+        })
         .await
         .unwrap();
     assert_eq!(
@@ -489,7 +495,10 @@ async fn decisions_for_an_earlier_pause_are_refused_even_when_call_ids_repeat() 
 
     // The first pause's decisions again: refused, through either door, and nothing changes.
     let failure = thread
-        .decide_pause(&first_id, vec![Decision::Approve])
+        .run(deepagents::Input::DecidePause {
+            pause: String::from(&first_id),
+            decisions: vec![Decision::Approve],
+        })
         .await
         .unwrap_err();
     match &failure.error {
@@ -502,7 +511,10 @@ async fn decisions_for_an_earlier_pause_are_refused_even_when_call_ids_repeat() 
     assert!(failure.to_string().contains(&second_id), "{failure}");
     assert!(matches!(
         thread
-            .stream_decide_pause(&first_id, vec![Decision::Approve])
+            .stream(deepagents::Input::DecidePause {
+                pause: String::from(&first_id),
+                decisions: vec![Decision::Approve]
+            })
             .await
             .err()
             .map(|failure| failure.error),
@@ -517,7 +529,10 @@ async fn decisions_for_an_earlier_pause_are_refused_even_when_call_ids_repeat() 
     assert_eq!(thread.pending().await.unwrap().len(), 1);
 
     let done = thread
-        .decide_pause(&second_id, vec![Decision::Approve])
+        .run(deepagents::Input::DecidePause {
+            pause: String::from(&second_id),
+            decisions: vec![Decision::Approve],
+        })
         .await
         .unwrap();
     assert_eq!(done.text, "done");
@@ -526,7 +541,10 @@ async fn decisions_for_an_earlier_pause_are_refused_even_when_call_ids_repeat() 
     // Nothing waits now: the last pause's id is stale too.
     assert!(matches!(
         thread
-            .decide_pause(&second_id, vec![Decision::Approve])
+            .run(deepagents::Input::DecidePause {
+                pause: String::from(&second_id),
+                decisions: vec![Decision::Approve]
+            })
             .await
             .unwrap_err()
             .error,
@@ -592,7 +610,7 @@ async fn a_tool_that_asks_pauses_and_the_answers_resume_the_same_call() {
     let paused = agent()
         .thread("trip")
         .unwrap()
-        .invoke("book me")
+        .run("book me")
         .await
         .unwrap();
     let pending = crate::support::paused(&paused);
@@ -607,9 +625,9 @@ async fn a_tool_that_asks_pauses_and_the_answers_resume_the_same_call() {
     let second = agent()
         .thread("trip")
         .unwrap()
-        .decide(vec![Decision::Respond {
+        .run(deepagents::Input::Decide(vec![Decision::Respond {
             message: "\"Paris\"".into(),
-        }])
+        }]))
         .await
         .unwrap();
     let pending = crate::support::paused(&second);
@@ -620,9 +638,9 @@ async fn a_tool_that_asks_pauses_and_the_answers_resume_the_same_call() {
     let done = agent()
         .thread("trip")
         .unwrap()
-        .decide(vec![Decision::Respond {
+        .run(deepagents::Input::Decide(vec![Decision::Respond {
             message: "Friday".into(),
-        }])
+        }]))
         .await
         .unwrap();
     assert_eq!(done.status, deepagents::RunStatus::Finished);
@@ -642,13 +660,13 @@ async fn a_tool_that_asks_pauses_and_the_answers_resume_the_same_call() {
     .checkpointer(declined_store)
     .build()
     .unwrap();
-    agent.thread("no").unwrap().invoke("book").await.unwrap();
+    agent.thread("no").unwrap().run("book").await.unwrap();
     let done = agent
         .thread("no")
         .unwrap()
-        .decide(vec![Decision::Reject {
+        .run(deepagents::Input::Decide(vec![Decision::Reject {
             message: Some("not now".into()),
-        }])
+        }]))
         .await
         .unwrap();
     let results = tool_results(&done.run.state.messages);

@@ -173,7 +173,7 @@ async fn an_ending_while_idle_starts_the_parents_next_turn() {
     ]);
     let agent = agent(parent.clone(), child, Arc::new(InMemoryCheckpointer::new()));
     let thread = agent.thread("idle").unwrap();
-    let first = thread.invoke("find the answer").await.unwrap();
+    let first = thread.run("find the answer").await.unwrap();
     assert_eq!(first.text, "Started; I will tell you.");
     assert_eq!(thread.background_running(), 1);
 
@@ -185,7 +185,12 @@ async fn an_ending_while_idle_starts_the_parents_next_turn() {
     assert_eq!(endings[0].answer, "The answer is 42.");
 
     let (sink, mut events) = EventSink::channel();
-    let woken = thread.wake_with(sink).await.unwrap().expect("a woken turn");
+    let woken = thread
+        .clone()
+        .with_events(sink)
+        .run(deepagents::Input::Wake)
+        .await
+        .unwrap();
     assert_eq!(woken.text, "The helper says 42.");
     let request = parent.last_request_text();
     assert!(request.contains("The answer is 42."), "{request}");
@@ -202,7 +207,9 @@ async fn an_ending_while_idle_starts_the_parents_next_turn() {
     ));
     // Delivered once: nothing wakes the thread again.
     assert!(within(thread.next_wake()).await.unwrap().is_none());
-    assert!(thread.wake().await.unwrap().is_none());
+    assert!(crate::support::nothing_to_wake(
+        thread.run(deepagents::Input::Wake).await
+    ));
     let run = thread.state().await.unwrap().unwrap();
     assert_eq!(notices(&run.state.messages), 1);
     let task = &run.state.custom["async_tasks"][&endings[0].task_id];
@@ -267,7 +274,7 @@ async fn an_ending_while_busy_is_delivered_at_the_next_model_call_exactly_once()
     *endings.lock().unwrap() = agent.background_endings();
     let thread = agent.thread("busy").unwrap();
     let (sink, mut events) = EventSink::channel();
-    let output = within(thread.invoke_with(Some("find the answer".into()), sink))
+    let output = within(thread.clone().with_events(sink).run("find the answer"))
         .await
         .unwrap();
     assert_eq!(output.text, "The helper says 42.");
@@ -287,7 +294,9 @@ async fn an_ending_while_busy_is_delivered_at_the_next_model_call_exactly_once()
     assert_eq!(delivered, 1);
     // Nothing is left to wake the thread with.
     assert!(within(thread.next_wake()).await.unwrap().is_none());
-    assert!(thread.wake().await.unwrap().is_none());
+    assert!(crate::support::nothing_to_wake(
+        thread.run(deepagents::Input::Wake).await
+    ));
     let run = thread.state().await.unwrap().unwrap();
     assert_eq!(notices(&run.state.messages), 1);
 }
@@ -304,7 +313,7 @@ async fn a_cancelled_task_never_wakes_its_parent() {
     ]);
     let agent = agent(parent.clone(), child, Arc::new(InMemoryCheckpointer::new()));
     let thread = agent.thread("cancel").unwrap();
-    let output = thread.invoke("start and stop").await.unwrap();
+    let output = thread.run("start and stop").await.unwrap();
     assert_eq!(output.text, "Cancelled.");
     let results = crate::support::tool_results(&output.run.state.messages);
     let cancelled = crate::support::text(results[1]);
@@ -317,7 +326,9 @@ async fn a_cancelled_task_never_wakes_its_parent() {
     assert_eq!(thread.background_running(), 0);
     gate.add_permits(1);
     assert!(within(thread.next_wake()).await.unwrap().is_none());
-    assert!(thread.wake().await.unwrap().is_none());
+    assert!(crate::support::nothing_to_wake(
+        thread.run(deepagents::Input::Wake).await
+    ));
 }
 
 #[tokio::test]
@@ -359,7 +370,7 @@ async fn check_and_update_work_on_local_tasks() {
         Arc::new(InMemoryCheckpointer::new()),
     );
     let thread = agent.thread("update").unwrap();
-    let output = thread.invoke("go").await.unwrap();
+    let output = thread.run("go").await.unwrap();
     assert_eq!(output.text, "Updated.");
     let results = crate::support::tool_results(&output.run.state.messages);
     assert!(crate::support::text(results[1]).ends_with("is still running."));
@@ -370,7 +381,7 @@ async fn check_and_update_work_on_local_tasks() {
     assert_eq!(endings.len(), 1);
     assert_eq!(endings[0].generation, 2);
     assert_eq!(endings[0].answer, "Second answer.");
-    let woken = thread.wake().await.unwrap().expect("a woken turn");
+    let woken = thread.run(deepagents::Input::Wake).await.unwrap();
     assert_eq!(woken.text, "Got the second answer.");
     let child_saw = child.last_request_text();
     assert!(child_saw.contains("only the second"), "{child_saw}");
@@ -384,7 +395,7 @@ async fn a_restart_between_the_ending_and_its_delivery_loses_nothing() {
     let before = Fake::new(vec![start(), say("Started.")]);
     let first = agent(before, child, store.clone());
     let mut ended = first.background_endings().unwrap();
-    first.thread("restart").unwrap().invoke("go").await.unwrap();
+    first.thread("restart").unwrap().run("go").await.unwrap();
     gate.add_permits(1);
     within(ended.recv()).await.unwrap();
     // The process "restarts": a new agent over the same store knows nothing in memory.
@@ -410,19 +421,18 @@ async fn a_restart_between_the_ending_and_its_delivery_loses_nothing() {
     let thread = second.thread("restart").unwrap();
     let endings = within(thread.next_wake()).await.unwrap().expect("a wake");
     assert_eq!(endings[0].answer, "The answer is 42.");
-    let woken = thread.wake().await.unwrap().expect("a woken turn");
+    let woken = thread.run(deepagents::Input::Wake).await.unwrap();
     assert_eq!(woken.text, "The helper says 42.");
     assert!(after.last_request_text().contains("The answer is 42."));
-    assert!(thread.wake().await.unwrap().is_none());
+    assert!(crate::support::nothing_to_wake(
+        thread.run(deepagents::Input::Wake).await
+    ));
     // A task that ended before the restart takes new instructions in its child thread.
-    assert_eq!(
-        thread.invoke("ask again").await.unwrap().text,
-        "Asked again."
-    );
+    assert_eq!(thread.run("ask again").await.unwrap().text, "Asked again.");
     let endings = within(thread.next_wake()).await.unwrap().expect("a wake");
     assert_eq!(endings[0].answer, "The answer is 43.");
     assert_eq!(endings[0].generation, 2);
-    let woken = thread.wake().await.unwrap().expect("a woken turn");
+    let woken = thread.run(deepagents::Input::Wake).await.unwrap();
     assert_eq!(woken.text, "The helper now says 43.");
 }
 
@@ -436,7 +446,7 @@ async fn a_task_cut_short_by_a_restart_runs_on_and_then_wakes_its_parent() {
         stuck,
         store.clone(),
     );
-    first.thread("cut").unwrap().invoke("go").await.unwrap();
+    first.thread("cut").unwrap().run("go").await.unwrap();
     drop(first);
     let after = Fake::new(vec![say("The helper says 7.")]);
     let second = agent(
@@ -447,7 +457,7 @@ async fn a_task_cut_short_by_a_restart_runs_on_and_then_wakes_its_parent() {
     let thread = second.thread("cut").unwrap();
     let endings = within(thread.next_wake()).await.unwrap().expect("a wake");
     assert_eq!(endings[0].answer, "The answer is 7.");
-    let woken = thread.wake().await.unwrap().expect("a woken turn");
+    let woken = thread.run(deepagents::Input::Wake).await.unwrap();
     assert_eq!(woken.text, "The helper says 7.");
 }
 

@@ -68,14 +68,9 @@ async fn a_thread_continues_its_conversation_and_threads_stay_apart() {
 
     let thread = agent.thread("t").unwrap();
     assert_eq!(thread.id(), "t");
-    assert_eq!(thread.invoke("hello").await.unwrap().text, "first");
+    assert_eq!(thread.run("hello").await.unwrap().text, "first");
     // A fresh handle on the same id continues the stored conversation.
-    let output = agent
-        .thread("t")
-        .unwrap()
-        .invoke("and again")
-        .await
-        .unwrap();
+    let output = agent.thread("t").unwrap().run("and again").await.unwrap();
     assert_eq!(output.text, "second", "the model saw the earlier turn");
     assert_eq!(user_texts(&output.run), ["hello", "and again"]);
     assert_eq!(output.run.state.messages.len(), 4);
@@ -92,7 +87,7 @@ async fn a_thread_continues_its_conversation_and_threads_stay_apart() {
     let other = agent.thread("u").unwrap();
     assert!(other.state().await.unwrap().is_none());
     assert!(other.history().await.unwrap().is_empty());
-    let output = other.invoke("hi").await.unwrap();
+    let output = other.run("hi").await.unwrap();
     assert_eq!(output.text, "first");
     assert_eq!(user_texts(&output.run), ["hi"]);
 }
@@ -104,7 +99,7 @@ async fn a_thread_streams_its_events_and_saves_the_run() {
         .build()
         .unwrap();
     let thread = agent.thread("s").unwrap();
-    thread.invoke("a").await.unwrap();
+    thread.run("a").await.unwrap();
     let mut stream = thread.stream("b").await.unwrap();
     let mut events = 0;
     while stream.next().await.is_some() {
@@ -145,7 +140,7 @@ async fn a_thread_pauses_then_decide_continues_it() {
     .unwrap();
     let thread = agent.thread("t").unwrap();
 
-    let failure = thread.invoke("plan").await.unwrap();
+    let failure = thread.run("plan").await.unwrap();
     let actions = crate::support::paused(&failure);
     assert_eq!(actions[0].call_id, "w");
     let pending = thread.pending().await.unwrap();
@@ -153,13 +148,16 @@ async fn a_thread_pauses_then_decide_continues_it() {
     assert_eq!(pending[0].name, "write_file");
 
     // Resuming without decisions stays paused and runs nothing.
-    let failure = thread.resume().await.unwrap();
+    let failure = thread.run(deepagents::Input::Resume).await.unwrap();
     crate::support::paused(&failure);
     assert_eq!(file(&failure.run, "/plan.md"), None);
 
     // Wrong decisions change nothing.
     let failure = thread
-        .decide(vec![Decision::Approve, Decision::Approve])
+        .run(deepagents::Input::Decide(vec![
+            Decision::Approve,
+            Decision::Approve,
+        ]))
         .await
         .unwrap_err();
     assert!(
@@ -168,7 +166,10 @@ async fn a_thread_pauses_then_decide_continues_it() {
     );
     assert_eq!(thread.pending().await.unwrap(), pending);
 
-    let output = thread.decide(vec![Decision::Approve]).await.unwrap();
+    let output = thread
+        .run(deepagents::Input::Decide(vec![Decision::Approve]))
+        .await
+        .unwrap();
     assert_eq!(output.text, "done");
     assert_eq!(file(&output.run, "/plan.md").as_deref(), Some("v1\n"));
     assert!(thread.pending().await.unwrap().is_empty());
@@ -214,7 +215,7 @@ async fn the_builder_store_keeps_memories_across_threads() {
     let output = build(write_then("/memories/fact.md", "the sky is green\n"))
         .thread("a")
         .unwrap()
-        .invoke("remember")
+        .run("remember")
         .await
         .unwrap();
     assert_eq!(output.text, "saved");
@@ -232,7 +233,7 @@ async fn the_builder_store_keeps_memories_across_threads() {
     let output = build(read_then("/memories/fact.md"))
         .thread("b")
         .unwrap()
-        .invoke("recall")
+        .run("recall")
         .await
         .unwrap();
     let results = tool_results(&output.run.state.messages);
@@ -451,7 +452,7 @@ async fn builder_agent_tools_read_a_typed_runtime_context() {
             }),
             ..RunOptions::default()
         });
-    let output = thread.invoke("who?").await.unwrap();
+    let output = thread.run("who?").await.unwrap();
     assert_eq!(
         text(tool_results(&output.run.state.messages)[0]),
         "tenant globex"

@@ -185,7 +185,7 @@ async fn a_remote_tasks_ending_wakes_its_parent_without_polling() {
     .build()
     .unwrap();
     let thread = agent.thread("remote-wake").unwrap();
-    assert_eq!(thread.invoke("go").await.unwrap().text, "Started.");
+    assert_eq!(thread.run("go").await.unwrap().text, "Started.");
     let endings = tokio::time::timeout(std::time::Duration::from_secs(20), thread.next_wake())
         .await
         .unwrap()
@@ -193,7 +193,7 @@ async fn a_remote_tasks_ending_wakes_its_parent_without_polling() {
         .expect("a wake");
     assert_eq!(endings[0].task_id, "th9");
     assert_eq!(endings[0].answer, "There are 3 files.");
-    let woken = thread.wake().await.unwrap().expect("a woken turn");
+    let woken = thread.run(deepagents::Input::Wake).await.unwrap();
     assert_eq!(woken.text, "The counter found 3 files.");
     assert!(
         woken
@@ -203,5 +203,7 @@ async fn a_remote_tasks_ending_wakes_its_parent_without_polling() {
             .iter()
             .any(|m| m.text().contains("There are 3 files."))
     );
-    assert!(thread.wake().await.unwrap().is_none());
+    assert!(crate::support::nothing_to_wake(
+        thread.run(deepagents::Input::Wake).await
+    ));
 }

@@ -79,7 +79,7 @@ async fn turn(snapshots: &Snapshots, thread: &Thread, root: Option<&Path>, text:
     snapshots
         .record(thread.id(), n, text, root, &files)
         .unwrap();
-    thread.invoke(text).await.unwrap();
+    thread.run(text).await.unwrap();
     let state = thread.state().await.unwrap().unwrap();
     snapshots
         .record_after(thread.id(), n, root, &state.state.files)

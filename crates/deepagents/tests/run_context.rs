@@ -162,7 +162,8 @@ async fn two_threads_of_one_agent_run_at_once_without_cross_talk() {
             let output = agent
                 .thread(format!("t-{tag}"))
                 .unwrap()
-                .invoke_with(Some(format!("thread-{tag}")), events)
+                .with_events(events)
+                .run(format!("thread-{tag}"))
                 .await
                 .unwrap();
             let mut seen = Vec::new();
@@ -266,7 +267,7 @@ async fn a_namespace_factory_sees_the_thread_and_the_assistant() {
     .checkpointer(Arc::new(InMemoryCheckpointer::new()))
     .build()
     .unwrap();
-    agent.thread("t1").unwrap().invoke("go").await.unwrap();
+    agent.thread("t1").unwrap().run("go").await.unwrap();
     assert!(
         requests.lock().unwrap()[0]
             .system_prompt
@@ -550,7 +551,7 @@ async fn a_backend_factory_gives_each_thread_its_own_backend() {
         .checkpointer(store.clone())
         .build()
         .unwrap();
-        let output = agent.thread(tag).unwrap().invoke("go").await.unwrap();
+        let output = agent.thread(tag).unwrap().run("go").await.unwrap();
         let read = text(tool_results(&output.run.state.messages)[1]);
         assert!(read.contains(tag), "{tag}: {read}");
     }

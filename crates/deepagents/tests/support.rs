@@ -57,3 +57,8 @@ pub fn paused(output: &deepagents::RunOutput) -> &[deepagents::PendingAction] {
     );
     &output.pending
 }
+
+/// Whether a run of `Input::Wake` found nothing to deliver (and so ran nothing).
+pub fn nothing_to_wake(outcome: Result<deepagents::RunOutput, deepagents::RunFailure>) -> bool {
+    matches!(outcome, Err(failure) if matches!(failure.error, deepagents::RunError::NothingToWake))
+}

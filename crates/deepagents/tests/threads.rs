@@ -254,7 +254,7 @@ async fn corrupt_control_fails_loudly(open: impl AsyncFn() -> Store) {
     let error = agent
         .thread("broken")
         .unwrap()
-        .resume()
+        .run(deepagents::Input::Resume)
         .await
         .unwrap_err()
         .error
@@ -515,10 +515,10 @@ async fn one_run_writes_a_thread_at_a_time(open: impl AsyncFn() -> Store) {
         .unwrap()
     };
     let running = agent(first.clone()).thread("chat").unwrap();
-    let task = tokio::spawn(async move { running.invoke("one").await });
+    let task = tokio::spawn(async move { running.run("one").await });
     entered.notified().await;
     let other = agent(second.clone()).thread("chat").unwrap();
-    let failure = other.invoke("two").await.unwrap_err();
+    let failure = other.run("two").await.unwrap_err();
     assert!(
         matches!(
             failure.error,
@@ -529,7 +529,7 @@ async fn one_run_writes_a_thread_at_a_time(open: impl AsyncFn() -> Store) {
     );
     // Waiting gets the thread once the first run ends, and continues after it.
     let waiting = other.with_lease_wait(std::time::Duration::from_secs(20));
-    let waiter = tokio::spawn(async move { waiting.invoke("two").await });
+    let waiter = tokio::spawn(async move { waiting.run("two").await });
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     assert!(!waiter.is_finished());
     release.notify_one();
@@ -595,7 +595,7 @@ async fn subagent_resumes_after_crash(open: impl AsyncFn() -> Store) {
             .unwrap()
     };
     let crashing = agent(open().await, Some(2)).thread("t").unwrap();
-    let task = tokio::spawn(async move { crashing.invoke("go").await });
+    let task = tokio::spawn(async move { crashing.run("go").await });
     entered.notified().await;
     // The process dies: the run's future is dropped where it stands.
     task.abort();
@@ -606,7 +606,7 @@ async fn subagent_resumes_after_crash(open: impl AsyncFn() -> Store) {
     let output = agent(store.clone(), None)
         .thread("t")
         .unwrap()
-        .resume()
+        .run(deepagents::Input::Resume)
         .await
         .unwrap();
     assert_eq!(output.text, "parent done");
@@ -677,9 +677,9 @@ async fn crashes_in_nested_parallel_subagents(open: impl AsyncFn() -> Store) {
         let thread = agent(open().await).thread("t").unwrap();
         let run = tokio::spawn(async move {
             if started {
-                thread.resume().await
+                thread.run(deepagents::Input::Resume).await
             } else {
-                thread.invoke("go").await
+                thread.run("go").await
             }
         });
         seed = seed
@@ -819,9 +819,9 @@ async fn nested_subagents_kill_worker() {
     let started = store.load("t", None).await.unwrap().is_some();
     let thread = nested_agent(store, record).thread("t").unwrap();
     let output = if started {
-        thread.resume().await
+        thread.run(deepagents::Input::Resume).await
     } else {
-        thread.invoke("go").await
+        thread.run("go").await
     };
     assert_eq!(output.unwrap().text, "parent done");
 }
@@ -923,10 +923,10 @@ async fn a_thread_takes_images_with_a_message() {
         .unwrap();
     let thread = agent.thread("pictures").unwrap();
     let mut stream = thread
-        .stream_content(vec![
+        .stream(deepagents::Input::Content(vec![
             deepagents::ContentBlock::text("what is this?"),
             deepagents::ContentBlock::data("image/png", b"\x89PNG".to_vec()),
-        ])
+        ]))
         .await
         .unwrap();
     while stream.next().await.is_some() {}
@@ -966,7 +966,7 @@ async fn redelivered_request_taken_once(open: impl AsyncFn() -> Store) {
         .thread("t")
         .unwrap()
         .with_input_key("request-1")
-        .invoke("hello")
+        .run("hello")
         .await
         .unwrap();
     assert_eq!(first.text, "first answer");
@@ -975,7 +975,7 @@ async fn redelivered_request_taken_once(open: impl AsyncFn() -> Store) {
         .thread("t")
         .unwrap()
         .with_input_key("request-1")
-        .invoke("hello")
+        .run("hello")
         .await
         .unwrap();
     assert_eq!(
@@ -993,7 +993,7 @@ async fn redelivered_request_taken_once(open: impl AsyncFn() -> Store) {
         .thread("t")
         .unwrap()
         .with_input_key("request-2")
-        .invoke("and now?")
+        .run("and now?")
         .await
         .unwrap();
     assert_eq!(user_messages(&next.run), 2);
@@ -1032,7 +1032,7 @@ async fn crash_cut_request_one_input(open: impl AsyncFn() -> Store) {
         .thread("t")
         .unwrap()
         .with_input_key("request-1")
-        .invoke("write it")
+        .run("write it")
         .await
         .unwrap();
     assert_eq!(output.text, "done");
@@ -1062,7 +1062,10 @@ async fn redelivered_decisions_continue(open: impl AsyncFn() -> Store) {
         .thread("t")
         .unwrap()
         .with_input_key("decision-1")
-        .decide_pause(&pause_id, vec![Decision::Approve])
+        .run(deepagents::Input::DecidePause {
+            pause: String::from(&pause_id),
+            decisions: vec![Decision::Approve],
+        })
         .await
         .unwrap();
     assert_eq!(first.text, "done");
@@ -1071,7 +1074,10 @@ async fn redelivered_decisions_continue(open: impl AsyncFn() -> Store) {
         .thread("t")
         .unwrap()
         .with_input_key("decision-1")
-        .decide_pause(&pause_id, vec![Decision::Approve])
+        .run(deepagents::Input::DecidePause {
+            pause: String::from(&pause_id),
+            decisions: vec![Decision::Approve],
+        })
         .await
         .unwrap();
     assert_eq!(again.text, "done");
@@ -1085,7 +1091,10 @@ async fn redelivered_decisions_continue(open: impl AsyncFn() -> Store) {
         .thread("t")
         .unwrap()
         .with_input_key("decision-2")
-        .decide_pause(&pause_id, vec![Decision::Approve])
+        .run(deepagents::Input::DecidePause {
+            pause: String::from(&pause_id),
+            decisions: vec![Decision::Approve],
+        })
         .await;
     assert!(
         matches!(stale, Err(ref failure) if matches!(failure.error, RunError::StalePause { .. })),

@@ -221,7 +221,7 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                     confirm_rewind = None;
                     snapshot_turn =
                         crate::rewind::before_turn(&thread, session.root.as_deref(), &text).await;
-                    let started = thread.stream_content(content).await;
+                    let started = thread.stream(deepagents::Input::Content(content)).await;
                     match started {
                         Ok(stream) => turn = Some(Turn { stream }),
                         Err(e) => pending = app.failed(e.to_string(), Default::default()),
@@ -235,10 +235,9 @@ async fn run(start: Start) -> anyhow::Result<ExitCode> {
                         crate::approvals::grant_approved(policy, &actions, &decisions);
                     }
                     app.busy = true;
-                    let started = match app.pause.take() {
-                        Some(pause) => thread.stream_decide_pause(&pause, decisions).await,
-                        None => thread.stream_decide(decisions).await,
-                    };
+                    let started = thread
+                        .stream(deepagents::Input::decide(app.pause.take(), decisions))
+                        .await;
                     match started {
                         Ok(stream) => turn = Some(Turn { stream }),
                         Err(failure) => {
@@ -562,16 +561,24 @@ async fn woken(session: &Session, id: &str, app: &mut App) -> anyhow::Result<Opt
         return Ok(None);
     }
     let thread = handle(session, id, false)?;
-    match thread.stream_wake().await {
-        Ok(Some(stream)) => {
+    match thread.stream(deepagents::Input::Wake).await {
+        Ok(stream) => {
             // Its `background_task_finished` event says which task; the answer follows.
             app.busy = true;
             Ok(Some(stream))
         }
-        // Another process holds the thread: its run takes the endings.
-        Ok(None) | Err(deepagents::CheckpointError::Busy { .. }) => Ok(None),
-        Err(error) => {
-            app.cells.push(Cell::Error(error.to_string()));
+        // Nothing left to deliver, or another process holds the thread: its run takes them.
+        Err(failure)
+            if matches!(
+                failure.error,
+                deepagents::RunError::NothingToWake
+                    | deepagents::RunError::Checkpoint(deepagents::CheckpointError::Busy { .. })
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(failure) => {
+            app.cells.push(Cell::Error(failure.error.to_string()));
             Ok(None)
         }
     }
