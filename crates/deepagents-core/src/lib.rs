@@ -11,6 +11,7 @@ pub mod event;
 pub mod interrupt;
 pub mod message;
 pub mod model;
+pub mod pause;
 pub mod run;
 pub mod run_context;
 pub mod spend;
@@ -31,6 +32,7 @@ pub use model::{
     Model, ModelError, ModelProfile, ModelRequest, ModelResponse, ModelSettings, ModelStream,
     StopReason, StreamEvent,
 };
+pub use pause::{DecisionError, Gate, GateRule};
 pub use run::{Control, NextAction, PausedRun, Run, TurnLimitReached};
 pub use run_context::{Extensions, RunContext, RunLimits};
 pub use spend::{Budget, PriceBook, Prices, SpendCapReached, SpendLimits, Spent};

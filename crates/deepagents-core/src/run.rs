@@ -85,12 +85,18 @@ pub struct PausedRun {
 }
 
 /// What the driver must do next.
+///
+/// A paused run ([`Control::pending`] not empty) whose calls still wait gets
+/// [`AwaitDecisions`](Self::AwaitDecisions) until decisions are recorded
+/// ([`Run::decide`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum NextAction {
     /// Call the model with the conversation.
     CallModel,
     /// Execute these calls of the latest assistant turn (the ones without a result yet).
     ExecuteTools(Vec<ToolCall>),
+    /// The run is paused and no decisions came: it waits on these actions again.
+    AwaitDecisions(Vec<PendingAction>),
     /// The model answered without tool calls: the run is complete.
     Finish {
         /// The answer.
@@ -137,6 +143,10 @@ impl Run {
     pub fn next_action(&self, max_steps: u32) -> Result<NextAction, TurnLimitReached> {
         let pending = self.pending_tool_calls();
         if !pending.is_empty() {
+            // Decisions clear the pending actions; without them the pause stands.
+            if !self.control.pending.is_empty() {
+                return Ok(NextAction::AwaitDecisions(self.control.pending.clone()));
+            }
             return Ok(NextAction::ExecuteTools(pending));
         }
         if let Some(Message::Assistant(message)) = self.state.messages.last()

@@ -1,29 +1,22 @@
 //! The driver: performs the IO a [`Run`] asks for, one action at a time.
 
-use std::any::Any;
-use std::collections::BTreeMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use deepagents_core::message::AssistantMessage;
 use deepagents_core::{
-    AgentState, ContentBlock, DynTool, EventKind, Extensions, ModelRequest, NextAction, PausedRun,
-    Run, RunContext, StateUpdate, StopReason, ToolCall, ToolContext, ToolError, ToolOutput,
-    ToolResult, ToolStatus,
+    AgentState, DynTool, EventKind, EventSink, Extensions, Gate, Message, ModelRequest, NextAction,
+    Run, RunContext, StateUpdate, StopReason, ToolCall,
 };
-use futures::stream::{self, FuturesUnordered};
-use futures::{FutureExt as _, StreamExt as _};
 
-use crate::approval::{self, Gate, PendingAction, gate};
+use crate::approval::{self, PendingAction};
+use crate::calls::{Execution, Folded, finish_event, mutating, note_file_conflicts, run_calls};
 use crate::config::AgentConfig;
 use crate::error::{RunError, RunFailure};
 use crate::journal::{ControlTouched, Journal};
-use crate::middleware::{MiddlewareError, ModelNext, ToolNext, final_structured_answer};
+use crate::middleware::{MiddlewareError, ModelNext, final_structured_answer};
 use crate::registry::ToolRegistry;
 use crate::run::{RunOptions, RunOutput, RunStatus};
-use deepagents_core::EventSink;
-use deepagents_core::Message;
-use deepagents_core::message::AssistantMessage;
 
 /// Advances `run` until it has a final answer or fails: a run of its own, described by
 /// `options`.
@@ -202,22 +195,51 @@ impl Driver<'_> {
     }
 
     async fn advance(&mut self, run: &mut Run, journal: &mut Journal) -> Result<Ended, RunError> {
+        self.prepare(run, journal).await?;
+        let events = &self.ctx.events;
+        loop {
+            let action = run.next_action(self.ctx.limits.max_turns);
+            // Calls are saved with the mark that they started (`tools_started`), or with the
+            // pause that holds them: one write for the model's answer and what follows it.
+            if !matches!(action, Ok(NextAction::ExecuteTools(_))) {
+                journal.save(run).await?;
+            }
+            if self.ctx.cancel.is_cancelled() {
+                return Err(RunError::Cancelled);
+            }
+            match action? {
+                NextAction::CallModel => self.call_model(run, journal).await?,
+                NextAction::AwaitDecisions(actions) => return Ok(pause(events, actions)),
+                NextAction::ExecuteTools(calls) => {
+                    let waiting = self.step(run, calls, journal).await?;
+                    if !waiting.is_empty() {
+                        return Ok(pause(events, waiting));
+                    }
+                }
+                NextAction::Finish { text } => {
+                    if let Some(ended) = self.finish(run, text).await? {
+                        return Ok(ended);
+                    }
+                }
+            }
+        }
+    }
+
+    /// What a run does before its first action: the tools listed, a run of the earlier format
+    /// upgraded, what a crash left settled, what is left of a pause new input replaced
+    /// dropped, and the middleware's `before_run`; then it is saved.
+    async fn prepare(&mut self, run: &mut Run, journal: &mut Journal) -> Result<(), RunError> {
         let agent = self.agent;
         let ctx = self.ctx;
-        let events = &ctx.events;
         self.refresh_tools().await;
-        // A run handed over in the earlier format (its bookkeeping in custom keys).
         let legacy = deepagents_core::upgrade_legacy_control(run)?;
         if !legacy.is_empty() {
             journal.upgraded_legacy(&legacy);
         }
         journal.settle_interrupted(run, &self.tools);
         journal.remove_settled_children(run).await;
-        let dropped = approval::drop_stale(run);
-        if dropped.decisions {
+        if run.drop_stale() {
             journal.touched_control(ControlTouched::PAUSE);
-        }
-        if dropped.subagents {
             journal.touched_control(ControlTouched::SUBAGENTS);
         }
         for middleware in agent.middleware.iter() {
@@ -227,104 +249,92 @@ impl Driver<'_> {
                 .map_err(|e| middleware_error(middleware.name(), e))?;
             if !update.is_empty() {
                 agent.schema.apply_all(&mut run.state, [update.clone()])?;
-                journal.applied(events, &run.state, &[update]);
+                journal.applied(&ctx.events, &run.state, &[update]);
             }
         }
-        journal.save(run).await?;
-        loop {
-            let action = run.next_action(ctx.limits.max_turns);
-            // Calls are saved with the mark that they started (`tools_started`), or with the
-            // pause that holds them: one write for the model's answer and what follows it.
-            if !matches!(action, Ok(NextAction::ExecuteTools(_))) {
-                journal.save(run).await?;
+        journal.save(run).await
+    }
+
+    /// One step of tool calls: gated by the approval rules and the decisions given, then the
+    /// calls that may run are executed. Returns the actions the run now waits on (empty when
+    /// it goes on).
+    async fn step(
+        &mut self,
+        run: &mut Run,
+        calls: Vec<ToolCall>,
+        journal: &mut Journal,
+    ) -> Result<Vec<PendingAction>, RunError> {
+        let agent = self.agent;
+        let calls = if agent.interrupts.is_empty() && !run.needs_gate() {
+            calls
+        } else {
+            // The paused subagent runs, with the decisions now in them, are saved only once
+            // the step is done: should the process die during it, the subagents ask again
+            // rather than repeat an approved call they may already have made.
+            let undecided =
+                |run: &Run| run.control.pending.is_empty() && run.control.decisions.is_empty();
+            let was_undecided = undecided(run);
+            let gated = run.gate(calls, |call| approval::rule_for(&agent.interrupts, call));
+            if !(was_undecided && undecided(run)) {
+                journal.touched_control(ControlTouched::PAUSE);
             }
-            if ctx.cancel.is_cancelled() {
-                return Err(RunError::Cancelled);
+            match gated {
+                Gate::Pause(actions) => return Ok(actions),
+                Gate::Proceed {
+                    run: to_run,
+                    settled,
+                    rewritten,
+                } => {
+                    if let Some(index) = rewritten {
+                        journal.rewrote_message(index);
+                    }
+                    for result in settled {
+                        finish_event(&self.ctx.events, &result, 0);
+                        run.state.messages.push(Message::Tool(result));
+                    }
+                    to_run
+                }
             }
-            match action? {
-                NextAction::CallModel => self.call_model(run, journal).await?,
-                NextAction::ExecuteTools(calls) => {
-                    let resuming = approval::has_paused_subagents(run);
-                    // Decisions without an interrupt configuration answer an earlier version's
-                    // question gate (see `approval::gate`).
-                    let calls = if agent.interrupts.is_empty()
-                        && !resuming
-                        && run.control.decisions.is_empty()
-                    {
-                        calls
-                    } else {
-                        // `decide` changed these since the last save. The paused subagent runs,
-                        // with the decisions now in them, are saved only once the step is done:
-                        // should the process die during it, the subagents ask again rather than
-                        // repeat an approved call they may already have made.
-                        let undecided = |run: &Run| {
-                            run.control.pending.is_empty() && run.control.decisions.is_empty()
-                        };
-                        let was_undecided = undecided(run);
-                        let gated = gate(run, calls, &agent.interrupts);
-                        if !(was_undecided && undecided(run)) {
-                            journal.touched_control(ControlTouched::PAUSE);
-                        }
-                        match gated {
-                            Gate::Pause(actions) => return Ok(pause(events, actions)),
-                            Gate::Proceed {
-                                run: to_run,
-                                settled,
-                                rewritten,
-                            } => {
-                                if let Some(index) = rewritten {
-                                    journal.rewrote_message(index);
-                                }
-                                for result in settled {
-                                    finish_event(events, &result, 0);
-                                    run.state.messages.push(Message::Tool(result));
-                                }
-                                to_run
-                            }
-                        }
-                    };
-                    if !calls.is_empty() {
-                        let waiting = self.execute_tools(run, calls, journal).await?;
-                        self.settle_spend(run);
-                        if !waiting.is_empty() {
-                            approval::record_pause(run, &waiting);
-                            journal.touched_control(ControlTouched::PAUSE);
-                            return Ok(pause(events, waiting));
-                        }
-                    }
-                }
-                NextAction::Finish { .. }
-                    if agent.response_format && final_structured_answer(run).is_none() =>
-                {
-                    run.state.messages.push(Message::user(
-                        "Reply by calling final_answer with your answer in its required structure.",
-                    ));
-                }
-                NextAction::Finish { text } => {
-                    let mut more = None;
-                    for middleware in agent.middleware.iter() {
-                        more = middleware
-                            .before_finish(ctx, &run.state)
-                            .await
-                            .map_err(|e| middleware_error(middleware.name(), e))?;
-                        if more.is_some() {
-                            break;
-                        }
-                    }
-                    if let Some(message) = more {
-                        run.state.messages.push(Message::user(message));
-                        continue;
-                    }
-                    for middleware in agent.middleware.iter().rev() {
-                        middleware
-                            .after_run(ctx, &run.state)
-                            .await
-                            .map_err(|e| middleware_error(middleware.name(), e))?;
-                    }
-                    return Ok(Ended::Finished(text));
-                }
+        };
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let waiting = self.execute_tools(run, calls, journal).await?;
+        self.settle_spend(run);
+        if !waiting.is_empty() {
+            journal.touched_control(ControlTouched::PAUSE);
+        }
+        Ok(waiting)
+    }
+
+    /// The model answered without tool calls: the run ends with `text`, unless a structured
+    /// answer is missing or a middleware keeps it going (`None`: go on).
+    async fn finish(&self, run: &mut Run, text: String) -> Result<Option<Ended>, RunError> {
+        let agent = self.agent;
+        let ctx = self.ctx;
+        if agent.response_format && final_structured_answer(run).is_none() {
+            run.state.messages.push(Message::user(
+                "Reply by calling final_answer with your answer in its required structure.",
+            ));
+            return Ok(None);
+        }
+        for middleware in agent.middleware.iter() {
+            let more = middleware
+                .before_finish(ctx, &run.state)
+                .await
+                .map_err(|e| middleware_error(middleware.name(), e))?;
+            if let Some(message) = more {
+                run.state.messages.push(Message::user(message));
+                return Ok(None);
             }
         }
+        for middleware in agent.middleware.iter().rev() {
+            middleware
+                .after_run(ctx, &run.state)
+                .await
+                .map_err(|e| middleware_error(middleware.name(), e))?;
+        }
+        Ok(Some(Ended::Finished(text)))
     }
 }
 
@@ -349,17 +359,6 @@ fn middleware_error(name: &str, error: MiddlewareError) -> RunError {
         middleware: name.to_owned(),
         error,
     }
-}
-
-/// How one tool call ended.
-enum CallOutcome {
-    /// Finished, with its state changes, the files it changed outside the state and the
-    /// answer it gave for the run, if any.
-    Done(ToolResult, StateUpdate, Vec<String>, Option<String>),
-    Fatal(ToolResult, String),
-    /// A subagent it ran paused for approval: no result yet, the call runs again on resume
-    /// and continues this stored subagent run.
-    Paused(PausedRun),
 }
 
 impl Driver<'_> {
@@ -456,169 +455,59 @@ impl Driver<'_> {
         calls: Vec<ToolCall>,
         journal: &mut Journal,
     ) -> Result<Vec<PendingAction>, RunError> {
-        let agent = self.agent;
         let events = &self.ctx.events;
-        let tools = &self.tools;
-        let cancel_grace = self.cancel_grace;
         journal
             .tools_started(run, calls.iter().map(|c| c.id.clone()).collect())
             .await?;
         // Tools read the state through an `Arc`; moving it out (rather than cloning) keeps a step's
         // cost independent of the conversation's length. It is moved back once every tool is done.
         let shared = Arc::new(std::mem::take(&mut run.state));
-        let step = RunContext {
-            cancel: self.ctx.cancel.child_token(),
-            ..self.ctx.clone()
+        let exec = Execution {
+            agent: self.agent,
+            tools: &self.tools,
+            ctx: self.ctx,
+            cancel_grace: self.cancel_grace,
         };
-        // Calls whose subagent paused inside them continue that run.
-        let paused_runs: BTreeMap<String, Arc<PausedRun>> = run
-            .control
-            .paused_subagents
-            .iter()
-            .filter(|(id, _)| calls.iter().any(|c| &c.id == *id))
-            .map(|(id, paused)| (id.clone(), Arc::new(paused.clone())))
-            .collect();
-        let start_call = |index: usize, state: Arc<AgentState>| {
-            let call = calls[index].clone();
-            let ctx = ToolContext {
-                call_id: call.id.clone(),
-                state,
-                run: step.clone(),
-                paused: paused_runs.get(&call.id).cloned(),
-            };
-            run_one(agent, tools, call, ctx).map(move |outcome| (index, outcome))
-        };
-        let (mutating, concurrent): (Vec<usize>, Vec<usize>) =
-            (0..calls.len()).partition(|&i| tools.is_mutating(&calls[i].name));
-        let sequential_calls = mutating.clone();
-        let mut outcomes: Vec<Option<(CallOutcome, Option<u64>)>> =
-            calls.iter().map(|_| None).collect();
-        let mut cancelled = false;
-        {
-            // Scoped so that every tool future, and its handle on the shared state, is dropped
-            // before the state is taken back.
-            let concurrent: FuturesUnordered<_> = concurrent
-                .into_iter()
-                .map(|index| start_call(index, Arc::clone(&shared)))
-                .collect();
-            // Mutating calls run one after another, each seeing what the earlier ones changed (a
-            // write then an edit of the same file in one turn works). The state is copied only
-            // when a call changed something and another mutating call follows.
-            let sequential = stream::unfold(
-                (mutating.into_iter(), Arc::clone(&shared)),
-                move |(mut rest, view)| async move {
-                    let index = rest.next()?;
-                    let (index, outcome) = start_call(index, Arc::clone(&view)).await;
-                    let view = match &outcome {
-                        (CallOutcome::Done(_, update, _, _), _)
-                            if !update.is_empty() && rest.len() > 0 =>
-                        {
-                            let mut next = AgentState::clone(&view);
-                            // A failing merge is reported when the step's updates are applied.
-                            match agent.schema.apply_all(&mut next, [update.clone()]) {
-                                Ok(()) => Arc::new(next),
-                                Err(_) => view,
-                            }
-                        }
-                        _ => view,
-                    };
-                    Some(((index, outcome), (rest, view)))
-                },
-            );
-            let finished = stream::select(concurrent, sequential);
-            let grace = tokio::time::sleep(cancel_grace);
-            tokio::pin!(finished, grace);
-            loop {
-                tokio::select! {
-                    next = finished.next() => match next {
-                        Some((index, outcome)) => outcomes[index] = Some(outcome),
-                        None => break,
-                    },
-                    () = self.ctx.cancel.cancelled(), if !cancelled => {
-                        cancelled = true;
-                        grace.as_mut().reset(tokio::time::Instant::now() + cancel_grace);
-                    }
-                    () = &mut grace, if cancelled => break,
-                }
-            }
-        }
-
-        let mut results = Vec::with_capacity(calls.len());
-        // Per result: the files it changed outside the state.
-        let mut changed_outside: Vec<Vec<String>> = Vec::with_capacity(calls.len());
-        let mut paused = Vec::new();
-        let mut fatal = None;
-        // The first answer a call of this step gave directly (`ToolOutput::final_answer`).
-        let mut final_answer: Option<String> = None;
-        // Calls whose finished event waits for the conflict notes, by result index.
-        let mut unannounced: Vec<(usize, u64)> = Vec::new();
-        for (call, outcome) in calls.iter().zip(outcomes) {
-            let outcome = outcome.map(|(outcome, owed)| {
-                if let Some(elapsed) = owed {
-                    unannounced.push((results.len(), elapsed));
-                }
-                outcome
-            });
-            match outcome {
-                Some(CallOutcome::Done(result, update, changed, answer)) => {
-                    if answer.is_some() && final_answer.is_none() {
-                        final_answer = answer;
-                    }
-                    changed_outside.push(changed);
-                    results.push((result, update));
-                }
-                Some(CallOutcome::Paused(subagent)) => paused.push((call.id.clone(), subagent)),
-                Some(CallOutcome::Fatal(result, message)) => {
-                    fatal.get_or_insert((call.name.clone(), message));
-                    changed_outside.push(Vec::new());
-                    results.push((result, StateUpdate::default()));
-                }
-                None => {
-                    let result = ToolResult::error(call, "Cancelled before it finished.");
-                    finish_event(events, &result, 0);
-                    changed_outside.push(Vec::new());
-                    results.push((result, StateUpdate::default()));
-                }
-            }
-        }
-
-        note_file_conflicts(&mut results, &changed_outside, &sequential_calls);
-        for (index, elapsed) in unannounced {
-            if let Some((result, _)) = results.get(index) {
+        let (outcomes, cancelled) = run_calls(exec, run, &calls, &shared).await;
+        let mut step = Folded::of(events, &calls, outcomes);
+        note_file_conflicts(
+            &mut step.results,
+            &step.changed_outside,
+            &mutating(&self.tools, &calls),
+        );
+        for (index, elapsed) in step.unannounced {
+            if let Some((result, _)) = step.results.get(index) {
                 finish_event(events, result, elapsed);
             }
         }
-        journal.changed_outside(changed_outside.into_iter().flatten());
+        journal.changed_outside(step.changed_outside.into_iter().flatten());
         run.state = Arc::try_unwrap(shared).unwrap_or_else(|leaked| AgentState::clone(&leaked));
-        let updates: Vec<StateUpdate> = results
+        let updates: Vec<StateUpdate> = step
+            .results
             .iter()
             .map(|(_, update)| update.clone())
             .filter(|update| !update.is_empty())
             .collect();
-        let finished: Vec<String> = results
+        let finished: Vec<String> = step
+            .results
             .iter()
             .map(|(result, _)| result.tool_call_id.clone())
             .collect();
-        run.apply_tool_results(results, &agent.schema)?;
+        run.apply_tool_results(step.results, &self.agent.schema)?;
         journal.tools_finished(run);
         journal.applied(events, &run.state, &updates);
         let mut waiting = Vec::new();
-        if !paused.is_empty() || approval::has_paused_subagents(run) {
-            let (changed, actions) =
-                approval::settle_subagents(run, finished.iter().map(String::as_str), paused);
-            if changed {
-                journal.touched_control(ControlTouched::SUBAGENTS);
-            }
-            waiting = actions;
+        if !step.paused.is_empty() || !run.control.paused_subagents.is_empty() {
+            waiting = run.settle_subagents(finished.iter().map(String::as_str), step.paused);
+            journal.touched_control(ControlTouched::SUBAGENTS);
         }
-
-        if let Some((tool, message)) = fatal {
+        if let Some((tool, message)) = step.fatal {
             return Err(RunError::ToolFatal { tool, message });
         }
         if cancelled {
             return Err(RunError::Cancelled);
         }
-        if let Some(answer) = final_answer.filter(|_| waiting.is_empty()) {
+        if let Some(answer) = step.final_answer.filter(|_| waiting.is_empty()) {
             // A tool answered for the run: close the turn with it, without another model call.
             run.state
                 .messages
@@ -626,174 +515,4 @@ impl Driver<'_> {
         }
         Ok(waiting)
     }
-}
-
-/// When several calls of one step change the same file, the last in call order wins (the merge
-/// rule); each of them is told, so no agent believes its version survived when it did not.
-/// Two mutating calls (`sequential`, in call order) do not conflict: the later one saw the
-/// earlier one's change.
-fn note_file_conflicts(
-    results: &mut [(ToolResult, StateUpdate)],
-    changed_outside: &[Vec<String>],
-    sequential: &[usize],
-) {
-    let mut last_writer: BTreeMap<String, usize> = BTreeMap::new();
-    let mut notes: Vec<(usize, String)> = Vec::new();
-    for (index, (_, update)) in results.iter().enumerate() {
-        let outside: &[String] = changed_outside.get(index).map_or(&[], Vec::as_slice);
-        let paths: std::collections::BTreeSet<&String> =
-            update.files.keys().chain(outside).collect();
-        for path in paths {
-            if let Some(previous) = last_writer.insert(path.clone(), index) {
-                if sequential.contains(&previous) && sequential.contains(&index) {
-                    continue;
-                }
-                let earlier = &results[previous].0.tool_call_id;
-                let later = &results[index].0.tool_call_id;
-                let on_disk = outside.contains(path)
-                    || changed_outside
-                        .get(previous)
-                        .is_some_and(|files| files.contains(path));
-                if on_disk {
-                    // Outside the state the calls raced: the file holds whichever came last.
-                    for (this, other) in [(previous, later), (index, earlier)] {
-                        notes.push((
-                            this,
-                            format!("Note: {path} was also changed by call {other} at the same time; it holds whichever change came last. Read it before relying on it."),
-                        ));
-                    }
-                    continue;
-                }
-                notes.push((
-                    previous,
-                    format!("Note: {path} was changed again by call {later} in the same step; that later version is the one kept."),
-                ));
-                notes.push((
-                    index,
-                    format!("Note: {path} was also changed by call {earlier} in the same step; this call's version is the one kept."),
-                ));
-            }
-        }
-    }
-    for (index, note) in notes {
-        results[index].0.content.push(ContentBlock::text(note));
-    }
-}
-
-/// Runs one call through the middleware chain and the registry, emitting its events.
-/// Runs one call; the duration comes back when its `tool_call_finished` event is still owed.
-async fn run_one(
-    agent: &AgentConfig,
-    tools: &Arc<ToolRegistry>,
-    call: ToolCall,
-    ctx: ToolContext,
-) -> (CallOutcome, Option<u64>) {
-    let events = &ctx.run.events.clone();
-    events.emit(EventKind::ToolCallStarted {
-        call_id: call.id.clone(),
-        name: call.name.clone(),
-        arguments: call.arguments.clone(),
-    });
-    let started = Instant::now();
-    let chain = ToolNext {
-        stack: Arc::clone(&agent.middleware),
-        position: 0,
-        registry: Arc::clone(tools),
-    };
-    let outcome = match AssertUnwindSafe(chain.call(call.clone(), ctx))
-        .catch_unwind()
-        .await
-    {
-        Ok(Ok(mut output)) => {
-            if let Some(paused) = output.paused.take() {
-                // The call has not finished: no `tool_call_finished` until it does.
-                return (CallOutcome::Paused(paused), None);
-            }
-            let ToolOutput {
-                mut content,
-                artifact,
-                update,
-                changed_files,
-                is_error,
-                final_answer,
-                paused: _,
-            } = output;
-            if content.is_empty() {
-                // Some providers reject empty tool results.
-                content.push(ContentBlock::text("(no output)"));
-            }
-            let result = ToolResult {
-                tool_call_id: call.id.clone(),
-                name: call.name.clone(),
-                content,
-                status: if is_error {
-                    ToolStatus::Error
-                } else {
-                    ToolStatus::Ok
-                },
-                artifact,
-            };
-            let final_answer = final_answer.filter(|_| !is_error);
-            CallOutcome::Done(result, update, changed_files, final_answer)
-        }
-        Ok(Err(ToolError::RespondToModel(message))) => CallOutcome::Done(
-            ToolResult::error(&call, message),
-            StateUpdate::default(),
-            Vec::new(),
-            None,
-        ),
-        Ok(Err(ToolError::Fatal(message))) => CallOutcome::Fatal(
-            ToolResult::error(
-                &call,
-                format!("The tool failed and the run stopped: {message}"),
-            ),
-            message,
-        ),
-        Err(panic) => CallOutcome::Done(
-            ToolResult::error(
-                &call,
-                format!(
-                    "The tool `{}` crashed ({}); its effects are unknown. Check what it may have changed before retrying, or carry on without it.",
-                    call.name,
-                    panic_message(panic.as_ref())
-                ),
-            ),
-            StateUpdate::default(),
-            Vec::new(),
-            None,
-        ),
-    };
-    let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    match &outcome {
-        // A call that changed files may still get a note about a same-step conflict: it is
-        // announced once the step's results are settled, with what the model sees.
-        CallOutcome::Done(_, update, changed, _)
-            if !update.files.is_empty() || !changed.is_empty() =>
-        {
-            return (outcome, Some(elapsed));
-        }
-        CallOutcome::Done(result, ..) | CallOutcome::Fatal(result, _) => {
-            finish_event(events, result, elapsed);
-        }
-        CallOutcome::Paused(_) => {}
-    }
-    (outcome, None)
-}
-
-fn finish_event(events: &EventSink, result: &ToolResult, duration_ms: u64) {
-    events.emit(EventKind::ToolCallFinished {
-        call_id: result.tool_call_id.clone(),
-        name: result.name.clone(),
-        status: result.status,
-        content: result.content.clone(),
-        duration_ms,
-    });
-}
-
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .map_or_else(|| "panic".to_owned(), |s| format!("panic: {s}"))
 }

@@ -309,9 +309,52 @@ impl Journal {
         {
             return Ok(());
         }
+        let persisted = (
+            target.persisted_messages,
+            target.persisted_input_key.clone(),
+        );
+        let delta = self.delta(run, persisted.0, persisted.1.as_ref());
+        let Some(target) = &mut self.target else {
+            return Ok(());
+        };
+        let checkpoint = target
+            .checkpointer
+            .append(&target.thread_id, &delta, run)
+            .await
+            .map_err(RunError::Checkpoint)?;
+        self.events.emit(EventKind::Checkpointed { checkpoint });
+        target.persisted_messages = run.state.messages.len();
+        target
+            .persisted_input_key
+            .clone_from(&run.control.input_key);
+        // The results of finished subagent runs are stored now; their child threads can go.
+        for child in target.take_finished_children() {
+            if let Err(error) = target.checkpointer.delete_thread(&child).await {
+                tracing::warn!(%child, %error, "a finished subagent's checkpoints stay behind");
+            }
+        }
+        self.rewritten_from = None;
+        self.todos = false;
+        self.files.clear();
+        self.custom.clear();
+        self.control = ControlTouched::default();
+        self.saved_progress = progress;
+        Ok(())
+    }
+
+    /// What changed since the last save, as a delta: the messages after the `persisted_messages`
+    /// stored ones (or from the earliest rewritten one), the state keys and control parts
+    /// touched, and the progress that moved.
+    fn delta(
+        &self,
+        run: &Run,
+        persisted_messages: usize,
+        persisted_key: Option<&String>,
+    ) -> RunDelta {
+        let new_key = run.control.input_key.as_ref() != persisted_key;
         let replace_from = self.rewritten_from.map(|i| i.min(run.state.messages.len()));
         let start = replace_from
-            .unwrap_or(target.persisted_messages)
+            .unwrap_or(persisted_messages)
             .min(run.state.messages.len());
         let mut touched = self.control;
         if new_key {
@@ -321,7 +364,7 @@ impl Journal {
             touched.decisions = true;
         }
         let control = &run.control;
-        let delta = RunDelta {
+        RunDelta {
             schema: CHECKPOINT_SCHEMA,
             messages: run.state.messages[start..].to_vec(),
             replace_from,
@@ -351,37 +394,14 @@ impl Journal {
                 input_key: control
                     .input_key
                     .clone()
-                    .filter(|key| target.persisted_input_key.as_ref() != Some(key)),
+                    .filter(|key| persisted_key != Some(key)),
             },
             steps: (run.steps != self.saved_progress.steps).then_some(run.steps),
             usage: (run.usage != self.saved_progress.usage).then_some(run.usage),
             spent: (run.spent != self.saved_progress.spent).then_some(run.spent),
             total_spent: (run.total_spent != self.saved_progress.total_spent)
                 .then_some(run.total_spent),
-        };
-        let checkpoint = target
-            .checkpointer
-            .append(&target.thread_id, &delta, run)
-            .await
-            .map_err(RunError::Checkpoint)?;
-        self.events.emit(EventKind::Checkpointed { checkpoint });
-        target.persisted_messages = run.state.messages.len();
-        target
-            .persisted_input_key
-            .clone_from(&run.control.input_key);
-        // The results of finished subagent runs are stored now; their child threads can go.
-        for child in target.take_finished_children() {
-            if let Err(error) = target.checkpointer.delete_thread(&child).await {
-                tracing::warn!(%child, %error, "a finished subagent's checkpoints stay behind");
-            }
         }
-        self.rewritten_from = None;
-        self.todos = false;
-        self.files.clear();
-        self.custom.clear();
-        self.control = ControlTouched::default();
-        self.saved_progress = progress;
-        Ok(())
     }
 
     /// Removes the child threads of the latest turn's calls that have their results: a crash

@@ -32,6 +32,7 @@ mod agent;
 pub mod approval;
 mod background;
 mod builder;
+mod calls;
 mod config;
 pub mod context;
 mod driver;

@@ -389,7 +389,7 @@ impl Tool for Task {
                     "The {} subagent crashed ({}); whatever it changed in the agent state is lost \
                      (files on disk stay as it left them). Check before retrying, or do it yourself.",
                     args.subagent_type,
-                    crate::driver::panic_message(panic.as_ref())
+                    crate::calls::panic_message(panic.as_ref())
                 )));
             }
         };

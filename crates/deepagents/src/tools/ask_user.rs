@@ -5,7 +5,7 @@
 //! person answers with a `respond` decision, whose message becomes the call's result, or
 //! declines with `reject`. Threads paused by an earlier version, where the question was an
 //! approval gate before the call, still resume: the decision given for the call itself is
-//! settled as its result (see `approval::gate`).
+//! settled as its result (see `Run::gate`).
 
 use deepagents_core::interrupt::Decision;
 use deepagents_core::{Tool, ToolContext, ToolError, ToolOutput};
@@ -57,7 +57,7 @@ impl Tool for AskUser {
         match decision {
             Some(Decision::Respond { message }) => Ok(ToolOutput::text(message.clone())),
             Some(Decision::Reject { message }) => Err(ToolError::RespondToModel(
-                crate::approval::rejected(message.as_deref()),
+                deepagents_core::pause::rejected(message.as_deref()),
             )),
             // Approval and edits are not offered for a question; ask again.
             Some(Decision::Approve | Decision::Edit { .. }) | None => {
