@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// Binary data (images, PDFs, audio…) is kept as raw bytes with its MIME type and serialized as
 /// base64, so a multimodal file read can reach a model unchanged.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ContentBlock {
@@ -21,6 +21,7 @@ pub enum ContentBlock {
         mime_type: String,
         /// The raw bytes (base64 in JSON).
         #[serde(with = "base64_bytes")]
+        #[schemars(with = "String")]
         data: Vec<u8>,
     },
     /// The model's reasoning ("thinking"), kept so it can be sent back to providers that require

@@ -26,8 +26,15 @@ use crate::state::{FileContent, Todo};
 /// tell; additions (new kinds, new fields), which readers skip, keep it (`docs/PROTOCOL.md`).
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// The JSON Schema (draft 2020-12) of one [`Event`] as streams carry it, generated from the
+/// types: what `docs/events.schema.json` holds (a test keeps the two the same). Its `oneOf`
+/// lists every event kind, each with its `type` as a constant.
+pub fn json_schema() -> Value {
+    schemars::schema_for!(Event).to_value()
+}
+
 /// One level of the agent tree: the tool call that started a subagent, and its name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PathSegment {
     /// The id of the `task` (or other) call that started the subagent.
     pub call_id: String,
@@ -63,7 +70,7 @@ pub fn agent_path_compat<'de, D: serde::Deserializer<'de>>(
 }
 
 /// One event: which run produced it, where in the run's agent tree, when, and what happened.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Event {
     /// The run: one drive of the top-level agent (a resume or an answered pause is a new run).
     /// Subagents' events carry their parent run's id.
@@ -80,7 +87,7 @@ pub struct Event {
 }
 
 /// What caused a summarization.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SummaryTrigger {
     /// The conversation filled the part of the context window set aside for it.
@@ -92,7 +99,7 @@ pub enum SummaryTrigger {
 }
 
 /// Why a run failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -120,7 +127,7 @@ pub enum ErrorKind {
 }
 
 /// How a backend's shell commands are confined.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Confinement {
     /// The engine: `bubblewrap`, `landlock`, `none` (unconfined), or `unavailable` (commands
     /// are refused, `unenforced` says why).
@@ -133,7 +140,7 @@ pub struct Confinement {
 }
 
 /// Which output of a command a chunk comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OutputStream {
     /// Standard output.
@@ -143,7 +150,7 @@ pub enum OutputStream {
 }
 
 /// What happened. Serialized with a `type` field in snake_case.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum EventKind {

@@ -6,7 +6,7 @@ use serde_json::Value;
 use crate::event::AgentPath;
 
 /// What a person may decide about a paused call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DecisionKind {
     /// Run it as asked.
@@ -56,7 +56,7 @@ impl Decision {
 }
 
 /// A call waiting for a decision.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PendingAction {
     /// The call id.
     pub call_id: String,

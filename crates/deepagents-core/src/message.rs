@@ -91,7 +91,7 @@ pub struct ToolCall {
 }
 
 /// Whether a tool call succeeded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolStatus {
     /// The tool did its job.
@@ -130,7 +130,9 @@ impl ToolResult {
 }
 
 /// Tokens used by model calls.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct Usage {
     /// Prompt tokens, including cached ones.
     pub input_tokens: u64,

@@ -61,7 +61,7 @@ pub struct ModelSettings {
 }
 
 /// Why the model stopped.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     /// Finished its turn.

@@ -40,7 +40,7 @@ impl Prices {
 }
 
 /// Tokens and dollars spent.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Spent {
     /// Tokens of every model call counted.
     #[serde(default)]

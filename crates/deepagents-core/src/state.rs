@@ -85,7 +85,7 @@ impl FileData {
 }
 
 /// Contents of a [`FileData`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "encoding", rename_all = "snake_case")]
 pub enum FileContent {
     /// UTF-8 text.
@@ -99,6 +99,7 @@ pub enum FileContent {
         mime_type: String,
         /// The bytes (base64 in JSON).
         #[serde(with = "base64_bytes")]
+        #[schemars(with = "String")]
         data: Vec<u8>,
     },
 }

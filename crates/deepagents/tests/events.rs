@@ -242,15 +242,18 @@ async fn execute_output_streams_before_the_command_ends() {
 /// Versions of the event protocol and a hash of each JSON shape they had, oldest first. A
 /// change to the shape of any event adds a line here and is described in docs/PROTOCOL.md:
 /// an addition (new kinds, new fields, which listeners skip) under the same version; any
-/// other change (a rename, a removal, a new meaning) under a new `PROTOCOL_VERSION`.
+/// other change (a rename, a removal, a new meaning) under a new `PROTOCOL_VERSION`. The
+/// earlier lines hashed hand-written samples of 15 kinds; since the fifth, the hash is of the
+/// schema the types generate (`docs/events.schema.json`), which covers every kind and field.
 const PROTOCOL_SHAPES: &[(u32, u64)] = &[
     (1, 0xcd6c_b582_a5e6_77d2),
     (1, 0x1d7f_2c84_c965_aedc),
     (1, 0x92bd_8e78_74b3_37f4),
     (1, 0xd6f1_c80e_6d5d_6f48),
+    (1, 0xfc8b_b679_7064_bc66),
 ];
 
-/// One event of every kind, as JSON lines.
+/// One event of every kind, as JSON lines, in the order the schema lists the kinds.
 fn protocol_samples() -> String {
     use deepagents::core::interrupt::{DecisionKind, PendingAction};
     use deepagents::core::{FileContent, StopReason, Todo, TodoStatus, Usage};
@@ -292,6 +295,12 @@ fn protocol_samples() -> String {
             stream: OutputStream::Stderr,
             text: "warn\n".into(),
         },
+        EventKind::ToolProgress {
+            call_id: "call_4".into(),
+            progress: 2.0,
+            total: Some(5.0),
+            message: Some("indexing".into()),
+        },
         EventKind::ToolCallFinished {
             call_id: "call_2".into(),
             name: "execute".into(),
@@ -307,6 +316,7 @@ fn protocol_samples() -> String {
             files_changed: vec!["/a.md".into()],
             custom: [("k".to_owned(), json!(1))].into(),
         },
+        EventKind::Checkpointed { checkpoint: 7 },
         EventKind::Interrupted {
             actions: vec![PendingAction {
                 call_id: "call_3".into(),
@@ -317,12 +327,6 @@ fn protocol_samples() -> String {
                 request: None,
                 path: path.clone(),
             }],
-        },
-        EventKind::ToolProgress {
-            call_id: "call_4".into(),
-            progress: 2.0,
-            total: Some(5.0),
-            message: Some("indexing".into()),
         },
         EventKind::Summarized {
             replaced: 10,
@@ -352,6 +356,13 @@ fn protocol_samples() -> String {
                 },
             )]
             .into(),
+        },
+        EventKind::Sandbox {
+            confinement: deepagents::core::event::Confinement {
+                engine: "bubblewrap".into(),
+                network: "off".into(),
+                unenforced: Vec::new(),
+            },
         },
         EventKind::BackgroundTaskFinished {
             task_id: "bg-0123456789abcdef".into(),
@@ -388,13 +399,29 @@ fn stable_hash(text: &str) -> u64 {
     })
 }
 
-/// The `--json` protocol: the snapshot shows every event kind's JSON, and the shape is tied
-/// to the protocol version, so a field cannot change without a version bump.
+/// The `--json` protocol: the snapshot shows every event kind's JSON (one sample of each kind
+/// the schema enumerates), and the schema is tied to the protocol version, so a kind or field
+/// cannot change without a version bump.
 #[test]
 fn the_event_protocol_changes_only_with_its_version() {
     let samples = protocol_samples();
+    let sampled: Vec<String> = samples
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    let schema = deepagents::core::event::json_schema();
+    assert_eq!(
+        sampled,
+        schema_kinds(&schema),
+        "one sample per kind, in the schema's order"
+    );
     insta::assert_snapshot!(format!("protocol_v{PROTOCOL_VERSION}"), samples);
-    let hash = stable_hash(&samples);
+    let hash = stable_hash(&serde_json::to_string(&schema).unwrap());
     let (version, known) = *PROTOCOL_SHAPES.last().unwrap();
     assert_eq!(
         (version, known),
@@ -403,5 +430,43 @@ fn the_event_protocol_changes_only_with_its_version() {
          PROTOCOL_SHAPES if it only adds kinds or fields, else bump PROTOCOL_VERSION and add \
          ({}, {hash:#x}); describe the change in docs/PROTOCOL.md",
         PROTOCOL_VERSION + u32::from(version == PROTOCOL_VERSION)
+    );
+}
+
+// ---- the schema --------------------------------------------------------------------------
+
+/// Where the events' JSON Schema is committed.
+const SCHEMA_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/events.schema.json");
+
+/// The event kinds the schema enumerates: the `type` constant of each variant of its `oneOf`.
+fn schema_kinds(schema: &serde_json::Value) -> Vec<String> {
+    schema["oneOf"]
+        .as_array()
+        .expect("the schema lists the event kinds under oneOf")
+        .iter()
+        .map(|variant| {
+            variant["properties"]["type"]["const"]
+                .as_str()
+                .expect("each kind names its type as a constant")
+                .to_owned()
+        })
+        .collect()
+}
+
+/// `docs/events.schema.json` is the schema the event types generate; set
+/// `UPDATE_EVENTS_SCHEMA=1` to write it after changing them.
+#[test]
+fn the_events_schema_in_docs_is_the_one_the_types_generate() {
+    let generated =
+        serde_json::to_string_pretty(&deepagents::core::event::json_schema()).unwrap() + "\n";
+    if std::env::var_os("UPDATE_EVENTS_SCHEMA").is_some() {
+        std::fs::write(SCHEMA_FILE, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(SCHEMA_FILE).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/events.schema.json differs from the schema the event types generate; update it with \
+         `UPDATE_EVENTS_SCHEMA=1 cargo nextest run -p deepagents events::the_events_schema` \
+         and describe the change in docs/PROTOCOL.md"
     );
 }
