@@ -62,14 +62,7 @@ pub(crate) async fn run_calls(
         cancel: ctx.cancel.child_token(),
         ..ctx.clone()
     };
-    // Calls whose subagent paused inside them continue that run.
-    let paused_runs: BTreeMap<String, Arc<PausedRun>> = run
-        .control
-        .paused_subagents
-        .iter()
-        .filter(|(id, _)| calls.iter().any(|c| &c.id == *id))
-        .map(|(id, paused)| (id.clone(), Arc::new(paused.clone())))
-        .collect();
+    let paused_runs = paused_runs(run, calls);
     let start_call = |index: usize, state: Arc<AgentState>| {
         let call = calls[index].clone();
         let ctx = ToolContext {
@@ -129,6 +122,17 @@ pub(crate) async fn run_calls(
     // Every tool future, and its handle on the shared state, is dropped on return, before
     // the caller takes the state back.
     (outcomes, cancelled)
+}
+
+/// The runs paused inside `calls` (subagents', suspended calls'), by call id: those calls
+/// continue them.
+fn paused_runs(run: &Run, calls: &[ToolCall]) -> BTreeMap<String, Arc<PausedRun>> {
+    run.control
+        .paused_subagents
+        .iter()
+        .filter(|(id, _)| calls.iter().any(|c| &c.id == *id))
+        .map(|(id, paused)| (id.clone(), Arc::new(paused.clone())))
+        .collect()
 }
 
 /// The indexes of the calls to mutating tools, in call order.

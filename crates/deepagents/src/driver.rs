@@ -5,17 +5,17 @@ use std::time::Duration;
 
 use deepagents_core::message::AssistantMessage;
 use deepagents_core::{
-    AgentState, DynTool, EventKind, EventSink, Extensions, Gate, Message, ModelRequest, NextAction,
-    Run, RunContext, StateUpdate, StopReason, ToolCall,
+    AgentState, EventKind, EventSink, Gate, Message, ModelRequest, NextAction, Run, RunContext,
+    StateUpdate, StopReason, ToolCall,
 };
 
 use crate::approval::{self, PendingAction};
 use crate::calls::{Execution, Folded, finish_event, mutating, note_file_conflicts, run_calls};
 use crate::config::AgentConfig;
 use crate::error::{RunError, RunFailure};
-use crate::journal::{ControlTouched, Journal};
+use crate::journal::Journal;
 use crate::middleware::{MiddlewareError, ModelNext, final_structured_answer};
-use crate::registry::ToolRegistry;
+use crate::registry::OfferedTools;
 use crate::run::{RunOptions, RunOutput, RunStatus};
 
 /// Advances `run` until it has a final answer or fails: a run of its own, described by
@@ -26,36 +26,7 @@ pub(crate) async fn drive(
     options: &RunOptions,
     events: &EventSink,
 ) -> Result<RunOutput, RunFailure> {
-    let ctx = RunContext {
-        thread_id: options.checkpoint.as_ref().map(|c| c.thread_id.clone()),
-        assistant_id: options
-            .assistant_id
-            .clone()
-            .unwrap_or_else(|| agent.name.clone()),
-        agent: agent.name.clone(),
-        // A top-level drive is a run of its own; a nested sink's events belong to its
-        // parent's run.
-        events: if events.path().is_empty() {
-            events.for_new_run()
-        } else {
-            events.clone()
-        },
-        cancel: options.cancel.clone(),
-        runtime: options.runtime.clone(),
-        checkpoint: options.checkpoint.clone(),
-        limits: options.limits.unwrap_or(agent.limits),
-        // Seeded with what the run spent before a pause or a crash, so caps hold across them.
-        budget: deepagents_core::Budget::new(
-            options.spend_limits.unwrap_or(agent.spend_limits),
-            Some(Arc::clone(&agent.prices)),
-            run.spent,
-        ),
-        extensions: Extensions::default(),
-    };
-    if options.compact_first {
-        ctx.extensions
-            .insert(crate::middleware::CompactFirst::default());
-    }
+    let ctx = options.context(agent, run.spent, events);
     drive_in(agent, run, &ctx, options.cancel_grace).await
 }
 
@@ -79,8 +50,7 @@ pub(crate) async fn drive_in(
         agent,
         ctx,
         cancel_grace,
-        tools: Arc::clone(&agent.tools),
-        sources: agent.tool_sources.iter().map(|_| None).collect(),
+        tools: OfferedTools::new(agent),
         stop_reason: StopReason::EndTurn,
     };
     let outcome = driver.advance(&mut run, &mut journal).await;
@@ -144,56 +114,13 @@ struct Driver<'a> {
     ctx: &'a RunContext,
     cancel_grace: Duration,
     /// The agent's tools as of this step: its fixed ones and its sources'.
-    tools: Arc<ToolRegistry>,
-    /// Per tool source: the version last listed and its tools then (`None`: not listed yet).
-    sources: Vec<Option<Listed>>,
+    tools: OfferedTools,
     /// Why the latest model call of this drive stopped (a run resumed into its answer made
     /// none: it ended its turn).
     stop_reason: StopReason,
 }
 
-/// A tool source's tools as last listed, with the version they belong to.
-type Listed = (u64, Vec<Arc<dyn DynTool>>);
-
 impl Driver<'_> {
-    /// Lists the tools of the sources whose version changed and rebuilds the offered set.
-    async fn refresh_tools(&mut self) {
-        let mut changed = false;
-        for (source, seen) in self.agent.tool_sources.iter().zip(&mut self.sources) {
-            let version = source.version();
-            if seen.as_ref().is_some_and(|(v, _)| *v == version) {
-                continue;
-            }
-            match source.tools(self.ctx).await {
-                Ok(tools) => {
-                    *seen = Some((version, tools));
-                    changed = true;
-                }
-                Err(error) => tracing::warn!(
-                    target: "deepagents::tools",
-                    "{error}; the run keeps the tools it had"
-                ),
-            }
-        }
-        if !changed {
-            return;
-        }
-        let listed: Vec<Arc<dyn DynTool>> = self
-            .sources
-            .iter()
-            .flatten()
-            .flat_map(|(_, tools)| tools.iter().cloned())
-            .collect();
-        let (tools, refused) = self.agent.tools.extended(listed);
-        for name in refused {
-            tracing::warn!(
-                target: "deepagents::tools",
-                "a tool source offered `{name}`, whose name is invalid or already taken; it is left out"
-            );
-        }
-        self.tools = Arc::new(tools);
-    }
-
     async fn advance(&mut self, run: &mut Run, journal: &mut Journal) -> Result<Ended, RunError> {
         self.prepare(run, journal).await?;
         let events = &self.ctx.events;
@@ -231,17 +158,14 @@ impl Driver<'_> {
     async fn prepare(&mut self, run: &mut Run, journal: &mut Journal) -> Result<(), RunError> {
         let agent = self.agent;
         let ctx = self.ctx;
-        self.refresh_tools().await;
+        self.tools.refresh(self.agent, self.ctx).await;
         let legacy = deepagents_core::upgrade_legacy_control(run)?;
         if !legacy.is_empty() {
             journal.upgraded_legacy(&legacy);
         }
-        journal.settle_interrupted(run, &self.tools);
+        journal.settle_interrupted(run, &self.tools.registry);
         journal.remove_settled_children(run).await;
-        if run.drop_stale() {
-            journal.touched_control(ControlTouched::PAUSE);
-            journal.touched_control(ControlTouched::SUBAGENTS);
-        }
+        run.drop_stale();
         for middleware in agent.middleware.iter() {
             let update = middleware
                 .before_run(ctx, &run.state)
@@ -268,17 +192,7 @@ impl Driver<'_> {
         let calls = if agent.interrupts.is_empty() && !run.needs_gate() {
             calls
         } else {
-            // The paused subagent runs, with the decisions now in them, are saved only once
-            // the step is done: should the process die during it, the subagents ask again
-            // rather than repeat an approved call they may already have made.
-            let undecided =
-                |run: &Run| run.control.pending.is_empty() && run.control.decisions.is_empty();
-            let was_undecided = undecided(run);
-            let gated = run.gate(calls, |call| approval::rule_for(&agent.interrupts, call));
-            if !(was_undecided && undecided(run)) {
-                journal.touched_control(ControlTouched::PAUSE);
-            }
-            match gated {
+            match run.gate(calls, |call| approval::rule_for(&agent.interrupts, call)) {
                 Gate::Pause(actions) => return Ok(actions),
                 Gate::Proceed {
                     run: to_run,
@@ -301,9 +215,6 @@ impl Driver<'_> {
         }
         let waiting = self.execute_tools(run, calls, journal).await?;
         self.settle_spend(run);
-        if !waiting.is_empty() {
-            journal.touched_control(ControlTouched::PAUSE);
-        }
         Ok(waiting)
     }
 
@@ -363,7 +274,7 @@ fn middleware_error(name: &str, error: MiddlewareError) -> RunError {
 
 impl Driver<'_> {
     async fn call_model(&mut self, run: &mut Run, journal: &mut Journal) -> Result<(), RunError> {
-        self.refresh_tools().await;
+        self.tools.refresh(self.agent, self.ctx).await;
         let agent = self.agent;
         let ctx = self.ctx;
         let events = &ctx.events;
@@ -371,7 +282,7 @@ impl Driver<'_> {
         let mut request = ModelRequest {
             system_prompt: agent.system_prompt.clone(),
             messages: run.state.messages.clone(),
-            tools: self.tools.specs().to_vec(),
+            tools: self.tools.registry.specs().to_vec(),
             settings: agent.settings.clone(),
         };
         for middleware in agent.middleware.iter() {
@@ -464,7 +375,7 @@ impl Driver<'_> {
         let shared = Arc::new(std::mem::take(&mut run.state));
         let exec = Execution {
             agent: self.agent,
-            tools: &self.tools,
+            tools: &self.tools.registry,
             ctx: self.ctx,
             cancel_grace: self.cancel_grace,
         };
@@ -473,7 +384,7 @@ impl Driver<'_> {
         note_file_conflicts(
             &mut step.results,
             &step.changed_outside,
-            &mutating(&self.tools, &calls),
+            &mutating(&self.tools.registry, &calls),
         );
         for (index, elapsed) in step.unannounced {
             if let Some((result, _)) = step.results.get(index) {
@@ -496,11 +407,7 @@ impl Driver<'_> {
         run.apply_tool_results(step.results, &self.agent.schema)?;
         journal.tools_finished(run);
         journal.applied(events, &run.state, &updates);
-        let mut waiting = Vec::new();
-        if !step.paused.is_empty() || !run.control.paused_subagents.is_empty() {
-            waiting = run.settle_subagents(finished.iter().map(String::as_str), step.paused);
-            journal.touched_control(ControlTouched::SUBAGENTS);
-        }
+        let waiting = run.settle_subagents(finished.iter().map(String::as_str), step.paused);
         if let Some((tool, message)) = step.fatal {
             return Err(RunError::ToolFatal { tool, message });
         }

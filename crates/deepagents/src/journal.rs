@@ -4,10 +4,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use deepagents_core::interrupt::{Decision, PendingAction};
 use deepagents_core::{
-    AgentState, CHECKPOINT_SCHEMA, CheckpointError, Checkpointer, Checkpointing, ControlDelta,
-    EventKind, EventSink, Message, Run, RunDelta, StateUpdate, ThreadLease, ToolResult, Usage,
-    upgrade_legacy_control, validate_thread_id,
+    AgentState, CHECKPOINT_SCHEMA, CheckpointError, Checkpointer, Checkpointing, Control,
+    ControlDelta, EventKind, EventSink, Message, PausedRun, Run, RunDelta, StateUpdate,
+    ThreadLease, ToolResult, Usage, upgrade_legacy_control, validate_thread_id,
 };
 use serde_json::Value;
 
@@ -116,35 +117,16 @@ async fn lease_thread(
     }
 }
 
-/// Which parts of a run's [`Control`](deepagents_core::Control) changed since the last save.
+/// Which parts of a run's [`Control`] a save writes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct ControlTouched {
-    pub(crate) pending: bool,
-    pub(crate) decisions: bool,
-    pub(crate) paused_subagents: bool,
-    pub(crate) in_flight: bool,
+struct ControlTouched {
+    pending: bool,
+    decisions: bool,
+    paused_subagents: bool,
+    in_flight: bool,
 }
 
 impl ControlTouched {
-    pub(crate) const IN_FLIGHT: Self = Self {
-        pending: false,
-        decisions: false,
-        paused_subagents: false,
-        in_flight: true,
-    };
-    pub(crate) const PAUSE: Self = Self {
-        pending: true,
-        decisions: true,
-        paused_subagents: false,
-        in_flight: false,
-    };
-    pub(crate) const SUBAGENTS: Self = Self {
-        pending: false,
-        decisions: false,
-        paused_subagents: true,
-        in_flight: false,
-    };
-
     fn all() -> Self {
         Self {
             pending: true,
@@ -155,14 +137,45 @@ impl ControlTouched {
     }
 }
 
+/// A run's control as the store holds it, which a save compares with the run's to write what
+/// changed. The paused subagent runs are the exception: they are taken as the drive got them,
+/// so decisions recorded in them before the drive are saved with the step that uses them
+/// (should the process die during it, the subagents ask again rather than repeat an approved
+/// call they may already have made).
+#[derive(Clone, Default)]
+struct SavedControl {
+    pending: Vec<PendingAction>,
+    decisions: BTreeMap<String, Decision>,
+    paused_subagents: BTreeMap<String, PausedRun>,
+    in_flight: Vec<String>,
+}
+
+impl SavedControl {
+    fn of(control: &Control) -> Self {
+        Self {
+            pending: control.pending.clone(),
+            decisions: control.decisions.clone(),
+            paused_subagents: control.paused_subagents.clone(),
+            in_flight: control.in_flight.clone(),
+        }
+    }
+}
+
 /// Tracks what a run changed since it was last saved.
 pub(crate) struct Journal {
     target: Option<Checkpointing>,
     todos: bool,
     files: BTreeSet<String>,
     custom: BTreeSet<String>,
-    /// Which parts of the run's control changed.
-    control: ControlTouched,
+    /// The run's control as last saved.
+    saved_control: SavedControl,
+    /// Nothing of the control is stored yet (a fresh run, one upgraded from the earlier
+    /// format): the next save writes all of it.
+    control_unsaved: bool,
+    /// Decisions were recorded before the drive (the run waits for none, and has decisions or
+    /// subagent runs they went into): the stored pause is stale and is written once the step
+    /// uses them.
+    decided: bool,
     /// The earliest already-stored message that was changed in place since the last save.
     rewritten_from: Option<usize>,
     /// Step count, usage and spending at the last save: a save writes them only when they
@@ -210,11 +223,10 @@ impl Journal {
             } else {
                 BTreeSet::new()
             },
-            control: if fresh {
-                ControlTouched::all()
-            } else {
-                ControlTouched::default()
-            },
+            saved_control: SavedControl::of(&run.control),
+            control_unsaved: fresh,
+            decided: run.control.pending.is_empty()
+                && !(run.control.decisions.is_empty() && run.control.paused_subagents.is_empty()),
             rewritten_from: None,
             // A fresh run writes them in its first save.
             saved_progress: if fresh {
@@ -267,15 +279,24 @@ impl Journal {
     /// as `null` and its control whole.
     pub(crate) fn upgraded_legacy(&mut self, keys: &[&str]) {
         self.custom.extend(keys.iter().map(|key| (*key).to_owned()));
-        self.control = ControlTouched::all();
+        self.control_unsaved = true;
     }
 
-    /// Records that parts of the run's control changed.
-    pub(crate) fn touched_control(&mut self, parts: ControlTouched) {
-        self.control.pending |= parts.pending;
-        self.control.decisions |= parts.decisions;
-        self.control.paused_subagents |= parts.paused_subagents;
-        self.control.in_flight |= parts.in_flight;
+    /// The parts of `control` that differ from what is stored.
+    fn touched(&self, control: &Control) -> ControlTouched {
+        if self.control_unsaved {
+            return ControlTouched::all();
+        }
+        let saved = &self.saved_control;
+        let decisions = control.decisions != saved.decisions;
+        let paused_subagents = control.paused_subagents != saved.paused_subagents;
+        ControlTouched {
+            pending: control.pending != saved.pending
+                || (self.decided && (decisions || paused_subagents)),
+            decisions,
+            paused_subagents,
+            in_flight: control.in_flight != saved.in_flight,
+        }
     }
 
     /// Records that message `index` was changed in place. Appending deltas cannot express
@@ -292,28 +313,27 @@ impl Journal {
 
     /// Writes what changed since the last save, if anything did.
     pub(crate) async fn save(&mut self, run: &Run) -> Result<(), RunError> {
-        let Some(target) = &mut self.target else {
+        let Some(target) = &self.target else {
             return Ok(());
         };
+        let (persisted_messages, persisted_key) = (
+            target.persisted_messages,
+            target.persisted_input_key.clone(),
+        );
         let progress = Progress::of(run);
-        let new_messages = run.state.messages.len() > target.persisted_messages;
-        let new_key = run.control.input_key != target.persisted_input_key;
-        if !new_messages
-            && !new_key
+        let touched = self.touched(&run.control);
+        if run.state.messages.len() <= persisted_messages
+            && run.control.input_key == persisted_key
             && self.rewritten_from.is_none()
             && !self.todos
             && self.files.is_empty()
             && self.custom.is_empty()
-            && self.control == ControlTouched::default()
+            && touched == ControlTouched::default()
             && progress == self.saved_progress
         {
             return Ok(());
         }
-        let persisted = (
-            target.persisted_messages,
-            target.persisted_input_key.clone(),
-        );
-        let delta = self.delta(run, persisted.0, persisted.1.as_ref());
+        let delta = self.delta(run, persisted_messages, persisted_key.as_ref());
         let Some(target) = &mut self.target else {
             return Ok(());
         };
@@ -337,7 +357,11 @@ impl Journal {
         self.todos = false;
         self.files.clear();
         self.custom.clear();
-        self.control = ControlTouched::default();
+        if touched.pending {
+            self.decided = false;
+        }
+        self.saved_control = SavedControl::of(&run.control);
+        self.control_unsaved = false;
         self.saved_progress = progress;
         Ok(())
     }
@@ -356,7 +380,7 @@ impl Journal {
         let start = replace_from
             .unwrap_or(persisted_messages)
             .min(run.state.messages.len());
-        let mut touched = self.control;
+        let mut touched = self.touched(&run.control);
         if new_key {
             // The key is stored with what its request brought: the input is in the new
             // messages, decisions in the control.
@@ -449,16 +473,12 @@ impl Journal {
             return Ok(());
         }
         run.control.in_flight = ids;
-        self.touched_control(ControlTouched::IN_FLIGHT);
         self.save(run).await
     }
 
     /// Clears the started calls once their results are in the run.
     pub(crate) fn tools_finished(&mut self, run: &mut Run) {
-        if !run.control.in_flight.is_empty() {
-            run.control.in_flight.clear();
-            self.touched_control(ControlTouched::IN_FLIGHT);
-        }
+        run.control.in_flight.clear();
     }
 
     /// Settles calls a crash interrupted: calls to mutating tools get an "interrupted" result
@@ -469,7 +489,6 @@ impl Journal {
             return;
         }
         let ids = std::mem::take(&mut run.control.in_flight);
-        self.touched_control(ControlTouched::IN_FLIGHT);
         let started: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
         for call in run.pending_tool_calls() {
             if started.contains(call.id.as_str()) && tools.is_mutating(&call.name) {

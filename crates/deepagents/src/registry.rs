@@ -3,8 +3,72 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use deepagents_core::{DynTool, ToolCall, ToolContext, ToolError, ToolOutput, ToolSpec};
+use deepagents_core::{
+    DynTool, RunContext, ToolCall, ToolContext, ToolError, ToolOutput, ToolSpec,
+};
+
+use crate::config::AgentConfig;
 use serde_json::Value;
+
+/// A tool source's tools as last listed, with the version they belong to.
+type Listed = (u64, Vec<Arc<dyn DynTool>>);
+
+/// The tools one run is offered: the agent's fixed ones and its tool sources', listed again
+/// whenever a source's version changes.
+pub(crate) struct OfferedTools {
+    /// The tools as of now.
+    pub(crate) registry: Arc<ToolRegistry>,
+    /// Per tool source: the version last listed and its tools then (`None`: not listed yet).
+    sources: Vec<Option<Listed>>,
+}
+
+impl OfferedTools {
+    /// The agent's fixed tools; its sources are listed by the first [`refresh`](Self::refresh).
+    pub(crate) fn new(agent: &AgentConfig) -> Self {
+        Self {
+            registry: Arc::clone(&agent.tools),
+            sources: agent.tool_sources.iter().map(|_| None).collect(),
+        }
+    }
+
+    /// Lists the tools of the sources whose version changed and rebuilds the offered set.
+    pub(crate) async fn refresh(&mut self, agent: &AgentConfig, ctx: &RunContext) {
+        let mut changed = false;
+        for (source, seen) in agent.tool_sources.iter().zip(&mut self.sources) {
+            let version = source.version();
+            if seen.as_ref().is_some_and(|(v, _)| *v == version) {
+                continue;
+            }
+            match source.tools(ctx).await {
+                Ok(tools) => {
+                    *seen = Some((version, tools));
+                    changed = true;
+                }
+                Err(error) => tracing::warn!(
+                    target: "deepagents::tools",
+                    "{error}; the run keeps the tools it had"
+                ),
+            }
+        }
+        if !changed {
+            return;
+        }
+        let listed: Vec<Arc<dyn DynTool>> = self
+            .sources
+            .iter()
+            .flatten()
+            .flat_map(|(_, tools)| tools.iter().cloned())
+            .collect();
+        let (tools, refused) = agent.tools.extended(listed);
+        for name in refused {
+            tracing::warn!(
+                target: "deepagents::tools",
+                "a tool source offered `{name}`, whose name is invalid or already taken; it is left out"
+            );
+        }
+        self.registry = Arc::new(tools);
+    }
+}
 
 /// Tools offered to the model, in offer order, with lookup by name.
 pub(crate) struct ToolRegistry {

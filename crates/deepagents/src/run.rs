@@ -1,12 +1,17 @@
 //! What a run is given and what it ends with.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
-use deepagents_core::{Checkpointing, Run, RunLimits, RuntimeContext, SpendLimits, StopReason};
+use deepagents_core::{
+    Checkpointing, EventSink, Extensions, Run, RunContext, RunLimits, RuntimeContext, SpendLimits,
+    Spent, StopReason,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::approval::PendingAction;
+use crate::config::AgentConfig;
 
 /// How long in-flight tools may wind down after cancellation unless
 /// [`RunOptions::cancel_grace`] says otherwise.
@@ -96,5 +101,49 @@ impl RunOutput {
     /// ([`Input::DecidePause`](crate::Input::DecidePause)) so they answer this pause only.
     pub fn pause_id(&self) -> Option<String> {
         crate::approval::pause_id(&self.run)
+    }
+}
+
+impl RunOptions {
+    /// The context of a top-level run of `agent` with these options, sending events to
+    /// `events`; `spent` is what the run spent before a pause or a crash.
+    pub(crate) fn context(
+        &self,
+        agent: &Arc<AgentConfig>,
+        spent: Spent,
+        events: &EventSink,
+    ) -> RunContext {
+        let options = self;
+        let ctx = RunContext {
+            thread_id: options.checkpoint.as_ref().map(|c| c.thread_id.clone()),
+            assistant_id: options
+                .assistant_id
+                .clone()
+                .unwrap_or_else(|| agent.name.clone()),
+            agent: agent.name.clone(),
+            // A top-level drive is a run of its own; a nested sink's events belong to its
+            // parent's run.
+            events: if events.path().is_empty() {
+                events.for_new_run()
+            } else {
+                events.clone()
+            },
+            cancel: options.cancel.clone(),
+            runtime: options.runtime.clone(),
+            checkpoint: options.checkpoint.clone(),
+            limits: options.limits.unwrap_or(agent.limits),
+            // Seeded with what the run spent before a pause or a crash, so caps hold across them.
+            budget: deepagents_core::Budget::new(
+                options.spend_limits.unwrap_or(agent.spend_limits),
+                Some(Arc::clone(&agent.prices)),
+                spent,
+            ),
+            extensions: Extensions::default(),
+        };
+        if options.compact_first {
+            ctx.extensions
+                .insert(crate::middleware::CompactFirst::default());
+        }
+        ctx
     }
 }

@@ -540,6 +540,8 @@ mod approvals_inside_subagents {
         let stored = store.load("t", None).await.unwrap().unwrap();
         assert_eq!(stored.state.messages, output.run.state.messages);
         assert!(stored.control.paused_subagents.is_empty());
+        // The pause the decisions answered is not left behind in the store.
+        assert!(stored.control.pending.is_empty(), "{:?}", stored.control);
         let assistant_turns = stored
             .state
             .messages
