@@ -44,7 +44,7 @@ REDIS_URL="${BENCH_REDIS_URL:-redis://127.0.0.1:56379}"
 TARGET="${CARGO_TARGET_DIR:-target}"
 PY="${BENCH_PYTHON:-$TARGET/test-deps/langgraph-venv/bin/python}"
 REF_VENV="${BENCH_REFERENCE_VENV:-$TARGET/test-deps/server-reference-venv}"
-BIN="$TARGET/release/deepagents"
+BIN="${BENCH_BIN:-$TARGET/release/deepagents}"
 [ "$BUILD" = 1 ] && cargo build --release -q -p deepagents-cli
 "$PY" -c 'import langgraph_sdk' || { echo "no langgraph-sdk at $PY; run scripts/test once" >&2; exit 1; }
 case " $SETUPS " in *" cluster "*)

@@ -36,6 +36,9 @@ use clap::Parser as _;
 
 use args::{ChatArgs, Cli, Command, SandboxCommand};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     // The sandbox re-executes this program as its helper (the network bridge, Landlock).
     deepagents::backends::sandbox::helper::dispatch();

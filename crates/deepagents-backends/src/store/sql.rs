@@ -297,7 +297,8 @@ where
     }
 
     /// Appends `delta` as the thread's next checkpoint; with `new_thread`, refuses a thread
-    /// that already has checkpoints. One append session, so the check holds at the insert.
+    /// that already has checkpoints. The next id is found by the insert itself, so the check
+    /// and the insert are one statement (one round trip to the database per step).
     async fn write(
         &self,
         thread_id: &str,
@@ -311,44 +312,36 @@ where
             .map_err(checkpoint_storage)?;
         let conn = D::conn(&mut session).map_err(checkpoint_storage)?;
         let written = async {
-            let last = Self::last_id(&mut *conn, thread_id).await?;
-            if new_thread && last > 0 {
+            let insert = if new_thread {
+                "INSERT INTO checkpoints (thread_id, id, delta, snapshot, created_at_ms, messages)
+                 SELECT $1, 1, $2, NULL, $3, $4
+                 WHERE NOT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = $1)
+                 RETURNING id"
+            } else {
+                "INSERT INTO checkpoints (thread_id, id, delta, snapshot, created_at_ms, messages)
+                 SELECT $1, COALESCE(MAX(id), 0) + 1, $2, NULL, $3, $4
+                 FROM checkpoints WHERE thread_id = $1
+                 RETURNING id"
+            };
+            let id: Option<i64> = sqlx::query_scalar(insert)
+                .bind(thread_id)
+                .bind(delta_json.as_str())
+                .bind(now())
+                .bind(i64::try_from(run.state.messages.len()).unwrap_or(i64::MAX))
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(checkpoint_storage)?;
+            let Some(id) = id else {
                 return Err(CheckpointError::AlreadyExists {
                     thread_id: thread_id.to_owned(),
                 });
-            }
-            let id = last + 1;
-            let snapshot = if snapshot_due(id) {
-                Some(pack(deepagents_core::checkpoint::encode_snapshot(run)?))
-            } else {
-                None
             };
-            let snapshot_written = snapshot.is_some();
-            sqlx::query(
-                "INSERT INTO checkpoints (thread_id, id, delta, snapshot, created_at_ms, messages)
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-            )
-            .bind(thread_id)
-            .bind(id)
-            .bind(delta_json.as_str())
-            .bind(snapshot)
-            .bind(now())
-            .bind(i64::try_from(run.state.messages.len()).unwrap_or(i64::MAX))
-            .execute(&mut *conn)
-            .await
-            .map_err(checkpoint_storage)?;
-            if snapshot_written {
-                // Only the newest snapshot is kept: older checkpoints load by replaying deltas
-                // from the start, and storage stays linear in the conversation's length.
-                sqlx::query(
-                    "UPDATE checkpoints SET snapshot = NULL
-                     WHERE thread_id = $1 AND id < $2 AND snapshot IS NOT NULL",
-                )
-                .bind(thread_id)
-                .bind(id)
-                .execute(&mut *conn)
-                .await
-                .map_err(checkpoint_storage)?;
+            // The checkpoint is saved either way: a snapshot only shortens loads. (Where the
+            // append is a transaction, a failed statement fails its commit, below.)
+            if snapshot_due(id)
+                && let Err(error) = Self::write_snapshot(&mut *conn, thread_id, id, run).await
+            {
+                tracing::warn!(%thread_id, id, %error, "checkpoint saved without its snapshot");
             }
             Ok::<i64, CheckpointError>(id)
         }
@@ -357,6 +350,37 @@ where
             .await
             .map_err(checkpoint_storage)?;
         Ok(u64::try_from(written?).unwrap_or(0))
+    }
+
+    /// Stores the whole run at checkpoint `id`, then drops the older snapshot. Only the newest
+    /// is kept: older checkpoints load by replaying deltas from the start, and storage stays
+    /// linear in the conversation's length. Where the dialect runs an append without a
+    /// transaction, a failure before or between the two statements leaves a checkpoint without
+    /// its snapshot (loads replay further) or two snapshots: both load the same run.
+    async fn write_snapshot(
+        conn: &mut D::Connection,
+        thread_id: &str,
+        id: i64,
+        run: &Run,
+    ) -> Result<(), CheckpointError> {
+        let snapshot = pack(deepagents_core::checkpoint::encode_snapshot(run)?);
+        sqlx::query("UPDATE checkpoints SET snapshot = $3 WHERE thread_id = $1 AND id = $2")
+            .bind(thread_id)
+            .bind(id)
+            .bind(snapshot)
+            .execute(&mut *conn)
+            .await
+            .map_err(checkpoint_storage)?;
+        sqlx::query(
+            "UPDATE checkpoints SET snapshot = NULL
+             WHERE thread_id = $1 AND id < $2 AND snapshot IS NOT NULL",
+        )
+        .bind(thread_id)
+        .bind(id)
+        .execute(&mut *conn)
+        .await
+        .map_err(checkpoint_storage)?;
+        Ok(())
     }
 
     /// The id of the thread's newest checkpoint, 0 when it has none.

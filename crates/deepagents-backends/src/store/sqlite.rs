@@ -66,41 +66,6 @@ enum Leases {
     Local(LocalLeases),
 }
 
-/// A pooled connection for one write transaction. If the future using it is dropped before
-/// [`done`](Self::done) — a cancelled caller, an aborted task — the connection is closed
-/// instead of returned to the pool: closing ends its open transaction, whereas a pooled
-/// connection would keep the database's write lock for as long as it lives.
-pub(super) struct WriteConnection {
-    conn: Option<PoolConnection<Sqlite>>,
-}
-
-impl WriteConnection {
-    /// A connection of `pool` for one write transaction.
-    async fn acquire(pool: &Pool) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            conn: Some(pool.acquire().await?),
-        })
-    }
-
-    /// The connection (always there until [`done`](Self::done) consumes the guard).
-    fn conn(&mut self) -> Result<&mut SqliteConnection, sqlx::Error> {
-        self.conn.as_deref_mut().ok_or(sqlx::Error::PoolClosed)
-    }
-
-    /// The transaction ended: the connection may go back to the pool.
-    fn done(mut self) {
-        self.conn.take();
-    }
-}
-
-impl Drop for WriteConnection {
-    fn drop(&mut self) {
-        if let Some(conn) = self.conn.take() {
-            drop(conn.detach());
-        }
-    }
-}
-
 /// How long a connection waits for another one's write to finish.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -373,15 +338,12 @@ impl Checkpointer for SqliteCheckpointer {
     }
 }
 
-/// Where an operation on a thread's checkpoints runs in SQLite.
-pub(super) enum SqliteSession {
-    /// A write transaction, begun `IMMEDIATE`.
-    Write(WriteConnection),
-    /// A pooled connection, each statement its own transaction: a load reads only rows up
-    /// to the last id it found first, which later appends leave alone, and a delete removes
-    /// the children before the thread, so a failure half-way leaves a thread that still loads.
-    Plain(PoolConnection<Sqlite>),
-}
+/// Where an operation on a thread's checkpoints runs in SQLite: a pooled connection, each
+/// statement its own transaction. An append is one statement (SQLite runs one writer at a
+/// time, so the id it picks is still the last at its insert); a load reads only rows up to
+/// the last id it found first, which later appends leave alone; a delete removes the
+/// children before the thread, so a failure half-way leaves a thread that still loads.
+pub(super) type SqliteSession = PoolConnection<Sqlite>;
 
 impl Dialect for Sqlite {
     type Session = SqliteSession;
@@ -401,37 +363,16 @@ impl Dialect for Sqlite {
     async fn begin(
         pool: &Pool,
         _thread_id: &str,
-        access: Access,
+        _access: Access,
     ) -> Result<SqliteSession, sqlx::Error> {
-        match access {
-            Access::Append => {
-                // IMMEDIATE takes the write lock up front, so the last id read is still the
-                // last at the insert. Should the caller be cancelled mid-way, the guard closes
-                // the connection, which ends the transaction and frees the lock.
-                let mut guard = WriteConnection::acquire(pool).await?;
-                sqlx::query("BEGIN IMMEDIATE")
-                    .execute(guard.conn()?)
-                    .await?;
-                Ok(SqliteSession::Write(guard))
-            }
-            Access::Load | Access::Delete => Ok(SqliteSession::Plain(pool.acquire().await?)),
-        }
+        pool.acquire().await
     }
 
     fn conn(session: &mut SqliteSession) -> Result<&mut SqliteConnection, sqlx::Error> {
-        match session {
-            SqliteSession::Write(guard) => guard.conn(),
-            SqliteSession::Plain(conn) => Ok(conn),
-        }
+        Ok(session)
     }
 
-    async fn end(session: SqliteSession, commit: bool) -> Result<(), sqlx::Error> {
-        let SqliteSession::Write(mut guard) = session else {
-            return Ok(());
-        };
-        let end = if commit { "COMMIT" } else { "ROLLBACK" };
-        sqlx::query(end).execute(guard.conn()?).await?;
-        guard.done();
+    async fn end(_session: SqliteSession, _commit: bool) -> Result<(), sqlx::Error> {
         Ok(())
     }
 }
