@@ -1,7 +1,8 @@
 """The load of the server benchmark: RUNS concurrent runs, each on a new thread, spread
 over the servers at URLS, through the official langgraph-sdk client; prints one JSON line
-with the wall time, each run's latency in seconds, and how many runs failed (a wrong answer,
-an error, or no answer within RUN_TIMEOUT seconds, default 300).
+with the wall time, each run's latency in seconds, how many runs failed (a wrong answer,
+an error, or no answer within RUN_TIMEOUT seconds, default 300), and the CPU seconds this
+client spent (on a small machine the client competes with the servers for the cores).
 
 Usage: python load.py RUNS URL [URL...]
 """
@@ -9,6 +10,7 @@ Usage: python load.py RUNS URL [URL...]
 import asyncio
 import json
 import os
+import resource
 import sys
 import time
 
@@ -54,8 +56,10 @@ async def main():
     started = time.monotonic()
     results = await asyncio.gather(*(one(clients[i % len(clients)], i) for i in range(RUNS)))
     wall = time.monotonic() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"wall": wall, "latencies": [r[0] for r in results if r[1]],
-                      "failed": sum(1 for r in results if not r[1])}))
+                      "failed": sum(1 for r in results if not r[1]),
+                      "client_cpu_s": usage.ru_utime + usage.ru_stime}))
 
 
 asyncio.run(main())

@@ -32,6 +32,7 @@ def row(setup, load):
         f"{median(lambda r: r['failed']):.0f}",
         f"{median(lambda r: r['cpu_s'] * 1000 / n):.1f}",
         f"{median(lambda r: r['mock_cpu_s'] * 1000 / n):.1f}",
+        f"{median(lambda r: r.get('client_cpu_s', 0) * 1000 / n):.1f}",
         runs[len(runs) // 2]["rss"],
     ]
     if setup == "cluster":
@@ -42,8 +43,8 @@ def row(setup, load):
 
 
 print("| setup | concurrent runs | runs/s | added ms/step p50 | p99 | failed | server CPU ms/run "
-      "| mock CPU ms/run | peak RSS MB | PG xacts/step | PG rows/step | Redis cmds/step |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+      "| mock CPU ms/run | client CPU ms/run | peak RSS MB | PG xacts/step | PG rows/step | Redis cmds/step |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for load in loads:
     for setup in setups:
         line = row(setup, load)

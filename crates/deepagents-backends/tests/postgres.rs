@@ -351,3 +351,56 @@ async fn postgres_refuses_keys_it_could_not_hold_and_keeps_nul_in_values() {
         .unwrap();
     crate::memory_backends::refuse_unstorable_addresses(&store).await;
 }
+
+#[tokio::test]
+async fn leases_exclude_other_processes_and_share_one_connection() {
+    let Some(url) = server_url() else { return };
+    let schema = fresh_schema("leases");
+    let first = PostgresStore::connect_in_schema(&url, &schema)
+        .await
+        .unwrap()
+        .checkpointer();
+    // A second store is another process as far as the database can tell: its own sessions.
+    let second = PostgresStore::connect_in_schema(&url, &schema)
+        .await
+        .unwrap()
+        .checkpointer();
+    let watcher = sqlx::PgPool::connect(&url).await.unwrap();
+    let count = async || -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()",
+        )
+        .fetch_one(&watcher)
+        .await
+        .unwrap()
+    };
+
+    let lease = first.try_lease("a").await.unwrap();
+    let error = second.try_lease("a").await.unwrap_err().to_string();
+    assert!(error.contains("another database session"), "{error}");
+    let error = first.try_lease("a").await.unwrap_err().to_string();
+    assert!(error.contains("in this process"), "{error}");
+    drop(lease);
+    let taken = second.try_lease("a").await.unwrap();
+    assert!(first.try_lease("a").await.is_err());
+    drop(taken);
+
+    // A hundred threads leased at once by one process hold one connection between them.
+    let before = count().await;
+    let mut held = Vec::new();
+    for i in 0..100 {
+        held.push(first.try_lease(&format!("t{i}")).await.unwrap());
+    }
+    let during = count().await;
+    assert!(
+        during - before <= 1,
+        "{before} connections before, {during} during"
+    );
+    for i in (0..100).step_by(10) {
+        assert!(second.try_lease(&format!("t{i}")).await.is_err());
+    }
+    drop(held);
+    for i in 0..100 {
+        drop(second.try_lease(&format!("t{i}")).await.unwrap());
+    }
+}

@@ -2,15 +2,16 @@
 //! and what the shared SQL ([`super::sql`]) needs done the PostgreSQL way.
 
 use std::str::FromStr;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use deepagents_core::{
-    CheckpointError, CheckpointInfo, Checkpointer, Run, RunDelta, ThreadInfo, ThreadLease,
-    validate_thread_id,
+    CheckpointError, CheckpointInfo, Checkpointer, LocalLeases, Run, RunDelta, ThreadInfo,
+    ThreadLease, validate_thread_id,
 };
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgQueryResult};
-use sqlx::{Connection as _, PgConnection, Postgres, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::sql::{self, Access, Dialect, Sql, checkpoint_storage, storage};
 use super::{SearchQuery, Store, StoreError, StoreItem};
@@ -49,11 +50,75 @@ const APPEND_LOCK_CLASS: i32 = 0x6461_636b; // "dack"
 /// Session locks belong to the connection, so a lease dies with its process.
 const LEASE_LOCK: &str = "hashtextextended(current_schema() || '/' || $1, 7)";
 
+/// How many connections a store's pool opens at most: its statements are short, and a
+/// process's leases hold none of them (see [`Leases`]).
+const POOL_SIZE: u32 = 16;
+
 /// A [`Store`] in a PostgreSQL database. The same database also holds checkpoints: see
 /// [`PostgresStore::checkpointer`].
 #[derive(Clone, Debug)]
 pub struct PostgresStore {
     pool: PgPool,
+    leases: Arc<Leases>,
+}
+
+/// The threads this process leases: session advisory locks, all held by one connection, so a
+/// thousand running threads cost one connection rather than a thousand, and every lease still
+/// dies with its process. A session lock is re-entrant within its session, so the process's
+/// own runs are kept apart by [`LocalLeases`] first.
+struct Leases {
+    local: LocalLeases,
+    /// The connection holding the locks; opened on first use, and again after it broke (the
+    /// locks it held went with it: the database released them when it saw it close).
+    session: tokio::sync::Mutex<Option<PgConnection>>,
+}
+
+impl std::fmt::Debug for Leases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leases").finish_non_exhaustive()
+    }
+}
+
+impl Leases {
+    fn new() -> Self {
+        Self {
+            local: LocalLeases::new(),
+            session: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Takes `thread_id`'s session lock if no other session holds it; whether it did.
+    async fn try_lock(&self, pool: &PgPool, thread_id: &str) -> Result<bool, sqlx::Error> {
+        let mut session = self.session.lock().await;
+        let conn = match &mut *session {
+            Some(conn) => conn,
+            // Detached: the pool's statements never wait behind the leases, nor close it.
+            empty => empty.insert(pool.acquire().await?.detach()),
+        };
+        let locked = sqlx::query_scalar(&format!("SELECT pg_try_advisory_lock({LEASE_LOCK})"))
+            .bind(thread_id)
+            .fetch_one(&mut *conn)
+            .await;
+        if locked.is_err() {
+            *session = None;
+        }
+        locked
+    }
+
+    /// Releases `thread_id`'s session lock (a lock the session no longer holds, after it
+    /// broke, is left as it is).
+    async fn unlock(&self, thread_id: &str) {
+        let mut session = self.session.lock().await;
+        if let Some(conn) = &mut *session {
+            let unlocked = sqlx::query(&format!("SELECT pg_advisory_unlock({LEASE_LOCK})"))
+                .bind(thread_id)
+                .execute(&mut *conn)
+                .await;
+            if unlocked.is_err() {
+                *session = None;
+            }
+        }
+    }
 }
 
 /// Checks a schema name: letters, digits and `_`, not starting with a digit, at most 63 bytes.
@@ -109,7 +174,7 @@ impl PostgresStore {
             options.get_database().unwrap_or("(default)").to_owned(),
         );
         let pool = PgPoolOptions::new()
-            .max_connections(10)
+            .max_connections(POOL_SIZE)
             .acquire_timeout(std::time::Duration::from_secs(30))
             .connect_with(options)
             .await
@@ -133,7 +198,10 @@ impl PostgresStore {
         );
         Self::migrate(&mut tx, schema, &location).await?;
         tx.commit().await.map_err(storage)?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            leases: Arc::new(Leases::new()),
+        })
     }
 
     /// The shared SQL over this store's database.
@@ -267,33 +335,33 @@ impl Checkpointer for PostgresCheckpointer {
 
     async fn try_lease(&self, thread_id: &str) -> Result<ThreadLease, CheckpointError> {
         validate_thread_id(thread_id)?;
-        let mut conn = self
-            .store
-            .pool
-            .acquire()
-            .await
-            .map_err(checkpoint_storage)?
-            .detach();
+        let leases = &self.store.leases;
         // A lease this process just dropped is unlocked by a spawned task: give it a moment
         // before calling the thread busy.
+        let mut holder = "in this process";
         for attempt in 0..10 {
-            let locked: bool =
-                sqlx::query_scalar(&format!("SELECT pg_try_advisory_lock({LEASE_LOCK})"))
-                    .bind(thread_id)
-                    .fetch_one(&mut conn)
+            if let Ok(local) = leases.local.try_lease(thread_id) {
+                let locked = leases
+                    .try_lock(&self.store.pool, thread_id)
                     .await
                     .map_err(checkpoint_storage)?;
-            if locked {
-                return Ok(ThreadLease::new(thread_id, PgLease { conn: Some(conn) }));
+                if locked {
+                    let lease = PgLease {
+                        local: Some(local),
+                        leases: Arc::clone(leases),
+                        thread_id: thread_id.to_owned(),
+                    };
+                    return Ok(ThreadLease::new(thread_id, lease));
+                }
+                holder = "another database session";
             }
             if attempt < 9 {
                 tokio::time::sleep(std::time::Duration::from_millis(25)).await;
             }
         }
-        let _ = conn.close().await;
         Err(CheckpointError::Busy {
             thread_id: thread_id.to_owned(),
-            holder: Some("another database session".to_owned()),
+            holder: Some(holder.to_owned()),
         })
     }
 
@@ -302,24 +370,27 @@ impl Checkpointer for PostgresCheckpointer {
     }
 }
 
-/// A lease: the connection holding the thread's session lock.
+/// A lease: the thread's session lock on the process's lease connection, and its place
+/// among the process's own leases.
 struct PgLease {
-    conn: Option<PgConnection>,
+    local: Option<ThreadLease>,
+    leases: Arc<Leases>,
+    thread_id: String,
 }
 
 impl Drop for PgLease {
     fn drop(&mut self) {
-        let Some(mut conn) = self.conn.take() else {
-            return;
-        };
-        // Unlocking explicitly frees the thread at once; a dropped connection would free it
-        // only once the server noticed. Without a runtime, dropping it is all there is.
+        let local = self.local.take();
+        // Unlocking explicitly frees the thread for other processes at once. The process's
+        // own runs may lease it again meanwhile: the lock is re-entrant in the session, so
+        // their lock is counted and this unlock leaves it held for them. Without a runtime the
+        // lock stays until the process ends (its connection closes).
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let leases = Arc::clone(&self.leases);
+            let thread_id = std::mem::take(&mut self.thread_id);
             runtime.spawn(async move {
-                let _ = sqlx::query("SELECT pg_advisory_unlock_all()")
-                    .execute(&mut conn)
-                    .await;
-                let _ = conn.close().await;
+                leases.unlock(&thread_id).await;
+                drop(local);
             });
         }
     }
