@@ -195,6 +195,7 @@ def create_deep_agent(
     max_cost_usd: float | None = None,
     max_tokens: int | None = None,
     general_purpose_subagent: bool | None = None,
+    ask_user: bool = False,
     middleware: Sequence[Any] = (),
 ) -> "DeepAgent":
     """A deep agent on the Rust harness. ``model`` is a ``provider:model`` spec (as the CLI
@@ -207,7 +208,9 @@ def create_deep_agent(
     ``"fork"``: the subagent continues this agent's conversation), ``async`` (``True``: started
     in the background with ``start_async_task``), or the reference's ``AsyncSubAgent`` specs
     (``graph_id`` and ``url`` of an Agent Protocol server). ``max_cost_usd`` and ``max_tokens``
-    are hard caps on what a run (with its subagents) spends. ``middleware`` are LangChain
+    are hard caps on what a run (with its subagents) spends. ``ask_user=True`` offers the
+    ``ask_user`` tool: the model's question pauses the run as an interrupt whose value is
+    ``{"question": …, "options": […]}``, and ``Command(resume=answer)`` is the call's result. ``middleware`` are LangChain
     ``AgentMiddleware`` objects, run after the built-in ones (see ``_middleware`` for what
     their hooks may do)."""
     objects: list[Any] = []
@@ -266,6 +269,7 @@ def create_deep_agent(
         "checkpointer": storage_index(checkpointer, "checkpointer", objects),
         "store": storage_index(store, "store", objects),
         "todos": todos,
+        "ask_user": ask_user,
         # The reference's recursion limit of 1000 graph steps allows about 500 model calls.
         "max_turns": 500 if max_turns is None else max_turns,
         "spend_limits": spend,

@@ -63,6 +63,9 @@ pub struct AgentConfig {
     store: Option<usize>,
     #[serde(default)]
     todos: Option<bool>,
+    /// Whether the `ask_user` tool is offered (off unless asked for: the reference has none).
+    #[serde(default)]
+    ask_user: bool,
     #[serde(default)]
     max_turns: Option<u32>,
     #[serde(default)]
@@ -289,6 +292,9 @@ pub async fn build(config: AgentConfig, objects: Vec<Arc<Py<PyAny>>>) -> Result<
     }
     if let Some(todos) = config.todos {
         builder = builder.todos(todos);
+    }
+    if config.ask_user {
+        builder = builder.ask_user(true);
     }
     if let Some(turns) = config.max_turns {
         builder = builder.max_turns(turns);

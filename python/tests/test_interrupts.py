@@ -3,6 +3,7 @@ on the question; ``Command(resume=answer)`` runs the same call again with the an
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +96,47 @@ def test_a_question_survives_a_restart(tmp_path: Path) -> None:
 def test_interrupt_outside_an_agent_says_so() -> None:
     with pytest.raises(RuntimeError, match="tools of a deepagents_rs agent"):
         interrupt("hello?")
+
+
+def test_ask_user_is_an_interrupt_answered_with_command_resume(openai_mock: Any) -> None:
+    # The question is the model's: the built-in tool (Rust, a suspension), not a Python one.
+    openai_mock.turns = [
+        {"call": ("ask_user", {"question": "Which colour?", "options": ["red", "blue"]})},
+        {"text": "Painted blue."},
+    ]
+    agent = create_deep_agent(model="openai_chat:mock", ask_user=True, checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "paint"}}
+    paused = agent.invoke({"messages": "paint the door"}, config)
+    [question] = paused["__interrupt__"]
+    assert question.value == {"question": "Which colour?", "options": ["red", "blue"]}
+    assert agent.get_state(config).next == ("tools",)
+    assert len(openai_mock.requests) == 1
+    done = agent.invoke(Command(resume="blue"), config)
+    assert "__interrupt__" not in done
+    # The answer is the call's result as typed (not JSON-quoted), and the model gets it.
+    assert [m.content for m in done["messages"] if m.type == "tool"] == ["blue"]
+    assert done["messages"][-1].content == "Painted blue."
+    [answered] = [m for m in openai_mock.requests[-1]["messages"] if m["role"] == "tool"]
+    assert answered["content"] in ("blue", [{"type": "text", "text": "blue"}]), answered
+
+
+def test_ask_user_survives_a_restart_and_is_answered_by_id(tmp_path: Path, openai_mock: Any) -> None:
+    openai_mock.turns = [{"call": ("ask_user", {"question": "Deploy to which region?"})}, {"text": "Deployed to eu."}]
+
+    def agent() -> Any:
+        # A new agent on the same database: what a restarted process builds.
+        return create_deep_agent(model="openai_chat:mock", ask_user=True, checkpointer=SqliteSaver(tmp_path / "threads.db"))
+
+    config = {"configurable": {"thread_id": "deploy"}}
+    [question] = agent().invoke({"messages": "deploy"}, config)["__interrupt__"]
+    assert question.value == {"question": "Deploy to which region?"}
+    restarted = agent()
+    [waiting] = restarted.get_state(config).interrupts
+    assert waiting.id == question.id and waiting.value == question.value
+    done = restarted.invoke(Command(resume={question.id: "eu"}), config)
+    assert [m.content for m in done["messages"] if m.type == "tool"] == ["eu"]
+    assert done["messages"][-1].content == "Deployed to eu."
+    assert "eu" in json.dumps([m for m in openai_mock.requests[-1]["messages"] if m["role"] == "tool"])
+    # Answered, the question is gone: a second answer is refused.
+    with pytest.raises(ValueError):
+        agent().invoke(Command(resume="us"), config)

@@ -351,17 +351,28 @@ fn answers(resume: &Value, run: Option<&Run>) -> Option<Result<Resume, RunError>
             ))));
         }
     };
-    // Answers are kept as JSON text: the tool reads back exactly the value sent.
     Some(Ok(Resume {
         interrupt,
         pause,
         decisions: values
             .into_iter()
-            .map(|value| Decision::Respond {
-                message: value.to_string(),
+            .zip(pending)
+            .map(|(value, action)| Decision::Respond {
+                message: answer_text(value, action),
             })
             .collect(),
     }))
+}
+
+/// An answer as its decision's text. Answers are kept as JSON text, so a tool reads back
+/// exactly the value sent; but `ask_user` takes the text itself as the call's result (what a
+/// person types in the CLI or the chat page), so a string answer to it is given as it is —
+/// JSON text would reach the model quoted.
+fn answer_text(value: &Value, action: &PendingAction) -> String {
+    match value {
+        Value::String(text) if action.name == deepagents::ASK_USER => text.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// The interrupt a `command.resume` names, if it names one (see [`resume`]); what it decides
@@ -1202,6 +1213,28 @@ mod tests {
         ));
         let fresh = resume(&json!({ current.clone(): approve }), Some(&second)).unwrap();
         assert_eq!(fresh.pause, current);
+    }
+
+    #[test]
+    fn a_string_answers_ask_user_as_its_text_and_a_tool_s_question_as_json() {
+        let question = |name: &str| PendingAction {
+            allowed: vec![DecisionKind::Respond, DecisionKind::Reject],
+            request: Some(json!({"question": "Which colour?"})),
+            ..action("q", name)
+        };
+        let answered = |name: &str, value: Value| {
+            resume(&value, Some(&paused(1, &[question(name)])))
+                .unwrap()
+                .decisions
+        };
+        let respond = |message: &str| {
+            vec![Decision::Respond {
+                message: message.to_owned(),
+            }]
+        };
+        assert_eq!(answered("ask_user", json!("blue")), respond("blue"));
+        assert_eq!(answered("ask_user", json!(["a"])), respond(r#"["a"]"#));
+        assert_eq!(answered("pick", json!("blue")), respond(r#""blue""#));
     }
 
     #[test]
