@@ -237,6 +237,136 @@ fn ask_user_without_a_terminal_is_declined_and_the_run_goes_on() {
     assert_eq!(events.last().unwrap()["text"], "I picked blue.");
 }
 
+/// `ask_user`, a Rust tool that suspends its call, asked at a terminal: the process stopped
+/// while the question waits leaves it in the thread; the next process on the thread (`run
+/// --thread` without a task) asks it again, and the typed answer is the call's result, after
+/// which the model's next turn ends the run.
+#[test]
+fn a_question_left_by_a_stopped_process_is_answered_by_the_next_one_on_the_thread() {
+    let tmux = |args: &[&str]| {
+        std::process::Command::new("tmux")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    if !std::process::Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        assert!(std::env::var_os("CI").is_none(), "tmux is not installed");
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = script(
+        dir.path(),
+        json!([
+            {"tool_calls": [{"id": "q", "name": "ask_user", "args": {"question": "Which colour for the door?"}}]},
+            {"text": "Painted it blue."}
+        ]),
+    );
+    // A process at a terminal (the question is asked only there), its stdout in `out`;
+    // the pane stays after it exits, with its status.
+    let start = |task: &str, out: &str| {
+        let name = deepagents_test_support::unique_name("ask");
+        let line = format!(
+            "cd {dir} && env -u DEEPAGENTS_MODEL -u DEEPAGENTS_CONFIG DEEPAGENTS_DATA_DIR={dir}/data HOME={dir} {bin} run --json --backend state --model {model} --thread door {task} > {dir}/{out}",
+            dir = dir.path().display(),
+            bin = env!("CARGO_BIN_EXE_deepagents"),
+        );
+        let started = tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            &name,
+            "-x",
+            "120",
+            "-y",
+            "30",
+            &line,
+        ]);
+        assert!(started.status.success(), "{started:?}");
+        tmux(&["set-option", "-t", &name, "remain-on-exit", "on"]);
+        name
+    };
+    let screen = |name: &str| stdout(&tmux(&["capture-pane", "-p", "-t", name]));
+    let status = |name: &str| {
+        let shown = tmux(&[
+            "display-message",
+            "-p",
+            "-t",
+            name,
+            "#{pane_dead} #{pane_dead_status}",
+        ]);
+        stdout(&shown).trim().to_owned()
+    };
+    let wait = |name: &str, done: &dyn Fn() -> bool, what: &str| {
+        let begun = std::time::Instant::now();
+        while !done() {
+            assert!(
+                begun.elapsed() < std::time::Duration::from_secs(30),
+                "{what} never came:\n{}",
+                screen(name)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+
+    let first = start("'paint the door'", "first.jsonl");
+    wait(
+        &first,
+        &|| screen(&first).contains("answer:"),
+        "the question",
+    );
+    assert!(screen(&first).contains("Which colour for the door?"));
+    // Ctrl-C while the question waits: the process exits at once, the question stays.
+    tmux(&["send-keys", "-t", &first, "C-c"]);
+    wait(
+        &first,
+        &|| status(&first).starts_with("1 "),
+        "the first process's exit",
+    );
+    assert_ne!(status(&first), "1 0", "{}", screen(&first));
+    tmux(&["kill-session", "-t", &first]);
+
+    let second = start("", "second.jsonl");
+    wait(
+        &second,
+        &|| screen(&second).contains("answer:"),
+        "the question again",
+    );
+    assert!(screen(&second).contains("Which colour for the door?"));
+    tmux(&["send-keys", "-t", &second, "-l", "blue"]);
+    tmux(&["send-keys", "-t", &second, "Enter"]);
+    wait(
+        &second,
+        &|| status(&second).starts_with("1 "),
+        "the second process's exit",
+    );
+    let finished = status(&second);
+    let shown = screen(&second);
+    tmux(&["kill-session", "-t", &second]);
+    assert_eq!(finished, "1 0", "{shown}");
+    let events: Vec<Value> = std::fs::read_to_string(dir.path().join("second.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let answer = events
+        .iter()
+        .find(|e| e["type"] == "tool_call_finished" && e["call_id"] == "q")
+        .unwrap_or_else(|| panic!("no result of the question in {events:#?}"));
+    assert_eq!(answer["content"][0]["text"], "blue", "{answer}");
+    assert_eq!(events.last().unwrap()["text"], "Painted it blue.");
+    // The model was asked once per turn: the question was not asked of it again.
+    let turns = events
+        .iter()
+        .filter(|e| e["type"] == "model_call_started")
+        .count();
+    assert!(turns <= 1, "{events:#?}");
+}
+
 /// The library's errors name no flags; the CLI adds the flag that fixes them.
 #[test]
 fn a_missing_base_url_names_the_flag() {

@@ -312,6 +312,50 @@ fn the_official_sdk_drives_threads_runs_interrupts_cancellation_and_the_store() 
     sdk_check(&python, &server, root.path());
 }
 
+/// `ask_user` suspends its call: the SDK sees the question as the interrupt's value, the
+/// server is restarted on the same data, and `Command(resume="blue")` from the SDK answers it
+/// there: the answer is the call's result, as typed, and the model's next turn follows it.
+#[test]
+fn the_official_sdk_answers_ask_user_with_command_resume_after_a_restart() {
+    let Some(python) = deepagents_test_support::langgraph_python() else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "ask1", "name": "ask_user", "args": {"question": "Which colour for the door?", "options": ["red", "blue"]}}]},
+        {"text": "Painted it blue."}
+    ]});
+    let check =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/langgraph_sdk_ask_user.py");
+    let step = |server: &Server, args: &[&str]| {
+        let output = std::process::Command::new(&python)
+            .arg(&check)
+            .arg(format!("http://{}", server.address))
+            .args(args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "stdout:\n{stdout}\nstderr:\n{}\nserver:\n{}",
+            String::from_utf8_lossy(&output.stderr),
+            server.log()
+        );
+        stdout
+    };
+    let first = Server::start(data.path(), root.path(), script.clone(), &[]);
+    let asked = step(&first, &["ask"]);
+    let ids: Vec<&str> = asked.split_whitespace().collect();
+    let [thread, interrupt] = ids.as_slice() else {
+        panic!("no thread and interrupt id in {asked:?}");
+    };
+    drop(first);
+    let second = Server::start(data.path(), root.path(), script, &[]);
+    let answered = step(&second, &["answer", thread, interrupt]);
+    assert!(answered.contains("ask_user answered"), "{answered}");
+}
+
 #[test]
 fn the_official_sdk_passes_against_two_servers_sharing_postgres_and_redis() {
     let (Some(python), Some(database), Some(redis)) = (
