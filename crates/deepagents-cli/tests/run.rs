@@ -266,12 +266,13 @@ fn a_question_left_by_a_stopped_process_is_answered_by_the_next_one_on_the_threa
             {"text": "Painted it blue."}
         ]),
     );
-    // A process at a terminal (the question is asked only there), its stdout in `out`;
-    // the pane stays after it exits, with its status.
+    // A process at a terminal (the question is asked only there), its stdout in `out` and
+    // its exit status in `out.status`, written by the shell: tmux does not always reap a
+    // pane's process in time to show its status.
     let start = |task: &str, out: &str| {
         let name = deepagents_test_support::unique_name("ask");
         let line = format!(
-            "cd {dir} && env -u DEEPAGENTS_MODEL -u DEEPAGENTS_CONFIG DEEPAGENTS_DATA_DIR={dir}/data HOME={dir} {bin} run --json --backend state --model {model} --thread door {task} > {dir}/{out}",
+            "cd {dir} && env -u DEEPAGENTS_MODEL -u DEEPAGENTS_CONFIG DEEPAGENTS_DATA_DIR={dir}/data HOME={dir} {bin} run --json --backend state --model {model} --thread door {task} > {dir}/{out}; echo $? > {dir}/{out}.status",
             dir = dir.path().display(),
             bin = env!("CARGO_BIN_EXE_deepagents"),
         );
@@ -291,15 +292,11 @@ fn a_question_left_by_a_stopped_process_is_answered_by_the_next_one_on_the_threa
         name
     };
     let screen = |name: &str| stdout(&tmux(&["capture-pane", "-p", "-t", name]));
-    let status = |name: &str| {
-        let shown = tmux(&[
-            "display-message",
-            "-p",
-            "-t",
-            name,
-            "#{pane_dead} #{pane_dead_status}",
-        ]);
-        stdout(&shown).trim().to_owned()
+    let status = |out: &str| {
+        std::fs::read_to_string(dir.path().join(format!("{out}.status")))
+            .ok()
+            .filter(|status| status.ends_with('\n'))
+            .map(|status| status.trim().to_owned())
     };
     let wait = |name: &str, done: &dyn Fn() -> bool, what: &str| {
         let begun = std::time::Instant::now();
@@ -320,14 +317,37 @@ fn a_question_left_by_a_stopped_process_is_answered_by_the_next_one_on_the_threa
         "the question",
     );
     assert!(screen(&first).contains("Which colour for the door?"));
-    // Ctrl-C while the question waits: the process exits at once, the question stays.
-    tmux(&["send-keys", "-t", &first, "C-c"]);
+    // SIGINT (Ctrl-C) while the question waits: the process exits at once (130), the
+    // question stays in the thread. Sent to the binary alone, so the shell writes its status.
+    let shell = stdout(&tmux(&[
+        "display-message",
+        "-p",
+        "-t",
+        &first,
+        "#{pane_pid}",
+    ]));
+    let shell = shell.trim();
+    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap();
+    let binary = children
+        .split_whitespace()
+        .next()
+        .expect("the shell runs the binary");
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", binary])
+        .status()
+        .unwrap();
+    assert!(sent.success());
     wait(
         &first,
-        &|| status(&first).starts_with("1 "),
+        &|| status("first.jsonl").is_some(),
         "the first process's exit",
     );
-    assert_ne!(status(&first), "1 0", "{}", screen(&first));
+    assert_eq!(
+        status("first.jsonl").as_deref(),
+        Some("130"),
+        "{}",
+        screen(&first)
+    );
     tmux(&["kill-session", "-t", &first]);
 
     let second = start("", "second.jsonl");
@@ -341,13 +361,12 @@ fn a_question_left_by_a_stopped_process_is_answered_by_the_next_one_on_the_threa
     tmux(&["send-keys", "-t", &second, "Enter"]);
     wait(
         &second,
-        &|| status(&second).starts_with("1 "),
+        &|| status("second.jsonl").is_some(),
         "the second process's exit",
     );
-    let finished = status(&second);
     let shown = screen(&second);
     tmux(&["kill-session", "-t", &second]);
-    assert_eq!(finished, "1 0", "{shown}");
+    assert_eq!(status("second.jsonl").as_deref(), Some("0"), "{shown}");
     let events: Vec<Value> = std::fs::read_to_string(dir.path().join("second.jsonl"))
         .unwrap()
         .lines()
