@@ -5,19 +5,21 @@
 //! what happens when it breaks: an HTTP connection is re-established within a budget, a
 //! crashed stdio server restarted once.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use deepagents_core::{EventKind, EventSink};
+use deepagents_core::{Answer, EventKind, EventSink};
 use rmcp::model::{
     ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction, ProgressNotificationParam,
-    ProgressToken,
+    ProgressToken, RequestId,
 };
-use rmcp::service::{MaybeSendFuture, NotificationContext, RequestContext, RoleClient};
+use rmcp::service::{
+    InboundStreamOrigin, MaybeSendFuture, NotificationContext, RequestContext, RoleClient,
+};
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransport, StreamableHttpClientTransportConfig,
 };
@@ -122,6 +124,92 @@ impl ProgressRoutes {
     }
 }
 
+/// A question a call is to suspend on: the suspension's request, and where the call says it
+/// has given itself up on the server (only then is the question answered `cancel`, so the
+/// server hears of the cancelled call first and does not go on with the tool).
+pub(crate) struct Question {
+    pub(crate) request: ElicitationRequest,
+    pub(crate) given_up: tokio::sync::oneshot::Sender<()>,
+}
+
+/// A call in flight when nobody can answer during calls: the answers its resumed run gave
+/// (answered in order to what the server asks), and where a new question goes.
+struct Asking {
+    key: u64,
+    /// The call's request, once sent: an HTTP server's question names the request it belongs
+    /// to (the response stream it came on); a stdio server's does not.
+    request: Option<RequestId>,
+    answers: VecDeque<Answer>,
+    ask: Option<tokio::sync::oneshot::Sender<Question>>,
+}
+
+/// The calls in flight that suspend on questions.
+#[derive(Default)]
+pub(crate) struct Askings {
+    next: u64,
+    calls: Vec<Asking>,
+}
+
+/// What becomes of a server's question when nobody answers live.
+enum Step {
+    /// Answered from the resumed run's answers.
+    Answer(Answer),
+    /// The call suspends on it.
+    Ask(tokio::sync::oneshot::Sender<Question>),
+    /// No call to suspend (none in flight, or it already asked): declined.
+    Nobody,
+}
+
+impl Askings {
+    /// Registers a call with the answers its run gave so far; returns its key.
+    pub(crate) fn start(
+        &mut self,
+        answers: Vec<Answer>,
+    ) -> (u64, tokio::sync::oneshot::Receiver<Question>) {
+        let (ask, asked) = tokio::sync::oneshot::channel();
+        self.next += 1;
+        self.calls.push(Asking {
+            key: self.next,
+            request: None,
+            answers: answers.into(),
+            ask: Some(ask),
+        });
+        (self.next, asked)
+    }
+
+    pub(crate) fn sent(&mut self, key: u64, request: RequestId) {
+        if let Some(call) = self.calls.iter_mut().find(|call| call.key == key) {
+            call.request = Some(request);
+        }
+    }
+
+    pub(crate) fn end(&mut self, key: u64) {
+        self.calls.retain(|call| call.key != key);
+    }
+
+    /// The call a question belongs to: the one whose request it names; without that (stdio,
+    /// or asked before the call learnt its id) the oldest call with answers left, else the
+    /// oldest that has not asked yet. Concurrent calls of one stdio server that both ask
+    /// can thus be mixed up; one call at a time cannot.
+    fn step(&mut self, origin: Option<&RequestId>) -> Step {
+        let named = origin.and_then(|id| {
+            self.calls
+                .iter()
+                .position(|call| call.request.as_ref() == Some(id))
+        });
+        let index = named
+            .or_else(|| self.calls.iter().position(|call| !call.answers.is_empty()))
+            .or_else(|| self.calls.iter().position(|call| call.ask.is_some()));
+        let Some(call) = index.and_then(|index| self.calls.get_mut(index)) else {
+            return Step::Nobody;
+        };
+        if let Some(answer) = call.answers.pop_front() {
+            return Step::Answer(answer);
+        }
+        call.ask.take().map_or(Step::Nobody, Step::Ask)
+    }
+}
+
 /// Our side of a connection, shared by the connection that replaces it when it breaks.
 #[derive(Clone)]
 pub(crate) struct Handler {
@@ -131,6 +219,8 @@ pub(crate) struct Handler {
     /// Running calls by their progress token.
     pub(crate) progress: Arc<Mutex<ProgressRoutes>>,
     elicitor: Option<Arc<dyn Elicitor>>,
+    /// Without an elicitor: the calls in flight, which suspend on questions.
+    pub(crate) asking: Arc<Mutex<Askings>>,
 }
 
 impl Handler {
@@ -140,19 +230,37 @@ impl Handler {
             changes: Arc::new(AtomicU64::new(0)),
             progress: Arc::default(),
             elicitor,
+            asking: Arc::default(),
         }
+    }
+
+    /// Whether questions suspend calls (nobody answers them live).
+    pub(crate) fn suspends(&self) -> bool {
+        self.elicitor.is_none()
+    }
+}
+
+/// An answer as the result the server gets.
+fn result_of(answer: ElicitationAnswer) -> ElicitResult {
+    match answer {
+        ElicitationAnswer::Accept(content) => {
+            let result = ElicitResult::new(ElicitationAction::Accept);
+            match content {
+                Some(content) => result.with_content(content),
+                None => result,
+            }
+        }
+        ElicitationAnswer::Decline => ElicitResult::new(ElicitationAction::Decline),
+        ElicitationAnswer::Cancel => ElicitResult::new(ElicitationAction::Cancel),
     }
 }
 
 impl rmcp::ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
-        // Elicitation is offered only when someone can answer; sampling and roots never are
-        // (a server then keeps to the directories its own arguments name).
-        let capabilities = if self.elicitor.is_some() {
-            serde_json::json!({"elicitation": {"form": {}, "url": {}}})
-        } else {
-            serde_json::json!({})
-        };
+        // Elicitation is always offered: answered live by the elicitor, or else by suspending
+        // the call until the run is resumed. Sampling and roots never are (a server then
+        // keeps to the directories its own arguments name).
+        let capabilities = serde_json::json!({"elicitation": {"form": {}, "url": {}}});
         serde_json::from_value(serde_json::json!({
             "protocolVersion": rmcp::model::ProtocolVersion::default(),
             "capabilities": capabilities,
@@ -183,12 +291,9 @@ impl rmcp::ClientHandler for Handler {
     async fn create_elicitation(
         &self,
         request: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
+        context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        let Some(elicitor) = &self.elicitor else {
-            return Ok(ElicitResult::new(ElicitationAction::Decline));
-        };
-        let kind = match request {
+        let question = match request {
             ElicitRequestParams::FormElicitationParams {
                 message,
                 requested_schema,
@@ -207,16 +312,36 @@ impl rmcp::ClientHandler for Handler {
             },
             _ => return Ok(ElicitResult::new(ElicitationAction::Decline)),
         };
-        Ok(match elicitor.elicit(kind).await {
-            ElicitationAnswer::Accept(content) => {
-                let result = ElicitResult::new(ElicitationAction::Accept);
-                match content {
-                    Some(content) => result.with_content(content),
-                    None => result,
+        if let Some(elicitor) = &self.elicitor {
+            return Ok(result_of(elicitor.elicit(question).await));
+        }
+        let origin = match context.extensions.get::<InboundStreamOrigin>() {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id.clone()),
+            _ => None,
+        };
+        let step = match self.asking.lock() {
+            Ok(mut asking) => asking.step(origin.as_ref()),
+            Err(_) => Step::Nobody,
+        };
+        Ok(match step {
+            Step::Answer(answer) => result_of(ElicitationAnswer::from_answer(&answer)),
+            Step::Ask(ask) => {
+                let (given_up, done) = tokio::sync::oneshot::channel();
+                if ask
+                    .send(Question {
+                        request: question,
+                        given_up,
+                    })
+                    .is_ok()
+                {
+                    // The call tells the server it is cancelled, then says so (or ends).
+                    let _ = done.await;
                 }
+                // Not answered now: the user has not chosen (MCP's `cancel`); the answer
+                // comes with the same call, sent again when the run resumes.
+                ElicitResult::new(ElicitationAction::Cancel)
             }
-            ElicitationAnswer::Decline => ElicitResult::new(ElicitationAction::Decline),
-            ElicitationAnswer::Cancel => ElicitResult::new(ElicitationAction::Cancel),
+            Step::Nobody => ElicitResult::new(ElicitationAction::Decline),
         })
     }
 }

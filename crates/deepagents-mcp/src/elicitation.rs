@@ -1,8 +1,19 @@
-//! Questions a server asks the user in the middle of a call (MCP elicitation). The tool call
-//! waits while the front end asks; without an [`Elicitor`] the client does not offer
-//! elicitation, so servers do not ask.
+//! Questions a server asks the user in the middle of a call (MCP elicitation).
+//!
+//! With an [`Elicitor`] (a front end with someone to ask live: the TUI, a terminal) the tool
+//! call waits while it asks. Without one (a server, a run nobody watches, a library) the
+//! question becomes the call's suspension ([`ToolOutput::suspend`]): the call is given up on
+//! the server (`notifications/cancelled`, and the question answered `cancel`), the run pauses
+//! with [`ElicitationRequest::to_json`] as the pending question, and once answered the SAME
+//! call is sent to the server again, whose questions are then answered from the answers so
+//! far, in order ([`ElicitationAnswer::from_answer`]), until one is new. So whatever the
+//! server's tool did before asking happens again: a tool that changes something before its
+//! question repeats that change.
+//!
+//! [`ToolOutput::suspend`]: deepagents_core::ToolOutput::suspend
 
-use serde_json::Value;
+use deepagents_core::Answer;
+use serde_json::{Value, json};
 
 /// A server's question.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,7 +53,60 @@ pub enum ElicitationAnswer {
     Cancel,
 }
 
-/// Who answers servers' questions: a terminal prompt, a UI panel, a test script.
+impl ElicitationRequest {
+    /// The question as a suspended call's request (the interrupt's value a client sees):
+    /// `{"kind": "mcp_elicitation", "server", "message", "mode": "form", "requestedSchema"}`,
+    /// or `"mode": "url"` with `"url"` — MCP's own field names.
+    pub fn to_json(&self) -> Value {
+        let mut request = json!({
+            "kind": "mcp_elicitation",
+            "server": self.server,
+            "message": self.message,
+        });
+        match &self.kind {
+            Elicitation::Form { schema } => {
+                request["mode"] = json!("form");
+                request["requestedSchema"] = schema.clone();
+            }
+            Elicitation::Url { url } => {
+                request["mode"] = json!("url");
+                request["url"] = json!(url);
+            }
+        }
+        request
+    }
+}
+
+impl ElicitationAnswer {
+    /// The answer a resumed run gave to [`ElicitationRequest::to_json`]: MCP's own result
+    /// (`{"action": "accept", "content": {...}}`, `{"action": "decline"}`, `{"action":
+    /// "cancel"}`); the words `"accept"`, `"decline"`, `"cancel"`; `true` (accept, for a URL)
+    /// or `false` (decline); or any other object as the accepted form's values. A declined
+    /// question (a rejection) declines; anything else declines too, as nothing usable was
+    /// given.
+    pub fn from_answer(answer: &Answer) -> Self {
+        let Answer::Given(value) = answer else {
+            return Self::Decline;
+        };
+        let action = |word: &str, content: Option<&Value>| match word {
+            "accept" => Self::Accept(content.filter(|c| c.is_object()).cloned()),
+            "cancel" => Self::Cancel,
+            _ => Self::Decline,
+        };
+        match value {
+            Value::Object(map) => match map.get("action").and_then(Value::as_str) {
+                Some(word) => action(word, map.get("content")),
+                None => Self::Accept(Some(value.clone())),
+            },
+            Value::String(word) => action(word.trim(), None),
+            Value::Bool(true) => Self::Accept(None),
+            _ => Self::Decline,
+        }
+    }
+}
+
+/// Who answers servers' questions during the call: a terminal prompt, a UI panel, a test
+/// script. Without one, questions suspend the call (see the [module](self)).
 #[async_trait::async_trait]
 pub trait Elicitor: Send + Sync {
     /// Asks the user; the server's call waits for the answer (its call timeout still runs).
@@ -113,6 +177,38 @@ pub fn parse_field(field: &Value, text: &str) -> Result<Value, String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn answers_of_a_resumed_run_become_mcp_results() {
+        let of = |value: Value| ElicitationAnswer::from_answer(&Answer::Given(value));
+        assert_eq!(
+            of(json!({"name": "Ada"})),
+            ElicitationAnswer::Accept(Some(json!({"name": "Ada"})))
+        );
+        assert_eq!(
+            of(json!({"action": "accept", "content": {"a": 1}})),
+            ElicitationAnswer::Accept(Some(json!({"a": 1})))
+        );
+        assert_eq!(of(json!({"action": "cancel"})), ElicitationAnswer::Cancel);
+        assert_eq!(of(json!("decline")), ElicitationAnswer::Decline);
+        assert_eq!(of(json!(true)), ElicitationAnswer::Accept(None));
+        assert_eq!(of(json!(3)), ElicitationAnswer::Decline);
+        assert_eq!(
+            ElicitationAnswer::from_answer(&Answer::Declined(None)),
+            ElicitationAnswer::Decline
+        );
+        let asked = ElicitationRequest {
+            server: "s".into(),
+            message: "Who?".into(),
+            kind: Elicitation::Url {
+                url: "https://x.test".into(),
+            },
+        };
+        assert_eq!(
+            asked.to_json(),
+            json!({"kind": "mcp_elicitation", "server": "s", "message": "Who?", "mode": "url", "url": "https://x.test"})
+        );
+    }
 
     #[test]
     fn fields_parse_by_their_type() {

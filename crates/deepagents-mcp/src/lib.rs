@@ -10,8 +10,10 @@
 //! `tool_progress` events, cancelled on the server when the run gives it up, and answered with
 //! the server's content (text, images and audio as blocks, resources as text or blocks,
 //! `structuredContent` as the artifact; `isError` as an error the model sees). A server's
-//! questions to the user (elicitation) go to the [`Elicitor`] given in [`ConnectOptions`];
-//! requests to sample the agent's model are refused.
+//! questions to the user (elicitation) go to the [`Elicitor`] given in [`ConnectOptions`]
+//! while the call waits; without one they suspend the call like any tool's question (the run
+//! pauses; the answer resumes it by sending the same call again — see [`elicitation`]).
+//! Requests to sample the agent's model are refused.
 
 pub mod config;
 mod connection;
@@ -41,12 +43,13 @@ pub struct ConnectOptions {
     pub root: PathBuf,
     /// Where stdio servers' stderr is written (`NAME.log`); discarded without one.
     pub log_dir: Option<PathBuf>,
-    /// Who answers servers' elicitation requests; without one, elicitation is not offered.
+    /// Who answers servers' elicitation requests during the call; without one, a question
+    /// suspends the call and pauses the run (see [`elicitation`]).
     pub elicitor: Option<Arc<dyn Elicitor>>,
 }
 
 impl ConnectOptions {
-    /// Servers run in `root`, their stderr discarded, nobody to answer their questions.
+    /// Servers run in `root`, their stderr discarded, their questions suspending calls.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self {
             root: root.into(),
@@ -61,7 +64,7 @@ impl ConnectOptions {
         self
     }
 
-    /// Servers' questions go to `elicitor`.
+    /// Servers' questions go to `elicitor` while their call waits.
     pub fn elicitor(mut self, elicitor: Arc<dyn Elicitor>) -> Self {
         self.elicitor = Some(elicitor);
         self

@@ -12,7 +12,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
 use serde_json::Value;
 
-use crate::connection::{Live, ProgressTarget, Service};
+use crate::connection::{Live, ProgressTarget, Question, Service};
 
 /// The longest tool name every provider accepts.
 pub const MAX_TOOL_NAME: usize = 64;
@@ -56,9 +56,10 @@ pub(crate) fn agent_tools(live: &Arc<Live>, tools: &[Value]) -> Vec<Result<Dynam
             };
             let read_only = tool["annotations"]["readOnlyHint"].as_bool() == Some(true);
             let live = Arc::clone(live);
+            let agent_name = name.clone();
             let made = DynamicTool::new(name, description, schema, move |args, ctx| {
-                let (live, remote) = (Arc::clone(&live), remote.clone());
-                async move { call(&live, &remote, args, ctx).await }
+                let (live, remote, name) = (Arc::clone(&live), remote.clone(), agent_name.clone());
+                async move { call(&live, &name, &remote, args, ctx).await }
             })
             .map_err(|e| e.to_string())?;
             Ok(if read_only { made } else { made.mutating() })
@@ -83,21 +84,50 @@ impl Drop for CallGuard<'_> {
         if let Some((peer, id)) = self.pending.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            let notification = ClientNotification::CancelledNotification(
-                CancelledNotification::new(CancelledNotificationParam::new(
-                    Some(id),
-                    Some("the agent stopped waiting for this call".to_owned()),
-                )),
-            );
             runtime.spawn(async move {
-                let _ = peer.send_notification(notification).await;
+                let _ = peer.send_notification(cancelled(id)).await;
             });
         }
     }
 }
 
+/// `notifications/cancelled` for the call `id`.
+fn cancelled(id: RequestId) -> ClientNotification {
+    ClientNotification::CancelledNotification(CancelledNotification::new(
+        CancelledNotificationParam::new(
+            Some(id),
+            Some("the agent stopped waiting for this call".to_owned()),
+        ),
+    ))
+}
+
+/// A call registered to suspend on its server's questions, unregistered when it ends.
+struct AskingGuard<'a> {
+    live: &'a Live,
+    key: u64,
+}
+
+impl Drop for AskingGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut asking) = self.live.handler.asking.lock() {
+            asking.end(self.key);
+        }
+    }
+}
+
+/// What a person is told about a server's question a call suspended on.
+fn suspension_description(question: &Question) -> String {
+    format!(
+        "The MCP server {} asks: {} (answering sends the call to the server again; what it did before asking happens again)",
+        question.request.server, question.request.message
+    )
+}
+
+/// Calls `tool` of the server as the agent's tool `name` (the name its suspensions and
+/// answers go by).
 async fn call(
     live: &Live,
+    name: &str,
     tool: &str,
     args: Value,
     ctx: ToolContext,
@@ -126,6 +156,17 @@ async fn call(
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(
         CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments),
     ));
+    // Nobody answers questions during the call: registered before the request goes out (a
+    // server may ask at once), with the answers a resumed run gave to earlier questions.
+    let mut asked = None;
+    let mut asking = None;
+    if live.handler.suspends()
+        && let Ok(mut registry) = live.handler.asking.lock()
+    {
+        let (key, receiver) = registry.start(ctx.answers(name));
+        asked = Some(receiver);
+        asking = Some(AskingGuard { live, key });
+    }
     let handle = match service
         .peer()
         .send_cancellable_request(request, PeerRequestOptions::no_options())
@@ -140,6 +181,11 @@ async fn call(
             );
         }
     };
+    if let Some(asking) = &asking
+        && let Ok(mut registry) = live.handler.asking.lock()
+    {
+        registry.sent(asking.key, handle.id.clone());
+    }
     let mut guard = CallGuard {
         live,
         token: handle.progress_token.clone(),
@@ -160,6 +206,24 @@ async fn call(
             return Err(ToolError::RespondToModel(format!(
                 "the run was cancelled while {tool} ran on the MCP server {server}; the server was told to stop"
             )));
+        }
+        Ok(question) = async {
+            match asked.as_mut() {
+                Some(asked) => asked.await,
+                None => std::future::pending().await,
+            }
+        } => {
+            // The call is given up on the server before its question is answered `cancel`,
+            // so the tool stops rather than going on without the answer; the run pauses and,
+            // once answered, sends the same call again.
+            if let Some((peer, id)) = guard.pending.take() {
+                let _ = peer.send_notification(cancelled(id)).await;
+            }
+            let description = suspension_description(&question);
+            let request = question.request.to_json();
+            let _ = question.given_up.send(());
+            drop(asking);
+            return Ok(ToolOutput::suspend(&ctx, name, request, Some(description)));
         }
     };
     let result = match answer {

@@ -483,3 +483,120 @@ async fn a_stopped_server_takes_what_it_started_with_it() {
     }
     assert!(gone(&pid), "the server's helper {pid} outlived it");
 }
+
+/// Without a live asker a server's question suspends the call: the run pauses with the
+/// question (message and schema) as its pending request; each answer sends the SAME call to
+/// the server again (the tool runs again: `run 3`), whose questions are answered from the
+/// answers so far, in order, until it finishes. Declining and cancelling reach the server.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_live_asker_a_server_s_question_pauses_the_run_until_answered() {
+    use deepagents::{Decision, Input, RunStatus};
+    let Some(python) = python() else { return };
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join(".mcp.json");
+    std::fs::write(
+        &file,
+        json!({"mcpServers": {"fixture": {"command": python, "args": [fixture().display().to_string()]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "s", "name": "fixture__survey", "args": {}}]},
+        {"text": "done"}
+    ]});
+    let model =
+        Arc::new(deepagents::models::ScriptedModel::from_json(&script.to_string()).unwrap());
+    let agent = deepagents::Agent::builder(model)
+        .mcp_config_file(&file, ConnectOptions::new(root.path()))
+        .unwrap()
+        .checkpointer(Arc::new(deepagents::InMemoryCheckpointer::new()))
+        .build()
+        .unwrap();
+    let pending = |output: &deepagents::RunOutput| output.run.control.pending.clone();
+    let result = |output: &deepagents::RunOutput| {
+        output
+            .run
+            .state
+            .messages
+            .iter()
+            .find_map(|m| match m {
+                deepagents::Message::Tool(result) if result.tool_call_id == "s" => {
+                    Some(deepagents::Message::Tool(result.clone()).text())
+                }
+                _ => None,
+            })
+            .unwrap()
+    };
+    let answer = |text: &str| {
+        Input::Decide(vec![Decision::Respond {
+            message: text.to_owned(),
+        }])
+    };
+
+    let first = agent.thread("t").unwrap().run("go").await.unwrap();
+    let asked = pending(&first);
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].tool_call_id(), "s");
+    let request = asked[0].request.clone().unwrap();
+    assert_eq!(request["kind"], "mcp_elicitation");
+    assert_eq!(request["server"], "fixture");
+    assert_eq!(request["message"], "Who are you?");
+    assert_eq!(request["mode"], "form");
+    assert_eq!(
+        request["requestedSchema"]["properties"]["age"]["type"],
+        "integer"
+    );
+    assert!(
+        asked[0]
+            .description
+            .as_deref()
+            .unwrap()
+            .contains("sends the call to the server again"),
+        "{asked:?}"
+    );
+    let second = agent
+        .thread("t")
+        .unwrap()
+        .run(answer(r#"{"name": "Ada", "age": 36}"#))
+        .await
+        .unwrap();
+    let asked = pending(&second);
+    assert_eq!(
+        asked[0].request.as_ref().unwrap()["message"],
+        "Your colour, Ada?"
+    );
+    let done = agent
+        .thread("t")
+        .unwrap()
+        .run(answer(
+            r#"{"action": "accept", "content": {"colour": "blue"}}"#,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Finished);
+    assert_eq!(result(&done), "Ada, 36, likes blue, run 3");
+
+    // A rejection declines; "cancel" cancels: the server's tool decides what that means.
+    agent.thread("d").unwrap().run("go").await.unwrap();
+    let declined = agent
+        .thread("d")
+        .unwrap()
+        .run(Input::Decide(vec![Decision::Reject { message: None }]))
+        .await
+        .unwrap();
+    assert_eq!(result(&declined), "no answer (decline), run 5");
+    agent.thread("c").unwrap().run("go").await.unwrap();
+    agent
+        .thread("c")
+        .unwrap()
+        .run(answer(r#"{"name": "Bo", "age": 7}"#))
+        .await
+        .unwrap();
+    let cancelled = agent
+        .thread("c")
+        .unwrap()
+        .run(answer("cancel"))
+        .await
+        .unwrap();
+    assert_eq!(result(&cancelled), "Bo: no colour (cancel), run 8");
+}
