@@ -103,6 +103,61 @@ async fn concurrent_appends_to_one_thread_get_distinct_ids() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn steps_of_many_threads_saved_at_once_each_land_in_order_and_one_bad_step_fails_alone() {
+    let Some(url) = server_url() else { return };
+    let store = PostgresStore::connect_in_schema(&url, &fresh_schema("groups"))
+        .await
+        .unwrap();
+    let step = |text: String| RunDelta {
+        messages: vec![Message::user(text)],
+        ..RunDelta::default()
+    };
+    // Fifty runs saving at once are written in groups: each thread's steps keep their order
+    // and their ids, and one step the database refuses (a NUL in its thread id) fails alone.
+    let runs = (0..50).map(|thread| {
+        let checkpointer = store.checkpointer();
+        tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for i in 0..6 {
+                let delta = step(format!("thread {thread} step {i}"));
+                ids.push(
+                    checkpointer
+                        .append(&format!("t{thread}"), &delta, &Run::default())
+                        .await
+                        .unwrap(),
+                );
+            }
+            ids
+        })
+    });
+    let bad = {
+        let checkpointer = store.checkpointer();
+        tokio::spawn(async move {
+            checkpointer
+                .append("bad\0thread", &step("refused".to_owned()), &Run::default())
+                .await
+        })
+    };
+    for ids in futures::future::join_all(runs).await {
+        assert_eq!(ids.unwrap(), (1..=6).collect::<Vec<u64>>());
+    }
+    assert!(bad.await.unwrap().is_err());
+    for thread in 0..50 {
+        let run = store
+            .checkpointer()
+            .load(&format!("t{thread}"), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let texts: Vec<String> = run.state.messages.iter().map(Message::text).collect();
+        let expected: Vec<String> = (0..6)
+            .map(|i| format!("thread {thread} step {i}"))
+            .collect();
+        assert_eq!(texts, expected);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_openers_of_one_postgres_store_all_succeed() {
     let Some(url) = server_url() else { return };
     // The schema does not exist yet: the openers race to create it and to migrate.

@@ -3,6 +3,8 @@
 mod backend;
 #[cfg(feature = "sqlite")]
 mod file_lock;
+#[cfg(feature = "postgres")]
+mod group_commit;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;

@@ -13,6 +13,7 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgQueryResult};
 use sqlx::{PgConnection, Postgres, Transaction};
 
+use super::group_commit::GroupCommit;
 use super::sql::{self, Access, Dialect, Sql, checkpoint_storage, storage};
 use super::{SearchQuery, Store, StoreError, StoreItem};
 
@@ -60,6 +61,7 @@ const POOL_SIZE: u32 = 16;
 pub struct PostgresStore {
     pool: PgPool,
     leases: Arc<Leases>,
+    appends: Arc<GroupCommit>,
 }
 
 /// The threads this process leases: session advisory locks, all held by one connection, so a
@@ -199,6 +201,7 @@ impl PostgresStore {
         Self::migrate(&mut tx, schema, &location).await?;
         tx.commit().await.map_err(storage)?;
         Ok(Self {
+            appends: Arc::new(GroupCommit::start(pool.clone(), APPEND_LOCK_CLASS)),
             pool,
             leases: Arc::new(Leases::new()),
         })
@@ -306,13 +309,34 @@ pub struct PostgresCheckpointer {
 
 #[async_trait]
 impl Checkpointer for PostgresCheckpointer {
+    /// Saved with the steps of the other runs saving at that moment, in one transaction
+    /// (see [`GroupCommit`]); the snapshot, when due, after it.
     async fn append(
         &self,
         thread_id: &str,
         delta: &RunDelta,
         run: &Run,
     ) -> Result<u64, CheckpointError> {
-        self.store.sql().append(thread_id, delta, run).await
+        let delta = sql::pack(serde_json::to_string(delta).map_err(checkpoint_storage)?);
+        let messages = i64::try_from(run.state.messages.len()).unwrap_or(i64::MAX);
+        let id = self
+            .store
+            .appends
+            .append(thread_id, delta, sql::now(), messages)
+            .await?;
+        if sql::snapshot_due(id) {
+            let written = match self.store.pool.acquire().await {
+                Ok(mut conn) => {
+                    Sql::<Postgres>::write_snapshot(&mut conn, thread_id, id, run).await
+                }
+                Err(error) => Err(checkpoint_storage(error)),
+            };
+            // The step is saved either way: a snapshot only shortens loads.
+            if let Err(error) = written {
+                tracing::warn!(%thread_id, id, %error, "checkpoint saved without its snapshot");
+            }
+        }
+        Ok(u64::try_from(id).unwrap_or(0))
     }
 
     /// Checks that the thread is absent and writes its first checkpoint in one transaction,

@@ -27,7 +27,7 @@ const COMPRESSED: char = '~';
 const INFLATED_LIMIT: usize = 1 << 30;
 
 /// What is stored for `json`: itself, or its compressed form when that is shorter.
-fn pack(json: String) -> String {
+pub(super) fn pack(json: String) -> String {
     use base64::Engine as _;
     if json.len() < COMPRESS_FROM {
         return json;
@@ -68,7 +68,7 @@ const FIRST_SNAPSHOT: i64 = 50;
 /// the one before). A snapshot costs the whole run, so spacing them geometrically keeps all
 /// of them together within a small multiple of the last one (writing stays linear in the
 /// conversation), while loading the latest state replays at most a third of the deltas.
-fn snapshot_due(id: i64) -> bool {
+pub(super) fn snapshot_due(id: i64) -> bool {
     let mut point = FIRST_SNAPSHOT;
     while point < id {
         point += point / 2;
@@ -138,7 +138,7 @@ fn encode(namespace: &[String]) -> String {
 }
 
 /// Milliseconds since the Unix epoch, as the columns hold them.
-fn now() -> i64 {
+pub(super) fn now() -> i64 {
     i64::try_from(now_ms()).unwrap_or(i64::MAX)
 }
 
@@ -357,7 +357,7 @@ where
     /// linear in the conversation's length. Where the dialect runs an append without a
     /// transaction, a failure before or between the two statements leaves a checkpoint without
     /// its snapshot (loads replay further) or two snapshots: both load the same run.
-    async fn write_snapshot(
+    pub(super) async fn write_snapshot(
         conn: &mut D::Connection,
         thread_id: &str,
         id: i64,

@@ -56,7 +56,9 @@ use deepagents_core::{
 
 use crate::registry::ToolRegistry;
 
+pub use crate::background::ASYNC_TASKS_KEY;
 pub use approvals::HumanInTheLoopMiddleware;
+pub use async_tasks::AsyncSubAgentsMiddleware;
 pub use dangling::DanglingToolCallsMiddleware;
 pub use filesystem::FilesystemMiddleware;
 pub use guidance::GuidanceMiddleware;
@@ -66,8 +68,6 @@ pub use offload::{
     DEFAULT_OFFLOAD_THRESHOLD, LARGE_INPUT_THRESHOLD, LARGE_INPUTS_KEY, LARGE_RESULTS_DIR,
     LargeResultsMiddleware,
 };
-pub use crate::background::ASYNC_TASKS_KEY;
-pub use async_tasks::AsyncSubAgentsMiddleware;
 #[cfg(feature = "remote")]
 pub use remote::{RemoteSetupError, RemoteSubAgent};
 pub(crate) use response_format::final_structured_answer;
