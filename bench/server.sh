@@ -69,7 +69,7 @@ cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; r
 trap cleanup EXIT
 mkdir -p "$WORK/results"
 
-MOCK_PORT=58100
+MOCK_PORT=18100
 "$PY" bench/server/mock_model.py "$MOCK_PORT" "$DELAY" > "$WORK/mock.log" 2>&1 &
 MOCK=$!
 PIDS+=("$MOCK")
@@ -99,8 +99,10 @@ serve() {
 }
 # serve_reference PORT: `langgraph dev` of the reference graph, its pid in $SERVED.
 serve_reference() {
-  rm -rf bench/server/reference/.langgraph_api
-  (cd bench/server/reference && exec env MOCK_MODEL_URL="http://127.0.0.1:$MOCK_PORT/v1" \
+  # A fresh copy each time: langgraph dev keeps its state beside the graph.
+  rm -rf "$WORK/reference-app"; mkdir "$WORK/reference-app"
+  cp bench/server/reference/graph.py bench/server/reference/langgraph.json "$WORK/reference-app/"
+  (cd "$WORK/reference-app" && exec env MOCK_MODEL_URL="http://127.0.0.1:$MOCK_PORT/v1" \
     LANGGRAPH_CLI_NO_ANALYTICS=1 LANGSMITH_TRACING=false LANGCHAIN_TRACING_V2=false \
     "$REF_VENV/bin/langgraph" dev --port "$1" --no-browser --no-reload \
     --n-jobs-per-worker 1000) > "$WORK/reference.log" 2>&1 &
@@ -135,21 +137,35 @@ pg_counts() {
   psql "$DATABASE_URL" -tA -F' ' -c "select xact_commit + xact_rollback, tup_inserted + tup_updated + tup_deleted from pg_stat_database where datname = current_database()"
 }
 redis_commands() { redis-cli -u "$REDIS_URL" info stats | awk -F: '/^total_commands_processed/ {print $2+0}'; }
-stop() { local pid; for pid in "$@"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
+# stop PID...: these servers and what they started (langgraph dev runs its server as a child),
+# until they are gone.
+stop() {
+  local pid all=()
+  for pid in "$@"; do all+=("$pid" $(pgrep -P "$pid" 2>/dev/null || true)); done
+  kill "${all[@]}" 2>/dev/null || true
+  for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
+  for _ in $(seq 100); do
+    local alive=0
+    for pid in "${all[@]}"; do [ -e "/proc/$pid" ] && alive=1; done
+    [ "$alive" = 0 ] && return
+    sleep 0.1
+  done
+  kill -9 "${all[@]}" 2>/dev/null || true
+}
 
 # measure SETUP LOAD REPEAT: one measurement, saved as results/SETUP-LOAD-REPEAT.json.
 measure() {
   local setup="$1" load="$2" rep="$3" urls servers extra='{}'
   case "$setup" in
-    embedded) serve embedded 58101; servers=("$SERVED"); urls="http://127.0.0.1:58101" ;;
+    embedded) serve embedded 18101; servers=("$SERVED"); urls="http://127.0.0.1:18101" ;;
     cluster)
       local cluster="bench-$$-$load-$rep"
-      serve a 58102 DEEPAGENTS_DATABASE_URL="$DATABASE_URL" DEEPAGENTS_REDIS_URL="$REDIS_URL" DEEPAGENTS_CLUSTER="$cluster"
+      serve a 18102 DEEPAGENTS_DATABASE_URL="$DATABASE_URL" DEEPAGENTS_REDIS_URL="$REDIS_URL" DEEPAGENTS_CLUSTER="$cluster"
       local a=$SERVED
-      serve b 58103 DEEPAGENTS_DATABASE_URL="$DATABASE_URL" DEEPAGENTS_REDIS_URL="$REDIS_URL" DEEPAGENTS_CLUSTER="$cluster"
-      servers=("$a" "$SERVED"); urls="http://127.0.0.1:58102 http://127.0.0.1:58103"
+      serve b 18103 DEEPAGENTS_DATABASE_URL="$DATABASE_URL" DEEPAGENTS_REDIS_URL="$REDIS_URL" DEEPAGENTS_CLUSTER="$cluster"
+      servers=("$a" "$SERVED"); urls="http://127.0.0.1:18102 http://127.0.0.1:18103"
       sleep 1.5 ;;
-    reference) serve_reference 58104; servers=("$SERVED"); urls="http://127.0.0.1:58104" ;;
+    reference) serve_reference 18104; servers=("$SERVED"); urls="http://127.0.0.1:18104" ;;
   esac
   local xacts0 rows0 cmds0 xacts1 rows1 cmds1
   [ "$setup" = cluster ] && { read -r xacts0 rows0 < <(pg_counts); cmds0=$(redis_commands); }

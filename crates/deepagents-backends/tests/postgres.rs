@@ -459,3 +459,46 @@ async fn leases_exclude_other_processes_and_share_one_connection() {
         drop(second.try_lease(&format!("t{i}")).await.unwrap());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn items_written_at_once_are_all_kept() {
+    let Some(url) = server_url() else { return };
+    let store = Arc::new(
+        PostgresStore::connect_in_schema(&url, &fresh_schema("puts"))
+            .await
+            .unwrap(),
+    );
+    let namespace = vec!["runs".to_owned()];
+    // Written in groups: each item lands; of two writes to one item under way at once, one
+    // wins whole.
+    let writes = (0..100).map(|i| {
+        let (store, namespace) = (Arc::clone(&store), namespace.clone());
+        tokio::spawn(async move {
+            store
+                .put(&namespace, &format!("k{i}"), json!({"i": i}))
+                .await
+                .unwrap();
+            store
+                .put(&namespace, "shared", json!({"by": i}))
+                .await
+                .unwrap();
+        })
+    });
+    for write in futures::future::join_all(writes).await {
+        write.unwrap();
+    }
+    for i in 0..100 {
+        let item = store
+            .get(&namespace, &format!("k{i}"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(item.value, json!({"i": i}));
+    }
+    let shared = store.get(&namespace, "shared").await.unwrap().unwrap();
+    assert!(
+        shared.value["by"]
+            .as_i64()
+            .is_some_and(|by| (0..100).contains(&by))
+    );
+}

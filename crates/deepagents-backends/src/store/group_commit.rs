@@ -1,95 +1,113 @@
-//! Group commit of checkpoint appends on PostgreSQL: the steps of every run that saves while
-//! a commit is under way are written together by the next one — one transaction and two
-//! statements for the whole group, however many runs are in it — instead of a transaction
-//! per step. A step is reported saved only once its group committed.
+//! Group commit on PostgreSQL: the checkpoint appends and store writes of every run that saves
+//! while a commit is under way are written together by the next one — one transaction of at
+//! most three statements for the whole group, however many runs are in it — instead of a
+//! transaction each. A write is reported done only once its group committed.
 
 use std::collections::HashMap;
 
-use deepagents_core::CheckpointError;
 use sqlx::PgPool;
 use tokio::sync::{mpsc, oneshot};
 
-/// The most appends one transaction carries.
+/// The most writes one transaction carries.
 const MAX_GROUP: usize = 512;
 
-/// One checkpoint to append, and who waits for its id.
-struct Append {
-    thread_id: String,
-    delta: String,
-    created_at_ms: i64,
-    messages: i64,
-    saved: oneshot::Sender<Result<i64, String>>,
+/// A checkpoint to append: its id once saved.
+pub(super) struct Append {
+    pub(super) thread_id: String,
+    /// The delta, as stored.
+    pub(super) delta: String,
+    pub(super) created_at_ms: i64,
+    pub(super) messages: i64,
 }
 
-/// The queue of a store's appends, written by one task in groups. The task ends when the
+/// A store item to create or replace.
+pub(super) struct Put {
+    /// The namespace, encoded as the column holds it.
+    pub(super) namespace: String,
+    pub(super) key: String,
+    /// The value's JSON.
+    pub(super) value: String,
+    pub(super) at_ms: i64,
+}
+
+/// One queued write and who waits for it.
+enum Write {
+    Append(Append, oneshot::Sender<Result<i64, String>>),
+    Put(Put, oneshot::Sender<Result<i64, String>>),
+}
+
+impl Write {
+    fn done(self, outcome: Result<i64, String>) {
+        let (Self::Append(_, done) | Self::Put(_, done)) = self;
+        let _ = done.send(outcome);
+    }
+}
+
+/// The queue of a store's writes, written by one task in groups. The task ends when the
 /// store (every clone of it) is dropped.
 #[derive(Debug)]
 pub(super) struct GroupCommit {
-    queue: mpsc::UnboundedSender<Append>,
+    queue: mpsc::UnboundedSender<Write>,
 }
 
 impl GroupCommit {
-    /// Starts the task that writes the appends of `pool`'s store, under advisory locks of
-    /// `lock_class` per thread (the loads' shared locks wait for them).
+    /// Starts the task that writes the groups of `pool`'s store, appends under advisory locks
+    /// of `lock_class` per thread (the loads' shared locks wait for them).
     pub(super) fn start(pool: PgPool, lock_class: i32) -> Self {
-        let (queue, appends) = mpsc::unbounded_channel();
-        tokio::spawn(write_groups(pool, lock_class, appends));
+        let (queue, writes) = mpsc::unbounded_channel();
+        tokio::spawn(write_groups(pool, lock_class, writes));
         Self { queue }
     }
 
-    /// Appends `delta` (stored form) as the thread's next checkpoint; its id once committed.
-    pub(super) async fn append(
+    /// Appends a checkpoint as its thread's next; its id once committed.
+    pub(super) async fn append(&self, append: Append) -> Result<i64, String> {
+        let (done, id) = oneshot::channel();
+        self.send(Write::Append(append, done), id).await
+    }
+
+    /// Creates or replaces a store item; done once committed.
+    pub(super) async fn put(&self, put: Put) -> Result<(), String> {
+        let (done, written) = oneshot::channel();
+        self.send(Write::Put(put, done), written).await.map(drop)
+    }
+
+    async fn send(
         &self,
-        thread_id: &str,
-        delta: String,
-        created_at_ms: i64,
-        messages: i64,
-    ) -> Result<i64, CheckpointError> {
-        let (saved, id) = oneshot::channel();
-        self.queue
-            .send(Append {
-                thread_id: thread_id.to_owned(),
-                delta,
-                created_at_ms,
-                messages,
-                saved,
-            })
-            .map_err(|_| stopped())?;
-        id.await
-            .map_err(|_| stopped())?
-            .map_err(CheckpointError::Storage)
+        write: Write,
+        done: oneshot::Receiver<Result<i64, String>>,
+    ) -> Result<i64, String> {
+        let stopped = || "the PostgreSQL store was closed while writing".to_owned();
+        self.queue.send(write).map_err(|_| stopped())?;
+        done.await.map_err(|_| stopped())?
     }
 }
 
-fn stopped() -> CheckpointError {
-    CheckpointError::Storage("the PostgreSQL store was closed while saving a step".to_owned())
-}
-
-/// Writes the queued appends: whatever waits when a group starts goes into it.
-async fn write_groups(pool: PgPool, lock_class: i32, mut appends: mpsc::UnboundedReceiver<Append>) {
+/// Writes the queued writes: whatever waits when a group starts goes into it.
+async fn write_groups(pool: PgPool, lock_class: i32, mut writes: mpsc::UnboundedReceiver<Write>) {
     let mut group = Vec::with_capacity(MAX_GROUP);
-    while appends.recv_many(&mut group, MAX_GROUP).await > 0 {
+    while writes.recv_many(&mut group, MAX_GROUP).await > 0 {
         let taken = std::mem::take(&mut group);
-        match insert(&pool, lock_class, &taken).await {
-            Ok(ids) => {
-                for (append, id) in taken.into_iter().zip(ids) {
-                    let _ = append.saved.send(Ok(id));
+        match write(&pool, lock_class, &taken).await {
+            Ok(outcomes) => {
+                for (write, outcome) in taken.into_iter().zip(outcomes) {
+                    write.done(Ok(outcome));
                 }
             }
-            // One bad append must not fail the others: each is tried again on its own, and
-            // only its own error reaches its run. (Only after the database refused a
+            // One bad write must not fail the others: each is tried again on its own, and
+            // only its own error reaches its caller. (Only after the database refused a
             // statement, which rolled the group back: after a lost connection the group may
             // have committed, and writing it again would save its steps twice.)
             Err(sqlx::Error::Database(_)) if taken.len() > 1 => {
-                for append in taken {
-                    let alone = insert(&pool, lock_class, std::slice::from_ref(&append)).await;
-                    let id = alone.and_then(|ids| ids.first().copied().ok_or_else(no_id));
-                    let _ = append.saved.send(id.map_err(|e| e.to_string()));
+                for one in taken {
+                    let alone = write(&pool, lock_class, std::slice::from_ref(&one)).await;
+                    let outcome =
+                        alone.and_then(|outcomes| outcomes.first().copied().ok_or_else(no_id));
+                    one.done(outcome.map_err(|e| e.to_string()));
                 }
             }
             Err(error) => {
-                for append in taken {
-                    let _ = append.saved.send(Err(error.to_string()));
+                for write in taken {
+                    write.done(Err(error.to_string()));
                 }
             }
         }
@@ -100,20 +118,84 @@ fn no_id() -> sqlx::Error {
     sqlx::Error::Protocol("the insert returned no id".to_owned())
 }
 
-/// Inserts `group` in one transaction; the ids in the group's order. Each thread's lock is
+/// Writes `group` in one transaction; for each write in order, its checkpoint id (0 for a
+/// put).
+async fn write(pool: &PgPool, lock_class: i32, group: &[Write]) -> Result<Vec<i64>, sqlx::Error> {
+    let appends: Vec<&Append> = group
+        .iter()
+        .filter_map(|write| match write {
+            Write::Append(append, _) => Some(append),
+            Write::Put(..) => None,
+        })
+        .collect();
+    let puts: Vec<&Put> = group
+        .iter()
+        .filter_map(|write| match write {
+            Write::Put(put, _) => Some(put),
+            Write::Append(..) => None,
+        })
+        .collect();
+    let mut tx = pool.begin().await?;
+    if !puts.is_empty() {
+        put(&mut tx, &puts).await?;
+    }
+    let mut ids = if appends.is_empty() {
+        Vec::new()
+    } else {
+        append(&mut tx, lock_class, &appends).await?
+    }
+    .into_iter();
+    tx.commit().await?;
+    group
+        .iter()
+        .map(|write| match write {
+            Write::Append(..) => ids.next().ok_or_else(no_id),
+            Write::Put(..) => Ok(0),
+        })
+        .collect()
+}
+
+/// Writes the group's puts in one statement; of two to one item, the later wins (they were
+/// under way at once, as if the later came right after the earlier).
+async fn put(tx: &mut sqlx::PgConnection, puts: &[&Put]) -> Result<(), sqlx::Error> {
+    let mut last: HashMap<(&str, &str), &Put> = HashMap::new();
+    for put in puts {
+        last.insert((put.namespace.as_str(), put.key.as_str()), put);
+    }
+    let puts: Vec<&Put> = last.into_values().collect();
+    sqlx::query(
+        "INSERT INTO store_items (namespace, key, value, created_at_ms, updated_at_ms)
+         SELECT p.namespace, p.key, p.value, p.at_ms, p.at_ms
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS p(namespace, key, value, at_ms)
+         ON CONFLICT (namespace, key)
+         DO UPDATE SET value = EXCLUDED.value, updated_at_ms = EXCLUDED.updated_at_ms",
+    )
+    .bind(puts.iter().map(|p| p.namespace.as_str()).collect::<Vec<_>>())
+    .bind(puts.iter().map(|p| p.key.as_str()).collect::<Vec<_>>())
+    .bind(puts.iter().map(|p| p.value.as_str()).collect::<Vec<_>>())
+    .bind(puts.iter().map(|p| p.at_ms).collect::<Vec<_>>())
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// Appends the group's checkpoints; their ids in the group's order. Each thread's lock is
 /// taken first, in one order for every group, so concurrent writers never deadlock; the next
 /// id of a thread is its newest plus the append's rank among the group's appends to it.
-async fn insert(pool: &PgPool, lock_class: i32, group: &[Append]) -> Result<Vec<i64>, sqlx::Error> {
-    let mut ranks = Vec::with_capacity(group.len());
+async fn append(
+    tx: &mut sqlx::PgConnection,
+    lock_class: i32,
+    appends: &[&Append],
+) -> Result<Vec<i64>, sqlx::Error> {
+    let mut ranks = Vec::with_capacity(appends.len());
     let mut seen: HashMap<&str, i64> = HashMap::new();
-    for append in group {
+    for append in appends {
         let rank = seen.entry(append.thread_id.as_str()).or_insert(0);
         *rank += 1;
         ranks.push(*rank);
     }
     let mut threads: Vec<&str> = seen.keys().copied().collect();
     threads.sort_unstable();
-    let mut tx = pool.begin().await?;
     sqlx::query(
         "SELECT pg_advisory_xact_lock($1, hashtext(t.id))
          FROM unnest($2::text[]) WITH ORDINALITY AS t(id, n) ORDER BY t.n",
@@ -133,30 +215,29 @@ async fn insert(pool: &PgPool, lock_class: i32, group: &[Append]) -> Result<Vec<
          RETURNING thread_id, id",
     )
     .bind(
-        group
+        appends
             .iter()
             .map(|a| a.thread_id.as_str())
             .collect::<Vec<_>>(),
     )
-    .bind(group.iter().map(|a| a.delta.as_str()).collect::<Vec<_>>())
-    .bind(group.iter().map(|a| a.created_at_ms).collect::<Vec<_>>())
-    .bind(group.iter().map(|a| a.messages).collect::<Vec<_>>())
+    .bind(appends.iter().map(|a| a.delta.as_str()).collect::<Vec<_>>())
+    .bind(appends.iter().map(|a| a.created_at_ms).collect::<Vec<_>>())
+    .bind(appends.iter().map(|a| a.messages).collect::<Vec<_>>())
     .bind(&ranks)
     .fetch_all(&mut *tx)
     .await?;
-    tx.commit().await?;
     // The rows come back in no set order: a thread's ids, smallest first, go to its appends
     // in rank order.
     let mut ids: HashMap<&str, Vec<i64>> = HashMap::new();
     for (thread_id, id) in &rows {
-        if let Some(thread) = seen.get_key_value(thread_id.as_str()) {
-            ids.entry(thread.0).or_default().push(*id);
+        if let Some((thread, _)) = seen.get_key_value(thread_id.as_str()) {
+            ids.entry(thread).or_default().push(*id);
         }
     }
     for thread in ids.values_mut() {
         thread.sort_unstable();
     }
-    group
+    appends
         .iter()
         .zip(&ranks)
         .map(|(append, rank)| {

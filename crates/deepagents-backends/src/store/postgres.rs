@@ -13,9 +13,9 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgQueryResult};
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use super::group_commit::GroupCommit;
+use super::group_commit::{Append, GroupCommit, Put};
 use super::sql::{self, Access, Dialect, Sql, checkpoint_storage, storage};
-use super::{SearchQuery, Store, StoreError, StoreItem};
+use super::{SearchQuery, Store, StoreError, StoreItem, validate_item};
 
 /// Schema migrations, applied in order; the `deepagents_schema` table records how many ran.
 /// Text columns use the `C` collation so ordering and prefixes are bytewise, as in SQLite.
@@ -61,7 +61,7 @@ const POOL_SIZE: u32 = 16;
 pub struct PostgresStore {
     pool: PgPool,
     leases: Arc<Leases>,
-    appends: Arc<GroupCommit>,
+    writes: Arc<GroupCommit>,
 }
 
 /// The threads this process leases: session advisory locks, all held by one connection, so a
@@ -201,7 +201,7 @@ impl PostgresStore {
         Self::migrate(&mut tx, schema, &location).await?;
         tx.commit().await.map_err(storage)?;
         Ok(Self {
-            appends: Arc::new(GroupCommit::start(pool.clone(), APPEND_LOCK_CLASS)),
+            writes: Arc::new(GroupCommit::start(pool.clone(), APPEND_LOCK_CLASS)),
             pool,
             leases: Arc::new(Leases::new()),
         })
@@ -276,8 +276,17 @@ impl Store for PostgresStore {
         self.sql().get(namespace, key).await
     }
 
+    /// Written with the other writes under way at that moment, in one transaction (see
+    /// [`GroupCommit`]).
     async fn put(&self, namespace: &[String], key: &str, value: Value) -> Result<(), StoreError> {
-        self.sql().put(namespace, key, value).await
+        validate_item(namespace, key)?;
+        let put = Put {
+            namespace: sql::encode(namespace),
+            key: key.to_owned(),
+            value: value.to_string(),
+            at_ms: sql::now(),
+        };
+        self.writes.put(put).await.map_err(StoreError::Storage)
     }
 
     async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError> {
@@ -319,11 +328,18 @@ impl Checkpointer for PostgresCheckpointer {
     ) -> Result<u64, CheckpointError> {
         let delta = sql::pack(serde_json::to_string(delta).map_err(checkpoint_storage)?);
         let messages = i64::try_from(run.state.messages.len()).unwrap_or(i64::MAX);
+        let append = Append {
+            thread_id: thread_id.to_owned(),
+            delta,
+            created_at_ms: sql::now(),
+            messages,
+        };
         let id = self
             .store
-            .appends
-            .append(thread_id, delta, sql::now(), messages)
-            .await?;
+            .writes
+            .append(append)
+            .await
+            .map_err(CheckpointError::Storage)?;
         if sql::snapshot_due(id) {
             let written = match self.store.pool.acquire().await {
                 Ok(mut conn) => {

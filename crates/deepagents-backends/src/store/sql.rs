@@ -133,7 +133,7 @@ pub(super) fn checkpoint_storage(error: impl std::fmt::Display) -> CheckpointErr
 
 /// Components cannot contain `/` (see [`validate_namespace`]), so joining with it is lossless
 /// and keeps namespace prefixes as string prefixes.
-fn encode(namespace: &[String]) -> String {
+pub(super) fn encode(namespace: &[String]) -> String {
     namespace.join("/")
 }
 
