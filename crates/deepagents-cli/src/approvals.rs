@@ -154,7 +154,7 @@ pub fn approve_all(actions: &[PendingAction]) -> Vec<Decision> {
     actions
         .iter()
         .map(|action| {
-            if action.name == ASK_USER {
+            if action.name == ASK_USER || action.request.is_some() {
                 nobody_answers(action)
             } else if action.allowed.contains(&DecisionKind::Approve) {
                 Decision::Approve
@@ -177,7 +177,8 @@ const NO_ANSWER: &str = "Nobody can answer questions in this run (it is not inte
 
 /// The decision when nobody is there: a refusal, worded for a question or for an approval.
 fn nobody_answers(action: &PendingAction) -> Decision {
-    if action.name == ASK_USER {
+    // A tool's question (ask_user, an MCP server's) is not an approval.
+    if action.name == ASK_USER || action.request.is_some() {
         Decision::Reject {
             message: Some(NO_ANSWER.to_owned()),
         }

@@ -52,8 +52,8 @@ pub fn servers(
 }
 
 /// Connects to `servers`, printing on stderr each one that failed and why; their stderr
-/// goes to `mcp-logs/` in the data directory. Servers' questions go to `elicitor` (none: they
-/// are not offered elicitation).
+/// goes to `mcp-logs/` in the data directory. Servers' questions go to `elicitor` while the
+/// call waits (none: a question suspends the call, and the run pauses on it).
 pub async fn connect(
     servers: &[ServerConfig],
     root: &Path,
@@ -193,7 +193,8 @@ pub async fn tools(
 }
 
 /// Who answers servers' questions in a headless run: the person at the terminal, when stdin
-/// is one and approvals are not automatic.
+/// is one and approvals are not automatic. Otherwise a question suspends the call and the
+/// run's pause declines it (nobody can answer), so the server's tool runs again, declined.
 pub fn headless_elicitor(auto_approve: bool) -> Option<Arc<dyn Elicitor>> {
     (!auto_approve && std::io::stdin().is_terminal())
         .then(|| Arc::new(TerminalElicitor) as Arc<dyn Elicitor>)

@@ -433,7 +433,8 @@ fn checkpointing(
 struct Askers {
     /// Decides hooks' `ask`; none refuses it.
     approver: Option<Arc<dyn deepagents::middleware::HookApprover>>,
-    /// Answers MCP servers' questions; none offers servers no questions.
+    /// Answers MCP servers' questions while the call waits; without one a question suspends
+    /// the call and the run pauses on it, like any tool's question.
     elicitor: Option<Arc<dyn deepagents_mcp::Elicitor>>,
     /// Where the TUI receives the questions both ask.
     questions: Option<tui::Questions>,
@@ -448,7 +449,8 @@ fn askers(front: Front, auto_approve: bool) -> Askers {
             questions: None,
         },
         // Nobody at a terminal: hooks' `ask` is refused unless everything is approved, and
-        // MCP servers are not offered questions.
+        // MCP servers' questions suspend their call: the client answers them as the run's
+        // interrupt (a LangGraph `Command(resume=...)`, an ACP permission request).
         Front::Server | Front::Acp => Askers {
             approver: auto_approve.then(hooks::always),
             elicitor: None,

@@ -356,6 +356,51 @@ fn the_official_sdk_answers_ask_user_with_command_resume_after_a_restart() {
     assert!(answered.contains("ask_user answered"), "{answered}");
 }
 
+/// An MCP server's question (elicitation) has no live asker in the server: it suspends the
+/// call, the SDK sees it (message and form) as the interrupt's value, `Command(resume=...)`
+/// answers it, and the server's tool, called again with the answers, returns them; MCP's own
+/// `{"action": "decline"}` declines.
+#[test]
+fn the_official_sdk_answers_an_mcp_server_s_question_with_command_resume() {
+    let (Some(python), Some(mcp_python)) = (
+        deepagents_test_support::langgraph_python(),
+        deepagents_test_support::mcp_python(),
+    ) else {
+        return;
+    };
+    let data = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deepagents-mcp/tests/fixtures/server.py");
+    let config = data.path().join("servers.json");
+    std::fs::write(
+        &config,
+        json!({"mcpServers": {"fixture": {"command": mcp_python, "args": [fixture.display().to_string()]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let script = json!({"turns": [
+        {"tool_calls": [{"id": "s", "name": "fixture__survey", "args": {}}]},
+        {"text": "Noted."}
+    ]});
+    let config = config.display().to_string();
+    let server = Server::start(data.path(), root.path(), script, &["--mcp-config", &config]);
+    let check =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/langgraph_sdk_mcp_question.py");
+    let output = std::process::Command::new(&python)
+        .arg(&check)
+        .arg(format!("http://{}", server.address))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("mcp question answered"),
+        "stdout:\n{stdout}\nstderr:\n{}\nserver:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        server.log()
+    );
+}
+
 #[test]
 fn the_official_sdk_passes_against_two_servers_sharing_postgres_and_redis() {
     let (Some(python), Some(database), Some(redis)) = (
