@@ -4,12 +4,18 @@
 //! transaction each. A write is reported done only once its group committed.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use sqlx::PgPool;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 /// The most writes one transaction carries.
 const MAX_GROUP: usize = 512;
+
+/// How many groups commit at once: while one waits on the database, the next is written.
+/// Groups never wait on each other's locks in a cycle: each takes its threads' locks and
+/// its items' rows in one sorted order.
+const WRITERS: usize = 4;
 
 /// A checkpoint to append: its id once saved.
 pub(super) struct Append {
@@ -55,7 +61,10 @@ impl GroupCommit {
     /// of `lock_class` per thread (the loads' shared locks wait for them).
     pub(super) fn start(pool: PgPool, lock_class: i32) -> Self {
         let (queue, writes) = mpsc::unbounded_channel();
-        tokio::spawn(write_groups(pool, lock_class, writes));
+        let writes = Arc::new(Mutex::new(writes));
+        for _ in 0..WRITERS {
+            tokio::spawn(write_groups(pool.clone(), lock_class, Arc::clone(&writes)));
+        }
         Self { queue }
     }
 
@@ -83,10 +92,16 @@ impl GroupCommit {
 }
 
 /// Writes the queued writes: whatever waits when a group starts goes into it.
-async fn write_groups(pool: PgPool, lock_class: i32, mut writes: mpsc::UnboundedReceiver<Write>) {
-    let mut group = Vec::with_capacity(MAX_GROUP);
-    while writes.recv_many(&mut group, MAX_GROUP).await > 0 {
-        let taken = std::mem::take(&mut group);
+async fn write_groups(
+    pool: PgPool,
+    lock_class: i32,
+    writes: Arc<Mutex<mpsc::UnboundedReceiver<Write>>>,
+) {
+    loop {
+        let mut taken = Vec::with_capacity(MAX_GROUP);
+        if writes.lock().await.recv_many(&mut taken, MAX_GROUP).await == 0 {
+            return;
+        }
         match write(&pool, lock_class, &taken).await {
             Ok(outcomes) => {
                 for (write, outcome) in taken.into_iter().zip(outcomes) {
@@ -162,7 +177,8 @@ async fn put(tx: &mut sqlx::PgConnection, puts: &[&Put]) -> Result<(), sqlx::Err
     for put in puts {
         last.insert((put.namespace.as_str(), put.key.as_str()), put);
     }
-    let puts: Vec<&Put> = last.into_values().collect();
+    let mut puts: Vec<&Put> = last.into_values().collect();
+    puts.sort_unstable_by(|a, b| (&a.namespace, &a.key).cmp(&(&b.namespace, &b.key)));
     sqlx::query(
         "INSERT INTO store_items (namespace, key, value, created_at_ms, updated_at_ms)
          SELECT p.namespace, p.key, p.value, p.at_ms, p.at_ms
