@@ -9,7 +9,6 @@ use std::future::Future;
 
 use deepagents_core::checkpoint::CHILD_THREAD_SEPARATOR;
 use deepagents_core::{CheckpointError, CheckpointInfo, Run, RunDelta, ThreadInfo};
-use serde_json::Value;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
 use super::{SearchQuery, StoreError, StoreItem, validate_item, validate_namespace};
@@ -201,12 +200,13 @@ where
         row.as_ref().map(Self::item).transpose()
     }
 
-    /// Creates or replaces the item at `key`.
+    /// Creates or replaces the item at `key`. (PostgreSQL writes items in groups.)
+    #[cfg(feature = "sqlite")]
     pub(super) async fn put(
         &self,
         namespace: &[String],
         key: &str,
-        value: Value,
+        value: serde_json::Value,
     ) -> Result<(), StoreError> {
         validate_item(namespace, key)?;
         sqlx::query(
@@ -280,7 +280,8 @@ where
         })
     }
 
-    /// Appends `delta` as the thread's next checkpoint.
+    /// Appends `delta` as the thread's next checkpoint. (PostgreSQL appends in groups.)
+    #[cfg(feature = "sqlite")]
     pub(super) async fn append(
         &self,
         thread_id: &str,
