@@ -35,6 +35,8 @@ const OTHER_TOOLS: &[&str] = &[
     "reps",
     "quick",
     "checkpoint",
+    // `langgraph dev`'s, which bench/server.sh runs for the reference stack.
+    "n-jobs-per-worker",
 ];
 
 /// Flags every command has, which no page needs to name.
