@@ -392,6 +392,27 @@ fn protocol_samples() -> String {
         .join("\n")
 }
 
+/// `value` with every object's keys in sorted order: what serializes the same whether or not
+/// a crate of the build turned on serde_json's `preserve_order` (the workspace's tests do).
+fn keys_sorted(value: serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut entries: Vec<_> = map.into_iter().collect();
+            entries.sort_by(|(a, _), (b, _)| a.cmp(b));
+            serde_json::Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(key, value)| (key, keys_sorted(value)))
+                    .collect(),
+            )
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(keys_sorted).collect())
+        }
+        other => other,
+    }
+}
+
 /// FNV-1a: a hash that stays the same across builds and platforms.
 fn stable_hash(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
@@ -421,7 +442,7 @@ fn the_event_protocol_changes_only_with_its_version() {
         "one sample per kind, in the schema's order"
     );
     insta::assert_snapshot!(format!("protocol_v{PROTOCOL_VERSION}"), samples);
-    let hash = stable_hash(&serde_json::to_string(&schema).unwrap());
+    let hash = stable_hash(&serde_json::to_string(&keys_sorted(schema)).unwrap());
     let (version, known) = *PROTOCOL_SHAPES.last().unwrap();
     assert_eq!(
         (version, known),
@@ -458,7 +479,8 @@ fn schema_kinds(schema: &serde_json::Value) -> Vec<String> {
 #[test]
 fn the_events_schema_in_docs_is_the_one_the_types_generate() {
     let generated =
-        serde_json::to_string_pretty(&deepagents::core::event::json_schema()).unwrap() + "\n";
+        serde_json::to_string_pretty(&keys_sorted(deepagents::core::event::json_schema())).unwrap()
+            + "\n";
     if std::env::var_os("UPDATE_EVENTS_SCHEMA").is_some() {
         std::fs::write(SCHEMA_FILE, &generated).unwrap();
     }
