@@ -46,7 +46,7 @@ fn script() -> Value {
             ]},
             {"when_task_contains": "two drafts", "turns": [
                 turn("Writing two drafts.", &[write("a1", "/a.md", "draft A\n"), write("b1", "/b.md", "draft B\n")]),
-                turn("One question first.", &[call("q1", "ask_user", json!({"question": "Which title should the drafts have?"}))]),
+                turn("One question first.", &[call("q1", "ask_user", json!({"question": "Which title should the drafts have?", "options": ["Changelog", "What is new"]}))]),
                 turn("Done with the drafts.", &[]),
             ]},
             {"when_task_contains": "sleep", "turns": [

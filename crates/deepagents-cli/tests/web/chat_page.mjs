@@ -110,6 +110,8 @@ await rows.nth(1).getByRole('button', { name: 'Reject' }).click();
 await rows.nth(1).locator('input').fill('Not this one.');
 await rows.nth(1).getByRole('button', { name: 'Send rejection' }).click();
 await approval.getByText('Which title should the drafts have?').waitFor();
+// The question's options are answers a click sends; a typed answer goes too.
+await approval.getByRole('button', { name: 'What is new' }).waitFor();
 await approval.locator('textarea').fill('Release notes');
 await approval.getByRole('button', { name: 'Send answer' }).click();
 await page.locator('.msg.ai .text', { hasText: 'Done with the drafts.' }).waitFor();

@@ -440,6 +440,7 @@ function showInterrupt(interrupt) {
   box.hidden = !interrupt;
   updateComposer();
   if (!interrupt) return;
+  if (!Array.isArray(interrupt.value?.action_requests)) return showQuestion(box, interrupt);
   const { action_requests: actions = [], review_configs: configs = [] } = interrupt.value || {};
   const decisions = [];
   let decided = 0;
@@ -508,6 +509,105 @@ function showInterrupt(interrupt) {
     // A question is there to be answered: ask for the answer at once.
     if (allowed.includes('respond') && !allowed.includes('approve')) actionsFor.respond();
   });
+}
+
+/**
+ * A question a tool asked (`interrupt(value)`): `ask_user`'s `{question, options}`, an MCP
+ * server's `{kind: "mcp_elicitation", message, mode, requestedSchema | url}`, or any value.
+ * The answer is the resume's value itself; declining sends a rejection.
+ */
+function showQuestion(box, interrupt) {
+  const value = interrupt.value;
+  const send = (resume) => {
+    showInterrupt(null);
+    stream({ command: { resume: { [interrupt.id]: resume } } });
+  };
+  const decline = (resume) => button('Decline', () => send(resume), 'quiet');
+  const row = h('div', 'action');
+  const buttons = h('div', 'buttons');
+  if (value?.kind === 'mcp_elicitation') {
+    box.append(h('h2', null, `${value.server || 'A tool'} asks`));
+    row.append(h('p', 'question', value.message || ''));
+    if (value.mode === 'url') {
+      // Shown, never opened for the person: it is a server's link.
+      row.append(h('pre', 'args', value.url || ''));
+      buttons.append(button('Done', () => send({ action: 'accept' }), 'primary'));
+    } else {
+      const form = elicitationForm(value.requestedSchema || {});
+      row.append(form.element);
+      buttons.append(button('Send answer', () => {
+        const content = form.read();
+        if (content) send({ action: 'accept', content });
+      }, 'primary'));
+    }
+    buttons.append(decline({ action: 'decline' }));
+    row.append(buttons);
+    box.append(row);
+    return;
+  }
+  const text = typeof value === 'string' ? value : value?.question;
+  box.append(h('h2', null, 'A question for you'));
+  if (typeof text === 'string') row.append(h('p', 'question', text));
+  else row.append(h('pre', 'args', JSON.stringify(value, null, 2)));
+  const options = Array.isArray(value?.options) ? value.options : [];
+  for (const option of options) buttons.append(button(String(option), () => send(String(option))));
+  const field = h('textarea');
+  field.placeholder = 'Your answer';
+  buttons.append(button('Send answer', () => send(field.value), 'primary'));
+  buttons.append(decline({ decisions: [{ type: 'reject' }] }));
+  row.append(field, buttons);
+  box.append(row);
+  field.focus();
+}
+
+/** Inputs for an MCP form schema's flat fields; `read` gives the values, or null if invalid. */
+function elicitationForm(schema) {
+  const element = h('div', 'editor');
+  const required = new Set(schema.required || []);
+  const fields = Object.entries(schema.properties || {}).map(([name, field]) => {
+    const label = h('label', null, `${field.title || name}${required.has(name) ? ' *' : ''}`);
+    let input;
+    if (Array.isArray(field.enum)) {
+      input = h('select');
+      for (const choice of field.enum) {
+        const option = h('option', null, String(choice));
+        option.value = String(choice);
+        input.append(option);
+      }
+    } else if (field.type === 'boolean') {
+      input = h('input');
+      input.type = 'checkbox';
+    } else {
+      input = h('input');
+      input.type = field.type === 'number' || field.type === 'integer' ? 'number' : 'text';
+    }
+    if (field.default !== undefined) {
+      if (input.type === 'checkbox') input.checked = Boolean(field.default);
+      else input.value = String(field.default);
+    }
+    label.append(input);
+    element.append(label);
+    return { name, field, input };
+  });
+  const read = () => {
+    const content = {};
+    for (const { name, field, input } of fields) {
+      if (input.type === 'checkbox') {
+        content[name] = input.checked;
+        continue;
+      }
+      if (input.value === '') {
+        if (required.has(name)) {
+          status(`${field.title || name} is required.`, true);
+          return null;
+        }
+        continue;
+      }
+      content[name] = input.type === 'number' ? Number(input.value) : input.value;
+    }
+    return content;
+  };
+  return { element, read };
 }
 
 // ---- Runs ---------------------------------------------------------------------------------
