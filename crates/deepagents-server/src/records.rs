@@ -166,14 +166,20 @@ impl Records {
         Ok(())
     }
 
-    /// Sets thread `id`'s status (a thread deleted meanwhile stays deleted).
-    pub async fn set_thread_status(&self, id: &str, status: &str) -> ApiResult<()> {
-        if let Some(mut thread) = self.thread(id).await? {
-            thread.status = status.to_owned();
-            thread.updated_at = crate::time::rfc3339(crate::time::now_ms());
-            self.put_thread(&thread).await?;
-        }
-        Ok(())
+    /// Sets thread `id`'s status (a thread deleted meanwhile stays deleted); the thread as
+    /// saved.
+    pub async fn set_thread_status(
+        &self,
+        id: &str,
+        status: &str,
+    ) -> ApiResult<Option<ThreadRecord>> {
+        let Some(mut thread) = self.thread(id).await? else {
+            return Ok(None);
+        };
+        thread.status = status.to_owned();
+        thread.updated_at = crate::time::rfc3339(crate::time::now_ms());
+        self.put_thread(&thread).await?;
+        Ok(Some(thread))
     }
 
     /// Every thread of the tenant.

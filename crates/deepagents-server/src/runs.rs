@@ -43,8 +43,9 @@ pub struct Live {
     pub cancel: CancellationToken,
     /// How it was cancelled: `interrupt` (keep what it did) or `rollback` (undo it).
     cancel_action: Mutex<Option<String>>,
-    /// A stateless run's state after its latest step.
-    last: Mutex<Option<Run>>,
+    /// The thread's values after the run's latest step, once it ended: what `wait` and
+    /// `join` answer without reading the thread back (and a stateless run's record keeps).
+    values: Mutex<Option<Value>>,
     /// Stopped to be handed to another server (this one is shutting down): not settled.
     handed_back: std::sync::atomic::AtomicBool,
 }
@@ -56,7 +57,7 @@ impl Live {
             log,
             cancel: CancellationToken::new(),
             cancel_action: Mutex::new(None),
-            last: Mutex::new(None),
+            values: Mutex::new(None),
             handed_back: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -96,9 +97,18 @@ impl Live {
         }
     }
 
-    /// Keeps the run after its latest step: a stateless run's values outlive its thread.
-    fn keep_last(&self, run: &Run) {
-        *lock(&self.last) = Some(run.clone());
+    /// What `wait` answers for the run, known here without reading the database: the
+    /// error of a run that failed, else the values after its latest step. `None` while it
+    /// runs, when it was handed back or rolled back (its record says), or made no step.
+    pub fn outcome(&self) -> Option<Value> {
+        let record = lock(&self.record);
+        if !record.ended() || self.is_handed_back() {
+            return None;
+        }
+        match &record.error {
+            Some(error) => Some(json!({"__error__": error})),
+            None => lock(&self.values).clone(),
+        }
     }
 }
 
@@ -232,11 +242,14 @@ impl Runs {
         if !record.ended() || crate::webhooks::url_of(&record).is_none() {
             return;
         }
+        let known = lock(&live.values).clone();
         let values = match &record.values {
             Some(_) => None,
+            None if known.is_some() => known,
             None => match self.watch.load(storage, None).await {
                 Ok(Some(run)) => {
-                    let ids = self.message_ids(records, storage, &record.thread_id).await;
+                    let thread = records.thread(&record.thread_id).await;
+                    let ids = self.message_ids(thread, storage).await;
                     Some(convert::values_named(
                         &run,
                         &convert::interrupt_id(&run),
@@ -671,9 +684,7 @@ impl Runs {
             record.status = status.to_owned();
             record.updated_at = crate::time::rfc3339(crate::time::now_ms());
             if stateless {
-                record.values = lock(&live.last)
-                    .as_ref()
-                    .map(|run| convert::values(run, &convert::interrupt_id(run)));
+                record.values = lock(&live.values).clone();
             }
             record.clone()
         };
@@ -715,7 +726,7 @@ impl Runs {
             record.status = "running".to_owned();
         }
         let _ = records.put_run(&live.snapshot()).await;
-        let _ = records.set_thread_status(&record.thread_id, "busy").await;
+        let thread = records.set_thread_status(&record.thread_id, "busy").await;
         let meta = json!({
             "run_id": record.run_id,
             "thread_id": record.thread_id,
@@ -726,7 +737,7 @@ impl Runs {
             "metadata",
             &json!({"run_id": record.run_id, "attempt": attempt}),
         );
-        let ids = self.message_ids(records, storage, &record.thread_id).await;
+        let ids = self.message_ids(thread, storage).await;
         let mut framer = Framer::new(
             live.log.clone(),
             job.modes.clone(),
@@ -735,6 +746,8 @@ impl Runs {
             before.as_ref(),
         )
         .with_ids(ids.clone());
+        // The run after its latest step: its values are what `wait` answers.
+        let mut last = None;
         let tape = self.protocol.tape(storage);
         // In a cluster the thread's events are numbered across servers: this run's follow
         // the latest, wherever the run before it ran.
@@ -755,7 +768,7 @@ impl Runs {
             before.as_ref(),
             job.resume.as_ref(),
         )
-        .with_ids(ids)
+        .with_ids(ids.clone())
         .with_input(record.kwargs.get("input"));
         let mut clock = crate::metrics::CallClock::default();
         // The run's spans, made from its events.
@@ -804,9 +817,7 @@ impl Runs {
                     for step in steps.steps_before(&event) {
                         framer.step(&step);
                         protocol.step(&step);
-                        if job.delete_thread_after {
-                            live.keep_last(&step.run);
-                        }
+                        last = Some(step.run);
                     }
                     #[cfg(feature = "otel")]
                     if let Some(trace) = &mut trace {
@@ -818,9 +829,7 @@ impl Runs {
                 for step in steps.remaining() {
                     framer.step(&step);
                     protocol.step(&step);
-                    if job.delete_thread_after {
-                        live.keep_last(&step.run);
-                    }
+                    last = Some(step.run);
                 }
                 stream.outcome().await.map_err(|failure| failure.error)
             }
@@ -833,6 +842,8 @@ impl Runs {
             }
         };
         drop(steps);
+        *lock(&live.values) =
+            last.map(|run| convert::values_named(&run, &convert::interrupt_id(&run), &ids));
         if live.is_handed_back() {
             tracing::info!("run handed back to the queue");
             #[cfg(feature = "otel")]
@@ -971,11 +982,10 @@ impl Runs {
     /// run after an edit or a regenerate names its messages apart from the ones it replaces).
     async fn message_ids(
         &self,
-        records: &Records,
+        thread: crate::error::ApiResult<Option<crate::records::ThreadRecord>>,
         storage: &str,
-        thread_id: &str,
     ) -> convert::MessageIds {
-        let named = match records.thread(thread_id).await {
+        let named = match thread {
             Ok(Some(thread)) => thread
                 .head_message_ids(self.watch.as_ref(), storage)
                 .await

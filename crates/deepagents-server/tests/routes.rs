@@ -406,6 +406,56 @@ async fn a_run_from_a_checkpoint_forks_the_thread_there() {
     );
 }
 
+/// `wait` answers what the thread's state shows once the run ended (a forked thread's
+/// message ids included), and `join` of an earlier run answers the thread as it is now.
+#[tokio::test(flavor = "multi_thread")]
+async fn wait_answers_the_threads_state_and_join_the_thread_as_it_is_now() {
+    let app = app_of(talker);
+    let id = new_thread(&app).await;
+    let wait = format!("/threads/{id}/runs/wait");
+    let state_path = format!("/threads/{id}/state");
+    let say = |text: &str| json!({"assistant_id": "agent", "input": {"messages": [{"type": "human", "content": text}]}});
+    let (status, values) = call(&app, "POST", &wait, say("one")).await;
+    assert_eq!(status, StatusCode::OK, "{values}");
+    let (_, state) = call(&app, "GET", &state_path, Value::Null).await;
+    assert_eq!(values, state["values"]);
+    // A regenerated answer (a fork) is named apart from the one it replaces, in `wait` too.
+    let (_, history) = call(
+        &app,
+        "POST",
+        &format!("/threads/{id}/history"),
+        json!({"limit": 100}),
+    )
+    .await;
+    let parent = first_seen_parent(history.as_array().unwrap(), "A1");
+    let regenerate =
+        json!({"assistant_id": "agent", "input": null, "checkpoint": {"checkpoint_id": parent}});
+    let (status, values) = call(&app, "POST", &wait, regenerate).await;
+    assert_eq!(status, StatusCode::OK, "{values}");
+    let (_, state) = call(&app, "GET", &state_path, Value::Null).await;
+    assert_eq!(values, state["values"]);
+    // A run to join, then a later one: the join answers the thread after both.
+    let (_, first) = call(&app, "POST", &format!("/threads/{id}/runs"), say("two")).await;
+    let mut three = say("three");
+    three["multitask_strategy"] = json!("enqueue");
+    let (_, after) = call(&app, "POST", &wait, three).await;
+    let first_id = first["run_id"].as_str().unwrap();
+    let (status, joined) = call(
+        &app,
+        "GET",
+        &format!("/threads/{id}/runs/{first_id}/join"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{joined}");
+    assert_eq!(joined, after);
+    assert_eq!(
+        texts(&joined)[2..],
+        ["human:two", "ai:A2", "human:three", "ai:A3"],
+        "{joined}"
+    );
+}
+
 /// A run's `context` is the run's runtime context: the tools of the run read it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_runs_context_reaches_its_tools() {

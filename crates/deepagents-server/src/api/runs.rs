@@ -616,11 +616,21 @@ pub(super) async fn ended(
 }
 
 /// What `wait` and `join` answer: the thread's values once the run ended, or its error.
+/// A `wait` (`own`: the request made the run) is answered with the values the run ended
+/// with, when this server ran it, without reading the thread back; a `join`, maybe long
+/// after, reads the thread as it is now.
 pub(super) async fn outcome(
     shared: &Shared,
     tenant: &Tenant,
     record: &RunRecord,
+    own: bool,
 ) -> ApiResult<Value> {
+    if own && let Some(live) = shared.runs.get(&record.run_id) {
+        live.ended().await;
+        if let Some(outcome) = live.outcome() {
+            return Ok(outcome);
+        }
+    }
     let record = ended(shared, tenant, record).await?;
     if let Some(error) = record.error {
         return Ok(json!({"__error__": error}));
@@ -648,16 +658,23 @@ pub(super) async fn wait_run(
 ) -> ApiResult<Response> {
     let record = create_run(&shared, &tenant, &thread_id, body, stateless).await?;
     let rejoin = if stateless { Rejoin::No } else { Rejoin::Join };
-    Ok(waiting(shared, tenant, record, rejoin))
+    Ok(waiting(shared, tenant, record, rejoin, true))
 }
 
-/// A response that answers with the run's [`outcome`] once it ends. Its headers go out at
+/// A response that answers with the run's [`outcome`] once it ends (`own`: to the request
+/// that made the run). Its headers go out at
 /// once, with where to rejoin the run in `Location` (`rejoin`); until the outcome, a
 /// newline now and then (JSON allows leading whitespace) keeps proxies from closing it. A
 /// server of a cluster stopping meanwhile cuts the body, so the SDK reconnects to
 /// `Location` (another server) instead of failing; errors met after the headers are given
 /// as the body `{"__error__": …}`, as a failed run's are.
-fn waiting(shared: AppState, tenant: Tenant, record: RunRecord, rejoin: Rejoin) -> Response {
+fn waiting(
+    shared: AppState,
+    tenant: Tenant,
+    record: RunRecord,
+    rejoin: Rejoin,
+    own: bool,
+) -> Response {
     /// How often a waiting response sends a newline.
     const KEEPALIVE: Duration = Duration::from_secs(10);
     /// How often it looks whether the server is stopping.
@@ -665,7 +682,7 @@ fn waiting(shared: AppState, tenant: Tenant, record: RunRecord, rejoin: Rejoin) 
     let runs = Arc::clone(&shared.runs);
     let pending = {
         let record = record.clone();
-        Box::pin(async move { outcome(&shared, &tenant, &record).await })
+        Box::pin(async move { outcome(&shared, &tenant, &record, own).await })
     };
     let body = futures::stream::unfold(Some(pending), move |state| {
         let runs = Arc::clone(&runs);
@@ -809,7 +826,7 @@ pub(super) async fn run_join(
     Path((thread_id, run_id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let record = find_run(&shared, &tenant, &thread_id, &run_id).await?;
-    Ok(waiting(shared, tenant, record, Rejoin::Join))
+    Ok(waiting(shared, tenant, record, Rejoin::Join, false))
 }
 
 pub(super) async fn run_join_stream(
