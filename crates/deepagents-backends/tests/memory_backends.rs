@@ -584,6 +584,13 @@ pub async fn exercise_store(store: &dyn Store) {
         .put(&ns(&["a_b"]), "k1", json!("other"))
         .await
         .unwrap();
+    // Beside `a` in byte order, not under it.
+    for beside in ["a-b", "a.b", "a+b", "a0", "a:b"] {
+        store
+            .put(&ns(&[beside]), "k1", json!(beside))
+            .await
+            .unwrap();
+    }
     store.put(&ns(&["a"]), "k1", json!(10)).await.unwrap();
     let item = store.get(&ns(&["a"]), "k1").await.unwrap().unwrap();
     assert_eq!(item.value, json!(10));
@@ -603,7 +610,7 @@ pub async fn exercise_store(store: &dyn Store) {
             ("a".into(), "k2".into()),
             ("a/b".into(), "k1".into())
         ],
-        "component-wise prefix: a_b is not under a"
+        "component-wise prefix: a_b, a-b, a.b, a+b, a0, a:b are not under a"
     );
     let page = store
         .search(
