@@ -43,8 +43,9 @@ pub struct Live {
     pub cancel: CancellationToken,
     /// How it was cancelled: `interrupt` (keep what it did) or `rollback` (undo it).
     cancel_action: Mutex<Option<String>>,
-    /// The thread's values after the run's latest step, once it ended: what `wait` and
-    /// `join` answer without reading the thread back (and a stateless run's record keeps).
+    /// The thread's values after the run's latest step, once it ended: what a `wait` (and
+    /// the run's webhook) is answered with without reading the thread back, and what a
+    /// stateless run's record keeps.
     values: Mutex<Option<Value>>,
     /// Stopped to be handed to another server (this one is shutting down): not settled.
     handed_back: std::sync::atomic::AtomicBool,
@@ -242,7 +243,11 @@ impl Runs {
         if !record.ended() || crate::webhooks::url_of(&record).is_none() {
             return;
         }
-        let known = lock(&live.values).clone();
+        let known = record
+            .values
+            .is_none()
+            .then(|| lock(&live.values).clone())
+            .flatten();
         let values = match &record.values {
             Some(_) => None,
             None if known.is_some() => known,
