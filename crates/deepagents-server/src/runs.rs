@@ -43,10 +43,10 @@ pub struct Live {
     pub cancel: CancellationToken,
     /// How it was cancelled: `interrupt` (keep what it did) or `rollback` (undo it).
     cancel_action: Mutex<Option<String>>,
-    /// The thread's values after the run's latest step, once it ended: what a `wait` (and
-    /// the run's webhook) is answered with without reading the thread back, and what a
-    /// stateless run's record keeps.
-    values: Mutex<Option<Value>>,
+    /// The run after its latest step, once it ended, with how the thread names messages:
+    /// its values are what a `wait` (and the run's webhook) is answered with without
+    /// reading the thread back, and what a stateless run's record keeps.
+    last: Mutex<Option<(Run, convert::MessageIds)>>,
     /// Stopped to be handed to another server (this one is shutting down): not settled.
     handed_back: std::sync::atomic::AtomicBool,
 }
@@ -58,7 +58,7 @@ impl Live {
             log,
             cancel: CancellationToken::new(),
             cancel_action: Mutex::new(None),
-            values: Mutex::new(None),
+            last: Mutex::new(None),
             handed_back: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -102,14 +102,21 @@ impl Live {
     /// error of a run that failed, else the values after its latest step. `None` while it
     /// runs, when it was handed back or rolled back (its record says), or made no step.
     pub fn outcome(&self) -> Option<Value> {
-        let record = lock(&self.record);
+        let record = self.snapshot();
         if !record.ended() || self.is_handed_back() {
             return None;
         }
-        match &record.error {
+        match record.error {
             Some(error) => Some(json!({"__error__": error})),
-            None => lock(&self.values).clone(),
+            None => self.final_values(),
         }
+    }
+
+    /// The thread's values after the run's latest step, if it made one.
+    fn final_values(&self) -> Option<Value> {
+        lock(&self.last)
+            .as_ref()
+            .map(|(run, ids)| convert::values_named(run, &convert::interrupt_id(run), ids))
     }
 }
 
@@ -246,7 +253,7 @@ impl Runs {
         let known = record
             .values
             .is_none()
-            .then(|| lock(&live.values).clone())
+            .then(|| live.final_values())
             .flatten();
         let values = match &record.values {
             Some(_) => None,
@@ -689,7 +696,7 @@ impl Runs {
             record.status = status.to_owned();
             record.updated_at = crate::time::rfc3339(crate::time::now_ms());
             if stateless {
-                record.values = lock(&live.values).clone();
+                record.values = live.final_values();
             }
             record.clone()
         };
@@ -847,8 +854,7 @@ impl Runs {
             }
         };
         drop(steps);
-        *lock(&live.values) =
-            last.map(|run| convert::values_named(&run, &convert::interrupt_id(&run), &ids));
+        *lock(&live.last) = last.map(|run| (run, ids));
         if live.is_handed_back() {
             tracing::info!("run handed back to the queue");
             #[cfg(feature = "otel")]
