@@ -5,12 +5,15 @@
 use std::io::{Read as _, Write as _};
 use std::sync::Arc;
 
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
 use deepagents::Agent;
 use deepagents::backends::InMemoryStore;
 use deepagents::core::InMemoryCheckpointer;
 use deepagents::models::ScriptedModel;
 use deepagents_server::{Assistant, ServerError, ServerOptions, StepWatch};
-use serde_json::json;
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
 
 #[cfg(feature = "cluster")]
 mod cluster;
@@ -24,6 +27,30 @@ mod otel;
 mod routes;
 mod wakes;
 mod webhooks;
+
+/// Sends one request to `app` in process: its status and its JSON body (`null` if none).
+pub async fn call(
+    app: &axum::Router,
+    method: &str,
+    path: &str,
+    body: Value,
+) -> (StatusCode, Value) {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
 
 fn agent(checkpointer: Arc<dyn deepagents::core::Checkpointer>) -> Agent {
     let script = json!({"turns": [{"text": "Hello from the library."}]});

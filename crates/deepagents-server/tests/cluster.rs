@@ -1,19 +1,18 @@
 //! Servers of one cluster in process, on the test PostgreSQL and Redis: what wakes what
 //! (claims, cancellations, `wait`) and what the cluster costs the database.
 
+use super::call;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use deepagents::backends::PostgresStore;
 use deepagents::models::ScriptedModel;
 use deepagents::{Model, ModelError, ModelRequest, ModelResponse};
 use deepagents_server::cluster::Cluster;
 use deepagents_server::{Assistant, ServerOptions, StepWatch};
 use serde_json::{Value, json};
-use tower::ServiceExt as _;
 
 /// A scripted model of `steps` calls (a `write_todos` call each but the last, an answer) that
 /// takes `delay` per call and notes when each run's first call came.
@@ -114,24 +113,6 @@ async fn node(
         app: deepagents_server::router(options).unwrap(),
         cluster,
     }
-}
-
-async fn call(app: &axum::Router, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
 }
 
 fn hi() -> Value {

@@ -3,34 +3,15 @@
 //! runs that finish on their threads; fired once by two servers on one PostgreSQL; driven by
 //! the official Python SDK.
 
+use super::call;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use deepagents::backends::{InMemoryStore, Store};
 use deepagents::core::InMemoryCheckpointer;
 use deepagents_server::{Assistant, ServerOptions, StepWatch};
 use serde_json::{Value, json};
-use tower::ServiceExt as _;
-
-async fn call(app: &axum::Router, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
 
 /// A server over an in-memory store (returned, to reach into), its scheduler ticking fast.
 fn server() -> (axum::Router, Arc<InMemoryStore>) {

@@ -1,5 +1,6 @@
 //! Routes checked in process (`Router` + `oneshot`): what web clients rely on.
 
+use super::call;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -29,24 +30,6 @@ fn app_of(agent: impl FnOnce(Arc<StepWatch>) -> deepagents::Agent) -> axum::Rout
 async fn new_thread(app: &axum::Router) -> String {
     let (_, thread) = call(app, "POST", "/threads", json!({})).await;
     thread["thread_id"].as_str().unwrap().to_owned()
-}
-
-async fn call(app: &axum::Router, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,11 +1,11 @@
 //! An async subagent's ending on an idle thread creates a run on that thread, listed and
 //! read through the LangGraph API like any other.
 
+use super::call;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use deepagents::Agent;
 use deepagents::backends::InMemoryStore;
 use deepagents::core::message::AssistantMessage;
@@ -17,25 +17,6 @@ use deepagents::subagents::SubAgent;
 use deepagents_server::{Assistant, ServerOptions, StepWatch};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
-use tower::ServiceExt as _;
-
-async fn call(app: &axum::Router, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
 
 /// A subagent's model that answers once let through.
 struct Gated(Arc<Semaphore>);

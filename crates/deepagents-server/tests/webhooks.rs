@@ -1,11 +1,11 @@
 //! Webhooks: a run created with `webhook` has its final record POSTed there once it ends, to
 //! a receiver on 127.0.0.1 that records what it got.
 
+use super::call;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::http::{HeaderMap, Request, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use deepagents::backends::InMemoryStore;
 use deepagents::core::InMemoryCheckpointer;
 use deepagents::models::ScriptedModel;
@@ -13,7 +13,6 @@ use deepagents_server::{Assistant, ServerOptions, StepWatch, WebhookOptions};
 use hmac::{Hmac, Mac as _};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use tower::ServiceExt as _;
 
 /// A request the receiver got.
 struct Delivery {
@@ -93,24 +92,6 @@ fn app(script: Value, allowed: &[&str], secret: Option<&str>) -> axum::Router {
 
 fn hello() -> Value {
     json!({"turns": [{"text": "Hello from the hook."}]})
-}
-
-async fn call(app: &axum::Router, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
 }
 
 fn run_body(webhook: &str) -> Value {
