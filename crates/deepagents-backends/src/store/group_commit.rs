@@ -136,20 +136,13 @@ fn no_id() -> sqlx::Error {
 /// Writes `group` in one transaction; for each write in order, its checkpoint id (0 for a
 /// put).
 async fn write(pool: &PgPool, lock_class: i32, group: &[Write]) -> Result<Vec<i64>, sqlx::Error> {
-    let appends: Vec<&Append> = group
-        .iter()
-        .filter_map(|write| match write {
-            Write::Append(append, _) => Some(append),
-            Write::Put(..) => None,
-        })
-        .collect();
-    let puts: Vec<&Put> = group
-        .iter()
-        .filter_map(|write| match write {
-            Write::Put(put, _) => Some(put),
-            Write::Append(..) => None,
-        })
-        .collect();
+    let (mut appends, mut puts): (Vec<&Append>, Vec<&Put>) = (Vec::new(), Vec::new());
+    for write in group {
+        match write {
+            Write::Append(append, _) => appends.push(append),
+            Write::Put(put, _) => puts.push(put),
+        }
+    }
     let mut tx = pool.begin().await?;
     if !puts.is_empty() {
         put(&mut tx, &puts).await?;
