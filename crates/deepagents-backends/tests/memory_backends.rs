@@ -656,14 +656,105 @@ pub async fn exercise_store(store: &dyn Store) {
     }
 }
 
-#[tokio::test]
-async fn in_memory_store_namespaces_and_search() {
-    exercise_store(&InMemoryStore::new()).await;
+/// Merges are JSON merge patches (RFC 7396): fields set and removed, objects merged field by
+/// field, the rest of the item kept; a missing item stays missing.
+pub async fn exercise_merge(store: &dyn Store) {
+    let ns = ["m".to_owned()];
+    let doc = json!({"status": "idle", "meta": {"a": 1, "b": 2}, "gone": true, "n": 1});
+    store.put(&ns, "doc", doc).await.unwrap();
+    let patch = json!({"status": "busy", "meta": {"b": null, "c": 3}, "gone": null});
+    let merged = store.merge(&ns, "doc", &patch).await.unwrap().unwrap();
+    let expected = json!({"status": "busy", "meta": {"a": 1, "c": 3}, "n": 1});
+    assert_eq!(merged.value, expected);
+    assert_eq!(
+        store.get(&ns, "doc").await.unwrap().unwrap().value,
+        expected
+    );
+    let flat = json!({"status": "idle", "at": "now", "list": [1, 2]});
+    let merged = store.merge(&ns, "doc", &flat).await.unwrap().unwrap();
+    assert_eq!(
+        merged.value,
+        json!({"status": "idle", "meta": {"a": 1, "c": 3}, "n": 1, "at": "now", "list": [1, 2]})
+    );
+    assert_eq!(merged.key, "doc");
+    assert_eq!(merged.namespace, ns);
+    store.put(&ns, "number", json!(5)).await.unwrap();
+    let merged = store.merge(&ns, "number", &json!({"x": 1})).await.unwrap();
+    assert_eq!(merged.unwrap().value, json!({"x": 1}));
+    assert!(
+        store
+            .merge(&ns, "missing", &json!({"x": 1}))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(store.get(&ns, "missing").await.unwrap().is_none());
+}
+
+/// Concurrent merges of one item each keep the others' fields: none reads a value another
+/// is about to replace.
+pub async fn concurrent_merges_all_land(store: Arc<dyn Store>) {
+    let ns = ["race".to_owned()];
+    store.put(&ns, "doc", json!({})).await.unwrap();
+    let merges = (0..24).map(|i| {
+        let store = Arc::clone(&store);
+        let ns = ns.clone();
+        tokio::spawn(async move {
+            let patch = json!({ format!("f{i}"): i });
+            store.merge(&ns, "doc", &patch).await.unwrap();
+        })
+    });
+    for merge in futures::future::join_all(merges).await {
+        merge.unwrap();
+    }
+    let value = store.get(&ns, "doc").await.unwrap().unwrap().value;
+    assert_eq!(value.as_object().unwrap().len(), 24, "{value}");
+}
+
+/// A store that only implements the required methods: the default merge.
+struct Plain(InMemoryStore);
+
+#[async_trait::async_trait]
+impl Store for Plain {
+    async fn get(
+        &self,
+        namespace: &[String],
+        key: &str,
+    ) -> Result<Option<deepagents_backends::store::StoreItem>, StoreError> {
+        self.0.get(namespace, key).await
+    }
+    async fn put(
+        &self,
+        namespace: &[String],
+        key: &str,
+        value: serde_json::Value,
+    ) -> Result<(), StoreError> {
+        self.0.put(namespace, key, value).await
+    }
+    async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError> {
+        self.0.delete(namespace, key).await
+    }
+    async fn search(
+        &self,
+        namespace_prefix: &[String],
+        query: &SearchQuery,
+    ) -> Result<Vec<deepagents_backends::store::StoreItem>, StoreError> {
+        self.0.search(namespace_prefix, query).await
+    }
 }
 
 #[tokio::test]
+async fn in_memory_store_namespaces_and_search() {
+    exercise_store(&InMemoryStore::new()).await;
+    exercise_merge(&InMemoryStore::new()).await;
+    exercise_merge(&Plain(InMemoryStore::new())).await;
+    concurrent_merges_all_land(Arc::new(InMemoryStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_store_namespaces_search_and_persistence() {
     exercise_store(&SqliteStore::in_memory().await.unwrap()).await;
+    exercise_merge(&SqliteStore::in_memory().await.unwrap()).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.db");
     {
@@ -676,6 +767,7 @@ async fn sqlite_store_namespaces_search_and_persistence() {
     let reopened = SqliteStore::open(&path).await.unwrap();
     let item = reopened.get(&["n".to_owned()], "k").await.unwrap().unwrap();
     assert_eq!(item.value, json!("kept"));
+    concurrent_merges_all_land(Arc::new(reopened)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

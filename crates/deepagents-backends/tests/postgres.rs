@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::checkpoints::{concurrent_forks_let_exactly_one_win, exercise_checkpointer};
 use crate::conformance::check_backend;
-use crate::memory_backends::exercise_store;
+use crate::memory_backends::{exercise_merge, exercise_store};
 
 /// The server's URL, or `None` (after saying so) when there is none and this is not CI.
 fn server_url() -> Option<String> {
@@ -31,6 +31,7 @@ async fn postgres_store_namespaces_search_and_persistence() {
         .await
         .unwrap();
     exercise_store(&store).await;
+    exercise_merge(&store).await;
     store
         .put(&["n".to_owned()], "k", json!("kept"))
         .await
@@ -41,6 +42,7 @@ async fn postgres_store_namespaces_search_and_persistence() {
         .unwrap();
     let item = reopened.get(&["n".to_owned()], "k").await.unwrap().unwrap();
     assert_eq!(item.value, json!("kept"));
+    crate::memory_backends::concurrent_merges_all_land(std::sync::Arc::new(reopened)).await;
 }
 
 #[tokio::test]

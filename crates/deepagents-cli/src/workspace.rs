@@ -144,6 +144,18 @@ impl Store for LazySqliteStore {
         self.open().await?.put(namespace, key, value).await
     }
 
+    async fn merge(
+        &self,
+        namespace: &[String],
+        key: &str,
+        patch: &Value,
+    ) -> Result<Option<StoreItem>, StoreError> {
+        match self.existing().await? {
+            Some(store) => store.merge(namespace, key, patch).await,
+            None => Ok(None),
+        }
+    }
+
     async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError> {
         match self.existing().await? {
             Some(store) => store.delete(namespace, key).await,

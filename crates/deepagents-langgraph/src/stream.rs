@@ -203,8 +203,24 @@ impl<S: FrameSink> Framer<S> {
 
     /// A step the run saved.
     pub fn step(&mut self, step: &Step) {
+        self.step_with_values(step, None);
+    }
+
+    /// Like [`step`](Self::step), given the step's values as
+    /// [`convert::values_named`] makes them with this framer's message ids, so a caller that
+    /// needs them too makes them once.
+    pub fn step_with_values(&mut self, step: &Step, values: Option<&Value>) {
         let (checkpoint, run) = (step.checkpoint, &step.run);
         let interrupt_id = &convert::interrupt_id(run);
+        let made;
+        let values = match values {
+            Some(values) => values,
+            None if self.wants("values") || self.wants("debug") || self.wants("checkpoints") => {
+                made = convert::values_named(run, interrupt_id, &self.ids);
+                &made
+            }
+            None => &Value::Null,
+        };
         let messages = &run.state.messages;
         let new: Vec<Value> =
             convert::messages_named(run, self.reported.min(messages.len()), &self.ids);
@@ -241,10 +257,7 @@ impl<S: FrameSink> Framer<S> {
             }
         }
         if self.wants("values") {
-            self.sink.push(
-                "values",
-                &convert::values_named(run, interrupt_id, &self.ids),
-            );
+            self.sink.push("values", values);
         }
         if self.wants("updates") {
             if !new.is_empty() && !only_input {
@@ -265,7 +278,7 @@ impl<S: FrameSink> Framer<S> {
             let payload = json!({
                 "config": {"configurable": {"checkpoint_id": checkpoint.to_string(), "checkpoint_ns": ""}},
                 "parent_config": self.checkpoint.map(|id| json!({"configurable": {"checkpoint_id": id.to_string(), "checkpoint_ns": ""}})),
-                "values": convert::values_named(run, interrupt_id, &self.ids),
+                "values": values,
                 "metadata": {"step": run.steps},
                 "next": if run.control.pending.is_empty() { json!([]) } else { json!(["tools"]) },
             });

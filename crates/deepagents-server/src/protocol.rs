@@ -334,26 +334,25 @@ impl Tape {
     ) {
         let mut inner = lock(&self.inner);
         let seq = inner.last_seq + 1;
-        let mut params = json!({
-            "namespace": namespace,
-            "timestamp": crate::time::now_ms(),
-            "data": data,
-        });
-        if let Some(node) = node {
-            params["node"] = Value::String(node.to_owned());
-        }
-        let event = json!({
-            "type": "event",
-            "event_id": event_id.unwrap_or_else(|| seq.to_string()),
-            "seq": seq,
-            "method": method,
-            "params": params,
-        });
+        // Serialized from references: `json!` would copy `data` (a thread's whole values, at
+        // every step) before writing it.
+        let event = Envelope {
+            kind: "event",
+            event_id: event_id.unwrap_or_else(|| seq.to_string()),
+            seq,
+            method,
+            params: Params {
+                namespace,
+                timestamp: crate::time::now_ms(),
+                data: &data,
+                node,
+            },
+        };
         inner.events.push_back(Arc::new(Recorded {
             seq,
             method,
             namespace: namespace.to_vec(),
-            json: event.to_string(),
+            json: serde_json::to_string(&event).unwrap_or_default(),
         }));
         if inner.events.len() > MAX_EVENTS {
             inner.events.pop_front();
@@ -381,6 +380,27 @@ impl Tape {
             mirror.send(Mirrored::Tree(self.tree()));
         }
     }
+}
+
+/// A protocol event as it is written: `{type, event_id, seq, method, params}`.
+#[derive(serde::Serialize)]
+struct Envelope<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    event_id: String,
+    seq: u64,
+    method: &'static str,
+    params: Params<'a>,
+}
+
+/// An event's `params`.
+#[derive(serde::Serialize)]
+struct Params<'a> {
+    namespace: &'a [String],
+    timestamp: u64,
+    data: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node: Option<&'a str>,
 }
 
 /// What a tape sends to the cluster, in order.
@@ -664,16 +684,6 @@ fn with_call(namespace: &[String], call_id: &str) -> Vec<String> {
     let mut namespace = namespace.to_vec();
     namespace.push(format!("tools:{call_id}"));
     namespace
-}
-
-/// `values` as the protocol sends them: the thread's state without `__interrupt__` (pending
-/// interrupts go out as `input.requested`).
-fn values_of(run: &Run, ids: &convert::MessageIds) -> Value {
-    let mut values = convert::values_named(run, &convert::interrupt_id(run), ids);
-    if let Value::Object(map) = &mut values {
-        map.remove("__interrupt__");
-    }
-    values
 }
 
 impl RunTape {
@@ -1097,9 +1107,10 @@ impl RunTape {
     }
 
     /// A step the run saved: what changed (`updates`), its checkpoint (`checkpoints`), the
-    /// thread's state (`values`), and the interrupt it waits on (`input.requested`, then the
-    /// root's `interrupted`).
-    pub fn step(&mut self, step: &Step) {
+    /// thread's state (`values`: `values`, the step's values as [`convert::values_named`]
+    /// makes them with this tape's message ids, sent without `__interrupt__`), and the
+    /// interrupt it waits on (`input.requested`, then the root's `interrupted`).
+    pub fn step(&mut self, step: &Step, mut values: Value) {
         let run = &step.run;
         let messages = &run.state.messages;
         let from = self.reported.min(messages.len());
@@ -1124,13 +1135,11 @@ impl RunTape {
                     serde_json::to_value(&run.state.todos).unwrap_or(Value::Null),
                 );
             }
-            self.tape.push(
-                "updates",
-                &[],
-                json!({"node": node, "values": update}),
-                Some(node),
-                None,
-            );
+            let mut data = Map::new();
+            data.insert("node".to_owned(), Value::String(node.to_owned()));
+            data.insert("values".to_owned(), Value::Object(update));
+            self.tape
+                .push("updates", &[], Value::Object(data), Some(node), None);
         }
         // `step` is the checkpoint id: it grows across the thread's turns (the run's own
         // step count starts again at each input), which is what the SDK orders snapshots by.
@@ -1143,7 +1152,9 @@ impl RunTape {
             checkpoint["parent_id"] = Value::String(parent.to_string());
         }
         self.tape.push("checkpoints", &[], checkpoint, None, None);
-        let mut values = values_of(run, &self.ids);
+        if let Value::Object(map) = &mut values {
+            map.remove("__interrupt__");
+        }
         if let Some(Value::Array(messages)) = values.get_mut("messages") {
             self.named_by_clients(messages, 0);
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use deepagents::backends::Store;
 use deepagents::backends::store::{SearchQuery, StoreItem};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::error::{ApiError, ApiResult};
 
@@ -166,20 +166,23 @@ impl Records {
         Ok(())
     }
 
-    /// Sets thread `id`'s status (a thread deleted meanwhile stays deleted); the thread as
-    /// saved.
+    /// Sets thread `id`'s status (a thread deleted meanwhile stays deleted), in one write
+    /// that keeps whatever else changed in the record meanwhile; the thread as saved.
     pub async fn set_thread_status(
         &self,
         id: &str,
         status: &str,
     ) -> ApiResult<Option<ThreadRecord>> {
-        let Some(mut thread) = self.thread(id).await? else {
-            return Ok(None);
-        };
-        thread.status = status.to_owned();
-        thread.updated_at = crate::time::rfc3339(crate::time::now_ms());
-        self.put_thread(&thread).await?;
-        Ok(Some(thread))
+        let patch = json!({
+            "status": status,
+            "updated_at": crate::time::rfc3339(crate::time::now_ms()),
+        });
+        let item = self
+            .store
+            .merge(&threads_ns(&self.tenant), id, &patch)
+            .await?;
+        item.map(|item| serde_json::from_value(item.value).map_err(ApiError::internal))
+            .transpose()
     }
 
     /// Every thread of the tenant.

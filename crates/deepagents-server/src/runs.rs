@@ -724,13 +724,15 @@ impl Runs {
     ) {
         let record = live.snapshot();
         let mut steps = self.watch.subscribe(storage);
-        // The thread as it was before the run: what a rollback restores. A thread that cannot
-        // be read fails the run; taken as empty, a rollback would delete it.
-        let (before, unreadable) = match self.watch.load(storage, None).await {
-            Ok(before) => (before, None),
-            Err(error) => {
-                tracing::warn!(%storage, %error, "cannot load the thread before its run; the run fails");
-                (None, Some(error))
+        // The thread as the run starts from it, loaded under its lease: what a rollback
+        // restores. A thread that cannot be read fails the run; taken as empty, a rollback
+        // would delete it.
+        let opened = self.open(storage, live, job, assistant).await;
+        let before = match &opened {
+            Ok(open) => open.state().cloned(),
+            Err(failure) => {
+                tracing::warn!(%storage, error = %failure.error, "cannot open the thread for its run; the run fails");
+                None
             }
         };
         {
@@ -815,20 +817,16 @@ impl Runs {
         });
         // A resume refused before anything ran leaves the thread as it was.
         let mut refused = false;
-        let started = match unreadable {
-            Some(error) => Err(RunError::Checkpoint(error)),
-            None => {
-                self.start(storage, live, job, assistant, before.as_ref())
-                    .await
-            }
+        let started = match opened {
+            Ok(open) => Self::start(open, job, before.as_ref()),
+            Err(failure) => Err(failure.error),
         };
         let outcome = match started {
             Ok(mut stream) => {
                 while let Some(event) = stream.next().await {
                     self.metrics.observe(&event, &mut clock);
                     for step in steps.steps_before(&event) {
-                        framer.step(&step);
-                        protocol.step(&step);
+                        Self::frame(&mut framer, &mut protocol, &ids, &step);
                         last = Some(step.run);
                     }
                     #[cfg(feature = "otel")]
@@ -839,8 +837,7 @@ impl Runs {
                     protocol.event(&event);
                 }
                 for step in steps.remaining() {
-                    framer.step(&step);
-                    protocol.step(&step);
+                    Self::frame(&mut framer, &mut protocol, &ids, &step);
                     last = Some(step.run);
                 }
                 stream.outcome().await.map_err(|failure| failure.error)
@@ -989,6 +986,19 @@ impl Runs {
         tape.flushed(Duration::from_secs(5)).await;
     }
 
+    /// A saved step into the run's frames and the thread's protocol events, its values made
+    /// once for both.
+    fn frame(
+        framer: &mut Framer<Arc<FrameLog>>,
+        protocol: &mut crate::protocol::RunTape,
+        ids: &convert::MessageIds,
+        step: &crate::Step,
+    ) {
+        let values = convert::values_named(&step.run, &convert::interrupt_id(&step.run), ids);
+        framer.step_with_values(step, Some(&values));
+        protocol.step(step, values);
+    }
+
     /// How the messages the run adds are named: by position, with the thread's forks (a
     /// run after an edit or a regenerate names its messages apart from the ones it replaces).
     async fn message_ids(
@@ -1010,21 +1020,23 @@ impl Runs {
         })
     }
 
-    /// Starts the run on its thread: the decisions of a resume, else the input, else a
-    /// continuation of what the thread left unfinished. Input and decisions are keyed by the
-    /// run's id: a run taken over after its server stopped continues what it added.
-    async fn start(
+    /// Opens the run's thread: its lease taken, its latest state loaded. Input and decisions
+    /// are keyed by the run's id: a run taken over after its server stopped continues what it
+    /// added.
+    async fn open(
         &self,
         storage: &str,
         live: &Live,
         job: &Job,
         assistant: &Assistant,
-        before: Option<&Run>,
-    ) -> Result<RunStream, RunError> {
-        let thread = assistant
+    ) -> Result<deepagents::OpenThread, deepagents::RunFailure> {
+        assistant
             .agent
             .thread(storage)
-            .map_err(|e| RunError::Crashed(e.to_string()))?
+            .map_err(|e| deepagents::RunFailure {
+                error: RunError::Crashed(e.to_string()),
+                run: Box::default(),
+            })?
             .with_options(RunOptions {
                 cancel: live.cancel.clone(),
                 assistant_id: Some(assistant.graph_id.clone()),
@@ -1038,37 +1050,37 @@ impl Runs {
             // A run of this thread elsewhere (the CLI on the same database, a server whose
             // lease ran out but whose connection lingers) ends before this one starts.
             .with_lease_wait(Duration::from_secs(30))
-            .with_input_key(job.record.run_id.clone());
+            .with_input_key(job.record.run_id.clone())
+            .open()
+            .await
+    }
+
+    /// Starts the run on its opened thread: the decisions of a resume, else the input, else
+    /// a continuation of what the thread left unfinished.
+    fn start(
+        open: deepagents::OpenThread,
+        job: &Job,
+        before: Option<&Run>,
+    ) -> Result<RunStream, RunError> {
         let taken =
             before.is_some_and(|run| run.control.input_key.as_deref() == Some(&job.record.run_id));
-        match (&job.resume, &job.input) {
-            (Some(_), _) if taken => thread
-                .stream(deepagents::Input::Resume)
-                .await
-                .map_err(|f| f.error),
+        let input = match (&job.resume, &job.input) {
+            (Some(_), _) if taken => deepagents::Input::Resume,
             (Some(resume), _) => {
-                let resume = convert::resume(resume, before)?;
                 // Recorded for the pause they were read for, checked again under the
                 // thread's lease: a run that answered it meanwhile makes this one fail.
-                thread
-                    .stream(deepagents::Input::DecidePause {
-                        pause: resume.pause,
-                        decisions: resume.decisions,
-                    })
-                    .await
-                    .map_err(|failure| failure.error)
+                let resume = convert::resume(resume, before)?;
+                deepagents::Input::DecidePause {
+                    pause: resume.pause,
+                    decisions: resume.decisions,
+                }
             }
-            (None, Some(content)) => thread
-                .stream(deepagents::Input::Content(content.clone()))
-                .await
-                .map_err(|failure| failure.error),
+            (None, Some(content)) => deepagents::Input::Content(content.clone()),
             // A run without input: a turn that background tasks' endings start (their
             // answers are its input), else the continuation of what the thread left.
-            (None, None) => thread
-                .stream(deepagents::Input::Resume)
-                .await
-                .map_err(|f| f.error),
-        }
+            (None, None) => deepagents::Input::Resume,
+        };
+        open.stream(input).map_err(|failure| failure.error)
     }
 }
 

@@ -45,19 +45,31 @@ pub async fn open_thread_waiting(
 }
 
 /// Like [`open_thread_waiting`], with input of any content (text and images).
-pub(crate) async fn open_thread_with(
+async fn open_thread_with(
     checkpointer: Arc<dyn Checkpointer>,
     thread_id: &str,
     input: Option<Vec<deepagents_core::ContentBlock>>,
     wait: Duration,
 ) -> Result<(Run, Checkpointing), CheckpointError> {
-    validate_thread_id(thread_id)?;
-    let lease = lease_thread(checkpointer.as_ref(), thread_id, wait).await?;
-    let mut checkpointing = Checkpointing::new(checkpointer, lease, 0);
-    let mut run = reload(&mut checkpointing).await?;
+    let (run, checkpointing) = lease_and_load(checkpointer, thread_id, wait).await?;
+    let mut run = run.unwrap_or_default();
     if let Some(input) = input {
         run.push_user_input(input);
     }
+    Ok((run, checkpointing))
+}
+
+/// Takes the lease of `thread_id` (waiting up to `wait` for another run to release it) and
+/// loads its latest run, `None` when it has no checkpoint yet.
+pub(crate) async fn lease_and_load(
+    checkpointer: Arc<dyn Checkpointer>,
+    thread_id: &str,
+    wait: Duration,
+) -> Result<(Option<Run>, Checkpointing), CheckpointError> {
+    validate_thread_id(thread_id)?;
+    let lease = lease_thread(checkpointer.as_ref(), thread_id, wait).await?;
+    let mut checkpointing = Checkpointing::new(checkpointer, lease, 0);
+    let run = reload_stored(&mut checkpointing).await?;
     Ok((run, checkpointing))
 }
 
@@ -68,11 +80,18 @@ pub(crate) async fn open_thread_with(
 /// bookkeeping moves from custom keys into [`Run::control`] and that is stored at once, so
 /// every later load sees the new format.
 pub async fn reload(checkpointing: &mut Checkpointing) -> Result<Run, CheckpointError> {
-    let mut run = checkpointing
+    Ok(reload_stored(checkpointing).await?.unwrap_or_default())
+}
+
+/// Like [`reload`], `None` when the thread has no checkpoint.
+async fn reload_stored(checkpointing: &mut Checkpointing) -> Result<Option<Run>, CheckpointError> {
+    let Some(mut run) = checkpointing
         .checkpointer
         .load(&checkpointing.thread_id, None)
         .await?
-        .unwrap_or_default();
+    else {
+        return Ok(None);
+    };
     let legacy = upgrade_legacy_control(&mut run)?;
     if !legacy.is_empty() {
         let upgrade = RunDelta {
@@ -95,7 +114,7 @@ pub async fn reload(checkpointing: &mut Checkpointing) -> Result<Run, Checkpoint
     checkpointing
         .persisted_input_key
         .clone_from(&run.control.input_key);
-    Ok(run)
+    Ok(Some(run))
 }
 
 /// Takes the lease of `thread_id`, retrying for up to `wait` while another run holds it.

@@ -63,7 +63,7 @@ pub use journal::{open_thread, open_thread_waiting, reload};
 pub use run::{DEFAULT_CANCEL_GRACE, RunOptions, RunOutput, RunStatus};
 pub use stream::RunStream;
 pub use subagents::{InvalidSubAgentMode, SubAgent, SubAgentMode};
-pub use thread::{Input, Thread, ThreadError};
+pub use thread::{Input, OpenThread, Thread, ThreadError};
 pub use tools::ask_user::ASK_USER;
 #[cfg(feature = "remote")]
 pub use tools::web_fetch::WEB_FETCH;

@@ -184,38 +184,43 @@ impl Thread {
         self.input_key.is_some() && run.control.input_key == self.input_key
     }
 
-    /// Loads the thread (appending `input` as user input, if any and not taken already)
-    /// under its checkpointing.
-    async fn open(
-        &self,
-        input: Option<Vec<ContentBlock>>,
-    ) -> Result<(Run, RunOptions), CheckpointError> {
-        let (mut run, checkpoint) = crate::journal::open_thread_with(
+    /// Takes the thread's lease and loads it: what a run of this handle will start from,
+    /// seen before the run starts ([`OpenThread::state`]) and under the lease, so no other run
+    /// of the thread changes it in between. The lease is held until the run that
+    /// [`OpenThread::run`] or [`OpenThread::stream`] starts ends, or the `OpenThread` is
+    /// dropped. Fails like [`run`](Self::run) when the thread cannot be loaded or is busy.
+    ///
+    /// ```no_run
+    /// # async fn demo(thread: deepagents::Thread) -> Result<(), deepagents::RunFailure> {
+    /// let open = thread.open().await?;
+    /// let messages = open.state().map_or(0, |run| run.state.messages.len());
+    /// println!("continuing after {messages} messages");
+    /// let output = open.run("Go on").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn open(&self) -> Result<OpenThread, RunFailure> {
+        let (run, checkpoint) = crate::journal::lease_and_load(
             Arc::clone(&self.checkpointer),
             &self.id,
-            None,
             self.lease_wait,
         )
-        .await?;
-        if let Some(background) = &self.agent.inner.background {
+        .await
+        .map_err(not_loaded)?;
+        if let (Some(background), Some(run)) = (&self.agent.inner.background, &run) {
             // Endings of this thread's tasks that a restart left undelivered, found again.
             background
                 .recover(&self.checkpointer, &self.id, &run.state)
                 .await;
         }
-        if let Some(input) = input
-            && !self.took_input(&run)
-        {
-            run.push_user_input(input);
-            if self.input_key.is_some() {
-                run.control.input_key.clone_from(&self.input_key);
-            }
-        }
         let options = RunOptions {
             checkpoint: Some(checkpoint),
             ..self.options.clone()
         };
-        Ok((run, options))
+        Ok(OpenThread {
+            thread: self.clone(),
+            run,
+            options,
+        })
     }
 
     /// Starts a run of the thread from `input` and waits for its end: the final answer, or
@@ -232,15 +237,13 @@ impl Thread {
     /// # Ok(()) }
     /// ```
     pub async fn run(&self, input: impl Into<Input>) -> Result<RunOutput, RunFailure> {
-        let (run, options) = self.open_input(input.into()).await?;
-        self.agent.run(run, options, self.events.clone()).await
+        self.open().await?.run(input).await
     }
 
     /// Like [`run`](Self::run), on a background task: the stream yields the run's events and
     /// then its outcome. Fails like `run` before the run starts.
     pub async fn stream(&self, input: impl Into<Input>) -> Result<RunStream, RunFailure> {
-        let (run, options) = self.open_input(input.into()).await?;
-        Ok(self.agent.stream_run(run, options))
+        self.open().await?.stream(input)
     }
 
     /// Sends the events of this handle's [`run`](Self::run)s to `events` (default: none are
@@ -250,70 +253,17 @@ impl Thread {
         self
     }
 
-    /// Loads the thread under its lease and takes `input` into it.
-    async fn open_input(&self, input: Input) -> Result<(Run, RunOptions), RunFailure> {
-        match input {
-            Input::Text(text) => self
-                .open(Some(vec![ContentBlock::text(text)]))
-                .await
-                .map_err(not_loaded),
-            Input::Content(content) => self.open(Some(content)).await.map_err(not_loaded),
-            Input::Resume => self.open_resumed().await.map_err(not_loaded),
-            Input::Decide(decisions) => self.open_decided(None, decisions).await,
-            Input::DecidePause { pause, decisions } => {
-                self.open_decided(Some(&pause), decisions).await
-            }
-            Input::Wake => match self.open_woken().await.map_err(not_loaded)? {
-                Some(opened) => Ok(opened),
-                None => Err(RunFailure {
-                    error: RunError::NothingToWake,
-                    run: Box::default(),
-                }),
-            },
-        }
+    /// Appends `input` as the user's message, recording the handle's input key with it.
+    fn take_user_input(&self, run: &mut Run, input: Vec<ContentBlock>) {
+        run.push_user_input(input);
+        self.record_input_key(run);
     }
 
-    /// Loads the thread to continue it without input: background tasks' endings waiting for
-    /// it start a new turn, as [`Input::Wake`] does; otherwise the run goes on from where it
-    /// stopped.
-    async fn open_resumed(&self) -> Result<(Run, RunOptions), CheckpointError> {
-        let (mut run, options) = self.open(None).await?;
-        if let Some(background) = &self.agent.inner.background
-            && takes_message(&run.state)
-            && background.deliveries(&self.id, &run.state).is_some()
-        {
-            new_turn(&mut run);
-        }
-        Ok((run, options))
-    }
-
-    /// Loads the thread under its lease and records `decisions`, for the pause `pause` names
-    /// when it names one. The check is made on the run as loaded under the lease, so no other
-    /// run of the thread can answer the pause between the check and this run.
-    async fn open_decided(
-        &self,
-        pause: Option<&str>,
-        decisions: Vec<Decision>,
-    ) -> Result<(Run, RunOptions), RunFailure> {
-        let (mut run, options) = self.open(None).await.map_err(not_loaded)?;
-        if self.took_input(&run) {
-            return Ok((run, options));
-        }
-        let decided = match pause {
-            Some(pause) => crate::approval::decide_pause(&mut run, pause, decisions),
-            None => crate::approval::decide(&mut run, decisions),
-        };
-        match decided {
-            Ok(()) => {
-                if self.input_key.is_some() {
-                    run.control.input_key.clone_from(&self.input_key);
-                }
-                Ok((run, options))
-            }
-            Err(error) => Err(RunFailure {
-                error,
-                run: Box::new(run),
-            }),
+    /// Records that `run` took this handle's input or decisions (with its key, when it has
+    /// one), so the checkpoint that holds them says so.
+    fn record_input_key(&self, run: &mut Run) {
+        if self.input_key.is_some() {
+            run.control.input_key.clone_from(&self.input_key);
         }
     }
 
@@ -379,19 +329,6 @@ impl Thread {
             .map(|(_, endings)| endings))
     }
 
-    /// Loads the thread for a woken turn, when it has endings to take.
-    async fn open_woken(&self) -> Result<Option<(Run, RunOptions)>, CheckpointError> {
-        let Some(background) = self.agent.inner.background.clone() else {
-            return Ok(None);
-        };
-        let (mut run, options) = self.open(None).await?;
-        if !takes_message(&run.state) || background.deliveries(&self.id, &run.state).is_none() {
-            return Ok(None);
-        }
-        new_turn(&mut run);
-        Ok(Some((run, options)))
-    }
-
     /// The actions the thread's run waits on (empty when it is not paused or does not exist).
     pub async fn pending(&self) -> Result<Vec<PendingAction>, CheckpointError> {
         Ok(self
@@ -414,6 +351,107 @@ impl Thread {
     /// The run at checkpoint `checkpoint`; `None` for an unknown thread.
     pub async fn state_at(&self, checkpoint: u64) -> Result<Option<Run>, CheckpointError> {
         upgraded(self.checkpointer.load(&self.id, Some(checkpoint)).await?)
+    }
+}
+
+/// A thread loaded under its lease, before its run starts ([`Thread::open`]): the run takes
+/// its input here and starts from exactly this state.
+pub struct OpenThread {
+    thread: Thread,
+    run: Option<Run>,
+    options: RunOptions,
+}
+
+impl std::fmt::Debug for OpenThread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenThread")
+            .field("thread", &self.thread)
+            .field("checkpointed", &self.run.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenThread {
+    /// The thread's latest run as loaded; `None` when it has no checkpoint yet.
+    pub fn state(&self) -> Option<&Run> {
+        self.run.as_ref()
+    }
+
+    /// Runs the thread from `input` and waits for its end, as [`Thread::run`] does.
+    pub async fn run(self, input: impl Into<Input>) -> Result<RunOutput, RunFailure> {
+        let agent = self.thread.agent.clone();
+        let events = self.thread.events.clone();
+        let (run, options) = self.take(input.into())?;
+        agent.run(run, options, events).await
+    }
+
+    /// Runs the thread from `input` on a background task, as [`Thread::stream`] does.
+    pub fn stream(self, input: impl Into<Input>) -> Result<RunStream, RunFailure> {
+        let agent = self.thread.agent.clone();
+        let (run, options) = self.take(input.into())?;
+        Ok(agent.stream_run(run, options))
+    }
+
+    /// The run to start: the loaded one with `input` taken in, unless the handle's input key
+    /// says the thread took it already.
+    fn take(self, input: Input) -> Result<(Run, RunOptions), RunFailure> {
+        let Self {
+            thread,
+            run,
+            options,
+        } = self;
+        let mut run = run.unwrap_or_default();
+        let taken = thread.took_input(&run);
+        let deliverable = |run: &Run| {
+            takes_message(&run.state)
+                && thread
+                    .agent
+                    .inner
+                    .background
+                    .as_ref()
+                    .is_some_and(|background| {
+                        background.deliveries(&thread.id, &run.state).is_some()
+                    })
+        };
+        let taken_in = match input {
+            Input::Text(_) | Input::Content(_) | Input::Decide(_) | Input::DecidePause { .. }
+                if taken =>
+            {
+                Ok(())
+            }
+            Input::Text(text) => {
+                thread.take_user_input(&mut run, vec![ContentBlock::text(text)]);
+                Ok(())
+            }
+            Input::Content(content) => {
+                thread.take_user_input(&mut run, content);
+                Ok(())
+            }
+            Input::Resume => {
+                if deliverable(&run) {
+                    new_turn(&mut run);
+                }
+                Ok(())
+            }
+            Input::Decide(decisions) => crate::approval::decide(&mut run, decisions)
+                .map(|()| thread.record_input_key(&mut run)),
+            Input::DecidePause { pause, decisions } => {
+                crate::approval::decide_pause(&mut run, &pause, decisions)
+                    .map(|()| thread.record_input_key(&mut run))
+            }
+            Input::Wake if deliverable(&run) => {
+                new_turn(&mut run);
+                Ok(())
+            }
+            Input::Wake => Err(RunError::NothingToWake),
+        };
+        match taken_in {
+            Ok(()) => Ok((run, options)),
+            Err(error) => Err(RunFailure {
+                error,
+                run: Box::new(run),
+            }),
+        }
     }
 }
 

@@ -115,6 +115,7 @@ on_every_checkpointer!(forks_and_the_fork_continues);
 on_every_checkpointer!(an_approval_survives_a_restart);
 on_every_checkpointer!(an_edit_survives_a_restart);
 on_every_checkpointer!(one_run_writes_a_thread_at_a_time);
+on_every_checkpointer!(an_open_thread_holds_its_lease);
 on_every_checkpointer!(subagent_resumes_after_crash);
 on_every_checkpointer!(crashes_in_nested_parallel_subagents);
 on_every_checkpointer!(redelivered_request_taken_once);
@@ -544,6 +545,48 @@ async fn one_run_writes_a_thread_at_a_time(open: impl AsyncFn() -> Store) {
         .map(Message::text)
         .collect();
     assert_eq!(users, ["one", "two"]);
+}
+
+/// `Thread::open` takes the lease and shows the state the run will start from: nobody else
+/// runs the thread until the opened run ends or the opened thread is dropped.
+async fn an_open_thread_holds_its_lease(open: impl AsyncFn() -> Store) {
+    let (first, second) = (open().await, open().await);
+    let agent = |store: Store| {
+        Agent::builder(scripted(json!([{"text": "one"}, {"text": "two"}])))
+            .checkpointer(store)
+            .build()
+            .unwrap()
+    };
+    let thread = agent(first.clone()).thread("t").unwrap();
+    let opened = thread.open().await.unwrap();
+    assert!(opened.state().is_none(), "a new thread has no state");
+    let other = agent(second.clone()).thread("t").unwrap();
+    let refused = other.run("meanwhile").await.unwrap_err();
+    assert!(
+        matches!(
+            refused.error,
+            RunError::Checkpoint(CheckpointError::Busy { .. })
+        ),
+        "{:?}",
+        refused.error
+    );
+    assert_eq!(opened.run("hi").await.unwrap().text, "one");
+
+    let opened = thread.open().await.unwrap();
+    let state = opened.state().expect("the first run's state");
+    assert_eq!(state.state.messages.len(), 2);
+    assert!(matches!(
+        other.open().await.unwrap_err().error,
+        RunError::Checkpoint(CheckpointError::Busy { .. })
+    ));
+    drop(opened);
+    let output = agent(second)
+        .thread("t")
+        .unwrap()
+        .run("again")
+        .await
+        .unwrap();
+    assert_eq!(output.run.state.messages.len(), 4);
 }
 
 /// A run killed while its subagent works resumes the subagent where it stopped: finished

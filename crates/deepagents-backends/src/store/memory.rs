@@ -50,6 +50,22 @@ impl Store for InMemoryStore {
         Ok(())
     }
 
+    async fn merge(
+        &self,
+        namespace: &[String],
+        key: &str,
+        patch: &Value,
+    ) -> Result<Option<StoreItem>, StoreError> {
+        validate_item(namespace, key)?;
+        let mut items = self.items.write().unwrap_or_else(PoisonError::into_inner);
+        let Some(item) = items.get_mut(&(namespace.to_vec(), key.to_owned())) else {
+            return Ok(None);
+        };
+        super::merge_patch(&mut item.value, patch);
+        item.updated_at_ms = now_ms();
+        Ok(Some(item.clone()))
+    }
+
     async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError> {
         validate_item(namespace, key)?;
         let mut items = self.items.write().unwrap_or_else(PoisonError::into_inner);

@@ -147,6 +147,26 @@ pub fn validate_namespace(namespace: &[String]) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Applies `patch` to `target` as a JSON merge patch (RFC 7396), as [`Store::merge`] does.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(fields) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(object) = target {
+        for (name, value) in fields {
+            if value.is_null() {
+                object.remove(name);
+            } else {
+                merge_patch(object.entry(name.as_str()).or_insert(Value::Null), value);
+            }
+        }
+    }
+}
+
 /// Namespaced key-value storage with prefix search.
 #[async_trait]
 pub trait Store: Send + Sync {
@@ -155,6 +175,25 @@ pub trait Store: Send + Sync {
 
     /// Creates or replaces the item at `key`.
     async fn put(&self, namespace: &[String], key: &str, value: Value) -> Result<(), StoreError>;
+
+    /// Applies `patch` to the item at `key` as a JSON merge patch (RFC 7396: the patch's
+    /// fields replace the item's, objects merge field by field, a `null` field removes one)
+    /// and returns the item as it is now; `None`, with nothing written, when there is none.
+    /// The stores of this crate read and write the item in one step that no other write of
+    /// it comes between; the default reads it, then puts the result.
+    async fn merge(
+        &self,
+        namespace: &[String],
+        key: &str,
+        patch: &Value,
+    ) -> Result<Option<StoreItem>, StoreError> {
+        let Some(mut item) = self.get(namespace, key).await? else {
+            return Ok(None);
+        };
+        merge_patch(&mut item.value, patch);
+        self.put(namespace, key, item.value.clone()).await?;
+        Ok(Some(item))
+    }
 
     /// Removes the item at `key`; returns whether it existed.
     async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError>;

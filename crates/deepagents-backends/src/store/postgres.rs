@@ -289,6 +289,63 @@ impl Store for PostgresStore {
         self.writes.put(put).await.map_err(StoreError::Storage)
     }
 
+    /// One statement when the patch only sets top-level fields (PostgreSQL's `||` on
+    /// objects is then RFC 7396's merge), else the item read and written under its row lock.
+    async fn merge(
+        &self,
+        namespace: &[String],
+        key: &str,
+        patch: &Value,
+    ) -> Result<Option<StoreItem>, StoreError> {
+        validate_item(namespace, key)?;
+        let flat = patch
+            .as_object()
+            .is_some_and(|fields| fields.values().all(|v| !v.is_null() && !v.is_object()));
+        if flat {
+            let row = sqlx::query(
+                "UPDATE store_items SET updated_at_ms = $4, value = ((CASE
+                     WHEN jsonb_typeof(value::jsonb) = 'object' THEN value::jsonb
+                     ELSE '{}'::jsonb END) || $3::jsonb)::text
+                 WHERE namespace = $1 AND key = $2
+                 RETURNING *",
+            )
+            .bind(sql::encode(namespace))
+            .bind(key)
+            .bind(patch.to_string())
+            .bind(sql::now())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(storage)?;
+            return row.as_ref().map(Sql::<Postgres>::item).transpose();
+        }
+        let mut tx = self.pool.begin().await.map_err(storage)?;
+        let row =
+            sqlx::query("SELECT * FROM store_items WHERE namespace = $1 AND key = $2 FOR UPDATE")
+                .bind(sql::encode(namespace))
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(storage)?;
+        let Some(mut item) = row.as_ref().map(Sql::<Postgres>::item).transpose()? else {
+            return Ok(None);
+        };
+        super::merge_patch(&mut item.value, patch);
+        item.updated_at_ms = u64::try_from(sql::now()).unwrap_or(0);
+        sqlx::query(
+            "UPDATE store_items SET value = $3, updated_at_ms = $4
+             WHERE namespace = $1 AND key = $2",
+        )
+        .bind(sql::encode(namespace))
+        .bind(key)
+        .bind(item.value.to_string())
+        .bind(sql::now())
+        .execute(&mut *tx)
+        .await
+        .map_err(storage)?;
+        tx.commit().await.map_err(storage)?;
+        Ok(Some(item))
+    }
+
     async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError> {
         self.sql().delete(namespace, key).await
     }

@@ -272,6 +272,31 @@ where
         Ok(())
     }
 
+    /// Merges `patch` into the item at `key` in one statement (SQLite's `json_patch` is
+    /// RFC 7396's merge); the item as it is now.
+    #[cfg(feature = "sqlite")]
+    pub(super) async fn merge(
+        &self,
+        namespace: &[String],
+        key: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Option<StoreItem>, StoreError> {
+        validate_item(namespace, key)?;
+        let row = sqlx::query(
+            "UPDATE store_items SET value = json_patch(value, $3), updated_at_ms = $4
+             WHERE namespace = $1 AND key = $2
+             RETURNING *",
+        )
+        .bind(encode(namespace))
+        .bind(key)
+        .bind(patch.to_string())
+        .bind(now())
+        .fetch_optional(self.writer)
+        .await
+        .map_err(storage)?;
+        row.as_ref().map(Self::item).transpose()
+    }
+
     /// Removes the item at `key`; returns whether it existed.
     pub(super) async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError> {
         validate_item(namespace, key)?;
@@ -325,7 +350,7 @@ where
     }
 
     /// A row of `store_items` as an item.
-    fn item(row: &D::Row) -> Result<StoreItem, StoreError> {
+    pub(super) fn item(row: &D::Row) -> Result<StoreItem, StoreError> {
         let namespace: String = row.try_get("namespace").map_err(storage)?;
         let value: String = row.try_get("value").map_err(storage)?;
         let created: i64 = row.try_get("created_at_ms").map_err(storage)?;

@@ -257,6 +257,16 @@ impl Store for SqliteStore {
         self.sql().put(namespace, key, value).await
     }
 
+    /// One statement: SQLite's `json_patch` is RFC 7396's merge.
+    async fn merge(
+        &self,
+        namespace: &[String],
+        key: &str,
+        patch: &Value,
+    ) -> Result<Option<StoreItem>, StoreError> {
+        self.sql().merge(namespace, key, patch).await
+    }
+
     async fn delete(&self, namespace: &[String], key: &str) -> Result<bool, StoreError> {
         self.sql().delete(namespace, key).await
     }

@@ -172,7 +172,10 @@ pub(super) async fn create_thread(
     let records = shared.records(tenant);
     let thread_id = request.thread_id.clone().unwrap_or_else(new_id);
     deepagents::core::validate_thread_id(&storage_id(&tenant.0, &thread_id))?;
-    if let Some(existing) = records.thread(&thread_id).await? {
+    // An id made here is new; only a client's may name a thread that exists.
+    if request.thread_id.is_some()
+        && let Some(existing) = records.thread(&thread_id).await?
+    {
         return match request.if_exists.unwrap_or_default() {
             IfExists::DoNothing => Ok(existing),
             IfExists::Raise => Err(ApiError::conflict(format!(
@@ -206,6 +209,14 @@ pub(super) async fn thread_create(
     Typed(request): Typed<ThreadCreate>,
 ) -> ApiResult<Json<Value>> {
     let record = create_thread(&shared, &tenant, &request).await?;
+    if request.thread_id.is_none() {
+        // Nothing was ever saved under an id made here: no state to read.
+        return Ok(Json(thread_json(
+            &record,
+            None,
+            &convert::MessageIds::default(),
+        )));
+    }
     Ok(Json(thread_view(&shared, &tenant, &record).await?))
 }
 
