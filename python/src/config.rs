@@ -385,7 +385,7 @@ fn py_tool(tool: &ToolConfig, objects: &[Arc<Py<PyAny>>]) -> Result<Arc<PyTool>,
         spec: ToolSpec {
             name: tool.name.clone(),
             description: tool.description.clone(),
-            parameters: tool.parameters.clone(),
+            parameters: Arc::new(tool.parameters.clone()),
         },
         function: Arc::clone(function),
         mutating: tool.mutating,

@@ -25,8 +25,9 @@ pub struct ToolSpec {
     pub name: String,
     /// When and how to use it, with its limits.
     pub description: String,
-    /// JSON schema of the arguments object.
-    pub parameters: Value,
+    /// JSON schema of the arguments object, shared: a run offers the same tools at every
+    /// model call, and a request is copied on its way through middleware.
+    pub parameters: Arc<Value>,
 }
 
 /// What a tool hands back.
@@ -350,7 +351,7 @@ pub trait DynTool: Send + Sync {
 /// Adapts a [`Tool`] to [`DynTool`].
 pub struct TypedTool<T: Tool> {
     tool: T,
-    parameters: Value,
+    parameters: Arc<Value>,
     /// Checks arguments first, so a bad call is told the JSON path and the expected type of
     /// each wrong field (serde names neither). `None` if the generated schema does not compile.
     validator: Option<jsonschema::Validator>,
@@ -363,7 +364,7 @@ impl<T: Tool> TypedTool<T> {
         let validator = jsonschema::validator_for(&parameters).ok();
         Self {
             tool,
-            parameters,
+            parameters: Arc::new(parameters),
             validator,
         }
     }
@@ -421,7 +422,7 @@ impl<T: Tool> DynTool for TypedTool<T> {
         ToolSpec {
             name: self.tool.name().to_owned(),
             description: self.tool.description(),
-            parameters: self.parameters.clone(),
+            parameters: Arc::clone(&self.parameters),
         }
     }
 
@@ -489,7 +490,7 @@ impl DynamicTool {
             spec: ToolSpec {
                 name,
                 description: description.into(),
-                parameters,
+                parameters: Arc::new(parameters),
             },
             validator,
             mutating: false,

@@ -90,7 +90,8 @@ pub fn weather_tool() -> ToolSpec {
             "type": "object",
             "properties": {"city": {"type": "string", "description": "City name."}},
             "required": ["city"],
-        }),
+        })
+        .into(),
     }
 }
 

@@ -109,7 +109,7 @@ async fn gemini_generates_text_and_tool_calls_with_a_sanitized_schema() {
         .await;
     let model = gemini(&server);
     let mut request = ask("Weather in Paris?");
-    request.tools[0].parameters = schema_with_refs();
+    request.tools[0].parameters = schema_with_refs().into();
     let response = model.generate(&request).await.unwrap();
     assert_eq!(text_of(&response), "Checking.");
     assert_eq!(response.stop_reason, StopReason::ToolUse);
@@ -1171,7 +1171,8 @@ fn gemini_declares_a_tool_without_arguments_without_parameters() {
     request.tools.push(deepagents_core::tool::ToolSpec {
         name: "now".into(),
         description: "The current time.".into(),
-        parameters: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        parameters: json!({"type": "object", "properties": {}, "additionalProperties": false})
+            .into(),
     });
     let wire = GeminiWire {
         base_url: "http://127.0.0.1:1".into(),
@@ -1260,7 +1261,7 @@ fn wires_reuse_encoded_messages_and_send_what_a_fresh_encoding_sends() {
         request.tools.push(deepagents_core::tool::ToolSpec {
             name: "weather".into(),
             description: "The weather.".into(),
-            parameters: schema_with_refs(),
+            parameters: schema_with_refs().into(),
         });
         let check = |request: &ModelRequest, cache: &mut EncodeCache, reused: bool| {
             // What the cache offers this request: its leading messages already encoded.
