@@ -133,9 +133,16 @@ pub enum ClusterError {
 
 /// Inserts a run taken in (`$1` run, `$2` tenant, `$3` thread, `$4` job, `$5` cluster,
 /// `$6` the intake's lease in milliseconds, `$7` the liveness key of the server taking it in).
-fn intake_sql() -> String {
+/// The statement that takes a run in; with `only_if_idle`, only when its thread has nothing
+/// queued or running (no row written otherwise).
+fn intake_sql(only_if_idle: bool) -> String {
+    let idle = if only_if_idle {
+        " WHERE NOT EXISTS (SELECT 1 FROM deepagents_server_queue WHERE tenant = $2 AND thread_id = $3 AND cluster = $5)"
+    } else {
+        ""
+    };
     format!(
-        "INSERT INTO deepagents_server_queue (run_id, cluster, tenant, thread_id, status, job, lease_until, worker_key) VALUES ($1, $5, $2, $3, 'intake', $4, {NOW_MS} + $6, $7)"
+        "INSERT INTO deepagents_server_queue (run_id, cluster, tenant, thread_id, status, job, lease_until, worker_key) SELECT $1, $5, $2, $3, 'intake', $4, {NOW_MS} + $6, $7{idle}"
     )
 }
 
@@ -419,15 +426,17 @@ impl Cluster {
 
     /// Takes a run in: queued, but not claimed before [`admit`](Self::admit) unless the
     /// server taking it in stops for a lease's length first (then its record may be
-    /// missing; see [`Claimed::admitted`]).
+    /// missing; see [`Claimed::admitted`]). With `only_if_idle`, only when its thread has
+    /// nothing queued or running, in the same statement; `false` when it was not taken in.
     pub async fn enqueue(
         &self,
         run_id: &str,
         tenant: &str,
         thread_id: &str,
         job: &Value,
-    ) -> Result<(), ClusterError> {
-        sqlx::query(&intake_sql())
+        only_if_idle: bool,
+    ) -> Result<bool, ClusterError> {
+        let done = sqlx::query(&intake_sql(only_if_idle))
             .bind(run_id)
             .bind(tenant)
             .bind(thread_id)
@@ -437,7 +446,7 @@ impl Cluster {
             .bind(self.liveness_key)
             .execute(&self.pool)
             .await?;
-        Ok(())
+        Ok(done.rows_affected() > 0)
     }
 
     /// Takes a run in, as [`enqueue`](Self::enqueue), only when its thread has nothing queued
@@ -472,7 +481,7 @@ impl Cluster {
         if let Err(error) = ready.await {
             return Ok(Alone::Refused(error));
         }
-        sqlx::query(&intake_sql())
+        sqlx::query(&intake_sql(false))
             .bind(run_id)
             .bind(tenant)
             .bind(thread_id)

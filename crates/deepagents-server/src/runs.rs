@@ -484,25 +484,32 @@ impl Runs {
                     crate::cluster::Alone::Refused(error) => Err(error),
                 };
             }
-            if cluster
-                .thread_busy(&tenant, &record.thread_id)
-                .await
-                .map_err(ApiError::internal)?
-            {
-                match strategy {
-                    "enqueue" => {}
-                    "interrupt" | "rollback" => cluster
+            // Checked in the statement that queues it: a busy thread refuses the run there.
+            let only_if_idle = match strategy {
+                "enqueue" => false,
+                "interrupt" | "rollback" => {
+                    cluster
                         .cancel_thread(&tenant, &record.thread_id, strategy)
                         .await
-                        .map_err(ApiError::internal)?,
-                    _ => return Err(busy_error()),
+                        .map_err(ApiError::internal)?;
+                    false
                 }
-            }
+                _ => true,
+            };
             let job = serde_json::to_value(&job).map_err(ApiError::internal)?;
-            cluster
-                .enqueue(&record.run_id, &tenant, &record.thread_id, &job)
+            let queued = cluster
+                .enqueue(
+                    &record.run_id,
+                    &tenant,
+                    &record.thread_id,
+                    &job,
+                    only_if_idle,
+                )
                 .await
                 .map_err(ApiError::internal)?;
+            if !queued {
+                return Err(busy_error());
+            }
             return self.admit(cluster, &records, &record).await;
         }
         // Saved before the run can start, which saves it again as it goes; removed when the
