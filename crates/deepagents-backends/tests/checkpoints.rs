@@ -399,3 +399,96 @@ async fn deleting_a_thread_removes_its_lease_file() {
     assert!(store.checkpoints("gone/call_1").await.unwrap().is_empty());
     drop(store.try_lease("gone").await.unwrap());
 }
+
+/// Steps and item writes of many runs at once are written in groups: each thread's steps
+/// keep their order and ids, appends to one thread from many tasks get distinct ids, every
+/// item write lands, and a second process on the database (its own store) writes beside
+/// this one's groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_of_many_runs_at_once_land_in_groups_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("groups.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let other = SqliteStore::open(&path).await.unwrap();
+    let user = |text: String| RunDelta {
+        messages: vec![Message::user(text)],
+        ..RunDelta::default()
+    };
+    let runs = (0..40).map(|thread| {
+        let (store, other) = (store.clone(), other.clone());
+        tokio::spawn(async move {
+            // Half the runs write through the other process's store.
+            let store = if thread % 2 == 0 { store } else { other };
+            let mut ids = Vec::new();
+            for i in 0..6 {
+                let delta = user(format!("thread {thread} step {i}"));
+                let (checkpointer, id) = (store.checkpointer(), format!("t{thread}"));
+                ids.push(
+                    checkpointer
+                        .append(&id, &delta, &Run::default())
+                        .await
+                        .unwrap(),
+                );
+                let item = json!({"thread": thread, "step": i});
+                store
+                    .put(&["items".to_owned()], &format!("t{thread}"), item)
+                    .await
+                    .unwrap();
+            }
+            ids
+        })
+    });
+    let shared = (0..8).map(|task| {
+        let checkpointer = store.checkpointer();
+        tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for i in 0..5 {
+                let delta = user(format!("task {task} step {i}"));
+                ids.push(
+                    checkpointer
+                        .append("shared", &delta, &Run::default())
+                        .await
+                        .unwrap(),
+                );
+            }
+            ids
+        })
+    });
+    for ids in futures::future::join_all(runs).await {
+        assert_eq!(ids.unwrap(), (1..=6).collect::<Vec<u64>>());
+    }
+    let mut ids: Vec<u64> = futures::future::join_all(shared)
+        .await
+        .into_iter()
+        .flat_map(Result::unwrap)
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=40).collect::<Vec<u64>>());
+    let reopened = SqliteStore::open(&path).await.unwrap();
+    for thread in 0..40 {
+        let run = reopened
+            .checkpointer()
+            .load(&format!("t{thread}"), None)
+            .await
+            .unwrap()
+            .unwrap();
+        let texts: Vec<String> = run.state.messages.iter().map(Message::text).collect();
+        let expected: Vec<String> = (0..6)
+            .map(|i| format!("thread {thread} step {i}"))
+            .collect();
+        assert_eq!(texts, expected);
+        let item = reopened
+            .get(&["items".to_owned()], &format!("t{thread}"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(item.value, json!({"thread": thread, "step": 5}));
+    }
+    let shared = reopened
+        .checkpointer()
+        .load("shared", None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(shared.state.messages.len(), 40);
+}

@@ -3,7 +3,7 @@
 mod backend;
 #[cfg(feature = "sqlite")]
 mod file_lock;
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod group_commit;
 mod memory;
 #[cfg(feature = "postgres")]

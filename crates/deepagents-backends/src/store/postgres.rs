@@ -13,7 +13,7 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgQueryResult};
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use super::group_commit::{Append, GroupCommit, Put};
+use super::group_commit::{Append, GroupCommit, PostgresGroups, Put};
 use super::sql::{self, Access, Dialect, Sql, checkpoint_storage, storage};
 use super::{SearchQuery, Store, StoreError, StoreItem, validate_item};
 
@@ -46,6 +46,10 @@ const MIGRATION_LOCK: i64 = 0x6465_6570_6167_6e74; // "deepagnt"
 
 /// The first key of the per-thread advisory locks taken while appending.
 const APPEND_LOCK_CLASS: i32 = 0x6461_636b; // "dack"
+
+/// How many groups of writes commit at once: while one waits on the database, the next is
+/// written.
+const GROUP_WRITERS: usize = 4;
 
 /// The session lock that leases a thread: a 64-bit hash of the schema and the thread id.
 /// Session locks belong to the connection, so a lease dies with its process.
@@ -201,7 +205,13 @@ impl PostgresStore {
         Self::migrate(&mut tx, schema, &location).await?;
         tx.commit().await.map_err(storage)?;
         Ok(Self {
-            writes: Arc::new(GroupCommit::start(pool.clone(), APPEND_LOCK_CLASS)),
+            writes: Arc::new(GroupCommit::start(
+                Arc::new(PostgresGroups {
+                    pool: pool.clone(),
+                    lock_class: APPEND_LOCK_CLASS,
+                }),
+                GROUP_WRITERS,
+            )),
             pool,
             leases: Arc::new(Leases::new()),
         })

@@ -248,30 +248,6 @@ where
         row.as_ref().map(Self::item).transpose()
     }
 
-    /// Creates or replaces the item at `key`. (PostgreSQL writes items in groups.)
-    #[cfg(feature = "sqlite")]
-    pub(super) async fn put(
-        &self,
-        namespace: &[String],
-        key: &str,
-        value: serde_json::Value,
-    ) -> Result<(), StoreError> {
-        validate_item(namespace, key)?;
-        sqlx::query(
-            "INSERT INTO store_items (namespace, key, value, created_at_ms, updated_at_ms)
-             VALUES ($1, $2, $3, $4, $4)
-             ON CONFLICT (namespace, key) DO UPDATE SET value = $3, updated_at_ms = $4",
-        )
-        .bind(encode(namespace))
-        .bind(key)
-        .bind(value.to_string())
-        .bind(now())
-        .execute(self.writer)
-        .await
-        .map_err(storage)?;
-        Ok(())
-    }
-
     /// Merges `patch` into the item at `key` in one statement (SQLite's `json_patch` is
     /// RFC 7396's merge); the item as it is now.
     #[cfg(feature = "sqlite")]
@@ -364,77 +340,36 @@ where
         })
     }
 
-    /// Appends `delta` as the thread's next checkpoint. (PostgreSQL appends in groups.)
-    #[cfg(feature = "sqlite")]
-    pub(super) async fn append(
-        &self,
-        thread_id: &str,
-        delta: &RunDelta,
-        run: &Run,
-    ) -> Result<u64, CheckpointError> {
-        self.write(thread_id, delta, run, false).await
-    }
-
-    /// Checks that the thread is absent and writes its first checkpoint in one transaction,
-    /// so two creations (forks) of the same id cannot both succeed.
+    /// Checks that the thread is absent and writes its first checkpoint in one statement, so
+    /// two creations (forks) of the same id cannot both succeed.
     pub(super) async fn create(&self, thread_id: &str, run: &Run) -> Result<u64, CheckpointError> {
-        self.write(thread_id, &RunDelta::full(run), run, true).await
-    }
-
-    /// Appends `delta` as the thread's next checkpoint; with `new_thread`, refuses a thread
-    /// that already has checkpoints. The next id is found by the insert itself, so the check
-    /// and the insert are one statement (one round trip to the database per step).
-    async fn write(
-        &self,
-        thread_id: &str,
-        delta: &RunDelta,
-        run: &Run,
-        new_thread: bool,
-    ) -> Result<u64, CheckpointError> {
-        let delta_json = pack(serde_json::to_string(delta).map_err(checkpoint_storage)?);
+        let delta = pack(serde_json::to_string(&RunDelta::full(run)).map_err(checkpoint_storage)?);
         let mut session = D::begin(self.writer, thread_id, Access::Append)
             .await
             .map_err(checkpoint_storage)?;
         let conn = D::conn(&mut session).map_err(checkpoint_storage)?;
-        let written = async {
-            let insert = if new_thread {
-                "INSERT INTO checkpoints (thread_id, id, delta, snapshot, created_at_ms, messages)
-                 SELECT $1, 1, $2, NULL, $3, $4
-                 WHERE NOT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = $1)
-                 RETURNING id"
-            } else {
-                "INSERT INTO checkpoints (thread_id, id, delta, snapshot, created_at_ms, messages)
-                 SELECT $1, COALESCE(MAX(id), 0) + 1, $2, NULL, $3, $4
-                 FROM checkpoints WHERE thread_id = $1
-                 RETURNING id"
-            };
-            let id: Option<i64> = sqlx::query_scalar(insert)
-                .bind(thread_id)
-                .bind(delta_json.as_str())
-                .bind(now())
-                .bind(i64::try_from(run.state.messages.len()).unwrap_or(i64::MAX))
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(checkpoint_storage)?;
-            let Some(id) = id else {
-                return Err(CheckpointError::AlreadyExists {
-                    thread_id: thread_id.to_owned(),
-                });
-            };
-            // The checkpoint is saved either way: a snapshot only shortens loads. (Where the
-            // append is a transaction, a failed statement fails its commit, below.)
-            if snapshot_due(id)
-                && let Err(error) = Self::write_snapshot(&mut *conn, thread_id, id, run).await
-            {
-                tracing::warn!(%thread_id, id, %error, "checkpoint saved without its snapshot");
-            }
-            Ok::<i64, CheckpointError>(id)
-        }
-        .await;
-        D::end(session, written.is_ok())
+        let id: Result<Option<i64>, CheckpointError> = sqlx::query_scalar(
+            "INSERT INTO checkpoints (thread_id, id, delta, snapshot, created_at_ms, messages)
+             SELECT $1, 1, $2, NULL, $3, $4
+             WHERE NOT EXISTS (SELECT 1 FROM checkpoints WHERE thread_id = $1)
+             RETURNING id",
+        )
+        .bind(thread_id)
+        .bind(delta.as_str())
+        .bind(now())
+        .bind(i64::try_from(run.state.messages.len()).unwrap_or(i64::MAX))
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(checkpoint_storage);
+        D::end(session, id.is_ok())
             .await
             .map_err(checkpoint_storage)?;
-        Ok(u64::try_from(written?).unwrap_or(0))
+        match id? {
+            Some(id) => Ok(u64::try_from(id).unwrap_or(0)),
+            None => Err(CheckpointError::AlreadyExists {
+                thread_id: thread_id.to_owned(),
+            }),
+        }
     }
 
     /// Stores the whole run at checkpoint `id`, then drops the older snapshot. Only the newest

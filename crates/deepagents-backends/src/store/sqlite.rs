@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,8 +19,9 @@ use sqlx::sqlite::{
 use sqlx::{Sqlite, SqliteConnection, SqlitePool as Pool};
 
 use super::file_lock;
-use super::sql::{self, Access, Dialect, Sql, storage};
-use super::{SearchQuery, Store, StoreError, StoreItem};
+use super::group_commit::{Append, GroupCommit, Put, SqliteGroups};
+use super::sql::{self, Access, Dialect, Sql, checkpoint_storage, storage};
+use super::{SearchQuery, Store, StoreError, StoreItem, validate_item};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
 const MIGRATIONS: &[&str] = &[
@@ -54,6 +56,9 @@ pub struct SqliteStore {
     /// writes of this process queue here, in order and without sleeping, instead of racing
     /// for the database's lock and backing off on `SQLITE_BUSY`.
     writer: Pool,
+    /// Checkpoint appends and item writes, written in groups through `writer`: those that
+    /// come while a group commits go together in the next.
+    writes: Arc<GroupCommit>,
     leases: Leases,
 }
 
@@ -166,9 +171,16 @@ impl SqliteStore {
             conn.rollback().await.map_err(storage)?;
         }
         migrated?;
+        let writes = GroupCommit::start(
+            Arc::new(SqliteGroups {
+                writer: writer.clone(),
+            }),
+            1,
+        );
         Ok(Self {
             pool,
             writer,
+            writes: Arc::new(writes),
             leases,
         })
     }
@@ -253,8 +265,17 @@ impl Store for SqliteStore {
         self.sql().get(namespace, key).await
     }
 
+    /// Written with the other writes under way at that moment, in one transaction (see
+    /// [`GroupCommit`]).
     async fn put(&self, namespace: &[String], key: &str, value: Value) -> Result<(), StoreError> {
-        self.sql().put(namespace, key, value).await
+        validate_item(namespace, key)?;
+        let put = Put {
+            namespace: sql::encode(namespace),
+            key: key.to_owned(),
+            value: value.to_string(),
+            at_ms: sql::now(),
+        };
+        self.writes.put(put).await.map_err(StoreError::Storage)
     }
 
     /// One statement: SQLite's `json_patch` is RFC 7396's merge.
@@ -305,13 +326,37 @@ pub struct SqliteCheckpointer {
 
 #[async_trait]
 impl Checkpointer for SqliteCheckpointer {
+    /// Saved with the steps of the other runs saving at that moment, in one transaction
+    /// (see [`GroupCommit`]); the snapshot, when due, after it.
     async fn append(
         &self,
         thread_id: &str,
         delta: &RunDelta,
         run: &Run,
     ) -> Result<u64, CheckpointError> {
-        self.store.sql().append(thread_id, delta, run).await
+        let append = Append {
+            thread_id: thread_id.to_owned(),
+            delta: sql::pack(serde_json::to_string(delta).map_err(checkpoint_storage)?),
+            created_at_ms: sql::now(),
+            messages: i64::try_from(run.state.messages.len()).unwrap_or(i64::MAX),
+        };
+        let id = self
+            .store
+            .writes
+            .append(append)
+            .await
+            .map_err(CheckpointError::Storage)?;
+        if sql::snapshot_due(id) {
+            let written = match self.store.writer.acquire().await {
+                Ok(mut conn) => Sql::<Sqlite>::write_snapshot(&mut conn, thread_id, id, run).await,
+                Err(error) => Err(checkpoint_storage(error)),
+            };
+            // The step is saved either way: a snapshot only shortens loads.
+            if let Err(error) = written {
+                tracing::warn!(%thread_id, id, %error, "checkpoint saved without its snapshot");
+            }
+        }
+        Ok(u64::try_from(id).unwrap_or(0))
     }
 
     /// Checks that the thread is absent and writes its first checkpoint in one transaction,
