@@ -599,6 +599,43 @@ impl Cluster {
         }))
     }
 
+    /// Admits run `run_id`, taken in by this server, as this server's running run (an
+    /// [`admit`](Self::admit) and a [`claim`](Self::claim) in one statement, waking no other
+    /// server); `None` when it is not this server's to run now — an older run of its thread
+    /// is queued, or it is no longer taken in — and the caller admits it to the queue instead.
+    pub async fn admit_here(&self, run_id: &str) -> Result<Option<Claimed>, ClusterError> {
+        let sql = format!(
+            "UPDATE deepagents_server_queue q
+             SET status = 'running', worker = $2, worker_key = $3, lease_until = {NOW_MS} + $4,
+                 attempt = q.attempt + 1
+             WHERE q.run_id = $1 AND q.status = 'intake'
+               AND NOT EXISTS (
+                 SELECT 1 FROM deepagents_server_queue o
+                 WHERE o.cluster = q.cluster AND o.tenant = q.tenant AND o.thread_id = q.thread_id AND o.seq < q.seq)
+             RETURNING q.run_id, q.tenant, q.attempt, q.job, q.cancel"
+        );
+        let row = sqlx::query(&sql)
+            .bind(run_id)
+            .bind(&self.worker)
+            .bind(self.liveness_key)
+            .bind(self.timings.lease.as_millis() as i64)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|row| {
+            Ok(Claimed {
+                run_id: row.try_get("run_id")?,
+                tenant: row.try_get("tenant")?,
+                admitted: true,
+                attempt: row.try_get("attempt")?,
+                job: serde_json::from_str(&row.try_get::<String, _>("job")?).map_err(|error| {
+                    ClusterError::Database(sqlx::Error::Decode(Box::new(error)))
+                })?,
+                cancel: row.try_get("cancel")?,
+            })
+        })
+        .transpose()
+    }
+
     /// Renews the lease of a run this server runs, learning the cancellation asked for it,
     /// if any, or that another server took it over.
     pub async fn heartbeat(&self, run_id: &str) -> Result<Heartbeat, ClusterError> {

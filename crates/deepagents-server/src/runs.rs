@@ -166,6 +166,9 @@ pub struct Runs {
     /// Wakes the cluster dispatcher when this server queued a run.
     #[cfg(feature = "cluster")]
     queued: tokio::sync::Notify,
+    /// The runs this server may drive at once, when the cluster limits them (`--jobs`).
+    #[cfg(feature = "cluster")]
+    slots: Option<Arc<tokio::sync::Semaphore>>,
     /// The server is shutting down: it claims no more runs.
     stopping: std::sync::atomic::AtomicBool,
     /// Each thread's runs as events of the thread-centric protocol.
@@ -199,6 +202,11 @@ impl Runs {
         assistants: Vec<Arc<Assistant>>,
         #[cfg(feature = "cluster")] cluster: Option<Arc<crate::cluster::Cluster>>,
     ) -> Arc<Self> {
+        #[cfg(feature = "cluster")]
+        let slots = cluster
+            .as_ref()
+            .and_then(|cluster| cluster.jobs())
+            .map(|jobs| Arc::new(tokio::sync::Semaphore::new(jobs)));
         Arc::new(Self {
             live: Mutex::new(HashMap::new()),
             lines: Mutex::new(HashMap::new()),
@@ -210,6 +218,8 @@ impl Runs {
             cluster,
             #[cfg(feature = "cluster")]
             queued: tokio::sync::Notify::new(),
+            #[cfg(feature = "cluster")]
+            slots,
             stopping: std::sync::atomic::AtomicBool::new(false),
             protocol: crate::protocol::Tapes::default(),
             webhooks: std::sync::OnceLock::new(),
@@ -574,10 +584,12 @@ impl Runs {
 
     /// Saves the record of a run taken in by the cluster's queue, then lets any server claim
     /// it. A record that cannot be saved takes the run out of the queue again.
+    /// With room here, the run is this server's at once: no other server is woken for it,
+    /// and a `wait` sent here is answered from the run itself.
     #[cfg(feature = "cluster")]
     async fn admit(
-        &self,
-        cluster: &crate::cluster::Cluster,
+        self: &Arc<Self>,
+        cluster: &Arc<crate::cluster::Cluster>,
         records: &Records,
         record: &RunRecord,
     ) -> ApiResult<()> {
@@ -586,6 +598,25 @@ impl Runs {
                 tracing::warn!(run_id = %record.run_id, %cleanup, "a run without a record stays queued until its intake lease runs out");
             }
             return Err(error);
+        }
+        if let Some(slot) = self.room_here(cluster) {
+            match cluster.admit_here(&record.run_id).await {
+                Ok(Some(claimed)) => {
+                    if let Some(registered) = self.register_claimed(cluster, claimed).await {
+                        let (runs, cluster) = (Arc::clone(self), Arc::clone(cluster));
+                        tokio::spawn(async move {
+                            runs.drive_registered(cluster, registered).await;
+                            drop(slot);
+                        });
+                    }
+                    return Ok(());
+                }
+                // An older run of its thread goes first: the queue orders them.
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(run_id = %record.run_id, %error, "cannot run it here; queueing it")
+                }
+            }
         }
         match cluster.admit(&record.run_id).await {
             Ok(true) => {
@@ -1120,9 +1151,7 @@ impl Runs {
             tracing::info!("serving the API only: other servers of the cluster run the runs");
             return;
         }
-        let jobs = cluster
-            .jobs()
-            .map(|jobs| Arc::new(tokio::sync::Semaphore::new(jobs)));
+        let jobs = self.slots.clone();
         // Subscribed before the first claim: what is admitted after a claim found nothing
         // wakes the wait that follows.
         let mut events = cluster.events();
@@ -1157,16 +1186,43 @@ impl Runs {
         }
     }
 
+    /// A slot for a run here, when this server runs runs and has room for one now (`None`
+    /// inside when the cluster sets no limit).
+    fn room_here(
+        &self,
+        cluster: &crate::cluster::Cluster,
+    ) -> Option<Option<tokio::sync::OwnedSemaphorePermit>> {
+        if self.is_stopping() || cluster.jobs() == Some(0) {
+            return None;
+        }
+        match &self.slots {
+            Some(slots) => Arc::clone(slots).try_acquire_owned().ok().map(Some),
+            None => Some(None),
+        }
+    }
+
     async fn drive_claimed(
         self: Arc<Self>,
         cluster: Arc<crate::cluster::Cluster>,
         claimed: crate::cluster::Claimed,
     ) {
+        if let Some(registered) = self.register_claimed(&cluster, claimed).await {
+            self.drive_registered(cluster, registered).await;
+        }
+    }
+
+    /// Makes a claimed run this server's: its frames published as they come, its live state
+    /// where joiners and waiters here find it. `None` when it is dropped instead.
+    async fn register_claimed(
+        &self,
+        cluster: &Arc<crate::cluster::Cluster>,
+        claimed: crate::cluster::Claimed,
+    ) -> Option<Registered> {
         let run_id = claimed.run_id.clone();
         let Ok(job) = serde_json::from_value::<Job>(claimed.job) else {
             tracing::warn!(%run_id, "a queued run that cannot be read is dropped");
             let _ = cluster.finish(&run_id).await;
-            return;
+            return None;
         };
         // Its server stopped while taking it in: it runs if its record was saved, else the
         // client was refused and it is dropped.
@@ -1180,7 +1236,7 @@ impl Runs {
                 Ok(None) => {
                     tracing::info!(%run_id, "a run whose server stopped before recording it is dropped");
                     let _ = cluster.finish(&run_id).await;
-                    return;
+                    return None;
                 }
                 // Run rather than lose it: the run saves its record as it starts.
                 Err(error) => {
@@ -1188,11 +1244,16 @@ impl Runs {
                 }
             }
         }
-        let base = cluster.frame_count(&run_id).await.unwrap_or(0);
+        // A first attempt published nothing yet.
+        let base = if claimed.attempt > 1 {
+            cluster.frame_count(&run_id).await.unwrap_or(0)
+        } else {
+            0
+        };
         let (publisher, mut published) = tokio::sync::mpsc::unbounded_channel();
         // Frames go out in order, until the run ends or this server hands it back.
         let publishing = {
-            let cluster = Arc::clone(&cluster);
+            let cluster = Arc::clone(cluster);
             let run_id = run_id.clone();
             tokio::spawn(async move {
                 while let Some(item) = published.recv().await {
@@ -1219,6 +1280,30 @@ impl Runs {
             live.stop(action);
         }
         lock(&self.live).insert(run_id.clone(), Arc::clone(&live));
+        Some(Registered {
+            run_id,
+            storage: storage_id(&claimed.tenant, &job.record.thread_id),
+            attempt: claimed.attempt,
+            job,
+            live,
+            publishing,
+        })
+    }
+
+    /// Drives a registered run to its end (or until it is handed back), renewing its lease.
+    async fn drive_registered(
+        self: Arc<Self>,
+        cluster: Arc<crate::cluster::Cluster>,
+        registered: Registered,
+    ) {
+        let Registered {
+            run_id,
+            storage,
+            attempt,
+            job,
+            live,
+            publishing,
+        } = registered;
         let heartbeat = {
             let cluster = Arc::clone(&cluster);
             let live = Arc::clone(&live);
@@ -1261,9 +1346,8 @@ impl Runs {
                 }
             })
         };
-        let storage = storage_id(&claimed.tenant, &job.record.thread_id);
         Arc::clone(&self)
-            .drive(storage, Arc::clone(&live), job, claimed.attempt)
+            .drive(storage, Arc::clone(&live), job, attempt)
             .await;
         heartbeat.abort();
         if live.is_handed_back() {
@@ -1279,4 +1363,16 @@ impl Runs {
             let _ = publishing.await;
         }
     }
+}
+
+/// A run this server claimed and made its own, before it is driven.
+#[cfg(feature = "cluster")]
+struct Registered {
+    run_id: String,
+    storage: String,
+    attempt: i32,
+    job: Job,
+    live: Arc<Live>,
+    /// The task publishing its frames.
+    publishing: tokio::task::JoinHandle<()>,
 }

@@ -55,6 +55,12 @@ impl Write {
 pub(super) trait GroupWriter: Send + Sync + 'static {
     /// Writes a group in one transaction; the appends' checkpoint ids, in order.
     async fn write(&self, appends: &[&Append], puts: &[&Put]) -> Result<Vec<i64>, sqlx::Error>;
+
+    /// Whether `error` means the database refused one of the group's writes (and rolled the
+    /// group back), so each alone may succeed; otherwise every write of the group gets it.
+    fn refused_one(&self, error: &sqlx::Error) -> bool {
+        matches!(error, sqlx::Error::Database(_))
+    }
 }
 
 /// The queue of a store's writes, written in groups by `writers` tasks. The tasks end when
@@ -119,7 +125,7 @@ async fn write_groups(
             // only its own error reaches its caller. (Only after the database refused a
             // statement, which rolled the group back: after a lost connection the group may
             // have committed, and writing it again would save its steps twice.)
-            Err(sqlx::Error::Database(_)) if taken.len() > 1 => {
+            Err(error) if taken.len() > 1 && writer.refused_one(&error) => {
                 for one in taken {
                     let alone = write(writer.as_ref(), std::slice::from_ref(&one)).await;
                     let outcome =
@@ -397,5 +403,16 @@ impl GroupWriter for SqliteGroups {
             .map(|row| Ok((row.try_get("thread_id")?, row.try_get("id")?)))
             .collect::<Result<Vec<(String, i64)>, sqlx::Error>>()?;
         ids_in_order(appends, &ranks, &seen, &rows)
+    }
+
+    /// Not when the database was busy or locked (another process writing for longer than the
+    /// busy timeout): each write alone would wait as long again.
+    fn refused_one(&self, error: &sqlx::Error) -> bool {
+        let sqlx::Error::Database(error) = error else {
+            return false;
+        };
+        let code = error.code().and_then(|code| code.parse::<i32>().ok());
+        // The primary result code is the extended one's low byte.
+        !matches!(code.map(|code| code & 0xff), Some(5 | 6))
     }
 }
