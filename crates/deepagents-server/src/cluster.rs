@@ -716,37 +716,36 @@ impl Cluster {
         Ok(len)
     }
 
-    /// Publishes frame `index` of a run (`None`: the run ended).
-    pub async fn publish(
+    /// Publishes frames of a run, each with its index, and, with `end`, that it ended, in
+    /// one round trip: what the run's publisher found waiting at once.
+    pub async fn publish_frames(
         &self,
         run_id: &str,
-        index: usize,
-        frame: Option<&Frame>,
+        frames: &[(usize, Frame)],
+        end: bool,
     ) -> Result<(), ClusterError> {
-        let mut connection = self.connection.clone();
         let key = frames_key(run_id);
-        let index = index.to_string();
-        match frame {
-            Some(frame) => {
-                let _: String = connection
-                    .xadd(
-                        &key,
-                        "*",
-                        &[
-                            ("i", index.as_str()),
-                            ("e", frame.event.as_str()),
-                            ("d", frame.data.as_str()),
-                        ],
-                    )
-                    .await?;
-            }
-            None => {
-                let _: String = connection
-                    .xadd(&key, "*", &[("i", index.as_str()), ("e", END), ("d", "")])
-                    .await?;
-                let _: bool = connection.expire(&key, FRAMES_TTL_SECS).await?;
-            }
+        let mut pipe = redis::pipe();
+        for (index, frame) in frames {
+            let index = index.to_string();
+            pipe.xadd(
+                &key,
+                "*",
+                &[
+                    ("i", index.as_str()),
+                    ("e", frame.event.as_str()),
+                    ("d", frame.data.as_str()),
+                ],
+            )
+            .ignore();
         }
+        if end {
+            pipe.xadd(&key, "*", &[("i", "0"), ("e", END), ("d", "")])
+                .ignore();
+            pipe.expire(&key, FRAMES_TTL_SECS).ignore();
+        }
+        let mut connection = self.connection.clone();
+        let () = pipe.query_async(&mut connection).await?;
         Ok(())
     }
 
@@ -802,31 +801,42 @@ fn tree_key(storage: &str) -> String {
 /// any server's event streams read them, so a v2 client sees the thread's runs wherever they
 /// run. (One run of a thread at a time, so one writer at a time numbers its events.)
 impl Cluster {
-    /// Adds `event` to thread `storage`'s shared tape (the latest `max` kept).
-    pub async fn publish_event(
+    /// Appends a thread's events to its shared tape (at most `max` kept) and sets its latest
+    /// agent tree, in one round trip: what a tape's mirror found waiting at once.
+    pub async fn publish_events(
         &self,
         storage: &str,
-        event: &crate::protocol::Recorded,
+        events: &[std::sync::Arc<crate::protocol::Recorded>],
+        tree: Option<&Value>,
         max: usize,
     ) -> Result<(), ClusterError> {
+        let mut pipe = redis::pipe();
+        if !events.is_empty() {
+            let key = tape_key(storage);
+            for event in events {
+                let seq = event.seq.to_string();
+                let namespace = serde_json::to_string(&event.namespace).unwrap_or_default();
+                pipe.xadd_maxlen(
+                    &key,
+                    redis::streams::StreamMaxlen::Approx(max),
+                    "*",
+                    &[
+                        ("s", seq.as_str()),
+                        ("m", event.method),
+                        ("n", namespace.as_str()),
+                        ("j", event.json.as_str()),
+                    ],
+                )
+                .ignore();
+            }
+            pipe.expire(&key, TAPE_TTL_SECS).ignore();
+        }
+        if let Some(tree) = tree {
+            pipe.set_ex(tree_key(storage), tree.to_string(), TAPE_TTL_SECS as u64)
+                .ignore();
+        }
         let mut connection = self.connection.clone();
-        let key = tape_key(storage);
-        let seq = event.seq.to_string();
-        let namespace = serde_json::to_string(&event.namespace).unwrap_or_default();
-        let _: String = connection
-            .xadd_maxlen(
-                &key,
-                redis::streams::StreamMaxlen::Approx(max),
-                "*",
-                &[
-                    ("s", seq.as_str()),
-                    ("m", event.method),
-                    ("n", namespace.as_str()),
-                    ("j", event.json.as_str()),
-                ],
-            )
-            .await?;
-        let _: bool = connection.expire(&key, TAPE_TTL_SECS).await?;
+        let () = pipe.query_async(&mut connection).await?;
         Ok(())
     }
 
@@ -874,15 +884,6 @@ impl Cluster {
             }
         }
         Ok(events)
-    }
-
-    /// Stores thread `storage`'s agent tree, as its latest run left it.
-    pub async fn publish_tree(&self, storage: &str, tree: &Value) -> Result<(), ClusterError> {
-        let mut connection = self.connection.clone();
-        let _: () = connection
-            .set_ex(tree_key(storage), tree.to_string(), TAPE_TTL_SECS as u64)
-            .await?;
-        Ok(())
     }
 
     /// Thread `storage`'s agent tree, when a run stored one.

@@ -403,6 +403,10 @@ struct Params<'a> {
     node: Option<&'a str>,
 }
 
+/// The most items a tape's mirror writes in one round trip.
+#[cfg(feature = "cluster")]
+const MIRROR_BATCH: usize = 256;
+
 /// What a tape sends to the cluster, in order.
 #[cfg(feature = "cluster")]
 enum Mirrored {
@@ -429,17 +433,25 @@ impl Mirror {
         let written = Arc::clone(&published);
         // Ends when the tape, and with it the sender, is gone.
         runtime.spawn(async move {
-            while let Some(item) = received.recv().await {
-                let result = match &item {
-                    Mirrored::Event(event) => {
-                        let result = cluster.publish_event(&storage, event, MAX_EVENTS).await;
-                        written.send_replace(event.seq);
-                        result
+            // What waits at once goes in one round trip: the events in order, the latest tree.
+            let mut batch = Vec::new();
+            while received.recv_many(&mut batch, MIRROR_BATCH).await > 0 {
+                let mut events = Vec::with_capacity(batch.len());
+                let mut tree = None;
+                for item in batch.drain(..) {
+                    match item {
+                        Mirrored::Event(event) => events.push(event),
+                        Mirrored::Tree(latest) => tree = Some(latest),
                     }
-                    Mirrored::Tree(tree) => cluster.publish_tree(&storage, tree).await,
-                };
+                }
+                let result = cluster
+                    .publish_events(&storage, &events, tree.as_ref(), MAX_EVENTS)
+                    .await;
+                if let Some(last) = events.last() {
+                    written.send_replace(last.seq);
+                }
                 if let Err(error) = result {
-                    tracing::warn!(%storage, %error, "a protocol event was not shared with the cluster");
+                    tracing::warn!(%storage, %error, "protocol events were not shared with the cluster");
                 }
             }
         });

@@ -1256,18 +1256,29 @@ impl Runs {
             let cluster = Arc::clone(cluster);
             let run_id = run_id.clone();
             tokio::spawn(async move {
-                while let Some(item) = published.recv().await {
-                    let result = match &item {
-                        crate::stream::Published::Frame(index, frame) => {
-                            cluster.publish(&run_id, *index, Some(frame)).await
+                // What waits at once goes out in one round trip.
+                let mut batch = Vec::new();
+                while published.recv_many(&mut batch, 256).await > 0 {
+                    let mut frames = Vec::with_capacity(batch.len());
+                    let mut last = None;
+                    for item in batch.drain(..) {
+                        match item {
+                            crate::stream::Published::Frame(index, frame) => {
+                                frames.push((index, frame))
+                            }
+                            ending => {
+                                last = Some(ending);
+                                break;
+                            }
                         }
-                        crate::stream::Published::End => cluster.publish(&run_id, 0, None).await,
-                        crate::stream::Published::Stop => return,
-                    };
-                    if let Err(error) = result {
-                        tracing::warn!(%run_id, %error, "a frame was not published");
                     }
-                    if matches!(item, crate::stream::Published::End) {
+                    let end = matches!(last, Some(crate::stream::Published::End));
+                    if (!frames.is_empty() || end)
+                        && let Err(error) = cluster.publish_frames(&run_id, &frames, end).await
+                    {
+                        tracing::warn!(%run_id, %error, "frames were not published");
+                    }
+                    if last.is_some() {
                         return;
                     }
                 }
