@@ -28,7 +28,8 @@ mod routes;
 mod wakes;
 mod webhooks;
 
-/// Sends one request to `app` in process: its status and its JSON body (`null` if none).
+/// Sends one request to `app` in process: its status and its JSON body (the text as a string
+/// when it is not JSON, such as `/metrics`).
 pub async fn call(
     app: &axum::Router,
     method: &str,
@@ -48,7 +49,8 @@ pub async fn call(
         .unwrap();
     (
         status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned())),
     )
 }
 

@@ -1,6 +1,7 @@
 //! Traces (the `otel` feature): runs' spans POSTed as OTLP JSON to a receiver on 127.0.0.1
 //! that records what it got.
 
+use super::call;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,25 +57,6 @@ fn options(script: Value, traces: Option<TraceOptions>) -> ServerOptions {
     );
     options.traces = traces;
     options
-}
-
-async fn call(app: &axum::Router, method: &str, path: &str, body: Value) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
 }
 
 /// The spans of `exports`, each with its attributes as a map.

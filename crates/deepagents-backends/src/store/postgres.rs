@@ -13,7 +13,7 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgQueryResult};
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use super::group_commit::{Append, GroupCommit, PostgresGroups, Put};
+use super::group_commit::{GroupCommit, PostgresGroups};
 use super::sql::{self, Access, Dialect, Sql, checkpoint_storage, storage};
 use super::{SearchQuery, Store, StoreError, StoreItem, validate_item};
 
@@ -289,14 +289,7 @@ impl Store for PostgresStore {
     /// Written with the other writes under way at that moment, in one transaction (see
     /// [`GroupCommit`]).
     async fn put(&self, namespace: &[String], key: &str, value: Value) -> Result<(), StoreError> {
-        validate_item(namespace, key)?;
-        let put = Put {
-            namespace: sql::encode(namespace),
-            key: key.to_owned(),
-            value: value.to_string(),
-            at_ms: sql::now(),
-        };
-        self.writes.put(put).await.map_err(StoreError::Storage)
+        self.sql().put(&self.writes, namespace, key, &value).await
     }
 
     /// One statement when the patch only sets top-level fields (PostgreSQL's `||` on
@@ -393,33 +386,11 @@ impl Checkpointer for PostgresCheckpointer {
         delta: &RunDelta,
         run: &Run,
     ) -> Result<u64, CheckpointError> {
-        let delta = sql::pack(serde_json::to_string(delta).map_err(checkpoint_storage)?);
-        let messages = i64::try_from(run.state.messages.len()).unwrap_or(i64::MAX);
-        let append = Append {
-            thread_id: thread_id.to_owned(),
-            delta,
-            created_at_ms: sql::now(),
-            messages,
-        };
-        let id = self
-            .store
-            .writes
-            .append(append)
+        let store = &self.store;
+        store
+            .sql()
+            .append(&store.writes, thread_id, delta, run)
             .await
-            .map_err(CheckpointError::Storage)?;
-        if sql::snapshot_due(id) {
-            let written = match self.store.pool.acquire().await {
-                Ok(mut conn) => {
-                    Sql::<Postgres>::write_snapshot(&mut conn, thread_id, id, run).await
-                }
-                Err(error) => Err(checkpoint_storage(error)),
-            };
-            // The step is saved either way: a snapshot only shortens loads.
-            if let Err(error) = written {
-                tracing::warn!(%thread_id, id, %error, "checkpoint saved without its snapshot");
-            }
-        }
-        Ok(u64::try_from(id).unwrap_or(0))
     }
 
     /// Checks that the thread is absent and writes its first checkpoint in one transaction,

@@ -11,6 +11,7 @@ use deepagents_core::checkpoint::CHILD_THREAD_SEPARATOR;
 use deepagents_core::{CheckpointError, CheckpointInfo, Run, RunDelta, ThreadInfo};
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
+use super::group_commit::{Append, GroupCommit, Put};
 use super::{SearchQuery, StoreError, StoreItem, validate_item, validate_namespace};
 use crate::memory::now_ms;
 
@@ -338,6 +339,57 @@ where
             created_at_ms: u64::try_from(created).unwrap_or(0),
             updated_at_ms: u64::try_from(updated).unwrap_or(0),
         })
+    }
+
+    /// Creates or replaces the item at `key`, with the other writes under way at that moment
+    /// in one transaction (see [`GroupCommit`]).
+    pub(super) async fn put(
+        &self,
+        writes: &GroupCommit,
+        namespace: &[String],
+        key: &str,
+        value: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        validate_item(namespace, key)?;
+        let put = Put {
+            namespace: encode(namespace),
+            key: key.to_owned(),
+            value: value.to_string(),
+            at_ms: now(),
+        };
+        writes.put(put).await.map_err(StoreError::Storage)
+    }
+
+    /// Appends `delta` as the thread's next checkpoint, with the steps of the other runs
+    /// saving at that moment in one transaction (see [`GroupCommit`]); the snapshot, when
+    /// due, after it (the step is saved either way: a snapshot only shortens loads).
+    pub(super) async fn append(
+        &self,
+        writes: &GroupCommit,
+        thread_id: &str,
+        delta: &RunDelta,
+        run: &Run,
+    ) -> Result<u64, CheckpointError> {
+        let append = Append {
+            thread_id: thread_id.to_owned(),
+            delta: pack(serde_json::to_string(delta).map_err(checkpoint_storage)?),
+            created_at_ms: now(),
+            messages: i64::try_from(run.state.messages.len()).unwrap_or(i64::MAX),
+        };
+        let id = writes
+            .append(append)
+            .await
+            .map_err(CheckpointError::Storage)?;
+        if snapshot_due(id) {
+            let written = match self.writer.acquire().await {
+                Ok(mut conn) => Self::write_snapshot(&mut conn, thread_id, id, run).await,
+                Err(error) => Err(checkpoint_storage(error)),
+            };
+            if let Err(error) = written {
+                tracing::warn!(%thread_id, id, %error, "checkpoint saved without its snapshot");
+            }
+        }
+        Ok(u64::try_from(id).unwrap_or(0))
     }
 
     /// Checks that the thread is absent and writes its first checkpoint in one statement, so

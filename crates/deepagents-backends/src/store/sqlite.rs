@@ -19,9 +19,9 @@ use sqlx::sqlite::{
 use sqlx::{Sqlite, SqliteConnection, SqlitePool as Pool};
 
 use super::file_lock;
-use super::group_commit::{Append, GroupCommit, Put, SqliteGroups};
-use super::sql::{self, Access, Dialect, Sql, checkpoint_storage, storage};
-use super::{SearchQuery, Store, StoreError, StoreItem, validate_item};
+use super::group_commit::{GroupCommit, SqliteGroups};
+use super::sql::{self, Access, Dialect, Sql, storage};
+use super::{SearchQuery, Store, StoreError, StoreItem};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` records how many ran.
 const MIGRATIONS: &[&str] = &[
@@ -268,14 +268,7 @@ impl Store for SqliteStore {
     /// Written with the other writes under way at that moment, in one transaction (see
     /// [`GroupCommit`]).
     async fn put(&self, namespace: &[String], key: &str, value: Value) -> Result<(), StoreError> {
-        validate_item(namespace, key)?;
-        let put = Put {
-            namespace: sql::encode(namespace),
-            key: key.to_owned(),
-            value: value.to_string(),
-            at_ms: sql::now(),
-        };
-        self.writes.put(put).await.map_err(StoreError::Storage)
+        self.sql().put(&self.writes, namespace, key, &value).await
     }
 
     /// One statement: SQLite's `json_patch` is RFC 7396's merge.
@@ -334,29 +327,11 @@ impl Checkpointer for SqliteCheckpointer {
         delta: &RunDelta,
         run: &Run,
     ) -> Result<u64, CheckpointError> {
-        let append = Append {
-            thread_id: thread_id.to_owned(),
-            delta: sql::pack(serde_json::to_string(delta).map_err(checkpoint_storage)?),
-            created_at_ms: sql::now(),
-            messages: i64::try_from(run.state.messages.len()).unwrap_or(i64::MAX),
-        };
-        let id = self
-            .store
-            .writes
-            .append(append)
+        let store = &self.store;
+        store
+            .sql()
+            .append(&store.writes, thread_id, delta, run)
             .await
-            .map_err(CheckpointError::Storage)?;
-        if sql::snapshot_due(id) {
-            let written = match self.store.writer.acquire().await {
-                Ok(mut conn) => Sql::<Sqlite>::write_snapshot(&mut conn, thread_id, id, run).await,
-                Err(error) => Err(checkpoint_storage(error)),
-            };
-            // The step is saved either way: a snapshot only shortens loads.
-            if let Err(error) = written {
-                tracing::warn!(%thread_id, id, %error, "checkpoint saved without its snapshot");
-            }
-        }
-        Ok(u64::try_from(id).unwrap_or(0))
     }
 
     /// Checks that the thread is absent and writes its first checkpoint in one transaction,
