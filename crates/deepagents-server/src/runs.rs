@@ -582,10 +582,10 @@ impl Runs {
         error
     }
 
-    /// Saves the record of a run taken in by the cluster's queue, then lets any server claim
-    /// it. A record that cannot be saved takes the run out of the queue again.
-    /// With room here, the run is this server's at once: no other server is woken for it,
-    /// and a `wait` sent here is answered from the run itself.
+    /// Saves the record of a run taken in by the cluster's queue, then admits it: with room
+    /// here, as this server's run at once (no other server is woken for it, and a `wait`
+    /// sent here is answered from the run itself), else to the queue for any server to claim.
+    /// A record that cannot be saved takes the run out of the queue again.
     #[cfg(feature = "cluster")]
     async fn admit(
         self: &Arc<Self>,
